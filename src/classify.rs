@@ -1,0 +1,252 @@
+//! What happened to one attempt (SPEC section 3), decided from what the filter can see in
+//! Envoy: the response status, or, when no response came, whether Envoy recorded a transport
+//! failure for the upstream connection.
+
+/// The outcome class of an attempt. `as_str` names are public (metrics, headers, logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Class {
+    Ok = 0,
+    ConnectionError = 1,
+    Timeout = 2,
+    RateLimited = 3,
+    ServerError = 4,
+    Overloaded = 5,
+    ModelNotFound = 6,
+    SetupFault = 7,
+    InvalidRequest = 8,
+    ClientDisconnect = 9,
+}
+
+impl Class {
+    pub const ALL: [Class; 10] = [
+        Class::Ok,
+        Class::ConnectionError,
+        Class::Timeout,
+        Class::RateLimited,
+        Class::ServerError,
+        Class::Overloaded,
+        Class::ModelNotFound,
+        Class::SetupFault,
+        Class::InvalidRequest,
+        Class::ClientDisconnect,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Ok => "ok",
+            Class::ConnectionError => "connection_error",
+            Class::Timeout => "timeout",
+            Class::RateLimited => "rate_limited",
+            Class::ServerError => "server_error",
+            Class::Overloaded => "overloaded",
+            Class::ModelNotFound => "model_not_found",
+            Class::SetupFault => "setup_fault",
+            Class::InvalidRequest => "invalid_request",
+            Class::ClientDisconnect => "client_disconnect",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Class> {
+        Class::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    pub fn from_u8(v: u8) -> Option<Class> {
+        Class::ALL.get(usize::from(v)).copied()
+    }
+
+    /// Classes that count toward a provider's breaker (SPEC 3, last column).
+    pub fn counts_toward_breaker(self) -> bool {
+        matches!(
+            self,
+            Class::ConnectionError | Class::Timeout | Class::ServerError | Class::Overloaded
+        )
+    }
+
+    /// `invalid_request` and `client_disconnect` may never fall over, whatever config says.
+    pub fn may_fall_over(self) -> bool {
+        !matches!(self, Class::Ok | Class::InvalidRequest | Class::ClientDisconnect)
+    }
+
+    /// Classes that fall over unless a chain says otherwise.
+    pub fn falls_over_by_default(self) -> bool {
+        self.may_fall_over() && self != Class::SetupFault
+    }
+}
+
+/// The class of an attempt that got response headers with this status.
+pub fn classify_status(status: u16) -> Class {
+    match status {
+        200..=399 => Class::Ok,
+        429 => Class::RateLimited,
+        404 => Class::ModelNotFound,
+        401..=403 => Class::SetupFault,
+        503 | 529 => Class::Overloaded,
+        500..=599 => Class::ServerError,
+        // 400, 413, 422 and every other 4xx (and nonsense statuses) are the caller's problem.
+        _ => Class::InvalidRequest,
+    }
+}
+
+/// The class of an attempt that ended without response headers.
+/// `transport_failure` is Envoy's `upstream.transport_failure_reason` (set when the connection
+/// could not be made); without it the attempt ran out of time or the upstream went silent.
+pub fn classify_no_response(transport_failure: bool, client_gone: bool) -> Class {
+    if client_gone {
+        Class::ClientDisconnect
+    } else if transport_failure {
+        Class::ConnectionError
+    } else {
+        Class::Timeout
+    }
+}
+
+/// Which outcomes move a request down its chain: classes plus explicit status codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailoverSet {
+    classes: u16,
+    /// Bit per status code 100..=599 that falls over regardless of its class.
+    statuses: [u64; 8],
+}
+
+impl Default for FailoverSet {
+    fn default() -> Self {
+        let mut set = FailoverSet::empty();
+        for class in Class::ALL {
+            if class.falls_over_by_default() {
+                set.add_class(class);
+            }
+        }
+        set
+    }
+}
+
+impl FailoverSet {
+    pub fn empty() -> Self {
+        FailoverSet {
+            classes: 0,
+            statuses: [0; 8],
+        }
+    }
+
+    /// Adds a class; classes that may never fall over are ignored (config refuses them first).
+    pub fn add_class(&mut self, class: Class) {
+        if class.may_fall_over() {
+            self.classes |= 1 << class as u16;
+        }
+    }
+
+    /// Adds one status code (100..=599). Codes of the invalid-request class are refused.
+    pub fn add_status(&mut self, status: u16) -> Result<(), String> {
+        if !(100..=599).contains(&status) {
+            return Err(format!("status {status} is outside 100-599"));
+        }
+        if classify_status(status) == Class::InvalidRequest || classify_status(status) == Class::Ok {
+            return Err(format!(
+                "status {status} can never fall over: it means the request itself is wrong (or succeeded)"
+            ));
+        }
+        let bit = usize::from(status - 100);
+        self.statuses[bit / 64] |= 1 << (bit % 64);
+        Ok(())
+    }
+
+    /// Adds a class of status such as "5xx" or "4xx" (only its codes that may fall over).
+    pub fn add_status_range(&mut self, hundreds: u16) {
+        for status in hundreds * 100..hundreds * 100 + 100 {
+            let _ = self.add_status(status);
+        }
+    }
+
+    pub fn has_class(&self, class: Class) -> bool {
+        self.classes & (1 << class as u16) != 0
+    }
+
+    fn has_status(&self, status: u16) -> bool {
+        if !(100..=599).contains(&status) {
+            return false;
+        }
+        let bit = usize::from(status - 100);
+        self.statuses[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// Does this outcome move the request to the next provider?
+    pub fn falls_over(&self, class: Class, status: Option<u16>) -> bool {
+        class.may_fall_over() && (self.has_class(class) || status.is_some_and(|s| self.has_status(s)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_the_spec_classes() {
+        assert_eq!(classify_status(200), Class::Ok);
+        assert_eq!(classify_status(429), Class::RateLimited);
+        for s in [500, 502, 504, 599] {
+            assert_eq!(classify_status(s), Class::ServerError, "{s}");
+        }
+        for s in [503, 529] {
+            assert_eq!(classify_status(s), Class::Overloaded, "{s}");
+        }
+        assert_eq!(classify_status(404), Class::ModelNotFound);
+        for s in [401, 402, 403] {
+            assert_eq!(classify_status(s), Class::SetupFault, "{s}");
+        }
+        for s in [400, 413, 422, 409, 418] {
+            assert_eq!(classify_status(s), Class::InvalidRequest, "{s}");
+        }
+    }
+
+    #[test]
+    fn no_response_is_connection_error_timeout_or_disconnect() {
+        assert_eq!(classify_no_response(true, false), Class::ConnectionError);
+        assert_eq!(classify_no_response(false, false), Class::Timeout);
+        assert_eq!(classify_no_response(true, true), Class::ClientDisconnect);
+    }
+
+    #[test]
+    fn default_set_falls_over_on_transient_failures_only() {
+        let set = FailoverSet::default();
+        for c in [
+            Class::ConnectionError,
+            Class::Timeout,
+            Class::RateLimited,
+            Class::ServerError,
+            Class::Overloaded,
+            Class::ModelNotFound,
+        ] {
+            assert!(set.falls_over(c, None), "{c:?}");
+        }
+        for c in [Class::Ok, Class::SetupFault, Class::InvalidRequest, Class::ClientDisconnect] {
+            assert!(!set.falls_over(c, None), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn explicit_statuses_fall_over_but_invalid_requests_never_do() {
+        let mut set = FailoverSet::empty();
+        set.add_status(402).unwrap();
+        assert!(set.falls_over(Class::SetupFault, Some(402)));
+        assert!(!set.falls_over(Class::SetupFault, Some(401)));
+        assert!(set.add_status(400).is_err());
+        assert!(set.add_status(600).is_err());
+        set.add_class(Class::InvalidRequest);
+        set.add_class(Class::ClientDisconnect);
+        assert!(!set.falls_over(Class::InvalidRequest, Some(400)));
+        assert!(!set.falls_over(Class::ClientDisconnect, None));
+        set.add_status_range(4);
+        assert!(set.falls_over(Class::RateLimited, Some(429)));
+        assert!(!set.falls_over(Class::InvalidRequest, Some(422)));
+    }
+
+    #[test]
+    fn class_names_round_trip() {
+        for c in Class::ALL {
+            assert_eq!(Class::parse(c.as_str()), Some(c));
+            assert_eq!(Class::from_u8(c as u8), Some(c));
+        }
+        assert_eq!(Class::parse("nope"), None);
+    }
+}

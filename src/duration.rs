@@ -1,0 +1,84 @@
+//! Durations as people write them in config: "250ms", "30s", "5m", "6h", or a bare number of
+//! seconds. Stored as milliseconds.
+
+/// Parses a human duration into milliseconds; the error says what was expected.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim() {
+        "ms" => 1.0,
+        "" | "s" => 1000.0,
+        "m" => 60_000.0,
+        "h" => 3_600_000.0,
+        _ => return Err(format!("unknown unit in duration {text:?}: use ms, s, m or h (e.g. \"30s\")")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: write e.g. \"500ms\", \"30s\", \"5m\", \"6h\""))?;
+    let ms = value * scale;
+    if !ms.is_finite() || ms > 1e15 {
+        return Err(format!("duration {text:?} is too large"));
+    }
+    Ok(ms.round() as u64)
+}
+
+/// Accepts either a string ("30s") or a number of seconds in serde input.
+pub(crate) mod serde_duration {
+    use serde::de::{Deserializer, Error, Visitor};
+    use std::fmt;
+
+    struct DurationVisitor;
+
+    impl Visitor<'_> for DurationVisitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a duration such as \"30s\" or a number of seconds")
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<u64, E> {
+            super::parse_duration_ms(v).map_err(E::custom)
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<u64, E> {
+            v.checked_mul(1000).ok_or_else(|| E::custom("duration is too large"))
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v)
+                .map_err(|_| E::custom("a duration cannot be negative"))
+                .and_then(|s| self.visit_u64(s))
+        }
+        fn visit_f64<E: Error>(self, v: f64) -> Result<u64, E> {
+            if v.is_finite() && (0.0..1e12).contains(&v) {
+                Ok((v * 1000.0).round() as u64)
+            } else {
+                Err(E::custom("a duration must be a non-negative number of seconds"))
+            }
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(DurationVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration_ms;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("1.5s"), Ok(1_500));
+        assert_eq!(parse_duration_ms("5m"), Ok(300_000));
+        assert_eq!(parse_duration_ms("6h"), Ok(21_600_000));
+        assert_eq!(parse_duration_ms("12"), Ok(12_000));
+    }
+
+    #[test]
+    fn rejects_garbage_with_a_hint() {
+        for bad in ["", "s", "30x", "-3s", "1e999s", "3 days"] {
+            let err = parse_duration_ms(bad).expect_err(bad);
+            assert!(err.contains("duration") || err.contains("unit"), "{bad}: {err}");
+        }
+    }
+}

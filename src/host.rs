@@ -1,0 +1,73 @@
+//! The two things the decision core needs from its host, kept tiny so the core runs and is
+//! tested anywhere: a clock and a shared key-value store with compare-and-swap.
+//! In Envoy these are proxy-wasm's `get_current_time` and shared data; in tests, in-memory.
+
+/// Version token returned with a shared value; a write succeeds only while it still matches.
+pub type Cas = u32;
+
+/// A write lost a compare-and-swap race: re-read and try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CasMismatch;
+
+/// Shared state visible to every worker (proxy-wasm shared data keyed by `vm_id`).
+pub trait SharedStore {
+    /// The value under `key` and its CAS token, or `None` when nothing was ever stored.
+    fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)>;
+    /// Stores `value` if `key` still has version `cas` (`None`: only if it has never been set).
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), CasMismatch>;
+}
+
+/// Wall-clock milliseconds since the Unix epoch (shared by every worker, so comparable).
+pub trait Clock {
+    fn now_ms(&self) -> u64;
+}
+
+/// In-memory store with the same CAS semantics as Envoy's shared data, for host tests
+/// (thread-safe, so tests can hammer it from many threads).
+#[derive(Default)]
+pub struct MemoryStore {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, Cas)>>,
+}
+
+impl SharedStore for MemoryStore {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(key).cloned()
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), CasMismatch> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let current = entries.get(key).map(|(_, c)| *c);
+        // Envoy treats cas 0 as "no check"; the core never relies on that, it always passes
+        // the token it read (or None for a first write), which is what we model here.
+        if current != cas {
+            return Err(CasMismatch);
+        }
+        let next = current.map_or(1, |c| c.wrapping_add(1).max(1));
+        entries.insert(key.to_string(), (value.to_vec(), next));
+        Ok(())
+    }
+}
+
+/// A clock tests can move by hand.
+#[derive(Default)]
+pub struct ManualClock {
+    now: std::sync::atomic::AtomicU64,
+}
+
+impl ManualClock {
+    pub fn at(ms: u64) -> Self {
+        ManualClock {
+            now: std::sync::atomic::AtomicU64::new(ms),
+        }
+    }
+    pub fn advance(&self, ms: u64) {
+        self.now.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.now.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,43 @@
+//! Names that cross the boundary between the filter, Envoy's config and the outside world.
+//! The CLI renders Envoy configs from these same constants, so they cannot drift apart.
+
+/// Filter-state property written per attempt slot: `wasm.<SLOT_PREFIX><k>` (k from 1) holds the
+/// cluster name that the route's matcher maps to a `ClusterAction`.
+pub const SLOT_PROPERTY_PREFIX: &str = "llm_failover.try";
+/// Envoy stores wasm-set properties under this prefix in filter state.
+pub const ENVOY_WASM_STATE_PREFIX: &str = "wasm.";
+/// Filter-state property with the request's plan, read by the upstream filter on each attempt.
+pub const PLAN_PROPERTY: &str = "llm_failover.plan";
+/// Filter-state property the upstream filters append each attempt's record to; also what
+/// access logs print: `%FILTER_STATE(wasm.llm_failover.attempts:PLAIN)%`.
+pub const ATTEMPTS_PROPERTY: &str = "llm_failover.attempts";
+
+/// Response header an upstream filter adds to an answer that must fall over; the route's
+/// retry policy lists it in `retriable_headers`. Never reaches the caller.
+pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";
+/// Request header Envoy sets on each attempt (`include_request_attempt_count`).
+pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
+/// Envoy request headers a caller could use to change retries and timeouts (SPEC 2.6).
+pub const ENVOY_STEERING_HEADERS: [&str; 8] = [
+    "x-envoy-retry-on",
+    "x-envoy-retriable-status-codes",
+    "x-envoy-retriable-header-names",
+    "x-envoy-max-retries",
+    "x-envoy-upstream-rq-timeout-ms",
+    "x-envoy-upstream-rq-per-try-timeout-ms",
+    "x-envoy-attempt-count",
+    "x-envoy-hedge-on-per-try-timeout",
+];
+pub const MAX_RETRIES_HEADER: &str = "x-envoy-max-retries";
+
+/// Public response headers (SPEC section 6, fixed names).
+pub const PROVIDER_HEADER: &str = "x-llm-provider";
+pub const ATTEMPTS_HEADER: &str = "x-llm-attempts";
+pub const FALLBACK_COUNT_HEADER: &str = "x-llm-fallback-count";
+pub const FALLBACK_REASON_HEADER: &str = "x-llm-fallback-reason";
+pub const SHOULD_RETRY_HEADER: &str = "x-should-retry";
+
+/// The shared-data key of a provider's health record.
+pub fn health_key(provider: &str) -> String {
+    format!("llm_failover.health.{provider}")
+}
