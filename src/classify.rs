@@ -65,7 +65,10 @@ impl Class {
 
     /// `invalid_request` and `client_disconnect` may never fall over, whatever config says.
     pub fn may_fall_over(self) -> bool {
-        !matches!(self, Class::Ok | Class::InvalidRequest | Class::ClientDisconnect)
+        !matches!(
+            self,
+            Class::Ok | Class::InvalidRequest | Class::ClientDisconnect
+        )
     }
 
     /// Classes that fall over unless a chain says otherwise.
@@ -141,7 +144,8 @@ impl FailoverSet {
         if !(100..=599).contains(&status) {
             return Err(format!("status {status} is outside 100-599"));
         }
-        if classify_status(status) == Class::InvalidRequest || classify_status(status) == Class::Ok {
+        if classify_status(status) == Class::InvalidRequest || classify_status(status) == Class::Ok
+        {
             return Err(format!(
                 "status {status} can never fall over: it means the request itself is wrong (or succeeded)"
             ));
@@ -172,7 +176,8 @@ impl FailoverSet {
 
     /// Does this outcome move the request to the next provider?
     pub fn falls_over(&self, class: Class, status: Option<u16>) -> bool {
-        class.may_fall_over() && (self.has_class(class) || status.is_some_and(|s| self.has_status(s)))
+        class.may_fall_over()
+            && (self.has_class(class) || status.is_some_and(|s| self.has_status(s)))
     }
 }
 
@@ -219,7 +224,12 @@ mod tests {
         ] {
             assert!(set.falls_over(c, None), "{c:?}");
         }
-        for c in [Class::Ok, Class::SetupFault, Class::InvalidRequest, Class::ClientDisconnect] {
+        for c in [
+            Class::Ok,
+            Class::SetupFault,
+            Class::InvalidRequest,
+            Class::ClientDisconnect,
+        ] {
             assert!(!set.falls_over(c, None), "{c:?}");
         }
     }

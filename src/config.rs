@@ -356,7 +356,10 @@ pub const MAX_BREAKER_FAILURES: u32 = 1000;
 impl Config {
     /// Parses and validates plugin configuration JSON. Reads credential environment
     /// variables through `env` (the process environment inside the VM).
-    pub fn from_json(json: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
+    pub fn from_json(
+        json: &[u8],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Vec<ConfigError>> {
         let de = &mut serde_json::Deserializer::from_slice(json);
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
@@ -369,18 +372,30 @@ impl Config {
     }
 
     /// Validates an already parsed configuration (the CLI parses YAML into `RawConfig`).
-    pub fn from_raw(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
+    pub fn from_raw(
+        raw: RawConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut err = |field: String, problem: String| errors.push(ConfigError { field, problem });
 
         if raw.providers.is_empty() {
-            err("providers".into(), "no provider is defined: add at least one".into());
+            err(
+                "providers".into(),
+                "no provider is defined: add at least one".into(),
+            );
         }
         if raw.providers.len() > MAX_PROVIDERS {
-            err("providers".into(), format!("at most {MAX_PROVIDERS} providers are supported"));
+            err(
+                "providers".into(),
+                format!("at most {MAX_PROVIDERS} providers are supported"),
+            );
         }
         if raw.chains.is_empty() {
-            err("chains".into(), "no chain is defined: add at least one".into());
+            err(
+                "chains".into(),
+                "no chain is defined: add at least one".into(),
+            );
         }
 
         let mut ids: HashMap<&str, ProviderId> = HashMap::new();
@@ -389,23 +404,41 @@ impl Config {
         for (i, p) in raw.providers.iter().enumerate() {
             let at = format!("providers[{i}]");
             if !is_token(&p.name) {
-                err(format!("{at}.name"), format!("{:?} is not a valid name: use letters, digits, '-', '_' or '.'", p.name));
+                err(
+                    format!("{at}.name"),
+                    format!(
+                        "{:?} is not a valid name: use letters, digits, '-', '_' or '.'",
+                        p.name
+                    ),
+                );
             }
             if ids.insert(p.name.as_str(), i).is_some() {
-                err(format!("{at}.name"), format!("provider {:?} is defined twice: names must be unique", p.name));
+                err(
+                    format!("{at}.name"),
+                    format!(
+                        "provider {:?} is defined twice: names must be unique",
+                        p.name
+                    ),
+                );
             }
             let cluster = p.cluster.clone().unwrap_or_else(|| p.name.clone());
             if cluster.is_empty() {
                 err(format!("{at}.cluster"), "cluster must not be empty".into());
             }
             if p.models.is_empty() {
-                err(format!("{at}.models"), "empty list: omit it to serve every model, or list the models".into());
+                err(
+                    format!("{at}.models"),
+                    "empty list: omit it to serve every model, or list the models".into(),
+                );
             }
             let mut set_headers = Vec::new();
             if let Some(c) = &p.credential {
                 let header = c.header.to_ascii_lowercase();
                 if !is_header_name(&header) {
-                    err(format!("{at}.credential.header"), format!("{:?} is not a valid header name", c.header));
+                    err(
+                        format!("{at}.credential.header"),
+                        format!("{:?} is not a valid header name", c.header),
+                    );
                 }
                 let key = match (&c.value, &c.env) {
                     (Some(v), None) => Some(v.clone()),
@@ -417,7 +450,10 @@ impl Config {
                         }
                     },
                     _ => {
-                        err(format!("{at}.credential"), "give exactly one of `value` or `env`".into());
+                        err(
+                            format!("{at}.credential"),
+                            "give exactly one of `value` or `env`".into(),
+                        );
                         None
                     }
                 };
@@ -437,12 +473,20 @@ impl Config {
             }
             if let Some(prefix) = &p.path_prefix {
                 if !prefix.starts_with('/') || prefix.ends_with('/') {
-                    err(format!("{at}.path_prefix"), format!("{prefix:?} must start with '/' and not end with one, e.g. \"/openai\""));
+                    err(
+                        format!("{at}.path_prefix"),
+                        format!(
+                            "{prefix:?} must start with '/' and not end with one, e.g. \"/openai\""
+                        ),
+                    );
                 }
             }
             if let Some(authority) = &p.authority {
                 if authority.is_empty() || authority.contains(['/', ' ']) {
-                    err(format!("{at}.authority"), format!("{authority:?} is not a host[:port]"));
+                    err(
+                        format!("{at}.authority"),
+                        format!("{authority:?} is not a host[:port]"),
+                    );
                 }
             }
             providers.push(Provider {
@@ -468,22 +512,43 @@ impl Config {
         for (i, c) in raw.chains.iter().enumerate() {
             let at = format!("chains[{i}]");
             if chain_names.insert(c.name.as_str(), i).is_some() {
-                err(format!("{at}.name"), format!("chain {:?} is defined twice: names must be unique", c.name));
+                err(
+                    format!("{at}.name"),
+                    format!("chain {:?} is defined twice: names must be unique", c.name),
+                );
             }
             if !is_token(&c.name) {
-                err(format!("{at}.name"), format!("{:?} is not a valid name: use letters, digits, '-', '_' or '.'", c.name));
+                err(
+                    format!("{at}.name"),
+                    format!(
+                        "{:?} is not a valid name: use letters, digits, '-', '_' or '.'",
+                        c.name
+                    ),
+                );
             }
             if c.providers.is_empty() {
-                err(format!("{at}.providers"), "empty chain: list at least one provider".into());
+                err(
+                    format!("{at}.providers"),
+                    "empty chain: list at least one provider".into(),
+                );
             }
             if c.providers.len() > MAX_CHAIN_LEN {
-                err(format!("{at}.providers"), format!("at most {MAX_CHAIN_LEN} providers per chain"));
+                err(
+                    format!("{at}.providers"),
+                    format!("at most {MAX_CHAIN_LEN} providers per chain"),
+                );
             }
             if c.models.is_empty() {
-                err(format!("{at}.models"), "empty list: omit it to match every model".into());
+                err(
+                    format!("{at}.models"),
+                    "empty list: omit it to match every model".into(),
+                );
             }
             if c.max_attempts < 1 {
-                err(format!("{at}.max_attempts"), "must be at least 1 (1 means no fallback)".into());
+                err(
+                    format!("{at}.max_attempts"),
+                    "must be at least 1 (1 means no fallback)".into(),
+                );
             }
             let mut entries: Vec<ChainEntry> = Vec::with_capacity(c.providers.len());
             for (j, e) in c.providers.iter().enumerate() {
@@ -492,7 +557,12 @@ impl Config {
                     RawChainEntry::Entry { provider, model } => (provider, model.clone()),
                 };
                 let Some(&provider) = ids.get(name.as_str()) else {
-                    err(format!("{at}.providers[{j}]"), format!("unknown provider {name:?}: define it under providers or fix the name"));
+                    err(
+                        format!("{at}.providers[{j}]"),
+                        format!(
+                            "unknown provider {name:?}: define it under providers or fix the name"
+                        ),
+                    );
                     continue;
                 };
                 let entry = ChainEntry { provider, model };
@@ -529,29 +599,47 @@ impl Config {
 
         let b = &raw.breaker;
         if b.failures < 1 || b.failures > MAX_BREAKER_FAILURES {
-            err("breaker.failures".into(), format!("must be between 1 and {MAX_BREAKER_FAILURES}"));
+            err(
+                "breaker.failures".into(),
+                format!("must be between 1 and {MAX_BREAKER_FAILURES}"),
+            );
         }
-        for (field, v) in [("breaker.window", b.window), ("breaker.cooldown", b.cooldown)] {
+        for (field, v) in [
+            ("breaker.window", b.window),
+            ("breaker.cooldown", b.cooldown),
+        ] {
             if v == 0 {
                 err(field.into(), "must be longer than 0s".into());
             }
         }
         if b.max_cooldown < b.cooldown {
-            err("breaker.max_cooldown".into(), "must be at least breaker.cooldown".into());
+            err(
+                "breaker.max_cooldown".into(),
+                "must be at least breaker.cooldown".into(),
+            );
         }
         let t = &raw.timeouts;
         if t.attempt == 0 {
             err("timeouts.attempt".into(), "must be longer than 0s".into());
         }
         if t.budget != 0 && t.budget < t.min_remaining {
-            err("timeouts.budget".into(), "must be at least timeouts.min_remaining (or 0 for no budget)".into());
+            err(
+                "timeouts.budget".into(),
+                "must be at least timeouts.min_remaining (or 0 for no budget)".into(),
+            );
         }
         if !is_header_name(&raw.opt_out_header.to_ascii_lowercase()) {
-            err("opt_out_header".into(), format!("{:?} is not a valid header name", raw.opt_out_header));
+            err(
+                "opt_out_header".into(),
+                format!("{:?} is not a valid header name", raw.opt_out_header),
+            );
         }
         if let Some(h) = &raw.caller_header {
             if !is_header_name(&h.to_ascii_lowercase()) {
-                err("caller_header".into(), format!("{h:?} is not a valid header name"));
+                err(
+                    "caller_header".into(),
+                    format!("{h:?} is not a valid header name"),
+                );
             }
         }
         if let Some(p) = &raw.status_path {
@@ -598,7 +686,8 @@ impl Config {
 fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String> {
     match trigger {
         RawTrigger::Status(code) => {
-            let code = u16::try_from(*code).map_err(|_| format!("status {code} is outside 100-599"))?;
+            let code =
+                u16::try_from(*code).map_err(|_| format!("status {code} is outside 100-599"))?;
             set.add_status(code)
         }
         RawTrigger::Name(name) => {
@@ -607,7 +696,9 @@ fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String
                     set.add_status_range(hundreds);
                     return Ok(());
                 }
-                return Err(format!("{name:?}: only \"4xx\" and \"5xx\" ranges can fall over"));
+                return Err(format!(
+                    "{name:?}: only \"4xx\" and \"5xx\" ranges can fall over"
+                ));
             }
             if let Ok(code) = name.parse::<u16>() {
                 return set.add_status(code);
@@ -627,11 +718,16 @@ fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String
 }
 
 fn is_token(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 fn is_header_name(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.:".contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.:".contains(&b))
 }
 
 #[cfg(test)]
@@ -647,7 +743,11 @@ mod tests {
     }
 
     fn errors_of(json: &str) -> Vec<String> {
-        load(json).expect_err("config should be refused").iter().map(|e| e.to_string()).collect()
+        load(json)
+            .expect_err("config should be refused")
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
     }
 
     const MINIMAL: &str = r#"{"providers":[{"name":"a"},{"name":"b","models":["gpt-*"]}],
@@ -658,53 +758,104 @@ mod tests {
         let c = load(MINIMAL).unwrap();
         assert_eq!(c.role, Role::Downstream);
         assert_eq!(c.chains[0].max_attempts, 3);
-        assert_eq!(c.breaker, BreakerPolicy { failures: 10, window_ms: 30_000, cooldown_ms: 60_000, max_cooldown_ms: 300_000 });
+        assert_eq!(
+            c.breaker,
+            BreakerPolicy {
+                failures: 10,
+                window_ms: 30_000,
+                cooldown_ms: 60_000,
+                max_cooldown_ms: 300_000
+            }
+        );
         assert_eq!(c.dead_marks.model_not_found_ms, 6 * 3_600_000);
         assert_eq!(c.dead_marks.setup_fault_ms, 3_600_000);
         assert_eq!(c.timeouts.attempt_ms, 120_000);
         assert_eq!(c.timeouts.budget_ms, 300_000);
         assert_eq!(c.opt_out_header, "x-llm-fallback");
         assert_eq!(c.providers[0].cluster, "a");
-        assert!(c.chains[0].fallback_on.falls_over(Class::ServerError, Some(500)));
-        assert!(!c.chains[0].fallback_on.falls_over(Class::SetupFault, Some(401)));
+        assert!(c.chains[0]
+            .fallback_on
+            .falls_over(Class::ServerError, Some(500)));
+        assert!(!c.chains[0]
+            .fallback_on
+            .falls_over(Class::SetupFault, Some(401)));
     }
 
     #[test]
     fn unknown_provider_in_chain_is_named() {
-        let e = errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a","azur"]}]}"#);
+        let e = errors_of(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a","azur"]}]}"#,
+        );
         assert_eq!(e.len(), 1);
-        assert!(e[0].starts_with("chains[0].providers[1]: unknown provider \"azur\""), "{e:?}");
+        assert!(
+            e[0].starts_with("chains[0].providers[1]: unknown provider \"azur\""),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn duplicate_provider_and_model_in_a_chain_is_refused_but_two_models_are_fine() {
-        let e = errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a","a"]}]}"#);
-        assert!(e[0].starts_with("chains[0].providers[1]:") && e[0].contains("twice"), "{e:?}");
-        let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"provider":"a","model":"x"},{"provider":"a","model":"y"}]}]}"#);
+        let e = errors_of(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a","a"]}]}"#,
+        );
+        assert!(
+            e[0].starts_with("chains[0].providers[1]:") && e[0].contains("twice"),
+            "{e:?}"
+        );
+        let ok = load(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"provider":"a","model":"x"},{"provider":"a","model":"y"}]}]}"#,
+        );
         assert_eq!(ok.unwrap().chains[0].entries.len(), 2);
     }
 
     #[test]
     fn empty_chain_and_zero_attempts_are_refused() {
-        let e = errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[],"max_attempts":0}]}"#);
-        assert!(e.iter().any(|m| m.starts_with("chains[0].providers: empty chain")), "{e:?}");
-        assert!(e.iter().any(|m| m.starts_with("chains[0].max_attempts:")), "{e:?}");
+        let e = errors_of(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[],"max_attempts":0}]}"#,
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("chains[0].providers: empty chain")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|m| m.starts_with("chains[0].max_attempts:")),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn bad_durations_name_the_field() {
-        let e = errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"30 parsecs"}}"#);
+        let e = errors_of(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"30 parsecs"}}"#,
+        );
         assert!(e[0].starts_with("breaker.window:"), "{e:?}");
         let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"10s","cooldown":5,"max_cooldown":"2m","failures":3}}"#).unwrap();
-        assert_eq!(ok.breaker, BreakerPolicy { failures: 3, window_ms: 10_000, cooldown_ms: 5_000, max_cooldown_ms: 120_000 });
+        assert_eq!(
+            ok.breaker,
+            BreakerPolicy {
+                failures: 3,
+                window_ms: 10_000,
+                cooldown_ms: 5_000,
+                max_cooldown_ms: 120_000
+            }
+        );
     }
 
     #[test]
     fn failure_classes_and_statuses_are_checked() {
-        let e = errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"fallback_on":["server_eror",700,400,"invalid_request","client_disconnect"]}]}"#);
+        let e = errors_of(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"fallback_on":["server_eror",700,400,"invalid_request","client_disconnect"]}]}"#,
+        );
         assert_eq!(e.len(), 5, "{e:?}");
-        assert!(e[0].starts_with("chains[0].fallback_on[0]: unknown failure class"), "{e:?}");
-        assert!(e[1].starts_with("chains[0].fallback_on[1]: status 700 is outside 100-599"), "{e:?}");
+        assert!(
+            e[0].starts_with("chains[0].fallback_on[0]: unknown failure class"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].starts_with("chains[0].fallback_on[1]: status 700 is outside 100-599"),
+            "{e:?}"
+        );
         assert!(e[2].starts_with("chains[0].fallback_on[2]:"), "{e:?}");
         let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"fallback_on":[402,429,"5xx"]}]}"#).unwrap();
         let set = &ok.chains[0].fallback_on;
@@ -716,13 +867,20 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused_with_their_path() {
-        let e = errors_of(r#"{"providers":[{"name":"a","modles":["x"]}],"chains":[{"name":"c","providers":["a"]}]}"#);
-        assert!(e[0].starts_with("providers[0].modles: unknown field"), "{e:?}");
+        let e = errors_of(
+            r#"{"providers":[{"name":"a","modles":["x"]}],"chains":[{"name":"c","providers":["a"]}]}"#,
+        );
+        assert!(
+            e[0].starts_with("providers[0].modles: unknown field"),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let e = errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["x"],"max_attempts":0},{"name":"d","providers":[]}]}"#);
+        let e = errors_of(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["x"],"max_attempts":0},{"name":"d","providers":[]}]}"#,
+        );
         assert_eq!(e.len(), 3, "{e:?}");
     }
 
@@ -736,14 +894,28 @@ mod tests {
             &env,
         )
         .unwrap();
-        assert_eq!(c.providers[0].set_headers, vec![("authorization".to_string(), "Bearer sk-a".to_string())]);
-        assert_eq!(c.providers[1].set_headers[0], ("x-api-key".to_string(), "sk-b".to_string()));
-        assert_eq!(c.providers[1].set_headers[1], ("anthropic-version".to_string(), "2023-06-01".to_string()));
+        assert_eq!(
+            c.providers[0].set_headers,
+            vec![("authorization".to_string(), "Bearer sk-a".to_string())]
+        );
+        assert_eq!(
+            c.providers[1].set_headers[0],
+            ("x-api-key".to_string(), "sk-b".to_string())
+        );
+        assert_eq!(
+            c.providers[1].set_headers[1],
+            ("anthropic-version".to_string(), "2023-06-01".to_string())
+        );
         for h in ["authorization", "x-api-key", "api-key"] {
             assert!(c.credential_headers.iter().any(|x| x == h), "{h}");
         }
-        let e = errors_of(r#"{"providers":[{"name":"a","credential":{"header":"x-api-key","env":"MISSING"}}],"chains":[{"name":"c","providers":["a"]}]}"#);
-        assert!(e[0].starts_with("providers[0].credential.env: environment variable MISSING"), "{e:?}");
+        let e = errors_of(
+            r#"{"providers":[{"name":"a","credential":{"header":"x-api-key","env":"MISSING"}}],"chains":[{"name":"c","providers":["a"]}]}"#,
+        );
+        assert!(
+            e[0].starts_with("providers[0].credential.env: environment variable MISSING"),
+            "{e:?}"
+        );
     }
 
     #[test]

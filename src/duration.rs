@@ -4,18 +4,24 @@
 /// Parses a human duration into milliseconds; the error says what was expected.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let scale: f64 = match unit.trim() {
         "ms" => 1.0,
         "" | "s" => 1000.0,
         "m" => 60_000.0,
         "h" => 3_600_000.0,
-        _ => return Err(format!("unknown unit in duration {text:?}: use ms, s, m or h (e.g. \"30s\")")),
+        _ => {
+            return Err(format!(
+                "unknown unit in duration {text:?}: use ms, s, m or h (e.g. \"30s\")"
+            ))
+        }
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: write e.g. \"500ms\", \"30s\", \"5m\", \"6h\""))?;
+    let value: f64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a duration: write e.g. \"500ms\", \"30s\", \"5m\", \"6h\"")
+    })?;
     let ms = value * scale;
     if !ms.is_finite() || ms > 1e15 {
         return Err(format!("duration {text:?} is too large"));
@@ -39,7 +45,8 @@ pub(crate) mod serde_duration {
             super::parse_duration_ms(v).map_err(E::custom)
         }
         fn visit_u64<E: Error>(self, v: u64) -> Result<u64, E> {
-            v.checked_mul(1000).ok_or_else(|| E::custom("duration is too large"))
+            v.checked_mul(1000)
+                .ok_or_else(|| E::custom("duration is too large"))
         }
         fn visit_i64<E: Error>(self, v: i64) -> Result<u64, E> {
             u64::try_from(v)
@@ -50,7 +57,9 @@ pub(crate) mod serde_duration {
             if v.is_finite() && (0.0..1e12).contains(&v) {
                 Ok((v * 1000.0).round() as u64)
             } else {
-                Err(E::custom("a duration must be a non-negative number of seconds"))
+                Err(E::custom(
+                    "a duration must be a non-negative number of seconds",
+                ))
             }
         }
     }
@@ -78,7 +87,10 @@ mod tests {
     fn rejects_garbage_with_a_hint() {
         for bad in ["", "s", "30x", "-3s", "1e999s", "3 days"] {
             let err = parse_duration_ms(bad).expect_err(bad);
-            assert!(err.contains("duration") || err.contains("unit"), "{bad}: {err}");
+            assert!(
+                err.contains("duration") || err.contains("unit"),
+                "{bad}: {err}"
+            );
         }
     }
 }

@@ -4,10 +4,16 @@
 //! The decision core (everything but `filter`) is plain Rust with no proxy-wasm types: it is
 //! unit-tested on the host and inside wasm. `filter` is the thin proxy-wasm glue.
 
+pub mod attempt_log;
 pub mod classify;
 pub mod config;
 pub mod duration;
+pub mod health;
 pub mod host;
+pub mod plan;
+pub mod reply;
+pub mod retry_after;
+pub mod rewrite;
 pub mod wire;
 
 #[cfg(target_arch = "wasm32")]

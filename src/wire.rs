@@ -4,6 +4,26 @@
 /// Filter-state property written per attempt slot: `wasm.<SLOT_PREFIX><k>` (k from 1) holds the
 /// cluster name that the route's matcher maps to a `ClusterAction`.
 pub const SLOT_PROPERTY_PREFIX: &str = "llm_failover.try";
+/// Slot property names for attempts 1..=16 (`config::MAX_CHAIN_LEN`), spelled out so the hot
+/// path never formats them.
+pub const SLOT_PROPERTIES: [&str; 16] = [
+    "llm_failover.try1",
+    "llm_failover.try2",
+    "llm_failover.try3",
+    "llm_failover.try4",
+    "llm_failover.try5",
+    "llm_failover.try6",
+    "llm_failover.try7",
+    "llm_failover.try8",
+    "llm_failover.try9",
+    "llm_failover.try10",
+    "llm_failover.try11",
+    "llm_failover.try12",
+    "llm_failover.try13",
+    "llm_failover.try14",
+    "llm_failover.try15",
+    "llm_failover.try16",
+];
 /// Envoy stores wasm-set properties under this prefix in filter state.
 pub const ENVOY_WASM_STATE_PREFIX: &str = "wasm.";
 /// Filter-state property with the request's plan, read by the upstream filter on each attempt.
@@ -40,4 +60,17 @@ pub const SHOULD_RETRY_HEADER: &str = "x-should-retry";
 /// The shared-data key of a provider's health record.
 pub fn health_key(provider: &str) -> String {
     format!("llm_failover.health.{provider}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_properties_follow_the_prefix() {
+        assert_eq!(SLOT_PROPERTIES.len(), crate::config::MAX_CHAIN_LEN);
+        for (i, name) in SLOT_PROPERTIES.iter().enumerate() {
+            assert_eq!(*name, format!("{SLOT_PROPERTY_PREFIX}{}", i + 1));
+        }
+    }
 }

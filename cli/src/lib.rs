@@ -1,0 +1,36 @@
+//! The `llm-failover` command: renders a complete Envoy configuration (router mode) from one
+//! concise failover file, and validates such files with the filter's own configuration code.
+
+pub mod checks;
+pub mod diag;
+pub mod input;
+pub mod render;
+pub mod subst;
+
+pub use diag::{Diag, Level};
+pub use input::{load, Gateway};
+
+/// Warnings `validate` adds for credential variables missing from this environment: rendering
+/// does not need them, but Envoy must have them when it starts.
+pub fn env_warnings(gw: &Gateway, env: &dyn Fn(&str) -> Option<String>) -> Vec<Diag> {
+    let mut out = Vec::new();
+    let Some(serde_yaml_ng::Value::Sequence(providers)) = gw.plugin.get("providers") else {
+        return out;
+    };
+    for (i, p) in providers.iter().enumerate() {
+        let Some(var) = p
+            .get("credential")
+            .and_then(|c| c.get("env"))
+            .and_then(|v| v.as_str())
+        else {
+            continue;
+        };
+        if env(var).map_or(true, |v| v.is_empty()) {
+            out.push(Diag::warning(
+                format!("providers[{i}].credential.env"),
+                format!("{var} is not set here — Envoy needs it in its environment when it starts (rendering does not)"),
+            ));
+        }
+    }
+    out
+}

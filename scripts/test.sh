@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs every check and test of the project, in order, each under a banner with its duration:
+#   setup, build (dist/llm_failover.wasm + host CLI), rustfmt, clippy (host, and the wasm lib),
+#   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite.
+# Usage: ./scripts/test.sh [PYTEST ARGS...]      e.g. ./scripts/test.sh -k breaker
+# Env: LLM_FAILOVER_SKIP_INTEGRATION=1 skips the integration suite;
+#      LLM_FAILOVER_TOOLCHAIN=auto|rustup|debian picks the wasm toolchain (see scripts/build.sh).
+# Setup or build failing stops the run; any other failure is reported at the end. Exit 1 if any failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+passed=0 failed=0 skipped=0 failures=() t0=$SECONDS
+banner() { printf '\n==== %s\n' "$*"; }
+run() { # run NAME CMD...: runs a step, records its result
+  local name=$1 start=$SECONDS rc=0
+  shift
+  banner "$name: $*"
+  "$@" || rc=$?
+  if [ $rc = 0 ]; then
+    passed=$((passed + 1)); echo "---- $name: ok ($((SECONDS - start)) s)"
+  else
+    failed=$((failed + 1)); failures+=("$name"); echo "---- $name: FAILED, exit $rc ($((SECONDS - start)) s)"
+  fi
+  return $rc
+}
+skip() { skipped=$((skipped + 1)); banner "$1: skipped: $2"; }
+summary() {
+  echo
+  echo "==== done in $((SECONDS - t0)) s${failures[*]:+; failed: ${failures[*]}}"
+  echo "steps: $passed passed, $failed failed, $skipped skipped"
+  [ "$failed" = 0 ]
+}
+
+run setup ./scripts/setup.sh || { summary; exit 1; }
+run build ./scripts/build.sh || { summary; exit 1; }
+
+# Host cargo: rustup's when it works, else Debian's (installed by build.sh's debian path).
+if cargo --version >/dev/null 2>&1; then cargo=(cargo); else cargo=(env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc cargo); fi
+# Wasm checks need rustup's wasm32-wasip1 std; Debian's toolchain builds std per build instead.
+wasm=no
+if [ "${LLM_FAILOVER_TOOLCHAIN:-auto}" != debian ] && command -v rustup >/dev/null &&
+  rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then wasm=yes; fi
+
+run fmt "${cargo[@]}" fmt --all -- --check || true
+run clippy-host "${cargo[@]}" clippy --workspace --all-targets -- -D warnings || true
+if [ $wasm = yes ]; then
+  run clippy-wasm cargo clippy --target wasm32-wasip1 -p llm-failover --lib -- -D warnings || true
+else
+  skip clippy-wasm "needs rustup's wasm32-wasip1 target (Debian toolchain in use)"
+fi
+run unit-host "${cargo[@]}" test --workspace || true
+if [ $wasm = yes ]; then
+  run unit-wasm cargo test --target wasm32-wasip1 -p llm-failover --lib || true
+else
+  skip unit-wasm "needs rustup's wasm32-wasip1 target (Debian toolchain in use)"
+fi
+
+pytest_integration() { # pytest's exit 5 (no test collected) is only a warning
+  local rc=0
+  PATH="$PWD/.venv/bin:$PATH" LLM_FAILOVER_WASM="$PWD/dist/llm_failover.wasm" \
+    .venv/bin/python -m pytest "$@" || rc=$?
+  if [ $rc = 5 ]; then echo "warning: pytest collected no tests"; rc=0; fi
+  return $rc
+}
+if [ "${LLM_FAILOVER_SKIP_INTEGRATION:-0}" = 1 ]; then
+  skip integration "LLM_FAILOVER_SKIP_INTEGRATION=1"
+elif [ ! -d tests/integration ]; then
+  skip integration "no tests/integration directory"
+else
+  run integration pytest_integration tests/integration -q "$@" || true
+fi
+
+summary

@@ -1,0 +1,84 @@
+//! The core's host traits over proxy-wasm: shared data with compare-and-swap, and the clock.
+
+use crate::config::Config;
+use crate::health::{Admission, Health};
+use crate::host::{Cas, CasMismatch, Clock, SharedStore};
+use crate::plan::{Gate, Gatekeeper};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::Status;
+use std::time::UNIX_EPOCH;
+
+/// Envoy shared data, visible to every worker VM with the same `vm_id`.
+pub struct EnvoyStore;
+
+impl SharedStore for EnvoyStore {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
+        match hostcalls::get_shared_data(key) {
+            Ok((Some(value), Some(cas))) => Some((value, cas)),
+            _ => None,
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), CasMismatch> {
+        // Envoy reads cas 0 (None) as "no check"; records are created at configure time, so
+        // updates always carry the token they read.
+        match hostcalls::set_shared_data(key, Some(value), cas) {
+            Ok(()) => Ok(()),
+            Err(Status::CasMismatch) => Err(CasMismatch),
+            Err(_) => Err(CasMismatch),
+        }
+    }
+}
+
+pub struct EnvoyClock;
+
+pub fn now_ms() -> u64 {
+    EnvoyClock.now_ms()
+}
+
+impl Clock for EnvoyClock {
+    fn now_ms(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+pub fn health(config: &Config) -> Health<'_> {
+    Health::new(
+        &EnvoyStore,
+        &EnvoyClock,
+        &config.breaker,
+        &config.dead_marks,
+    )
+}
+
+/// Creates each provider's health record if no worker has yet, so that every later update is
+/// a real compare-and-swap (Envoy cannot CAS on a key that does not exist).
+pub fn init_health_records(config: &Config) {
+    let health = health(config);
+    for provider in &config.providers {
+        health.ensure_record(&provider.name);
+    }
+}
+
+/// Planning's view of health: one shared-data read per provider considered.
+pub struct SharedGatekeeper<'a> {
+    pub config: &'a Config,
+    pub health: Health<'a>,
+}
+
+impl Gatekeeper for SharedGatekeeper<'_> {
+    fn gate(&self, provider: usize, model: &str) -> Gate {
+        let name = &self.config.providers[provider].name;
+        match self
+            .health
+            .admit(name, model, self.config.timeouts.attempt_ms)
+        {
+            Admission::Available { pristine, probe } => Gate::Open { pristine, probe },
+            Admission::BreakerOpen => Gate::BreakerOpen,
+            Admission::Dead => Gate::Dead,
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The upstream role (on every provider cluster, once per attempt): rewrites the attempt for
+//! its provider, classifies the outcome, marks answers that must fall over, and feeds the
+//! shared breaker and the attempt log.
+//!
+//! Envoy shares one request header map across attempts, so every attempt overwrites whatever
+//! an earlier attempt set (credentials, authority, path, content-length) instead of assuming
+//! it sees the caller's original headers.
+
+use super::envoy_host;
+use crate::attempt_log;
+use crate::classify::{classify_no_response, classify_status, Class};
+use crate::config::{Chain, ChainEntry, Config, Provider};
+use crate::health::Report;
+use crate::plan::{PlanRecord, Slot};
+use crate::retry_after;
+use crate::rewrite;
+use crate::wire;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::Action;
+use std::rc::Rc;
+
+/// What this attempt is, resolved from the plan in filter state.
+struct Attempt {
+    number: usize,
+    chain: usize,
+    slot: Slot,
+    /// Slots planned in all, to tell whether another attempt follows.
+    planned: usize,
+    start_ms: u64,
+    request_start_ms: u64,
+    model: String,
+}
+
+pub struct Upstream {
+    config: Rc<Config>,
+    attempt: Option<Attempt>,
+    /// Model name to write into the body for this provider, while waiting for the body.
+    rewrite_to: Option<String>,
+    /// Response headers arrived (or the outcome was otherwise settled).
+    settled: bool,
+}
+
+impl Upstream {
+    pub fn new(config: Rc<Config>) -> Self {
+        Upstream {
+            config,
+            attempt: None,
+            rewrite_to: None,
+            settled: false,
+        }
+    }
+
+    fn entry(&self, attempt: &Attempt) -> (&Chain, &ChainEntry, &Provider) {
+        let chain = &self.config.chains[attempt.chain];
+        let entry = &chain.entries[usize::from(attempt.slot.entry)];
+        (chain, entry, &self.config.providers[entry.provider])
+    }
+
+    /// Reads the plan and this attempt's number; `None` when the request was not planned by
+    /// our downstream filter (then this filter leaves the attempt alone).
+    fn resolve(&self) -> Option<(Attempt, String, String, u64)> {
+        let number = self
+            .get_http_request_header(wire::ATTEMPT_COUNT_HEADER)
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1);
+        let bytes = self.get_property(vec![wire::PLAN_PROPERTY])?;
+        let text = std::str::from_utf8(&bytes).ok()?;
+        let record = PlanRecord::decode(text)?;
+        let slot = *record.slot_for(number)?;
+        let chain = usize::from(record.chain);
+        let valid = self
+            .config
+            .chains
+            .get(chain)
+            .is_some_and(|c| usize::from(slot.entry) < c.entries.len());
+        if !valid {
+            return None;
+        }
+        let attempt = Attempt {
+            number,
+            chain,
+            slot,
+            planned: record.slots.len(),
+            start_ms: envoy_host::now_ms(),
+            request_start_ms: record.start_ms,
+            model: record.model.to_string(),
+        };
+        Some((
+            attempt,
+            record.path.to_string(),
+            record.authority.to_string(),
+            record.body_len,
+        ))
+    }
+
+    /// Settles the attempt: classification, marker header, breaker report, attempt log.
+    fn settle(&mut self, class: Class, status: Option<u16>, retry_after_ms: Option<u64>) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let Some(attempt) = &self.attempt else {
+            return;
+        };
+        let (chain, entry, provider) = self.entry(attempt);
+        let now = envoy_host::now_ms();
+        let mut falls_over = chain.fallback_on.falls_over(class, status);
+        let timeouts = &self.config.timeouts;
+        if falls_over && timeouts.budget_ms > 0 {
+            let spent = now.saturating_sub(attempt.request_start_ms);
+            if spent + timeouts.min_remaining_ms > timeouts.budget_ms {
+                log::info!(
+                    "llm_failover: {}: {} but the time budget is spent; not falling over",
+                    provider.name,
+                    class.as_str()
+                );
+                falls_over = false;
+            }
+        }
+        if falls_over && status.is_some() {
+            // The route's retry policy retries answers carrying this header; the downstream
+            // filter removes it when no attempt is left.
+            self.set_http_response_header(wire::RETRY_MARKER_HEADER, Some("1"));
+        }
+        if falls_over && attempt.number < attempt.planned {
+            log::info!(
+                "llm_failover: {} answered {}; falling over",
+                provider.name,
+                class.as_str()
+            );
+        }
+
+        let model = entry.model.as_deref().unwrap_or(&attempt.model);
+        // Hot path: a success from a provider with nothing recorded changes nothing.
+        if !(class == Class::Ok && attempt.slot.pristine && !attempt.slot.probe) {
+            let report = Report {
+                class,
+                falls_over,
+                retry_after_ms,
+            };
+            let effect = envoy_host::health(&self.config).report(&provider.name, model, &report);
+            log::debug!(
+                "llm_failover: {} {} -> {:?}",
+                provider.name,
+                class.as_str(),
+                effect
+            );
+        }
+
+        let mut log = self
+            .get_property(vec![wire::ATTEMPTS_PROPERTY])
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default();
+        attempt_log::push_attempt(
+            &mut log,
+            &provider.name,
+            class.as_str(),
+            now.saturating_sub(attempt.start_ms),
+        );
+        self.set_property(vec![wire::ATTEMPTS_PROPERTY], Some(log.as_bytes()));
+    }
+
+    /// The delay a failing answer asked for, read only on failures.
+    fn requested_delay(&self, class: Class) -> Option<u64> {
+        match class {
+            Class::RateLimited => {
+                let headers = self.get_http_response_headers();
+                retry_after::rate_limit_delay(
+                    headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                    envoy_host::now_ms(),
+                )
+            }
+            Class::Overloaded | Class::ServerError => self
+                .get_http_response_header("retry-after")
+                .and_then(|v| retry_after::parse_retry_after(&v, envoy_host::now_ms())),
+            _ => None,
+        }
+    }
+}
+
+impl Context for Upstream {
+    fn on_done(&mut self) -> bool {
+        if !self.settled && self.attempt.is_some() {
+            // No response headers: the connection failed, the attempt timed out, or the
+            // caller went away (DESIGN section 1: these reach upstream filters only here).
+            let transport_failure = self
+                .get_property(vec!["upstream", "transport_failure_reason"])
+                .is_some_and(|v| !v.is_empty());
+            self.settle(classify_no_response(transport_failure, false), None, None);
+        }
+        true
+    }
+}
+
+impl HttpContext for Upstream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let Some((attempt, path, authority, body_len)) = self.resolve() else {
+            return Action::Continue;
+        };
+        let (_, entry, provider) = self.entry(&attempt);
+        // Credentials: drop every provider's and the caller's, then set this provider's own.
+        for header in &self.config.credential_headers {
+            self.set_http_request_header(header, None);
+        }
+        for (name, value) in &provider.set_headers {
+            self.set_http_request_header(name, Some(value));
+        }
+        match &provider.authority {
+            Some(a) => self.set_http_request_header(":authority", Some(a)),
+            None if attempt.number > 1 => {
+                self.set_http_request_header(":authority", Some(&authority))
+            }
+            None => {}
+        }
+        match &provider.path_prefix {
+            Some(prefix) => self.set_http_request_header(":path", Some(&format!("{prefix}{path}"))),
+            None if attempt.number > 1 => self.set_http_request_header(":path", Some(&path)),
+            None => {}
+        }
+        if attempt.number == 1 {
+            // Consumed by the router already; providers need not see it.
+            self.set_http_request_header(wire::MAX_RETRIES_HEADER, None);
+        }
+        let rewrite_to = entry
+            .model
+            .as_ref()
+            .filter(|m| **m != attempt.model && body_len > 0 && !end_of_stream)
+            .cloned();
+        if rewrite_to.is_none() && attempt.number > 1 {
+            // An earlier attempt may have rewritten the body and its length.
+            self.set_http_request_header("content-length", Some(&body_len.to_string()));
+        }
+        self.attempt = Some(attempt);
+        if rewrite_to.is_some() {
+            self.rewrite_to = rewrite_to;
+            // Hold the headers until the body is rewritten and its length known.
+            return Action::Pause;
+        }
+        Action::Continue
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let Some(model) = &self.rewrite_to else {
+            return Action::Continue;
+        };
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let body = self.get_http_request_body(0, body_size).unwrap_or_default();
+        let new_body = rewrite::scan_top_level(&body)
+            .ok()
+            .and_then(|scan| rewrite::rewrite(&body, &scan, Some(model), false));
+        if let Some(new_body) = new_body {
+            self.set_http_request_body(0, body_size, &new_body);
+            self.set_http_request_header("content-length", Some(&new_body.len().to_string()));
+        } else {
+            self.set_http_request_header("content-length", Some(&body.len().to_string()));
+        }
+        self.rewrite_to = None;
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if self.attempt.is_none() {
+            return Action::Continue;
+        }
+        let status = self
+            .get_http_response_header(":status")
+            .and_then(|s| s.parse::<u16>().ok())
+            .unwrap_or(0);
+        let class = classify_status(status);
+        let delay = if class == Class::Ok {
+            None
+        } else {
+            self.requested_delay(class)
+        };
+        self.settle(class, Some(status), delay);
+        Action::Continue
+    }
+}

@@ -1,0 +1,1623 @@
+//! Per-provider health (SPEC section 4): the circuit breaker and the dead marks, shared by every
+//! Envoy worker through [`SharedStore`].
+//!
+//! One record per provider under [`wire::health_key`], so planning a request costs one store
+//! read per provider. Every update is a read-modify-write with compare-and-swap and a bounded
+//! number of retries, so N failures reported concurrently from N workers count N.
+//!
+//! # Breaker
+//! - **Closed** (`open_until == 0`): each counted failure (see
+//!   [`Class::counts_toward_breaker`]) is timestamped; the record keeps the newest `failures`
+//!   timestamps. When `failures` of them lie inside the last `window` (an exact sliding window)
+//!   the breaker opens. Successes do not reset the count: it is a count inside the window.
+//! - **Open** (`now < open_until`): requests are not sent. Counted failures reported meanwhile
+//!   (attempts that were already in flight) change nothing but the last-failure fields.
+//! - **Half-open** (`open_until <= now`): exactly one probe across all workers may go: the first
+//!   [`Health::admit`] claims it by CAS, and the claim expires after the caller's probe timeout so
+//!   a lost probe cannot wedge the provider. A success closes the breaker and forgets the failures;
+//!   a counted failure opens it again.
+//! - **Open period**: `cooldown`; when the failing answer carried `Retry-After`, that delay
+//!   *instead* (SPEC: "stays open that long instead"), capped at `max_cooldown`. A Retry-After
+//!   shorter than the cooldown therefore shortens the open period; after it one probe still gates.
+//!
+//! # Dead marks
+//! Set only when the reported class falls over in the request's chain (`Report::falls_over`):
+//! - `model_not_found`: (provider, model) dead for `dead_marks.model_not_found`;
+//! - `setup_fault`: the whole provider dead for `dead_marks.setup_fault`;
+//! - `rate_limited` whose reset delay (`Report::retry_after_ms`) is longer than the breaker's
+//!   cooldown: (provider, model) dead until then (capped at [`MAX_RATE_LIMIT_MARK_MS`]).
+//!
+//! Marks expire by themselves; a success for that model clears the model's mark and the
+//! provider-wide mark. A record keeps at most [`MAX_MODEL_MARKS`] model marks (when full, the
+//! mark expiring first is dropped); model names longer than [`MAX_MODEL_NAME`] bytes are never
+//! marked.
+//!
+//! # Record layout (version 1, little-endian, no padding)
+//! ```text
+//! offset  size  field
+//!      0     1  version = 1 (any other value: the record is read as fresh and healthy)
+//!      1     1  last failure class (Class as u8), 0xFF = none
+//!      2     1  M = number of model marks (0..=16)
+//!      3     1  reserved, 0
+//!      4     2  F = number of failure timestamps (u16, 0..=1000)
+//!      6     2  reserved, 0
+//!      8     8  open_until ms (0 = closed; <= now = half-open)
+//!     16     8  probe_until ms (0 = no probe claim; <= now = the claim expired)
+//!     24     8  last failure time ms (meaningful when the class byte is not 0xFF)
+//!     32     8  provider dead until ms (0 = none; a setup_fault mark)
+//!     40   8*F  failure timestamps ms, ascending
+//!      …        M model marks, each: until ms (8), class (1), name length N (1, 1..=255),
+//!               N bytes of UTF-8 model name
+//! ```
+//! The record must end exactly after the last mark. Anything that does not parse (short, too
+//! long, wrong version, bad class byte, bad UTF-8, counts over the caps) reads as a fresh,
+//! healthy record, and the next update overwrites it. A 10-failure record with no marks is
+//! 120 bytes.
+
+use crate::classify::Class;
+use crate::config::{BreakerPolicy, DeadMarkPolicy};
+use crate::host::{Clock, SharedStore};
+use crate::wire::health_key;
+
+/// Encoding version (first byte of every record).
+pub const RECORD_VERSION: u8 = 1;
+/// Most failure timestamps a record holds (the config cap on `breaker.failures`).
+pub const MAX_FAILURES: usize = 1000;
+/// Most model dead marks a record holds.
+pub const MAX_MODEL_MARKS: usize = 16;
+/// Longest model name (bytes) that can be marked dead.
+pub const MAX_MODEL_NAME: usize = 255;
+/// Compare-and-swap attempts per update before giving up. 64 was not enough: 8 threads hammering
+/// one record through a mutex-backed store starved a writer 64 times in a row about once in
+/// 60 000 reports. A retry costs one read and one failed write (about a microsecond).
+pub const MAX_CAS_ATTEMPTS: u32 = 1024;
+/// Longest dead mark a rate-limit reset can set (a garbage or hostile header cannot take a
+/// provider away for longer than a day).
+pub const MAX_RATE_LIMIT_MARK_MS: u64 = 24 * 3_600_000;
+
+const HEADER_LEN: usize = 40;
+const NO_CLASS: u8 = 0xFF;
+const OFF_OPEN_UNTIL: usize = 8;
+const OFF_PROBE_UNTIL: usize = 16;
+const OFF_LAST_FAILURE: usize = 24;
+const OFF_PROVIDER_DEAD: usize = 32;
+
+// ---------------------------------------------------------------------------------------------
+// Public API.
+
+/// Breaker state, as the `llm_failover_breaker_state` gauge reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BreakerState {
+    Closed = 0,
+    Open = 1,
+    HalfOpen = 2,
+}
+
+impl BreakerState {
+    /// Gauge value: 0 closed, 1 open, 2 half-open (SPEC section 8).
+    pub fn metric_value(self) -> u8 {
+        self as u8
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+
+    fn of(open_until: u64, now: u64) -> BreakerState {
+        if open_until == 0 {
+            BreakerState::Closed
+        } else if now < open_until {
+            BreakerState::Open
+        } else {
+            BreakerState::HalfOpen
+        }
+    }
+}
+
+/// Whether a provider may be tried for a request, from one read of its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Send to it.
+    /// - `probe`: the breaker is half-open and this call claimed its one probe (the only case
+    ///   that writes). Report the attempt's outcome, or call [`Health::release_probe`] if the
+    ///   request ends without sending it.
+    /// - `pristine`: a success from this attempt would change nothing (breaker closed, no live
+    ///   dead mark for this provider or model), so the caller may skip reporting `Class::Ok`.
+    ///   Always `!probe` today: a closed breaker counts failures inside its window and successes
+    ///   do not reset that count.
+    Available { pristine: bool, probe: bool },
+    /// Open, or half-open with the probe held by another request: skip (`breaker_open`).
+    BreakerOpen,
+    /// Marked dead for this model, or the whole provider is: skip (`dead`).
+    Dead,
+}
+
+impl Admission {
+    /// The `llm_failover_skipped_total` reason when the provider is skipped.
+    pub fn skip_reason(&self) -> Option<&'static str> {
+        match self {
+            Admission::Available { .. } => None,
+            Admission::BreakerOpen => Some("breaker_open"),
+            Admission::Dead => Some("dead"),
+        }
+    }
+}
+
+const AVAILABLE: Admission = Admission::Available {
+    pristine: true,
+    probe: false,
+};
+const PROBE: Admission = Admission::Available {
+    pristine: false,
+    probe: true,
+};
+
+/// One attempt's outcome, for [`Health::report`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    pub class: Class,
+    /// Does this class fall over in the request's chain? Dead marks are set only when it does.
+    pub falls_over: bool,
+    /// Delay the answer asked for (`Retry-After`, or for a 429 the rate-limit reset; see
+    /// `retry_after::rate_limit_delay`), in ms from now.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Report {
+    pub fn new(class: Class, falls_over: bool) -> Report {
+        Report {
+            class,
+            falls_over,
+            retry_after_ms: None,
+        }
+    }
+    pub fn retry_after(mut self, ms: Option<u64>) -> Report {
+        self.retry_after_ms = ms;
+        self
+    }
+}
+
+/// What a report did to the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerChange {
+    Unchanged,
+    /// Closed → open (the threshold was reached).
+    Opened {
+        until_ms: u64,
+    },
+    /// Half-open → open (the probe, or a late attempt, failed).
+    Reopened {
+        until_ms: u64,
+    },
+    /// Half-open → closed (a success after the cooldown).
+    Closed,
+}
+
+/// Which a dead mark covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadScope {
+    Provider,
+    Model,
+}
+
+/// A dead mark set (or extended) by a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadMarkSet {
+    pub scope: DeadScope,
+    pub until_ms: u64,
+    pub class: Class,
+}
+
+/// What [`Health::report`] did, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportEffect {
+    pub breaker: BreakerChange,
+    /// Breaker state after the report (as read, when nothing was written).
+    pub state: BreakerState,
+    /// Was the failure counted toward the breaker (closed breaker, counted class)?
+    pub counted: bool,
+    pub dead_mark: Option<DeadMarkSet>,
+    /// A success cleared a live dead mark (the model's or the provider's).
+    pub cleared_dead_mark: bool,
+    pub probe_released: bool,
+    /// The record was written.
+    pub written: bool,
+    /// Every compare-and-swap attempt lost a race: the report was dropped.
+    pub gave_up: bool,
+}
+
+impl ReportEffect {
+    fn nothing(state: BreakerState) -> ReportEffect {
+        ReportEffect {
+            breaker: BreakerChange::Unchanged,
+            state,
+            counted: false,
+            dead_mark: None,
+            cleared_dead_mark: false,
+            probe_released: false,
+            written: false,
+            gave_up: false,
+        }
+    }
+}
+
+/// A provider's health, for the status endpoint and the breaker-state gauge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSnapshot {
+    pub state: BreakerState,
+    /// Counted failures inside the current window.
+    pub failures_in_window: u32,
+    /// Class and time (ms) of the last failure reported, counted or not.
+    pub last_failure: Option<(Class, u64)>,
+    /// When the breaker (re)opened period ends; `None` when closed.
+    pub open_until_ms: Option<u64>,
+    /// A half-open probe is in flight.
+    pub probe_in_flight: bool,
+    /// Live provider-wide dead mark (setup_fault) end.
+    pub provider_dead_until_ms: Option<u64>,
+    /// Live model dead marks.
+    pub dead_models: Vec<ModelDeadMark>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelDeadMark {
+    pub model: String,
+    pub until_ms: u64,
+    pub class: Class,
+}
+
+/// Provider health over a shared store. Cheap to build per request (four references).
+pub struct Health<'a> {
+    store: &'a dyn SharedStore,
+    clock: &'a dyn Clock,
+    breaker: &'a BreakerPolicy,
+    dead: &'a DeadMarkPolicy,
+}
+
+impl<'a> Health<'a> {
+    pub fn new(
+        store: &'a dyn SharedStore,
+        clock: &'a dyn Clock,
+        breaker: &'a BreakerPolicy,
+        dead: &'a DeadMarkPolicy,
+    ) -> Health<'a> {
+        Health {
+            store,
+            clock,
+            breaker,
+            dead,
+        }
+    }
+
+    /// May `provider` be tried for `model` now? One store read; a write (the CAS claim) only when
+    /// the breaker is half-open and nobody holds the probe. `probe_timeout_ms` is how long the
+    /// claim lasts if its holder never reports (use the attempt timeout or more).
+    pub fn admit(&self, provider: &str, model: &str, probe_timeout_ms: u64) -> Admission {
+        let key = health_key(provider);
+        for attempt in 0..MAX_CAS_ATTEMPTS {
+            let Some((mut bytes, cas)) = self.store.get(&key) else {
+                return AVAILABLE;
+            };
+            let now = self.clock.now_ms();
+            let Some(view) = View::parse(&bytes) else {
+                return AVAILABLE;
+            };
+            if view.provider_dead_until > now
+                || view.marks().any(|m| m.model == model && m.until > now)
+            {
+                return Admission::Dead;
+            }
+            match BreakerState::of(view.open_until, now) {
+                BreakerState::Closed => return AVAILABLE,
+                BreakerState::Open => return Admission::BreakerOpen,
+                BreakerState::HalfOpen if view.probe_until > now => return Admission::BreakerOpen,
+                BreakerState::HalfOpen => {}
+            }
+            // Claim the probe: patch probe_until in place (the layout was just validated).
+            put_u64(
+                &mut bytes,
+                OFF_PROBE_UNTIL,
+                now.saturating_add(probe_timeout_ms.max(1)),
+            );
+            if self.store.set(&key, &bytes, Some(cas)).is_ok() {
+                return PROBE;
+            }
+            backoff(attempt);
+        }
+        // Lost every race: others are busy with this record, almost surely claiming the probe.
+        Admission::BreakerOpen
+    }
+
+    /// Creates the provider's record (fresh and healthy) when none exists, and returns whether it
+    /// did. Call it at configure time: Envoy's shared data cannot compare-and-swap on a key that
+    /// does not exist yet (cas 0 means "no check"), so the first write must not race updates.
+    pub fn ensure_record(&self, provider: &str) -> bool {
+        let key = health_key(provider);
+        if self.store.get(&key).is_some() {
+            return false;
+        }
+        self.store
+            .set(&key, &Record::default().encode(), None)
+            .is_ok()
+    }
+
+    /// Records one attempt's outcome. Reads, then writes only when something changed.
+    pub fn report(&self, provider: &str, model: &str, report: &Report) -> ReportEffect {
+        let key = health_key(provider);
+        let mut last_state = BreakerState::Closed;
+        for attempt in 0..MAX_CAS_ATTEMPTS {
+            let now = self.clock.now_ms();
+            let (mut record, cas) = match self.store.get(&key) {
+                Some((bytes, cas)) => (Record::decode(&bytes), Some(cas)),
+                None => (Record::default(), None),
+            };
+            record.prune(now, self.breaker.window_ms);
+            let effect = record.apply(now, model, report, self.breaker, self.dead);
+            last_state = effect.state;
+            if !effect.written {
+                return effect;
+            }
+            if self.store.set(&key, &record.encode(), cas).is_ok() {
+                return effect;
+            }
+            backoff(attempt);
+        }
+        ReportEffect {
+            gave_up: true,
+            ..ReportEffect::nothing(last_state)
+        }
+    }
+
+    /// A request that claimed the probe ([`Admission::Available`] with `probe`) ended without
+    /// sending it: let the next request probe. Returns whether a live claim was released.
+    /// (Claims carry no owner: a holder that outlived its claim's timeout could release the next
+    /// holder's claim, letting one extra probe through; harmless and rare.)
+    pub fn release_probe(&self, provider: &str) -> bool {
+        let key = health_key(provider);
+        for attempt in 0..MAX_CAS_ATTEMPTS {
+            let Some((mut bytes, cas)) = self.store.get(&key) else {
+                return false;
+            };
+            let Some(view) = View::parse(&bytes) else {
+                return false;
+            };
+            let now = self.clock.now_ms();
+            if BreakerState::of(view.open_until, now) != BreakerState::HalfOpen
+                || view.probe_until <= now
+            {
+                return false;
+            }
+            put_u64(&mut bytes, OFF_PROBE_UNTIL, 0);
+            if self.store.set(&key, &bytes, Some(cas)).is_ok() {
+                return true;
+            }
+            backoff(attempt);
+        }
+        false
+    }
+
+    /// The provider's health now (one read, no write).
+    pub fn snapshot(&self, provider: &str) -> HealthSnapshot {
+        let now = self.clock.now_ms();
+        let bytes = self
+            .store
+            .get(&health_key(provider))
+            .map(|(b, _)| b)
+            .unwrap_or_default();
+        let view = View::parse(&bytes).unwrap_or_default();
+        let state = BreakerState::of(view.open_until, now);
+        let window_start = now.saturating_sub(self.breaker.window_ms);
+        let failures_in_window = view.failures().filter(|&t| t > window_start).count();
+        HealthSnapshot {
+            state,
+            failures_in_window: u32::try_from(failures_in_window).unwrap_or(u32::MAX),
+            last_failure: view.last_failure,
+            open_until_ms: (state != BreakerState::Closed).then_some(view.open_until),
+            probe_in_flight: state == BreakerState::HalfOpen && view.probe_until > now,
+            provider_dead_until_ms: (view.provider_dead_until > now)
+                .then_some(view.provider_dead_until),
+            dead_models: view
+                .marks()
+                .filter(|m| m.until > now)
+                .map(|m| ModelDeadMark {
+                    model: m.model.to_string(),
+                    until_ms: m.until,
+                    class: m.class,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// After a lost compare-and-swap: spin a little, longer each time, so racing writers spread out
+/// instead of colliding again in lockstep (no sleeping or yielding exists inside a proxy-wasm VM).
+fn backoff(attempt: u32) {
+    for _ in 0..(1u32 << attempt.min(10)) {
+        std::hint::spin_loop();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The record: a zero-copy view for reads, an owned form for updates.
+
+fn get_u64(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn put_u64(b: &mut [u8], off: usize, v: u64) {
+    if let Some(s) = b.get_mut(off..off + 8) {
+        s.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+struct MarkRef<'a> {
+    model: &'a str,
+    until: u64,
+    class: Class,
+}
+
+/// A validated record, borrowed from the bytes read.
+#[derive(Default)]
+struct View<'a> {
+    last_failure: Option<(Class, u64)>,
+    open_until: u64,
+    probe_until: u64,
+    provider_dead_until: u64,
+    failures: &'a [u8],
+    marks: &'a [u8],
+}
+
+impl<'a> View<'a> {
+    /// Validates the whole layout; `None` for anything malformed.
+    fn parse(b: &'a [u8]) -> Option<View<'a>> {
+        let header = b.get(..HEADER_LEN)?;
+        if header[0] != RECORD_VERSION {
+            return None;
+        }
+        let n_models = usize::from(header[2]);
+        let n_failures = usize::from(u16::from_le_bytes([header[4], header[5]]));
+        if n_models > MAX_MODEL_MARKS || n_failures > MAX_FAILURES {
+            return None;
+        }
+        let last_failure = match header[1] {
+            NO_CLASS => None,
+            c => Some((Class::from_u8(c)?, get_u64(header, OFF_LAST_FAILURE))),
+        };
+        let failures_end = HEADER_LEN + 8 * n_failures;
+        let view = View {
+            last_failure,
+            open_until: get_u64(header, OFF_OPEN_UNTIL),
+            probe_until: get_u64(header, OFF_PROBE_UNTIL),
+            provider_dead_until: get_u64(header, OFF_PROVIDER_DEAD),
+            failures: b.get(HEADER_LEN..failures_end)?,
+            marks: b.get(failures_end..)?,
+        };
+        // Every mark must parse and the record must end right after the last one.
+        let mut rest = view.marks;
+        for _ in 0..n_models {
+            let (_, after) = next_mark(rest)?;
+            rest = after;
+        }
+        if !rest.is_empty() {
+            return None;
+        }
+        Some(view)
+    }
+
+    fn failures(&self) -> impl Iterator<Item = u64> + 'a {
+        self.failures.chunks_exact(8).map(|c| get_u64(c, 0))
+    }
+
+    fn marks(&self) -> MarkIter<'a> {
+        MarkIter { rest: self.marks }
+    }
+}
+
+fn next_mark(b: &[u8]) -> Option<(MarkRef<'_>, &[u8])> {
+    let until = get_u64(b.get(..8)?, 0);
+    let class = Class::from_u8(*b.get(8)?)?;
+    let len = usize::from(*b.get(9)?);
+    if len == 0 {
+        return None;
+    }
+    let model = std::str::from_utf8(b.get(10..10 + len)?).ok()?;
+    Some((
+        MarkRef {
+            model,
+            until,
+            class,
+        },
+        b.get(10 + len..)?,
+    ))
+}
+
+struct MarkIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for MarkIter<'a> {
+    type Item = MarkRef<'a>;
+    fn next(&mut self) -> Option<MarkRef<'a>> {
+        let (mark, rest) = next_mark(self.rest)?;
+        self.rest = rest;
+        Some(mark)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ModelMark {
+    model: String,
+    until: u64,
+    class: Class,
+}
+
+/// The owned record that updates work on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Record {
+    last_failure: Option<(Class, u64)>,
+    open_until: u64,
+    probe_until: u64,
+    provider_dead_until: u64,
+    /// Ascending.
+    failures: Vec<u64>,
+    models: Vec<ModelMark>,
+}
+
+impl Record {
+    /// Garbage reads as a fresh record.
+    fn decode(b: &[u8]) -> Record {
+        let Some(view) = View::parse(b) else {
+            return Record::default();
+        };
+        let mut failures: Vec<u64> = view.failures().collect();
+        if failures.windows(2).any(|w| w[0] > w[1]) {
+            failures.sort_unstable();
+        }
+        Record {
+            last_failure: view.last_failure,
+            open_until: view.open_until,
+            probe_until: view.probe_until,
+            provider_dead_until: view.provider_dead_until,
+            failures,
+            models: view
+                .marks()
+                .map(|m| ModelMark {
+                    model: m.model.to_string(),
+                    until: m.until,
+                    class: m.class,
+                })
+                .collect(),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let failures = &self.failures[self.failures.len().saturating_sub(MAX_FAILURES)..];
+        let models: Vec<&ModelMark> = self
+            .models
+            .iter()
+            .filter(|m| !m.model.is_empty() && m.model.len() <= MAX_MODEL_NAME)
+            .take(MAX_MODEL_MARKS)
+            .collect();
+        let marks_len: usize = models.iter().map(|m| 10 + m.model.len()).sum();
+        let mut b = Vec::with_capacity(HEADER_LEN + 8 * failures.len() + marks_len);
+        b.push(RECORD_VERSION);
+        b.push(self.last_failure.map_or(NO_CLASS, |(c, _)| c as u8));
+        b.push(u8::try_from(models.len()).unwrap_or(0));
+        b.push(0);
+        b.extend_from_slice(&u16::try_from(failures.len()).unwrap_or(0).to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&self.open_until.to_le_bytes());
+        b.extend_from_slice(&self.probe_until.to_le_bytes());
+        b.extend_from_slice(&self.last_failure.map_or(0, |(_, t)| t).to_le_bytes());
+        b.extend_from_slice(&self.provider_dead_until.to_le_bytes());
+        for t in failures {
+            b.extend_from_slice(&t.to_le_bytes());
+        }
+        for m in models {
+            b.extend_from_slice(&m.until.to_le_bytes());
+            b.push(m.class as u8);
+            b.push(u8::try_from(m.model.len()).unwrap_or(0));
+            b.extend_from_slice(m.model.as_bytes());
+        }
+        b
+    }
+
+    /// Drops what has expired: failures outside the window, dead marks and probe claims past
+    /// their end. Never changes what the record means.
+    fn prune(&mut self, now: u64, window_ms: u64) {
+        let window_start = now.saturating_sub(window_ms);
+        let outside = self.failures.partition_point(|&t| t <= window_start);
+        self.failures.drain(..outside);
+        self.models.retain(|m| m.until > now);
+        if self.provider_dead_until <= now {
+            self.provider_dead_until = 0;
+        }
+        if self.probe_until <= now {
+            self.probe_until = 0;
+        }
+    }
+
+    /// Applies one report to a pruned record. `written` in the result says whether the record
+    /// changed (and so must be stored).
+    fn apply(
+        &mut self,
+        now: u64,
+        model: &str,
+        report: &Report,
+        breaker: &BreakerPolicy,
+        dead: &DeadMarkPolicy,
+    ) -> ReportEffect {
+        let state = BreakerState::of(self.open_until, now);
+        let mut effect = ReportEffect::nothing(state);
+        let class = report.class;
+        match class {
+            Class::Ok => {
+                let before = self.models.len();
+                self.models.retain(|m| m.model != model);
+                if self.models.len() != before || self.provider_dead_until != 0 {
+                    self.provider_dead_until = 0;
+                    effect.cleared_dead_mark = true;
+                    effect.written = true;
+                }
+                if state == BreakerState::HalfOpen {
+                    self.open_until = 0;
+                    self.probe_until = 0;
+                    self.failures.clear();
+                    effect.breaker = BreakerChange::Closed;
+                    effect.state = BreakerState::Closed;
+                    effect.written = true;
+                }
+                return effect;
+            }
+            Class::InvalidRequest | Class::ClientDisconnect => {
+                self.release_probe_claim(now, &mut effect);
+                return effect;
+            }
+            _ => {}
+        }
+
+        self.last_failure = Some((class, now));
+        effect.written = true;
+        if class.counts_toward_breaker() {
+            match state {
+                BreakerState::Closed => {
+                    let at = self.failures.partition_point(|&t| t <= now);
+                    self.failures.insert(at, now);
+                    let cap = usize::try_from(breaker.failures)
+                        .unwrap_or(MAX_FAILURES)
+                        .clamp(1, MAX_FAILURES);
+                    let excess = self.failures.len().saturating_sub(cap);
+                    self.failures.drain(..excess);
+                    effect.counted = true;
+                    // After pruning every timestamp kept lies inside the window.
+                    if self.failures.len() >= cap {
+                        let until = self.open(now, report.retry_after_ms, breaker);
+                        effect.breaker = BreakerChange::Opened { until_ms: until };
+                        effect.state = BreakerState::Open;
+                    }
+                }
+                // An attempt that was in flight when the breaker opened: already accounted for.
+                BreakerState::Open => {}
+                BreakerState::HalfOpen => {
+                    let until = self.open(now, report.retry_after_ms, breaker);
+                    self.failures.clear();
+                    effect.breaker = BreakerChange::Reopened { until_ms: until };
+                    effect.state = BreakerState::Open;
+                }
+            }
+            return effect;
+        }
+
+        // Not counted: rate_limited, model_not_found, setup_fault.
+        self.release_probe_claim(now, &mut effect);
+        if !report.falls_over {
+            return effect;
+        }
+        match class {
+            Class::ModelNotFound if dead.model_not_found_ms > 0 => {
+                let until = now.saturating_add(dead.model_not_found_ms);
+                effect.dead_mark = self.mark_model(model, until, class);
+            }
+            Class::RateLimited => {
+                if let Some(delay) = report.retry_after_ms.filter(|&d| d > breaker.cooldown_ms) {
+                    let until = now.saturating_add(delay.min(MAX_RATE_LIMIT_MARK_MS));
+                    effect.dead_mark = self.mark_model(model, until, class);
+                }
+            }
+            Class::SetupFault if dead.setup_fault_ms > 0 => {
+                let until = now
+                    .saturating_add(dead.setup_fault_ms)
+                    .max(self.provider_dead_until);
+                self.provider_dead_until = until;
+                effect.dead_mark = Some(DeadMarkSet {
+                    scope: DeadScope::Provider,
+                    until_ms: until,
+                    class,
+                });
+            }
+            _ => {}
+        }
+        effect
+    }
+
+    /// Opens the breaker from `now`; returns `open_until`.
+    fn open(&mut self, now: u64, retry_after_ms: Option<u64>, breaker: &BreakerPolicy) -> u64 {
+        let period = match retry_after_ms {
+            Some(delay) => delay.min(breaker.max_cooldown_ms),
+            None => breaker.cooldown_ms,
+        };
+        // Never 0: 0 means closed.
+        self.open_until = now.saturating_add(period).max(1);
+        self.probe_until = 0;
+        self.open_until
+    }
+
+    /// A half-open breaker's probe claim goes when an outcome says nothing about the provider's
+    /// health (neither a success nor a counted failure): the next request probes at once instead
+    /// of waiting for the claim to expire. While half-open, the probe is normally the only
+    /// attempt in flight, so the claim released is the reporter's own.
+    fn release_probe_claim(&mut self, now: u64, effect: &mut ReportEffect) {
+        if BreakerState::of(self.open_until, now) == BreakerState::HalfOpen && self.probe_until != 0
+        {
+            self.probe_until = 0;
+            effect.probe_released = true;
+            effect.written = true;
+        }
+    }
+
+    /// Marks `model` dead until `until` (keeping a later existing end). When the record is full
+    /// the mark expiring first is dropped, which may be this one.
+    fn mark_model(&mut self, model: &str, until: u64, class: Class) -> Option<DeadMarkSet> {
+        if model.is_empty() || model.len() > MAX_MODEL_NAME {
+            return None;
+        }
+        let (until, class) = match self.models.iter_mut().find(|m| m.model == model) {
+            Some(m) => {
+                if until > m.until {
+                    m.until = until;
+                    m.class = class;
+                }
+                (m.until, m.class)
+            }
+            None => {
+                self.models.push(ModelMark {
+                    model: model.to_string(),
+                    until,
+                    class,
+                });
+                while self.models.len() > MAX_MODEL_MARKS {
+                    let first = self
+                        .models
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, m)| m.until)
+                        .map(|(i, _)| i);
+                    if let Some(i) = first {
+                        self.models.remove(i);
+                    }
+                }
+                if !self.models.iter().any(|m| m.model == model) {
+                    return None;
+                }
+                (until, class)
+            }
+        };
+        Some(DeadMarkSet {
+            scope: DeadScope::Model,
+            until_ms: until,
+            class,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::{Cas, CasMismatch, ManualClock, MemoryStore};
+
+    const T0: u64 = 1_700_000_000_000;
+    const S: u64 = 1_000;
+    const H: u64 = 3_600_000;
+    const PROBE_TIMEOUT: u64 = 120 * S;
+
+    fn spec_breaker() -> BreakerPolicy {
+        BreakerPolicy {
+            failures: 10,
+            window_ms: 30 * S,
+            cooldown_ms: 60 * S,
+            max_cooldown_ms: 300 * S,
+        }
+    }
+
+    fn spec_dead() -> DeadMarkPolicy {
+        DeadMarkPolicy {
+            model_not_found_ms: 6 * H,
+            setup_fault_ms: H,
+        }
+    }
+
+    struct Fixture {
+        store: MemoryStore,
+        clock: ManualClock,
+        breaker: BreakerPolicy,
+        dead: DeadMarkPolicy,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                store: MemoryStore::default(),
+                clock: ManualClock::at(T0),
+                breaker: spec_breaker(),
+                dead: spec_dead(),
+            }
+        }
+        fn health(&self) -> Health<'_> {
+            Health::new(&self.store, &self.clock, &self.breaker, &self.dead)
+        }
+        fn report(&self, report: Report) -> ReportEffect {
+            self.health().report("p", "m", &report)
+        }
+        fn fail(&self, class: Class) -> ReportEffect {
+            self.report(Report::new(class, true))
+        }
+        fn admit(&self) -> Admission {
+            self.health().admit("p", "m", PROBE_TIMEOUT)
+        }
+        fn snapshot(&self) -> HealthSnapshot {
+            self.health().snapshot("p")
+        }
+        /// Opens the breaker with `failures` server errors at the current time.
+        fn trip(&self) {
+            for _ in 0..self.breaker.failures {
+                self.fail(Class::ServerError);
+            }
+            assert_eq!(self.admit(), Admission::BreakerOpen);
+        }
+    }
+
+    #[test]
+    fn threshold_failures_inside_the_window_open_the_breaker() {
+        let f = Fixture::new();
+        for i in 0..9 {
+            let e = f.fail(if i % 2 == 0 {
+                Class::ServerError
+            } else {
+                Class::Timeout
+            });
+            assert_eq!(e.breaker, BreakerChange::Unchanged);
+            assert!(e.counted && e.written);
+            f.clock.advance(3 * S);
+            assert_eq!(f.admit(), AVAILABLE);
+        }
+        // The 10th failure, 27 s after the first: inside the 30 s window.
+        let e = f.fail(Class::ConnectionError);
+        let until = T0 + 27 * S + 60 * S;
+        assert_eq!(e.breaker, BreakerChange::Opened { until_ms: until });
+        assert_eq!(e.state, BreakerState::Open);
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+        assert_eq!(f.admit().skip_reason(), Some("breaker_open"));
+        let snap = f.snapshot();
+        assert_eq!(snap.state.metric_value(), 1);
+        assert_eq!(snap.open_until_ms, Some(until));
+        assert_eq!(snap.failures_in_window, 10);
+    }
+
+    #[test]
+    fn the_same_failures_spread_over_more_than_the_window_leave_it_closed() {
+        let f = Fixture::new();
+        for _ in 0..50 {
+            assert_eq!(f.fail(Class::Overloaded).breaker, BreakerChange::Unchanged);
+            // 10 failures span 9 × 3.4 s = 30.6 s > 30 s.
+            f.clock.advance(3_400);
+        }
+        assert_eq!(f.admit(), AVAILABLE);
+        let snap = f.snapshot();
+        assert_eq!(snap.state, BreakerState::Closed);
+        // Now 3.4 s after the last one: those of the last 26.6 s remain.
+        assert_eq!(snap.failures_in_window, 8);
+    }
+
+    #[test]
+    fn after_the_cooldown_exactly_one_probe_goes_through() {
+        let f = Fixture::new();
+        f.trip();
+        f.clock.advance(60 * S - 1);
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+        f.clock.advance(1);
+        assert_eq!(f.snapshot().state, BreakerState::HalfOpen);
+        assert!(!f.snapshot().probe_in_flight);
+        assert_eq!(
+            f.admit(),
+            Admission::Available {
+                pristine: false,
+                probe: true
+            }
+        );
+        for _ in 0..5 {
+            assert_eq!(f.admit(), Admission::BreakerOpen);
+        }
+        let snap = f.snapshot();
+        assert!(snap.probe_in_flight);
+        assert_eq!(snap.state.metric_value(), 2);
+    }
+
+    #[test]
+    fn probe_success_closes_the_breaker_and_forgets_the_failures() {
+        let f = Fixture::new();
+        f.trip();
+        f.clock.advance(60 * S);
+        assert_eq!(f.admit(), PROBE);
+        let e = f.report(Report::new(Class::Ok, false));
+        assert_eq!(e.breaker, BreakerChange::Closed);
+        assert_eq!(e.state, BreakerState::Closed);
+        assert_eq!(f.admit(), AVAILABLE);
+        let snap = f.snapshot();
+        assert_eq!(snap.failures_in_window, 0);
+        assert_eq!(snap.open_until_ms, None);
+        assert!(!snap.probe_in_flight);
+        // A fresh start: 9 more failures do not reopen it.
+        for _ in 0..9 {
+            f.fail(Class::ServerError);
+        }
+        assert_eq!(f.admit(), AVAILABLE);
+    }
+
+    #[test]
+    fn probe_failure_reopens_for_the_cooldown() {
+        let f = Fixture::new();
+        f.trip();
+        f.clock.advance(60 * S);
+        assert_eq!(f.admit(), PROBE);
+        f.clock.advance(5 * S);
+        let e = f.fail(Class::Timeout);
+        let until = T0 + 125 * S;
+        assert_eq!(e.breaker, BreakerChange::Reopened { until_ms: until });
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+        assert_eq!(f.snapshot().open_until_ms, Some(until));
+        assert!(!f.snapshot().probe_in_flight);
+        f.clock.advance(60 * S - 1);
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+        f.clock.advance(1);
+        assert_eq!(f.admit(), PROBE);
+    }
+
+    #[test]
+    fn retry_after_sets_the_open_period_instead_and_is_capped() {
+        let f = Fixture::new();
+        for _ in 0..9 {
+            f.fail(Class::Overloaded);
+        }
+        let with_ra = |ms| Report::new(Class::Overloaded, true).retry_after(Some(ms));
+        let e = f.report(with_ra(120 * S));
+        assert_eq!(
+            e.breaker,
+            BreakerChange::Opened {
+                until_ms: T0 + 120 * S
+            }
+        );
+        // The probe fails again asking for an hour: capped at max_cooldown (300 s).
+        f.clock.advance(120 * S);
+        assert_eq!(f.admit(), PROBE);
+        let e = f.report(with_ra(H));
+        assert_eq!(
+            e.breaker,
+            BreakerChange::Reopened {
+                until_ms: T0 + 420 * S
+            }
+        );
+        // Shorter than the cooldown: that long instead (the probe still gates).
+        f.clock.advance(300 * S);
+        assert_eq!(f.admit(), PROBE);
+        let e = f.report(with_ra(5 * S));
+        assert_eq!(
+            e.breaker,
+            BreakerChange::Reopened {
+                until_ms: T0 + 425 * S
+            }
+        );
+    }
+
+    #[test]
+    fn non_counting_classes_do_not_move_the_breaker() {
+        let f = Fixture::new();
+        for class in [
+            Class::RateLimited,
+            Class::ModelNotFound,
+            Class::SetupFault,
+            Class::InvalidRequest,
+            Class::ClientDisconnect,
+        ] {
+            for _ in 0..20 {
+                let e = f.health().report("p", "other", &Report::new(class, false));
+                assert!(!e.counted, "{class:?}");
+                assert_eq!(e.breaker, BreakerChange::Unchanged);
+            }
+        }
+        assert_eq!(f.admit(), AVAILABLE);
+        let snap = f.snapshot();
+        assert_eq!(snap.failures_in_window, 0);
+        // invalid_request and client_disconnect are the caller's doing, not the provider's.
+        assert_eq!(snap.last_failure, Some((Class::SetupFault, T0)));
+        assert!(snap.dead_models.is_empty() && snap.provider_dead_until_ms.is_none());
+    }
+
+    #[test]
+    fn rate_limit_with_a_reset_past_the_cooldown_marks_the_model_dead_until_then() {
+        let f = Fixture::new();
+        let r429 = |ms| Report::new(Class::RateLimited, true).retry_after(Some(ms));
+        // A reset within the cooldown: nothing.
+        assert_eq!(f.report(r429(60 * S)).dead_mark, None);
+        assert_eq!(f.admit(), AVAILABLE);
+        // A spent daily quota: dead until the reset.
+        let e = f.report(r429(5 * H));
+        let mark = DeadMarkSet {
+            scope: DeadScope::Model,
+            until_ms: T0 + 5 * H,
+            class: Class::RateLimited,
+        };
+        assert_eq!(e.dead_mark, Some(mark));
+        assert_eq!(f.admit(), Admission::Dead);
+        assert_eq!(f.admit().skip_reason(), Some("dead"));
+        assert_eq!(
+            f.snapshot().dead_models,
+            vec![ModelDeadMark {
+                model: "m".into(),
+                until_ms: T0 + 5 * H,
+                class: Class::RateLimited
+            }]
+        );
+        // Only that model.
+        assert_eq!(f.health().admit("p", "other", PROBE_TIMEOUT), AVAILABLE);
+        // An absurd reset is capped at a day.
+        let e = f.health().report("p", "x", &r429(400 * H));
+        assert_eq!(
+            e.dead_mark.map(|m| m.until_ms),
+            Some(T0 + MAX_RATE_LIMIT_MARK_MS)
+        );
+        // No reset at all: nothing.
+        assert_eq!(
+            f.health()
+                .report("p", "y", &Report::new(Class::RateLimited, true))
+                .dead_mark,
+            None
+        );
+        // A later, shorter reset does not shorten the mark.
+        let e = f.report(r429(2 * H));
+        assert_eq!(e.dead_mark.map(|m| m.until_ms), Some(T0 + 5 * H));
+    }
+
+    #[test]
+    fn model_not_found_marks_the_model_dead_for_six_hours() {
+        let f = Fixture::new();
+        let e = f.fail(Class::ModelNotFound);
+        let mark = DeadMarkSet {
+            scope: DeadScope::Model,
+            until_ms: T0 + 6 * H,
+            class: Class::ModelNotFound,
+        };
+        assert_eq!(e.dead_mark, Some(mark));
+        assert_eq!(f.admit(), Admission::Dead);
+        assert_eq!(f.health().admit("p", "m2", PROBE_TIMEOUT), AVAILABLE);
+        f.clock.advance(6 * H - 1);
+        assert_eq!(f.admit(), Admission::Dead);
+        f.clock.advance(1);
+        assert_eq!(f.admit(), AVAILABLE);
+    }
+
+    #[test]
+    fn setup_fault_marks_the_provider_dead_for_an_hour() {
+        let f = Fixture::new();
+        let e = f.fail(Class::SetupFault);
+        let mark = DeadMarkSet {
+            scope: DeadScope::Provider,
+            until_ms: T0 + H,
+            class: Class::SetupFault,
+        };
+        assert_eq!(e.dead_mark, Some(mark));
+        for model in ["m", "anything"] {
+            assert_eq!(f.health().admit("p", model, PROBE_TIMEOUT), Admission::Dead);
+        }
+        assert_eq!(f.health().admit("q", "m", PROBE_TIMEOUT), AVAILABLE);
+        assert_eq!(f.snapshot().provider_dead_until_ms, Some(T0 + H));
+        f.clock.advance(H - 1);
+        assert_eq!(f.admit(), Admission::Dead);
+        f.clock.advance(1);
+        assert_eq!(f.admit(), AVAILABLE);
+    }
+
+    #[test]
+    fn no_dead_mark_when_the_class_does_not_fall_over() {
+        let f = Fixture::new();
+        for class in [Class::ModelNotFound, Class::SetupFault] {
+            assert_eq!(f.report(Report::new(class, false)).dead_mark, None);
+        }
+        let r429 = Report::new(Class::RateLimited, false).retry_after(Some(5 * H));
+        assert_eq!(f.report(r429).dead_mark, None);
+        assert_eq!(f.admit(), AVAILABLE);
+    }
+
+    #[test]
+    fn dead_marks_expire_by_themselves_and_are_pruned() {
+        let f = Fixture::new();
+        f.fail(Class::SetupFault);
+        f.fail(Class::ModelNotFound);
+        let snap = f.snapshot();
+        assert_eq!(snap.provider_dead_until_ms, Some(T0 + H));
+        assert_eq!(snap.dead_models.len(), 1);
+        f.clock.advance(6 * H);
+        let snap = f.snapshot();
+        assert_eq!(snap.provider_dead_until_ms, None);
+        assert!(snap.dead_models.is_empty());
+        assert_eq!(f.admit(), AVAILABLE);
+        // The next write drops the expired marks from the record.
+        f.fail(Class::Timeout);
+        let len = f.store.get(&health_key("p")).map(|(b, _)| b.len());
+        assert_eq!(len, Some(HEADER_LEN + 8));
+    }
+
+    #[test]
+    fn a_success_clears_that_models_mark_and_the_provider_mark() {
+        let f = Fixture::new();
+        let h = f.health();
+        h.report("p", "m", &Report::new(Class::ModelNotFound, true));
+        h.report("p", "m2", &Report::new(Class::ModelNotFound, true));
+        h.report("p", "m", &Report::new(Class::SetupFault, true));
+        let e = h.report("p", "m", &Report::new(Class::Ok, false));
+        assert!(e.cleared_dead_mark && e.written);
+        assert_eq!(h.admit("p", "m", PROBE_TIMEOUT), AVAILABLE);
+        assert_eq!(h.admit("p", "m2", PROBE_TIMEOUT), Admission::Dead);
+        // A success on a healthy record writes nothing.
+        let e = h.report("p", "m", &Report::new(Class::Ok, false));
+        assert!(!e.written && !e.cleared_dead_mark);
+    }
+
+    #[test]
+    fn a_lost_probe_claim_expires() {
+        let f = Fixture::new();
+        f.trip();
+        f.clock.advance(60 * S);
+        assert_eq!(f.admit(), PROBE);
+        f.clock.advance(PROBE_TIMEOUT - 1);
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+        f.clock.advance(1);
+        assert_eq!(f.admit(), PROBE);
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+    }
+
+    #[test]
+    fn releasing_a_probe_lets_the_next_request_probe() {
+        let f = Fixture::new();
+        assert!(!f.health().release_probe("p"));
+        f.trip();
+        assert!(!f.health().release_probe("p"));
+        f.clock.advance(60 * S);
+        assert!(!f.health().release_probe("p"));
+        assert_eq!(f.admit(), PROBE);
+        assert!(f.health().release_probe("p"));
+        assert!(!f.health().release_probe("p"));
+        assert_eq!(f.admit(), PROBE);
+    }
+
+    #[test]
+    fn a_probe_answer_that_says_nothing_about_health_releases_the_claim() {
+        let f = Fixture::new();
+        f.trip();
+        f.clock.advance(60 * S);
+        for class in [
+            Class::InvalidRequest,
+            Class::ClientDisconnect,
+            Class::RateLimited,
+            Class::ModelNotFound,
+        ] {
+            assert_eq!(f.admit(), PROBE, "{class:?}");
+            let e = f.report(Report::new(class, false));
+            assert!(e.probe_released && e.written, "{class:?}");
+            assert_eq!(e.state, BreakerState::HalfOpen);
+        }
+        // Without a claim there is nothing to write.
+        let e = f.report(Report::new(Class::InvalidRequest, false));
+        assert!(!e.written && !e.probe_released);
+    }
+
+    #[test]
+    fn failures_of_attempts_in_flight_while_open_change_nothing() {
+        let f = Fixture::new();
+        f.trip();
+        let until = f.snapshot().open_until_ms;
+        f.clock.advance(10 * S);
+        let e = f.report(Report::new(Class::ServerError, true).retry_after(Some(200 * S)));
+        assert_eq!(e.breaker, BreakerChange::Unchanged);
+        assert!(!e.counted);
+        assert_eq!(f.snapshot().open_until_ms, until);
+        // And a success while open does not close it early.
+        f.report(Report::new(Class::Ok, false));
+        assert_eq!(f.admit(), Admission::BreakerOpen);
+        assert_eq!(f.snapshot().open_until_ms, until);
+    }
+
+    #[test]
+    fn model_marks_are_bounded_dropping_the_one_expiring_first() {
+        let f = Fixture::new();
+        let h = f.health();
+        for i in 0..MAX_MODEL_MARKS as u64 {
+            let r = Report::new(Class::RateLimited, true).retry_after(Some(2 * H + i * S));
+            assert!(h.report("p", &format!("m{i}"), &r).dead_mark.is_some());
+        }
+        // A 17th mark that outlives m0: m0 goes.
+        let e = h.report("p", "new", &Report::new(Class::ModelNotFound, true));
+        assert!(e.dead_mark.is_some());
+        let snap = h.snapshot("p");
+        assert_eq!(snap.dead_models.len(), MAX_MODEL_MARKS);
+        assert!(!snap.dead_models.iter().any(|m| m.model == "m0"));
+        assert_eq!(h.admit("p", "m0", PROBE_TIMEOUT), AVAILABLE);
+        // One that would expire before all others is not kept.
+        let short = Report::new(Class::RateLimited, true).retry_after(Some(H));
+        assert_eq!(h.report("p", "short", &short).dead_mark, None);
+        // Names too long to store are never marked.
+        let long = "x".repeat(MAX_MODEL_NAME + 1);
+        assert_eq!(
+            h.report("p", &long, &Report::new(Class::ModelNotFound, true))
+                .dead_mark,
+            None
+        );
+    }
+
+    #[test]
+    fn garbage_short_and_other_version_records_read_as_healthy_and_are_overwritten() {
+        let f = Fixture::new();
+        let key = health_key("p");
+        let mut old_version = Record {
+            open_until: T0 + H,
+            ..Record::default()
+        }
+        .encode();
+        old_version[0] = 0;
+        let mut trailing = Record::default().encode();
+        trailing.push(0);
+        for bytes in [
+            vec![],
+            vec![1],
+            vec![0xFF; 39],
+            vec![1; 41],
+            old_version,
+            trailing,
+        ] {
+            let cas = f.store.get(&key).map(|(_, c)| c);
+            assert!(f.store.set(&key, &bytes, cas).is_ok());
+            assert_eq!(f.admit(), AVAILABLE, "{bytes:?}");
+            assert_eq!(f.snapshot().state, BreakerState::Closed);
+            assert!(!f.health().release_probe("p"));
+            assert!(!f.health().ensure_record("p"));
+        }
+        let e = f.fail(Class::Timeout);
+        assert!(e.written && !e.gave_up);
+        assert_eq!(f.snapshot().failures_in_window, 1);
+    }
+
+    #[test]
+    fn ensure_record_creates_a_fresh_record_once() {
+        let f = Fixture::new();
+        assert!(f.health().ensure_record("p"));
+        assert_eq!(
+            f.store.get(&health_key("p")).map(|(b, _)| b),
+            Some(Record::default().encode())
+        );
+        f.fail(Class::Timeout);
+        assert!(!f.health().ensure_record("p"));
+        assert_eq!(f.snapshot().failures_in_window, 1);
+        assert_eq!(f.admit(), AVAILABLE);
+    }
+
+    #[test]
+    fn the_encoding_is_the_documented_layout() {
+        let r = Record {
+            last_failure: Some((Class::Timeout, 7)),
+            open_until: 0x0102,
+            probe_until: 3,
+            provider_dead_until: 4,
+            failures: vec![5, 6],
+            models: vec![ModelMark {
+                model: "gpt".into(),
+                until: 9,
+                class: Class::ModelNotFound,
+            }],
+        };
+        let b = r.encode();
+        let mut want = vec![1, Class::Timeout as u8, 1, 0, 2, 0, 0, 0];
+        for v in [0x0102u64, 3, 7, 4, 5, 6, 9] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        want.extend_from_slice(&[Class::ModelNotFound as u8, 3, b'g', b'p', b't']);
+        assert_eq!(b, want);
+        assert_eq!(Record::decode(&b), r);
+        let ten = Record {
+            failures: (0..10).collect(),
+            ..Record::default()
+        };
+        assert_eq!(ten.encode().len(), 120);
+    }
+
+    /// A store whose writes always lose the race.
+    struct AlwaysContended(MemoryStore);
+    impl SharedStore for AlwaysContended {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
+            self.0.get(key)
+        }
+        fn set(&self, _: &str, _: &[u8], _: Option<Cas>) -> Result<(), CasMismatch> {
+            Err(CasMismatch)
+        }
+    }
+
+    #[test]
+    fn updates_give_up_after_bounded_retries() {
+        let f = Fixture::new();
+        f.trip();
+        f.clock.advance(60 * S);
+        let store = AlwaysContended(f.store);
+        let h = Health::new(&store, &f.clock, &f.breaker, &f.dead);
+        let e = h.report("p", "m", &Report::new(Class::ServerError, true));
+        assert!(e.gave_up && !e.written);
+        assert_eq!(h.admit("p", "m", PROBE_TIMEOUT), Admission::BreakerOpen);
+        // A report that needs no write never gives up.
+        assert!(!h.report("q", "m", &Report::new(Class::Ok, false)).gave_up);
+    }
+
+    #[test]
+    fn snapshot_shows_everything_the_status_endpoint_needs() {
+        let f = Fixture::new();
+        let h = f.health();
+        let healthy = HealthSnapshot {
+            state: BreakerState::Closed,
+            failures_in_window: 0,
+            last_failure: None,
+            open_until_ms: None,
+            probe_in_flight: false,
+            provider_dead_until_ms: None,
+            dead_models: vec![],
+        };
+        assert_eq!(h.snapshot("p"), healthy);
+        h.report("p", "m", &Report::new(Class::ServerError, true));
+        f.clock.advance(S);
+        h.report("p", "m", &Report::new(Class::ModelNotFound, true));
+        let snap = h.snapshot("p");
+        assert_eq!(snap.failures_in_window, 1);
+        assert_eq!(snap.last_failure, Some((Class::ModelNotFound, T0 + S)));
+        let mark = ModelDeadMark {
+            model: "m".into(),
+            until_ms: T0 + S + 6 * H,
+            class: Class::ModelNotFound,
+        };
+        assert_eq!(snap.dead_models, vec![mark]);
+        f.clock.advance(30 * S);
+        assert_eq!(h.snapshot("p").failures_in_window, 0);
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod host_tests {
+    use super::*;
+    use crate::host::{ManualClock, MemoryStore};
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn class_strategy() -> impl Strategy<Value = Class> {
+        (0u8..10).prop_map(|v| Class::from_u8(v).unwrap_or(Class::Ok))
+    }
+
+    fn record_strategy() -> impl Strategy<Value = Record> {
+        let mark = ("[a-z0-9.\\-]{1,40}|é{1,3}", any::<u64>(), class_strategy()).prop_map(
+            |(model, until, class)| ModelMark {
+                model,
+                until,
+                class,
+            },
+        );
+        (
+            proptest::option::of((class_strategy(), any::<u64>())),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u64>(), 0..40),
+            proptest::collection::vec(mark, 0..=MAX_MODEL_MARKS),
+        )
+            .prop_map(
+                |(
+                    last_failure,
+                    open_until,
+                    probe_until,
+                    provider_dead_until,
+                    mut failures,
+                    models,
+                )| {
+                    failures.sort_unstable();
+                    Record {
+                        last_failure,
+                        open_until,
+                        probe_until,
+                        provider_dead_until,
+                        failures,
+                        models,
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Record::decode(&bytes);
+            let mut versioned = bytes.clone();
+            if let Some(b) = versioned.first_mut() { *b = RECORD_VERSION; }
+            let _ = Record::decode(&versioned);
+        }
+
+        #[test]
+        fn encode_decode_round_trips(record in record_strategy()) {
+            prop_assert_eq!(Record::decode(&record.encode()), record);
+        }
+
+        #[test]
+        fn every_operation_survives_arbitrary_stored_bytes(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200), class in class_strategy(), now in any::<u64>(),
+        ) {
+            let store = MemoryStore::default();
+            let clock = ManualClock::at(now);
+            let (breaker, dead) = (BreakerPolicy { failures: 2, window_ms: 1000, cooldown_ms: 10, max_cooldown_ms: 100 },
+                DeadMarkPolicy { model_not_found_ms: 5, setup_fault_ms: 5 });
+            store.set(&health_key("p"), &bytes, None).map_err(|_| TestCaseError::fail("set"))?;
+            let h = Health::new(&store, &clock, &breaker, &dead);
+            let _ = h.admit("p", "m", 0);
+            let _ = h.snapshot("p");
+            let _ = h.release_probe("p");
+            let _ = h.ensure_record("p");
+            let e = h.report("p", "m", &Report::new(class, true).retry_after(Some(now)));
+            prop_assert!(!e.gave_up);
+            let _ = h.admit("p", "m", u64::MAX);
+        }
+    }
+
+    #[test]
+    fn concurrent_reports_from_8_threads_count_exactly() {
+        const THREADS: usize = 8;
+        const PER_THREAD: usize = 120;
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(T0);
+        let breaker = BreakerPolicy {
+            failures: 1000,
+            window_ms: 30_000,
+            cooldown_ms: 60_000,
+            max_cooldown_ms: 300_000,
+        };
+        let dead = DeadMarkPolicy {
+            model_not_found_ms: 1,
+            setup_fault_ms: 1,
+        };
+        let barrier = Barrier::new(THREADS);
+        let gave_up = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    let h = Health::new(&store, &clock, &breaker, &dead);
+                    barrier.wait();
+                    for i in 0..PER_THREAD {
+                        // Mix in reports that write without counting, to add contention.
+                        let class = if i % 3 == 0 {
+                            Class::RateLimited
+                        } else {
+                            Class::ServerError
+                        };
+                        let e = h.report("p", "m", &Report::new(class, true));
+                        if e.gave_up {
+                            gave_up.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(gave_up.load(Ordering::Relaxed), 0);
+        let snap = Health::new(&store, &clock, &breaker, &dead).snapshot("p");
+        assert_eq!(
+            snap.failures_in_window as usize,
+            THREADS * (PER_THREAD - PER_THREAD / 3)
+        );
+        assert_eq!(snap.state, BreakerState::Closed);
+    }
+
+    #[test]
+    fn concurrent_threshold_opens_exactly_once() {
+        const THREADS: usize = 8;
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(T0);
+        let breaker = BreakerPolicy {
+            failures: 40,
+            window_ms: 30_000,
+            cooldown_ms: 60_000,
+            max_cooldown_ms: 300_000,
+        };
+        let dead = DeadMarkPolicy {
+            model_not_found_ms: 1,
+            setup_fault_ms: 1,
+        };
+        let barrier = Barrier::new(THREADS);
+        let opened = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    let h = Health::new(&store, &clock, &breaker, &dead);
+                    barrier.wait();
+                    for _ in 0..5 {
+                        if matches!(
+                            h.report("p", "m", &Report::new(Class::Timeout, true))
+                                .breaker,
+                            BreakerChange::Opened { .. }
+                        ) {
+                            opened.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(opened.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn exactly_one_of_many_threads_gets_the_probe() {
+        const THREADS: usize = 16;
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(T0);
+        let breaker = BreakerPolicy {
+            failures: 1,
+            window_ms: 30_000,
+            cooldown_ms: 60_000,
+            max_cooldown_ms: 300_000,
+        };
+        let dead = DeadMarkPolicy {
+            model_not_found_ms: 1,
+            setup_fault_ms: 1,
+        };
+        for round in 0..20 {
+            let h = Health::new(&store, &clock, &breaker, &dead);
+            // Open (or reopen) the breaker, then let the cooldown pass.
+            let e = h.report("p", "m", &Report::new(Class::ServerError, true));
+            assert!(
+                matches!(
+                    e.breaker,
+                    BreakerChange::Opened { .. } | BreakerChange::Reopened { .. }
+                ),
+                "round {round}: {e:?}"
+            );
+            clock.advance(60_000);
+            let barrier = Barrier::new(THREADS);
+            let probes = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..THREADS {
+                    s.spawn(|| {
+                        let h = Health::new(&store, &clock, &breaker, &dead);
+                        barrier.wait();
+                        for _ in 0..10 {
+                            match h.admit("p", "m", 120_000) {
+                                PROBE => {
+                                    probes.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Admission::BreakerOpen => {}
+                                other => panic!("unexpected {other:?}"),
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(probes.load(Ordering::Relaxed), 1, "round {round}");
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! Building one request's chain before its first attempt (SPEC section 2), and the compact
+//! text form of that plan that the downstream filter hands to every attempt's upstream filter
+//! through Envoy filter state.
+
+use crate::config::{any_matches, Chain, Config, ProviderId};
+use crate::reply::Reply;
+
+/// What the planner learns about a provider from its shared health record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Usable. `pristine`: nothing recorded, so a success needs no report.
+    /// `probe`: this request holds the provider's single half-open probe.
+    Open {
+        pristine: bool,
+        probe: bool,
+    },
+    BreakerOpen,
+    Dead,
+}
+
+/// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
+pub trait Gatekeeper {
+    fn gate(&self, provider: ProviderId, model: &str) -> Gate;
+}
+
+/// Why a chain entry was left out of a plan (the `reason` label of `llm_failover_skipped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    BreakerOpen,
+    Dead,
+    /// The provider does not serve the model, or the caller may not use it.
+    Model,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::BreakerOpen => "breaker_open",
+            SkipReason::Dead => "dead",
+            SkipReason::Model => "model",
+        }
+    }
+}
+
+/// One planned attempt: which chain entry, and what the health read said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Index into the chain's `entries`.
+    pub entry: u8,
+    pub pristine: bool,
+    pub probe: bool,
+}
+
+/// What a request needs from the caller's side to be planned.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestFacts<'a> {
+    pub model: &'a str,
+    /// Envoy route name, when the filter can see it.
+    pub route: Option<&'a str>,
+    /// Caller identity from `caller_header`.
+    pub caller: Option<&'a str>,
+    /// The caller asked for no fallback (`x-llm-fallback: off`).
+    pub no_fallback: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub chain: u8,
+    pub slots: Vec<Slot>,
+    /// Entries left out before the first attempt, in chain order.
+    pub skipped: Vec<(u8, SkipReason)>,
+}
+
+impl Plan {
+    /// The provider planned for attempt `attempt` (1-based, as Envoy counts).
+    pub fn slot(&self, attempt: usize) -> Option<&Slot> {
+        slot_for_attempt(&self.slots, attempt)
+    }
+
+    /// True when the first planned provider is not the chain's first eligible one because an
+    /// open breaker or a dead mark moved it (`x-llm-fallback-reason: breaker_open`).
+    pub fn starts_after_skip(&self) -> bool {
+        self.skipped.iter().any(|(e, r)| {
+            *r != SkipReason::Model && self.slots.first().is_some_and(|s| *e < s.entry)
+        })
+    }
+}
+
+/// Chooses the chain for a request and the providers it may try, in order.
+pub fn plan(config: &Config, facts: &RequestFacts, health: &dyn Gatekeeper) -> Result<Plan, Reply> {
+    let Some((chain_index, chain)) = select_chain(config, facts) else {
+        return Err(Reply::model_not_recognized(facts.model));
+    };
+    if chain.entries.is_empty() {
+        return Err(Reply::no_provider_configured(&chain.name));
+    }
+    let limit = if facts.no_fallback {
+        1
+    } else {
+        chain.max_attempts
+    };
+    let mut slots = Vec::with_capacity(limit.min(chain.entries.len()));
+    let mut skipped = Vec::new();
+    let mut deferred = Vec::new();
+    let mut eligible = 0usize;
+
+    for (i, entry) in chain.entries.iter().enumerate() {
+        let index = i as u8;
+        let provider = &config.providers[entry.provider];
+        let sent_model = entry.model.as_deref().unwrap_or(facts.model);
+        let caller_allowed = provider.callers.is_empty()
+            || facts
+                .caller
+                .is_some_and(|c| provider.callers.iter().any(|a| a == c));
+        if !caller_allowed || !any_matches(&provider.models, sent_model) {
+            skipped.push((index, SkipReason::Model));
+            continue;
+        }
+        eligible += 1;
+        if slots.len() >= limit {
+            // Full: later providers are neither read nor counted as skipped.
+            break;
+        }
+        match health.gate(entry.provider, sent_model) {
+            Gate::Open { pristine, probe } => slots.push(Slot {
+                entry: index,
+                pristine,
+                probe,
+            }),
+            Gate::BreakerOpen => skip_or_defer(
+                chain,
+                index,
+                SkipReason::BreakerOpen,
+                &mut skipped,
+                &mut deferred,
+            ),
+            Gate::Dead => {
+                skip_or_defer(chain, index, SkipReason::Dead, &mut skipped, &mut deferred)
+            }
+        }
+    }
+    if eligible == 0 {
+        return Err(Reply::model_not_allowed(facts.model, &chain.name));
+    }
+    for entry in deferred {
+        if slots.len() >= limit {
+            break;
+        }
+        slots.push(Slot {
+            entry,
+            pristine: false,
+            probe: false,
+        });
+    }
+    if slots.is_empty() {
+        return Err(Reply::circuit_open(&chain.name));
+    }
+    Ok(Plan {
+        chain: chain_index as u8,
+        slots,
+        skipped,
+    })
+}
+
+/// Slot of attempt `attempt`, counted from 1 as Envoy's `x-envoy-attempt-count` does.
+pub fn slot_for_attempt(slots: &[Slot], attempt: usize) -> Option<&Slot> {
+    attempt.checked_sub(1).and_then(|i| slots.get(i))
+}
+
+fn skip_or_defer(
+    chain: &Chain,
+    entry: u8,
+    reason: SkipReason,
+    skipped: &mut Vec<(u8, SkipReason)>,
+    deferred: &mut Vec<u8>,
+) {
+    skipped.push((entry, reason));
+    if chain.try_last {
+        deferred.push(entry);
+    }
+}
+
+/// The first chain whose routes (if any) include the request's route and whose model
+/// patterns match the requested model.
+pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usize, &'c Chain)> {
+    config.chains.iter().enumerate().find(|(_, c)| {
+        (c.routes.is_empty() || facts.route.is_some_and(|r| c.routes.iter().any(|x| x == r)))
+            && any_matches(&c.models, facts.model)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan as the upstream filter reads it from filter state, one line per field:
+//   chain index, request start (ms), body length, slots ("entry[p][q]" comma separated,
+//   p = pristine, q = probe), original :path, original :authority, requested model.
+// Newlines cannot occur in header values, and the planner refuses models containing them.
+
+/// What each attempt needs to know about its request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanRecord<'a> {
+    pub chain: u8,
+    pub start_ms: u64,
+    pub body_len: u64,
+    pub slots: Vec<Slot>,
+    pub path: &'a str,
+    pub authority: &'a str,
+    pub model: &'a str,
+}
+
+impl PlanRecord<'_> {
+    pub fn slot_for(&self, attempt: usize) -> Option<&Slot> {
+        slot_for_attempt(&self.slots, attempt)
+    }
+
+    pub fn encode(&self) -> String {
+        use std::fmt::Write;
+        let mut out =
+            String::with_capacity(48 + self.path.len() + self.authority.len() + self.model.len());
+        let _ = write!(
+            out,
+            "{}\n{}\n{}\n",
+            self.chain, self.start_ms, self.body_len
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{}", s.entry);
+            if s.pristine {
+                out.push('p');
+            }
+            if s.probe {
+                out.push('q');
+            }
+        }
+        let _ = write!(out, "\n{}\n{}\n{}", self.path, self.authority, self.model);
+        out
+    }
+
+    /// Reads a record written by `encode`; `None` for anything else.
+    pub fn decode(text: &str) -> Option<PlanRecord<'_>> {
+        let mut lines = text.splitn(7, '\n');
+        let chain = lines.next()?.parse().ok()?;
+        let start_ms = lines.next()?.parse().ok()?;
+        let body_len = lines.next()?.parse().ok()?;
+        let slots_text = lines.next()?;
+        let mut slots = Vec::with_capacity(4);
+        for item in slots_text.split(',').filter(|s| !s.is_empty()) {
+            let digits = item.trim_end_matches(['p', 'q']);
+            let flags = &item[digits.len()..];
+            slots.push(Slot {
+                entry: digits.parse().ok()?,
+                pristine: flags.contains('p'),
+                probe: flags.contains('q'),
+            });
+        }
+        Some(PlanRecord {
+            chain,
+            start_ms,
+            body_len,
+            slots,
+            path: lines.next()?,
+            authority: lines.next()?,
+            model: lines.next()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// Health double: a fixed gate per provider, recording which providers were read.
+    #[derive(Default)]
+    struct FakeHealth {
+        gates: HashMap<ProviderId, Gate>,
+        reads: RefCell<Vec<ProviderId>>,
+    }
+
+    impl Gatekeeper for FakeHealth {
+        fn gate(&self, provider: ProviderId, _model: &str) -> Gate {
+            self.reads.borrow_mut().push(provider);
+            self.gates.get(&provider).copied().unwrap_or(Gate::Open {
+                pristine: true,
+                probe: false,
+            })
+        }
+    }
+
+    fn config(json: &str) -> Config {
+        Config::from_json(json.as_bytes(), &|_| None).expect("test config is valid")
+    }
+
+    const THREE: &str = r#"{"providers":[{"name":"a"},{"name":"b"},{"name":"c"},{"name":"d"}],
+        "chains":[{"name":"main","providers":["a","b","c","d"]}]}"#;
+
+    fn entries(plan: &Plan) -> Vec<u8> {
+        plan.slots.iter().map(|s| s.entry).collect()
+    }
+
+    fn facts(model: &str) -> RequestFacts<'_> {
+        RequestFacts {
+            model,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn caps_the_walk_at_max_attempts_and_reads_no_further() {
+        let c = config(THREE);
+        let health = FakeHealth::default();
+        let p = plan(&c, &facts("m"), &health).unwrap();
+        assert_eq!(entries(&p), vec![0, 1, 2]);
+        assert_eq!(*health.reads.borrow(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn opt_out_header_limits_to_the_first_provider() {
+        let c = config(THREE);
+        let p = plan(
+            &c,
+            &RequestFacts {
+                no_fallback: true,
+                ..facts("m")
+            },
+            &FakeHealth::default(),
+        )
+        .unwrap();
+        assert_eq!(entries(&p), vec![0]);
+    }
+
+    #[test]
+    fn open_breakers_and_dead_marks_spend_no_attempt() {
+        let c = config(THREE);
+        let mut health = FakeHealth::default();
+        health.gates.insert(0, Gate::BreakerOpen);
+        health.gates.insert(1, Gate::Dead);
+        let p = plan(&c, &facts("m"), &health).unwrap();
+        assert_eq!(entries(&p), vec![2, 3]);
+        assert_eq!(
+            p.skipped,
+            vec![(0, SkipReason::BreakerOpen), (1, SkipReason::Dead)]
+        );
+        assert!(p.starts_after_skip());
+    }
+
+    #[test]
+    fn try_last_moves_open_providers_to_the_end() {
+        let c = config(
+            r#"{"providers":[{"name":"a"},{"name":"b"},{"name":"c"}],
+            "chains":[{"name":"main","providers":["a","b","c"],"try_last":true}]}"#,
+        );
+        let mut health = FakeHealth::default();
+        health.gates.insert(0, Gate::BreakerOpen);
+        let p = plan(&c, &facts("m"), &health).unwrap();
+        assert_eq!(entries(&p), vec![1, 2, 0]);
+    }
+
+    #[test]
+    fn every_provider_open_is_circuit_open() {
+        let c = config(THREE);
+        let mut health = FakeHealth::default();
+        for id in 0..4 {
+            health.gates.insert(id, Gate::BreakerOpen);
+        }
+        let err = plan(&c, &facts("m"), &health).unwrap_err();
+        assert_eq!((err.status, err.code), (503, "circuit_open"));
+    }
+
+    #[test]
+    fn unknown_model_is_model_not_recognized() {
+        let c = config(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"gpt","models":["gpt-*"],"providers":["a"]}]}"#,
+        );
+        let err = plan(&c, &facts("claude-3"), &FakeHealth::default()).unwrap_err();
+        assert_eq!((err.status, err.code), (400, "model_not_recognized"));
+        assert!(err.message.contains("claude-3"));
+    }
+
+    #[test]
+    fn providers_that_cannot_serve_the_model_are_dropped() {
+        let c = config(
+            r#"{"providers":[{"name":"openai","models":["gpt-*"]},{"name":"anthropic","models":["claude-*"]},
+            {"name":"bedrock","models":["claude-*"]}],
+            "chains":[{"name":"all","providers":["openai","anthropic","bedrock"]}]}"#,
+        );
+        let p = plan(&c, &facts("claude-sonnet"), &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![1, 2]);
+        assert_eq!(p.skipped, vec![(0, SkipReason::Model)]);
+        assert!(
+            !p.starts_after_skip(),
+            "a model skip is not a breaker fallback"
+        );
+        let err = plan(&c, &facts("llama"), &FakeHealth::default()).unwrap_err();
+        assert_eq!((err.status, err.code), (400, "model_not_allowed"));
+        assert!(err.message.contains("llama"));
+    }
+
+    #[test]
+    fn a_rewritten_model_decides_eligibility() {
+        let c = config(
+            r#"{"providers":[{"name":"openai","models":["gpt-*"]},{"name":"anthropic","models":["claude-*"]}],
+            "chains":[{"name":"all","providers":["openai",{"provider":"anthropic","model":"claude-sonnet"}]}]}"#,
+        );
+        let p = plan(&c, &facts("gpt-4o"), &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 1]);
+    }
+
+    #[test]
+    fn callers_only_reach_the_providers_they_may_use() {
+        let c = config(
+            r#"{"caller_header":"x-team","providers":[{"name":"a","callers":["team-a"]},{"name":"b"}],
+            "chains":[{"name":"main","providers":["a","b"]}]}"#,
+        );
+        let p = plan(
+            &c,
+            &RequestFacts {
+                caller: Some("team-b"),
+                ..facts("m")
+            },
+            &FakeHealth::default(),
+        )
+        .unwrap();
+        assert_eq!(entries(&p), vec![1]);
+        let p = plan(
+            &c,
+            &RequestFacts {
+                caller: Some("team-a"),
+                ..facts("m")
+            },
+            &FakeHealth::default(),
+        )
+        .unwrap();
+        assert_eq!(entries(&p), vec![0, 1]);
+        let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
+        assert_eq!(
+            entries(&p),
+            vec![1],
+            "no caller identity: restricted providers are out"
+        );
+    }
+
+    #[test]
+    fn chains_are_chosen_by_route_then_model() {
+        let c = config(
+            r#"{"providers":[{"name":"a"},{"name":"b"},{"name":"c"}],
+            "chains":[{"name":"batch","routes":["batch"],"providers":["c"]},
+                      {"name":"gpt","models":["gpt-*"],"providers":["a"]},
+                      {"name":"rest","providers":["b"]}]}"#,
+        );
+        let pick = |model, route| {
+            select_chain(
+                &c,
+                &RequestFacts {
+                    model,
+                    route,
+                    ..Default::default()
+                },
+            )
+            .map(|(i, _)| i)
+        };
+        assert_eq!(pick("gpt-4o", Some("batch")), Some(0));
+        assert_eq!(pick("gpt-4o", Some("chat")), Some(1));
+        assert_eq!(pick("llama", None), Some(2));
+    }
+
+    #[test]
+    fn plan_record_round_trips() {
+        let record = PlanRecord {
+            chain: 3,
+            start_ms: 1_700_000_000_123,
+            body_len: 5 * 1024 * 1024,
+            slots: vec![
+                Slot {
+                    entry: 0,
+                    pristine: true,
+                    probe: false,
+                },
+                Slot {
+                    entry: 12,
+                    pristine: false,
+                    probe: true,
+                },
+                Slot {
+                    entry: 2,
+                    pristine: false,
+                    probe: false,
+                },
+            ],
+            path: "/v1/chat/completions?x=1",
+            authority: "gateway.local:10000",
+            model: "gpt-4o|weird name",
+        };
+        let text = record.encode();
+        assert_eq!(PlanRecord::decode(&text), Some(record));
+        assert_eq!(PlanRecord::decode("garbage"), None);
+        assert_eq!(PlanRecord::decode("1\n2\n3\nx,y\n/\na\nm"), None);
+    }
+}

@@ -1,0 +1,118 @@
+//! Answers the filter makes itself (SPEC section 6): an OpenAI-style error body with a message
+//! a person can act on, and `x-should-retry` telling clients whether trying again can help.
+
+/// A local reply: status, machine-readable code and a human message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    /// OpenAI error `type`.
+    pub kind: &'static str,
+    /// Stable machine-readable code (documented in README).
+    pub code: &'static str,
+    pub message: String,
+    pub should_retry: bool,
+}
+
+impl Reply {
+    pub fn model_not_recognized(model: &str) -> Reply {
+        Reply {
+            status: 400,
+            kind: "invalid_request_error",
+            code: "model_not_recognized",
+            message: format!("No fallback chain serves model {model:?}. Use a model this gateway is configured for."),
+            should_retry: false,
+        }
+    }
+
+    pub fn no_provider_configured(chain: &str) -> Reply {
+        Reply {
+            status: 400,
+            kind: "invalid_request_error",
+            code: "no_provider_configured",
+            message: format!("Chain {chain:?} has no provider configured."),
+            should_retry: false,
+        }
+    }
+
+    pub fn model_not_allowed(model: &str, chain: &str) -> Reply {
+        Reply {
+            status: 400,
+            kind: "invalid_request_error",
+            code: "model_not_allowed",
+            message: format!(
+                "No provider in chain {chain:?} that you may use serves model {model:?}. Ask for another model or for access."
+            ),
+            should_retry: false,
+        }
+    }
+
+    pub fn circuit_open(chain: &str) -> Reply {
+        Reply {
+            status: 503,
+            kind: "service_unavailable",
+            code: "circuit_open",
+            message: format!(
+                "Every provider in chain {chain:?} is failing and was taken out of service for a cooldown; no provider was contacted. Retry later."
+            ),
+            should_retry: true,
+        }
+    }
+
+    pub fn fallbacks_exhausted(chain: &str, attempts: usize) -> Reply {
+        Reply {
+            status: 503,
+            kind: "service_unavailable",
+            code: "fallbacks_exhausted",
+            message: format!("All {attempts} attempts along chain {chain:?} failed. Retry later."),
+            should_retry: true,
+        }
+    }
+
+    pub fn invalid_body(problem: &str) -> Reply {
+        Reply {
+            status: 400,
+            kind: "invalid_request_error",
+            code: "invalid_body",
+            message: format!("The request body could not be read: {problem}. Send a JSON object with a \"model\" field."),
+            should_retry: false,
+        }
+    }
+
+    pub fn body_too_large(limit: usize) -> Reply {
+        Reply {
+            status: 413,
+            kind: "invalid_request_error",
+            code: "body_too_large",
+            message: format!(
+                "The request body is larger than this gateway accepts ({limit} bytes)."
+            ),
+            should_retry: false,
+        }
+    }
+
+    /// The JSON body: `{"error": {"type", "code", "message"}}`.
+    pub fn body(&self) -> String {
+        serde_json::json!({"error": {"type": self.kind, "code": self.code, "message": self.message}}).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_openai_style_errors() {
+        let r = Reply::model_not_allowed("llama \"3\"", "main");
+        let v: serde_json::Value = serde_json::from_str(&r.body()).unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "model_not_allowed");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("llama \\\"3\\\""));
+        assert!(!r.should_retry);
+        let open = Reply::circuit_open("main");
+        assert_eq!(open.status, 503);
+        assert!(open.should_retry);
+    }
+}

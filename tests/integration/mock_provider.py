@@ -1,0 +1,833 @@
+#!/usr/bin/env python3
+"""Programmable mock LLM provider (OpenAI-compatible), stdlib only.
+
+Two listeners per mock, both bound to 127.0.0.1 by default:
+
+* the **provider port** speaks HTTP/1.1 (keep-alive, Content-Length for JSON,
+  chunked transfer-encoding for SSE) and answers every request, whatever the
+  method or path (``POST /v1/chat/completions`` is the one that matters);
+* the **control port** is a small HTTP/JSON API that programs behaviours and
+  reads back what the provider received.
+
+Standalone::
+
+    python mock_provider.py --port 18001 --control-port 19001 --name primary
+
+prints one JSON line ``{"name": ..., "port": ..., "control_port": ...}`` on
+stdout once both listeners are bound (port 0 = pick a free one), then serves
+until SIGTERM/SIGINT.  In-process::
+
+    m = MockProvider("primary").start()      # threads, ports picked at bind time
+    m.enqueue({"status": 429, "headers": {"Retry-After": "5"}})
+    ...
+    m.stop()
+
+Default answer
+--------------
+``200`` with an OpenAI ``chat.completion`` whose ``model`` echoes the request's
+``model`` and whose message content is ``"Hello from <name> (model <model>)"``.
+When the request JSON has ``"stream": true`` the answer is SSE instead:
+``chunks`` events ``data: {chat.completion.chunk}\\n\\n`` (event *i* carries the
+delta content ``"<name>:<i> "``; the first also carries ``role``, the last has
+``finish_reason: "stop"``), then ``data: [DONE]\\n\\n``; one HTTP chunk per event.
+Every answer carries ``x-mock-provider: <name>`` and ``x-mock-request-id: <id>``.
+Error statuses (>= 400) get an OpenAI error body
+``{"error": {"message", "type", "code", "param": null}}`` (JSON even when the
+request asked for a stream, as OpenAI does).
+
+Behaviour objects (JSON; every field optional, unknown fields are refused)
+-----------------------------------------------------------------------------
+==========================  ==================================================
+``status``                  HTTP status (default 200); any 100-599 code, 529 too
+``headers``                 extra response headers: ``{"Retry-After": "5"}`` or
+                            ``[["name", "value"], ...]`` (repeatable names)
+``body``                    exact body: a string is sent as is, any other JSON
+                            value is JSON-encoded; sent with Content-Length
+``content_type``            Content-Type override
+``error``                   fields merged into the generated error object
+``content``                 assistant content override (JSON answer only)
+``delay_ms``                wait before sending response headers
+``action``                  ``respond`` (default) | ``hang`` (never answer, until
+                            the client goes away) | ``close`` (FIN, no answer) |
+                            ``reset`` (RST, no answer)
+``stream``                  ``null`` follow the request's ``stream`` field;
+                            ``true``/``false`` force SSE / JSON
+``chunks``                  number of SSE chunk events (default 3)
+``first_chunk_delay_ms``    wait after SSE headers before the first event
+``chunk_interval_ms``       wait between two SSE events
+``abort_after_chunks``      stop the stream after N events (0 = right after
+                            the headers) and do ``abort`` instead of finishing
+``abort``                   ``reset`` (default, RST) | ``close`` (FIN without the
+                            last chunk) | ``hang`` (stall until client leaves)
+``close_connection``        answer with ``Connection: close`` and close after
+``times``                   (``/enqueue`` only) repeat this behaviour N times
+==========================  ==================================================
+
+Each request consumes the head of the one-shot queue if any, else uses the
+default behaviour (initially ``{}`` = the default answer).
+
+Control API (JSON in, JSON out)
+-------------------------------
+``GET  /health``     ``{"name", "port", "control_port", "listener_up",
+                     "queue_length", "open_connections", "request_count"}``
+``GET  /requests``   ``{"name", "requests": [record, ...]}``; query
+                     ``since=<id>`` (records with id > since), ``bodies=0``
+                     (omit body fields)
+``POST /reset``      clear records, queue and default behaviour, ids restart
+                     at 1, listener brought up; answers ``/health``
+``GET  /behaviour``  the default behaviour
+``POST /behaviour``  set the default behaviour (body: behaviour object)
+``POST /enqueue``    append a behaviour or a list of behaviours to the queue;
+                     answers ``{"queue_length": n}``
+``POST /listener``   ``{"up": false}`` closes the listening socket (connections
+                     refused) and, unless ``"drop_connections": false``, shuts
+                     every open connection; ``{"up": true}`` re-binds the same
+                     port.  Answers ``/health``
+Bad input answers 400 ``{"error": "..."}``.
+
+Request record
+--------------
+``id`` (1, 2, ... per mock), ``provider``, ``connection`` (connection number:
+equal numbers = a reused keep-alive connection), ``method``, ``path``,
+``version``, ``headers`` (``[[name, value], ...]`` as received), ``body``
+(text, when UTF-8) or ``body_b64`` (otherwise), ``body_size``,
+``body_sha256``, ``time`` (epoch seconds when the request head arrived),
+``completed_time`` (when the mock finished with it, or null while in flight),
+``client_gone`` (the client went away while the mock delayed, hung or
+streamed), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` |
+``closed`` | ``reset`` | ``aborted`` | ``client_gone`` | ``dropped``
+(listener taken down) | ``shutdown``), ``behaviour`` (the behaviour applied).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import http
+import http.server
+import json
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+__all__ = ["MockProvider", "BehaviourError", "BEHAVIOUR_FIELDS"]
+
+BEHAVIOUR_FIELDS = {
+    "status", "headers", "body", "content_type", "error", "content", "delay_ms",
+    "action", "stream", "chunks", "first_chunk_delay_ms", "chunk_interval_ms",
+    "abort_after_chunks", "abort", "close_connection", "times",
+}
+ACTIONS = {"respond", "hang", "close", "reset"}
+ABORTS = {"reset", "close", "hang"}
+MAX_HEAD = 64 * 1024
+POLL = 0.05
+
+ERROR_DEFAULTS = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("authentication_error", "invalid_api_key"),
+    402: ("insufficient_quota", "insufficient_quota"),
+    403: ("permission_error", "permission_denied"),
+    404: ("invalid_request_error", "model_not_found"),
+    408: ("timeout_error", "timeout"),
+    413: ("invalid_request_error", "request_too_large"),
+    422: ("invalid_request_error", "unprocessable_entity"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+    500: ("server_error", "internal_error"),
+    502: ("server_error", "bad_gateway"),
+    503: ("server_error", "overloaded"),
+    504: ("server_error", "gateway_timeout"),
+    529: ("overloaded_error", "overloaded"),
+}
+
+
+class BehaviourError(ValueError):
+    """A behaviour object that cannot be applied."""
+
+
+def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
+    if not isinstance(b, dict):
+        raise BehaviourError("a behaviour must be a JSON object")
+    unknown = set(b) - BEHAVIOUR_FIELDS
+    if unknown:
+        raise BehaviourError(f"unknown behaviour field(s): {sorted(unknown)}")
+    if "times" in b and not allow_times:
+        raise BehaviourError("'times' is only valid in /enqueue")
+    status = b.get("status", 200)
+    if not isinstance(status, int) or not 100 <= status <= 599:
+        raise BehaviourError("status must be an integer in 100-599")
+    if b.get("action", "respond") not in ACTIONS:
+        raise BehaviourError(f"action must be one of {sorted(ACTIONS)}")
+    if b.get("abort", "reset") not in ABORTS:
+        raise BehaviourError(f"abort must be one of {sorted(ABORTS)}")
+    for k in ("delay_ms", "chunks", "first_chunk_delay_ms", "chunk_interval_ms", "times"):
+        v = b.get(k)
+        if v is not None and (not isinstance(v, (int, float)) or v < 0):
+            raise BehaviourError(f"{k} must be a non-negative number")
+    a = b.get("abort_after_chunks")
+    if a is not None and (not isinstance(a, int) or a < 0):
+        raise BehaviourError("abort_after_chunks must be a non-negative integer or null")
+    if b.get("stream") not in (None, True, False):
+        raise BehaviourError("stream must be true, false or null")
+    if "error" in b and not isinstance(b["error"], dict):
+        raise BehaviourError("error must be an object")
+    normalise_headers(b.get("headers"))
+    return dict(b)
+
+
+def normalise_headers(h: Any) -> list[tuple[str, str]]:
+    if h is None:
+        return []
+    if isinstance(h, dict):
+        items = list(h.items())
+    elif isinstance(h, list):
+        items = []
+        for pair in h:
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+                raise BehaviourError("headers list entries must be [name, value]")
+            items.append((pair[0], pair[1]))
+    else:
+        raise BehaviourError("headers must be an object or a list of [name, value]")
+    out = []
+    for k, v in items:
+        if not isinstance(k, str) or not k or any(c in k for c in ":\r\n "):
+            raise BehaviourError(f"bad header name {k!r}")
+        v = str(v)
+        if "\r" in v or "\n" in v:
+            raise BehaviourError(f"bad header value for {k}")
+        out.append((k, v))
+    return out
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _Request:
+    __slots__ = ("method", "path", "version", "headers", "body")
+
+    def __init__(self, method, path, version, headers, body):
+        self.method, self.path, self.version = method, path, version
+        self.headers, self.body = headers, body
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+
+class _Conn:
+    """One accepted provider connection with a read buffer."""
+
+    def __init__(self, sock: socket.socket, number: int):
+        self.sock = sock
+        self.number = number
+        self.buf = bytearray()
+        self.dropped = False
+
+    def _recv(self) -> bytes:
+        try:
+            return self.sock.recv(65536)
+        except OSError:
+            return b""
+
+    def read_until(self, marker: bytes, limit: int) -> bytes | None:
+        while True:
+            i = self.buf.find(marker)
+            if i >= 0:
+                out = bytes(self.buf[: i + len(marker)])
+                del self.buf[: i + len(marker)]
+                return out
+            if len(self.buf) > limit:
+                raise ValueError("request head too large")
+            data = self._recv()
+            if not data:
+                return None
+            self.buf += data
+
+    def read_exact(self, n: int) -> bytes | None:
+        while len(self.buf) < n:
+            data = self._recv()
+            if not data:
+                return None
+            self.buf += data
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def read_request(self) -> _Request | None:
+        head = self.read_until(b"\r\n\r\n", MAX_HEAD)
+        if head is None:
+            return None
+        lines = head[:-4].decode("latin-1").split("\r\n")
+        while lines and lines[0] == "":  # tolerate stray CRLF between requests
+            lines.pop(0)
+        if not lines:
+            return self.read_request()
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            raise ValueError(f"bad request line {lines[0]!r}")
+        method, path, version = parts
+        headers = []
+        for line in lines[1:]:
+            k, sep, v = line.partition(":")
+            if not sep:
+                raise ValueError(f"bad header line {line!r}")
+            headers.append((k.strip(), v.strip()))
+        req = _Request(method, path, version, headers, b"")
+        if (req.header("expect") or "").lower() == "100-continue":
+            self.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        te = (req.header("transfer-encoding") or "").lower()
+        if "chunked" in te:
+            body = bytearray()
+            while True:
+                line = self.read_until(b"\r\n", 4096)
+                if line is None:
+                    return None
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:  # trailers up to the empty line
+                        t = self.read_until(b"\r\n", MAX_HEAD)
+                        if t is None or t == b"\r\n":
+                            break
+                    break
+                chunk = self.read_exact(size + 2)
+                if chunk is None:
+                    return None
+                body += chunk[:-2]
+            req.body = bytes(body)
+        else:
+            n = int(req.header("content-length") or 0)
+            if n:
+                body = self.read_exact(n)
+                if body is None:
+                    return None
+                req.body = body
+        return req
+
+    def client_gone(self) -> bool:
+        """Non-blocking check: has the peer closed or reset the connection?"""
+        if self.dropped:
+            return True
+        try:
+            r, _, _ = select.select([self.sock], [], [], 0)
+            if not r:
+                return False
+            data = self.sock.recv(65536, socket.MSG_PEEK)
+            if not data:
+                return True
+            # Unexpected extra bytes (pipelining): keep them for the next request.
+            self.buf += self.sock.recv(65536)
+            return False
+        except OSError:
+            return True
+
+    def wait(self, seconds: float, stop: threading.Event) -> None:
+        """Sleep `seconds` (inf = forever), raising _ClientGone if the peer leaves."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.client_gone():
+                raise _ClientGone()
+            if stop.is_set():
+                raise _ClientGone()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                select.select([self.sock], [], [], min(POLL, left))
+            except OSError:
+                raise _ClientGone()
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            raise _ClientGone()
+
+    def reset(self) -> None:
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class MockProvider:
+    """A mock LLM provider: provider listener + control listener, on threads."""
+
+    def __init__(self, name: str = "mock", port: int = 0, control_port: int = 0,
+                 host: str = "127.0.0.1"):
+        self.name = name
+        self.host = host
+        self._want_port = port
+        self._want_control_port = control_port
+        self.port: int | None = None
+        self.control_port: int | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._listener: socket.socket | None = None
+        self._accept_stop: threading.Event | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._conns: dict[int, _Conn] = {}
+        self._conn_seq = 0
+        self._queue: list[dict] = []
+        self._default: dict = {}
+        self._records: list[dict] = []
+        self._req_seq = 0
+        self._control: http.server.ThreadingHTTPServer | None = None
+        self._control_thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://{self.host}:{self.control_port}"
+
+    def start(self) -> "MockProvider":
+        self._listener_up()
+        self._want_port = self.port  # re-bind the same port after a listener down
+        self._control = _make_control_server(self, self.host, self._want_control_port)
+        self.control_port = self._control.server_address[1]
+        self._control_thread = threading.Thread(
+            target=self._control.serve_forever, kwargs={"poll_interval": 0.05},
+            name=f"mock-{self.name}-control", daemon=True)
+        self._control_thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._listener_down(drop_connections=True)
+        if self._control is not None:
+            self._control.shutdown()
+            self._control.server_close()
+            self._control = None
+        if self._control_thread is not None:
+            self._control_thread.join(timeout=2)
+
+    def __enter__(self) -> "MockProvider":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ programming
+    def set_default(self, behaviour: dict) -> None:
+        b = validate_behaviour(behaviour)
+        with self._lock:
+            self._default = b
+
+    def get_default(self) -> dict:
+        with self._lock:
+            return dict(self._default)
+
+    def enqueue(self, behaviours: dict | list) -> int:
+        items = behaviours if isinstance(behaviours, list) else [behaviours]
+        expanded = []
+        for b in items:
+            b = validate_behaviour(b, allow_times=True)
+            times = int(b.pop("times", 1))
+            expanded.extend(dict(b) for _ in range(times))
+        with self._lock:
+            self._queue.extend(expanded)
+            return len(self._queue)
+
+    def requests(self, since: int = 0, bodies: bool = True) -> list[dict]:
+        with self._lock:
+            out = []
+            for r in self._records:
+                if r["id"] <= since:
+                    continue
+                r = dict(r)
+                if not bodies:
+                    r.pop("body", None)
+                    r.pop("body_b64", None)
+                out.append(r)
+            return out
+
+    def reset(self) -> dict:
+        with self._lock:
+            self._records.clear()
+            self._queue.clear()
+            self._default = {}
+            self._req_seq = 0
+        self.set_listener(True)
+        return self.health()
+
+    def set_listener(self, up: bool, drop_connections: bool = True) -> dict:
+        if up:
+            self._listener_up()
+        else:
+            self._listener_down(drop_connections)
+        return self.health()
+
+    def health(self) -> dict:
+        with self._lock:
+            return {
+                "name": self.name, "port": self.port, "control_port": self.control_port,
+                "listener_up": self._listener is not None, "queue_length": len(self._queue),
+                "open_connections": len(self._conns), "request_count": len(self._records),
+            }
+
+    # ---------------------------------------------------------------- listener
+    def _listener_up(self) -> None:
+        with self._lock:
+            if self._listener is not None or self._stop.is_set():
+                return
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((self.host, self._want_port if self.port is None else self.port))
+            s.listen(128)
+            self.port = s.getsockname()[1]
+            self._listener = s
+            stop = threading.Event()
+            self._accept_stop = stop
+            t = threading.Thread(target=self._accept_loop, args=(s, stop),
+                                 name=f"mock-{self.name}-accept", daemon=True)
+            self._accept_thread = t
+            t.start()
+
+    def _listener_down(self, drop_connections: bool) -> None:
+        with self._lock:
+            s, stop, t = self._listener, self._accept_stop, self._accept_thread
+            self._listener = self._accept_stop = self._accept_thread = None
+            conns = list(self._conns.values()) if drop_connections else []
+        if stop is not None:
+            stop.set()
+        if s is not None:
+            try:
+                s.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() on Linux
+            except OSError:
+                pass
+        if t is not None:
+            t.join(timeout=2)
+        if s is not None:
+            s.close()
+        for c in conns:
+            c.dropped = True
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _accept_loop(self, s: socket.socket, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                sock, _ = s.accept()
+            except OSError:
+                return
+            if stop.is_set():
+                sock.close()
+                return
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._conn_seq += 1
+                conn = _Conn(sock, self._conn_seq)
+                self._conns[conn.number] = conn
+            threading.Thread(target=self._serve_conn, args=(conn,),
+                             name=f"mock-{self.name}-conn{conn.number}", daemon=True).start()
+
+    # ----------------------------------------------------------------- serving
+    def _next_behaviour(self) -> dict:
+        with self._lock:
+            if self._queue:
+                return self._queue.pop(0)
+            return dict(self._default)
+
+    def _serve_conn(self, conn: _Conn) -> None:
+        try:
+            while not self._stop.is_set() and not conn.dropped:
+                try:
+                    req = conn.read_request()
+                except (ValueError, OSError):
+                    try:
+                        conn.send(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n"
+                                  b"connection: close\r\n\r\n")
+                    except _ClientGone:
+                        pass
+                    break
+                if req is None:
+                    break
+                keep = self._handle(conn, req)
+                if not keep:
+                    break
+        finally:
+            with self._lock:
+                self._conns.pop(conn.number, None)
+            conn.close()
+
+    def _record(self, conn: _Conn, req: _Request, behaviour: dict) -> dict:
+        body = req.body
+        rec: dict[str, Any] = {
+            "provider": self.name, "connection": conn.number, "method": req.method,
+            "path": req.path, "version": req.version,
+            "headers": [[k, v] for k, v in req.headers],
+            "body_size": len(body), "body_sha256": hashlib.sha256(body).hexdigest(),
+            "time": time.time(), "completed_time": None, "client_gone": False,
+            "outcome": "in_progress", "behaviour": behaviour,
+        }
+        try:
+            rec["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            rec["body_b64"] = base64.b64encode(body).decode("ascii")
+        with self._lock:
+            self._req_seq += 1
+            rec["id"] = self._req_seq
+            self._records.append(rec)
+        return rec
+
+    def _finish(self, rec: dict, outcome: str, client_gone: bool = False) -> None:
+        with self._lock:
+            rec["outcome"] = outcome
+            rec["client_gone"] = rec["client_gone"] or client_gone
+            rec["completed_time"] = time.time()
+
+    def _handle(self, conn: _Conn, req: _Request) -> bool:
+        """Serve one request; returns whether the connection stays usable."""
+        b = self._next_behaviour()
+        rec = self._record(conn, req, b)
+        try:
+            req_json = json.loads(req.body) if req.body else None
+        except (ValueError, UnicodeDecodeError):
+            req_json = None
+        model = req_json.get("model") if isinstance(req_json, dict) else None
+        wants_stream = bool(isinstance(req_json, dict) and req_json.get("stream") is True)
+        try:
+            if b.get("delay_ms"):
+                conn.wait(b["delay_ms"] / 1000.0, self._stop)
+            action = b.get("action", "respond")
+            if action == "hang":
+                conn.wait(float("inf"), self._stop)
+                return False  # unreachable: wait raises when the client leaves
+            if action == "close":
+                self._finish(rec, "closed")
+                conn.close()
+                return False
+            if action == "reset":
+                self._finish(rec, "reset")
+                conn.reset()
+                return False
+            return self._respond(conn, req, rec, b, model, wants_stream)
+        except _ClientGone:
+            if self._stop.is_set() or conn.dropped:
+                self._finish(rec, "shutdown" if self._stop.is_set() else "dropped")
+            else:
+                self._finish(rec, "client_gone", client_gone=True)
+            return False
+
+    def _respond(self, conn: _Conn, req: _Request, rec: dict, b: dict,
+                 model: Any, wants_stream: bool) -> bool:
+        status = int(b.get("status", 200))
+        stream = b.get("stream")
+        if stream is None:
+            stream = wants_stream and status < 400
+        if "body" in b:
+            stream = False
+        close = bool(b.get("close_connection")) or \
+            (req.header("connection") or "").lower() == "close" or req.version == "HTTP/1.0"
+        try:
+            reason = http.HTTPStatus(status).phrase
+        except ValueError:
+            reason = "Unknown"
+        extra = normalise_headers(b.get("headers"))
+        head = [f"HTTP/1.1 {status} {reason}",
+                f"x-mock-provider: {self.name}", f"x-mock-request-id: {rec['id']}"]
+        if close:
+            head.append("connection: close")
+        has_ct = any(k.lower() == "content-type" for k, _ in extra)
+        no_body = req.method == "HEAD" or status in (204, 304) or status < 200
+
+        if not stream:
+            if "body" in b:
+                body = b["body"]
+                payload = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode()
+            elif status >= 400:
+                payload = json.dumps(self._error_body(status, b, model)).encode()
+            else:
+                payload = json.dumps(self._completion(rec["id"], model, b)).encode()
+            if not has_ct:
+                head.append(f"content-type: {b.get('content_type', 'application/json')}")
+            head += [f"{k}: {v}" for k, v in extra]
+            if not no_body:
+                head.append(f"content-length: {len(payload)}")
+            else:
+                payload = b""
+            conn.send(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
+            self._finish(rec, "responded")
+            if close:
+                conn.close()
+            return not close
+
+        # --- SSE, chunked transfer-encoding, one HTTP chunk per event
+        if not has_ct:
+            head.append(f"content-type: {b.get('content_type', 'text/event-stream')}")
+        head.append("cache-control: no-cache")
+        head += [f"{k}: {v}" for k, v in extra]
+        head.append("transfer-encoding: chunked")
+        conn.send(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        n = int(b.get("chunks", 3))
+        abort_after = b.get("abort_after_chunks")
+        interval = b.get("chunk_interval_ms", 0) / 1000.0
+        created = int(time.time())
+        cid = f"chatcmpl-mock-{self.name}-{rec['id']}"
+        if b.get("first_chunk_delay_ms"):
+            conn.wait(b["first_chunk_delay_ms"] / 1000.0, self._stop)
+        for i in range(n + 1):
+            if abort_after is not None and i == abort_after:
+                mode = b.get("abort", "reset")
+                if mode == "hang":
+                    conn.wait(float("inf"), self._stop)
+                self._finish(rec, "aborted")
+                if mode == "close":
+                    conn.close()
+                else:
+                    conn.reset()
+                return False
+            if i == n:
+                break
+            if i > 0 and interval:
+                conn.wait(interval, self._stop)
+            delta: dict[str, Any] = {"content": f"{self.name}:{i} "}
+            if i == 0:
+                delta["role"] = "assistant"
+            event = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                     "model": model, "system_fingerprint": f"mock-{self.name}",
+                     "choices": [{"index": 0, "delta": delta,
+                                  "finish_reason": "stop" if i == n - 1 else None}]}
+            conn.send(_chunk(b"data: " + json.dumps(event).encode() + b"\n\n"))
+        conn.send(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        self._finish(rec, "streamed")
+        if close:
+            conn.close()
+        return not close
+
+    def _completion(self, rid: int, model: Any, b: dict) -> dict:
+        content = b.get("content", f"Hello from {self.name} (model {model})")
+        return {
+            "id": f"chatcmpl-mock-{self.name}-{rid}", "object": "chat.completion",
+            "created": int(time.time()), "model": model,
+            "system_fingerprint": f"mock-{self.name}",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+        }
+
+    def _error_body(self, status: int, b: dict, model: Any) -> dict:
+        etype, code = ERROR_DEFAULTS.get(
+            status, ("server_error" if status >= 500 else "invalid_request_error", f"http_{status}"))
+        err = {"message": f"mock {self.name}: HTTP {status} ({code}) for model {model}",
+               "type": etype, "param": None, "code": code}
+        err.update(b.get("error", {}))
+        return {"error": err}
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+# ------------------------------------------------------------------ control API
+def _make_control_server(mock: MockProvider, host: str, port: int):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "mock-provider-control"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _reply(self, status: int, obj: Any) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> Any:
+            n = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(n) if n else b""
+            if not raw.strip():
+                return None
+            return json.loads(raw)
+
+        def do_GET(self):
+            u = urllib.parse.urlsplit(self.path)
+            q = urllib.parse.parse_qs(u.query)
+            if u.path == "/health":
+                return self._reply(200, mock.health())
+            if u.path == "/requests":
+                since = int(q.get("since", ["0"])[0])
+                bodies = q.get("bodies", ["1"])[0] not in ("0", "false")
+                return self._reply(200, {"name": mock.name,
+                                         "requests": mock.requests(since, bodies)})
+            if u.path == "/behaviour":
+                return self._reply(200, mock.get_default())
+            return self._reply(404, {"error": f"no such endpoint GET {u.path}"})
+
+        def do_POST(self):
+            u = urllib.parse.urlsplit(self.path)
+            try:
+                body = self._body()
+                if u.path == "/reset":
+                    return self._reply(200, mock.reset())
+                if u.path == "/behaviour":
+                    mock.set_default(body if body is not None else {})
+                    return self._reply(200, mock.get_default())
+                if u.path == "/enqueue":
+                    if body is None:
+                        raise BehaviourError("body must be a behaviour or a list of them")
+                    return self._reply(200, {"queue_length": mock.enqueue(body)})
+                if u.path == "/listener":
+                    if not isinstance(body, dict) or not isinstance(body.get("up"), bool):
+                        raise BehaviourError('body must be {"up": true|false}')
+                    return self._reply(200, mock.set_listener(
+                        body["up"], bool(body.get("drop_connections", True))))
+            except (BehaviourError, ValueError) as e:
+                return self._reply(400, {"error": str(e)})
+            except OSError as e:
+                return self._reply(500, {"error": f"{type(e).__name__}: {e}"})
+            return self._reply(404, {"error": f"no such endpoint POST {u.path}"})
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    return Server((host, port), Handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Programmable mock LLM provider")
+    p.add_argument("--port", type=int, default=0, help="provider port (0 = any free)")
+    p.add_argument("--control-port", type=int, default=0, help="control port (0 = any free)")
+    p.add_argument("--name", default="mock", help="provider name shown in answers")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    a = p.parse_args(argv)
+    mock = MockProvider(a.name, a.port, a.control_port, a.host).start()
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    print(json.dumps({"name": mock.name, "port": mock.port,
+                      "control_port": mock.control_port}), flush=True)
+    while not done.wait(1.0):
+        pass
+    mock.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""Self-tests of the mock provider and the raw HTTP client, over real sockets."""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+import time
+
+import pytest
+
+from harness import (HarnessError, NoResponse, ResponseTimeout, http_request)
+
+CHAT = "/v1/chat/completions"
+
+
+def chat_body(model="gpt-4o-mini", stream=False, **extra):
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+    if stream:
+        body["stream"] = True
+    return body
+
+
+@pytest.fixture
+def local_mocks(mock_factory):
+    """These tests exercise the mock itself: always local, even in external mode."""
+    return lambda *names, mode=None: mock_factory(*names, mode=mode, local=True)
+
+
+@pytest.fixture
+def mock(local_mocks):
+    return local_mocks("alpha")
+
+
+def test_default_json_answer(mock):
+    r = http_request(mock.url, "POST", CHAT, json=chat_body("claude-3-haiku"))
+    assert r.status == 200 and r.complete
+    assert r.header("content-length") == str(len(r.body))
+    assert r.header("transfer-encoding") is None
+    assert r.header("x-mock-provider") == "alpha"
+    doc = r.json()
+    assert doc["object"] == "chat.completion"
+    assert doc["model"] == "claude-3-haiku"
+    assert doc["choices"][0]["message"]["content"] == "Hello from alpha (model claude-3-haiku)"
+
+
+def test_keep_alive_connection_reuse(mock):
+    conn = http.client.HTTPConnection("127.0.0.1", mock.port, timeout=5)
+    try:
+        for i in range(3):
+            conn.request("POST", f"/v1/any/{i}", body=json.dumps(chat_body()),
+                         headers={"content-type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200
+            resp.read()
+    finally:
+        conn.close()
+    recs = mock.requests()
+    assert [r["path"] for r in recs] == ["/v1/any/0", "/v1/any/1", "/v1/any/2"]
+    assert len({r["connection"] for r in recs}) == 1
+
+
+def test_status_headers_and_error_body(mock):
+    mock.enqueue(status=429, headers={"Retry-After": "7", "x-ratelimit-reset-requests": "1h"})
+    r = http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert r.status == 429
+    assert r.header("retry-after") == "7"
+    assert r.header("x-ratelimit-reset-requests") == "1h"
+    err = r.json()["error"]
+    assert err["type"] == "rate_limit_error" and err["code"] == "rate_limit_exceeded"
+    # queue consumed: next request gets the default answer
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).status == 200
+
+
+def test_custom_body_error_override_and_repeated_headers(mock):
+    mock.enqueue({"status": 503, "body": "upstream busy", "content_type": "text/plain",
+                  "headers": [["x-a", "1"], ["x-a", "2"]]},
+                 {"status": 529, "error": {"message": "try later", "code": "custom"}},
+                 {"status": 200, "body": {"ok": True}})
+    r = http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert (r.status, r.text, r.header("content-type"), r.header("x-a")) == \
+        (503, "upstream busy", "text/plain", "1, 2")
+    r = http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert r.status == 529 and r.json()["error"]["message"] == "try later"
+    assert r.json()["error"]["code"] == "custom"
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).json() == {"ok": True}
+
+
+def test_queue_before_default_and_times(mock):
+    mock.set_default(status=503)
+    assert mock.enqueue(status=200, times=2) == 2
+    got = [http_request(mock.url, "POST", CHAT, json=chat_body()).status for _ in range(4)]
+    assert got == [200, 200, 503, 503]
+    assert [r["behaviour"].get("status") for r in mock.requests()] == [200, 200, 503, 503]
+
+
+def test_delay_before_headers(mock):
+    mock.enqueue(delay_ms=300)
+    r = http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert r.status == 200 and r.t_headers >= 0.29
+    fast = http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert fast.t_headers < 0.2
+
+
+def test_hang_until_client_goes_away(mock):
+    mock.enqueue(action="hang")
+    with pytest.raises(ResponseTimeout) as ei:
+        http_request(mock.url, "POST", CHAT, json=chat_body(), timeout=0.5)
+    assert ei.value.partial is None
+    (rec,) = mock.wait_settled()
+    assert rec["client_gone"] and rec["outcome"] == "client_gone"
+    assert rec["completed_time"] - rec["time"] >= 0.45
+
+
+def test_delay_noticing_client_gone(mock):
+    mock.enqueue(delay_ms=5000)
+    with pytest.raises(ResponseTimeout):
+        http_request(mock.url, "POST", CHAT, json=chat_body(), timeout=0.3)
+    (rec,) = mock.wait_settled(timeout=2)
+    assert rec["client_gone"]
+
+
+@pytest.mark.parametrize("action", ["close", "reset"])
+def test_close_or_reset_without_answer(mock, action):
+    mock.enqueue(action=action)
+    with pytest.raises(NoResponse):
+        http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert mock.wait_settled()[0]["outcome"] == ("closed" if action == "close" else "reset")
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).status == 200
+
+
+def test_sse_stream_timing(mock):
+    mock.enqueue(chunks=4, chunk_interval_ms=100)
+    r = http_request(mock.url, "POST", CHAT, json=chat_body("m1", stream=True))
+    assert r.status == 200 and r.complete
+    assert r.header("content-type") == "text/event-stream"
+    assert r.header("transfer-encoding") == "chunked" and r.header("content-length") is None
+    events = r.sse_events()
+    assert [d for _, d in events][-1] == "[DONE]"
+    data = r.sse_data()[:-1]
+    assert len(data) == 4
+    assert all(d["object"] == "chat.completion.chunk" and d["model"] == "m1" for d in data)
+    assert data[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert data[-1]["choices"][0]["finish_reason"] == "stop"
+    assert r.sse_content() == "alpha:0 alpha:1 alpha:2 alpha:3 "
+    times = [t for t, _ in events[:4]]
+    assert times[0] < 0.09  # first chunk right after the headers
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(0.08 <= g <= 0.3 for g in gaps), gaps
+
+
+def test_sse_first_chunk_delay(mock):
+    mock.enqueue(chunks=1, first_chunk_delay_ms=250)
+    r = http_request(mock.url, "POST", CHAT, json=chat_body(stream=True))
+    assert r.t_headers < 0.15 and r.sse_events()[0][0] >= 0.24
+
+
+@pytest.mark.parametrize("abort,error", [("reset", {"reset", "eof"}), ("close", {"eof"})])
+def test_sse_abort_after_n_chunks(mock, abort, error):
+    mock.enqueue(chunks=5, chunk_interval_ms=20, abort_after_chunks=2, abort=abort)
+    r = http_request(mock.url, "POST", CHAT, json=chat_body(stream=True))
+    assert r.status == 200 and not r.complete and r.error in error
+    assert r.sse_content() == "alpha:0 alpha:1 "
+    assert "[DONE]" not in r.text
+    assert mock.wait_settled()[0]["outcome"] == "aborted"
+
+
+def test_sse_abort_right_after_headers(mock):
+    mock.enqueue(abort_after_chunks=0)
+    r = http_request(mock.url, "POST", CHAT, json=chat_body(stream=True))
+    assert r.status == 200 and not r.complete and r.body == b""
+
+
+def test_sse_stall_hang(mock):
+    mock.enqueue(chunks=5, abort_after_chunks=1, abort="hang")
+    with pytest.raises(ResponseTimeout) as ei:
+        http_request(mock.url, "POST", CHAT, json=chat_body(stream=True), timeout=0.5)
+    part = ei.value.partial
+    assert part is not None and part.status == 200 and part.sse_content() == "alpha:0 "
+    assert mock.wait_settled()[0]["client_gone"]
+
+
+def test_stream_overrides(mock):
+    mock.enqueue({"stream": False}, {"stream": True, "chunks": 2}, {"status": 429})
+    assert http_request(mock.url, "POST", CHAT, json=chat_body(stream=True)).json()["object"] \
+        == "chat.completion"
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).sse_content() == \
+        "alpha:0 alpha:1 "
+    r = http_request(mock.url, "POST", CHAT, json=chat_body(stream=True))
+    assert r.status == 429 and r.header("content-type") == "application/json"  # like OpenAI
+
+
+def test_listener_down_refuses_then_up_again(mock):
+    conn = http.client.HTTPConnection("127.0.0.1", mock.port, timeout=5)
+    conn.request("POST", CHAT, body=json.dumps(chat_body()))
+    conn.getresponse().read()
+    assert mock.health()["open_connections"] == 1
+    h = mock.down()
+    assert h["listener_up"] is False
+    with pytest.raises(ConnectionRefusedError):
+        http_request(mock.url, "POST", CHAT, json=chat_body(), timeout=2)
+    # the pooled keep-alive connection was shut as well
+    with pytest.raises((ConnectionError, http.client.HTTPException)):
+        conn.request("POST", CHAT, body=json.dumps(chat_body()))
+        conn.getresponse().read()
+    conn.close()
+    assert mock.up()["listener_up"] is True
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).status == 200
+    assert mock.health()["port"] == mock.port
+
+
+def test_request_recording(mock):
+    t0 = time.time()
+    http_request(mock.url, "POST", CHAT, json=chat_body("rec-model"),
+                 headers=[("Authorization", "Bearer k1"), ("X-Dup", "a"), ("X-Dup", "b")])
+    binary = bytes(range(256)) * 4
+    http_request(mock.url, "PUT", "/bin?q=1", body=binary,
+                 headers={"content-type": "application/octet-stream"})
+    r1, r2 = mock.requests()
+    assert (r1["id"], r1["method"], r1["path"], r1["provider"]) == (1, "POST", CHAT, "alpha")
+    assert ["Authorization", "Bearer k1"] in r1["headers"]
+    assert [v for k, v in r1["headers"] if k.lower() == "x-dup"] == ["a", "b"]
+    assert json.loads(r1["body"])["model"] == "rec-model"
+    assert t0 - 1 <= r1["time"] <= r1["completed_time"] <= time.time()
+    assert r1["outcome"] == "responded" and r1["client_gone"] is False
+    assert r2["path"] == "/bin?q=1" and "body" not in r2
+    assert r2["body_size"] == len(binary)
+    assert r2["body_sha256"] == hashlib.sha256(binary).hexdigest()
+    import base64
+    assert base64.b64decode(r2["body_b64"]) == binary
+    assert [r["id"] for r in mock.requests(since=1)] == [2]
+    assert "body_b64" not in mock.requests(bodies=False)[1]
+
+
+def test_chunked_and_large_request_bodies(mock):
+    big = b"x" * (3 * 1024 * 1024 + 17)
+    http_request(mock.url, "POST", CHAT, body=big)
+    with socket.create_connection(("127.0.0.1", mock.port), timeout=5) as s:
+        s.sendall(b"POST /chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n"
+                  b"connection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 200 OK")
+    r_big, r_chunked = mock.wait_requests(2)
+    assert r_big["body_size"] == len(big)
+    assert mock.requests()[1]["body"] == "hello world"
+
+
+def test_reset_clears_everything(mock):
+    mock.set_default(status=500)
+    mock.enqueue(status=404)
+    mock.down()
+    h = mock.reset()
+    assert h["listener_up"] and h["queue_length"] == 0 and h["request_count"] == 0
+    r = http_request(mock.url, "POST", CHAT, json=chat_body())
+    assert r.status == 200 and mock.requests()[0]["id"] == 1
+
+
+def test_control_api_rejects_bad_input(mock):
+    with pytest.raises(HarnessError, match="unknown behaviour field"):
+        mock.enqueue(stauts=500)
+    with pytest.raises(HarnessError, match="status"):
+        mock.set_default(status=99)
+    with pytest.raises(HarnessError, match="times"):
+        mock.set_default(times=2)
+    with pytest.raises(HarnessError, match="action"):
+        mock.enqueue(action="explode")
+    assert mock.health()["queue_length"] == 0
+
+
+def test_mocks_are_independent(local_mocks):
+    a, b = local_mocks("a", "b")
+    a.set_default(status=502)
+    assert http_request(a.url, "POST", CHAT, json=chat_body()).status == 502
+    r = http_request(b.url, "POST", CHAT, json=chat_body())
+    assert r.status == 200 and r.header("x-mock-provider") == "b"
+    assert a.request_count() == 1 and b.request_count() == 1
+
+
+def test_standalone_process(local_mocks):
+    m = local_mocks("proc", mode="process")
+    m.enqueue(status=418)
+    assert http_request(m.url, "POST", CHAT, json=chat_body()).status == 418
+    r = http_request(m.url, "POST", CHAT, json=chat_body("x"))
+    assert r.json()["choices"][0]["message"]["content"] == "Hello from proc (model x)"
+    assert m.request_count() == 2
+    m.stop()
+    with pytest.raises(OSError):
+        http_request(m.url, "POST", CHAT, json=chat_body(), timeout=1)
