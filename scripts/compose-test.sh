@@ -103,8 +103,11 @@ rc=$?
 [ $rc = 124 ] && log "the run exceeded COMPOSE_TEST_TIMEOUT=${bound}s"
 if [ $rc != 0 ]; then
   log "service states:"; dc ps 2>&1 | sed 's/^/  /'
-  log "tail of the Envoy log ($RUN_DIR/logs/envoy.log):"
-  tail -n 40 "$RUN_DIR/logs/envoy.log" 2>/dev/null | sed 's/^/  /'
+  elog=$RUN_DIR/logs/envoy.log
+  log "Envoy log ($elog): warnings and errors, then the last lines:"
+  grep -E '\]\[(warning|error|critical)\]' "$elog" 2>/dev/null | tail -n 20 | sed 's/^/  /'
+  echo "  ..."
+  grep -v 'server.cc:4[0-9][0-9]\]   ' "$elog" 2>/dev/null | tail -n 15 | sed 's/^/  /'
   for s in envoy primary secondary tertiary; do
     log "last output of $s:"; dc logs --no-color --tail 15 "$s" 2>&1 | sed 's/^/  /'
   done

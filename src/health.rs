@@ -1,7 +1,7 @@
 //! Per-provider health (SPEC section 4): the circuit breaker and the dead marks, shared by every
 //! Envoy worker through [`SharedStore`].
 //!
-//! One record per provider under [`wire::health_key`], so planning a request costs one store
+//! One record per provider under [`crate::wire::health_key`], so planning a request costs one store
 //! read per provider. Every update is a read-modify-write with compare-and-swap and a bounded
 //! number of retries, so N failures reported concurrently from N workers count N.
 //!
@@ -16,6 +16,8 @@
 //!   [`Health::admit`] claims it by CAS, and the claim expires after the caller's probe timeout so
 //!   a lost probe cannot wedge the provider. A success closes the breaker and forgets the failures;
 //!   a counted failure opens it again.
+//!   An outcome that says neither (429, 404, 4xx, client gone) releases the claim so the next
+//!   request probes at once.
 //! - **Open period**: `cooldown`; when the failing answer carried `Retry-After`, that delay
 //!   *instead* (SPEC: "stays open that long instead"), capped at `max_cooldown`. A Retry-After
 //!   shorter than the cooldown therefore shortens the open period; after it one probe still gates.

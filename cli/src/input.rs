@@ -274,13 +274,9 @@ fn plugin_json(plugin: &Mapping, role: &str) -> Result<String, serde_json::Error
 }
 
 fn parse_yaml(text: &str) -> Result<Mapping, Vec<Diag>> {
-    let mut value: Value = serde_yaml_ng::from_str(text).map_err(|e| {
-        let at = e
-            .location()
-            .map(|l| format!("line {} column {}: ", l.line(), l.column()))
-            .unwrap_or_default();
-        vec![Diag::error("", format!("{at}not valid YAML: {e}"))]
-    })?;
+    // serde_yaml_ng's message already says where: "... at line 2 column 7, while parsing ...".
+    let mut value: Value = serde_yaml_ng::from_str(text)
+        .map_err(|e| vec![Diag::error("", format!("not valid YAML: {e}"))])?;
     value
         .apply_merge()
         .map_err(|e| vec![Diag::error("", format!("YAML merge key (<<) problem: {e}"))])?;

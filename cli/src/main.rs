@@ -140,8 +140,13 @@ fn run(args: &Args) -> ExitCode {
             print(file, &errors);
             let n = errors.len();
             eprintln!(
-                "{file}: {n} error{} — nothing was written",
-                if n == 1 { "" } else { "s" }
+                "{file}: {n} error{}{}",
+                if n == 1 { "" } else { "s" },
+                if args.command == "render" {
+                    " — nothing was written"
+                } else {
+                    ""
+                }
             );
             return ExitCode::from(1);
         }

@@ -92,7 +92,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("module", "module: \"\"\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "module: must be a non-empty string"),
     // The file itself.
     ("unset variable", "providers: [{name: a, endpoint: \"127.0.0.1:${NOT_SET_ANYWHERE}\"}]\nchains: [{name: c, providers: [a]}]\n", "line 1: environment variable NOT_SET_ANYWHERE is not set — export NOT_SET_ANYWHERE"),
-    ("yaml syntax", "providers: [{name: a\nchains: [\n", "line 2 column"),
+    ("yaml syntax", "providers: [{name: a\nchains: [\n", "not valid YAML: did not find expected"),
     ("empty file", "", "the file is empty"),
     ("not a mapping", "- a\n- b\n", "the file must be a YAML mapping"),
 ];
@@ -135,8 +135,11 @@ fn all_problems_are_reported_at_once() {
             "{field} missing from:\n{stderr}"
         );
     }
+    assert!(stderr.ends_with(&format!("{file}: 4 errors\n")), "{stderr}");
+    let (code, _, stderr) = run(bin().args(["render", &file]));
+    assert_eq!(code, 1);
     assert!(
-        stderr.contains("4 errors — nothing was written"),
+        stderr.ends_with("4 errors — nothing was written\n"),
         "{stderr}"
     );
 }
