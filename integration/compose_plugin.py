@@ -64,3 +64,70 @@ def render_config(*a, **kw):
 
 harness.envoy_bin = envoy_bin
 harness.render_config = render_config
+
+
+# --- one fresh gateway per scenario ------------------------------------------------------
+# Natively every scenario starts its own Envoy (fresh breaker state, its own knobs through the
+# render environment). In compose, `gateway.start(source, env)` in external mode renders the
+# config here (the CLI from the mounted repo) and has integration/gateway.sh restart the
+# gateway container's Envoy on it. Without a control directory the conftest behaviour stays.
+
+class ComposeEnvoy:
+    """What a scenario may touch of `gw.envoy` when the Envoy runs in another container."""
+
+    def __init__(self, admin_url: str, log_path: Path):
+        self.admin_url = admin_url
+        self.log_path = log_path
+        self.running = True
+
+    def stop(self) -> None:  # the next start() replaces it
+        self.running = False
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, n: int = 40) -> str:
+        return "".join(self.log().splitlines(True)[-n:])
+
+
+def _install_restarting_gateway(conftest) -> None:
+    import gateway_control
+
+    cls = conftest.GatewaySetup
+    orig_start, orig_bootstrap = cls.start, cls.start_bootstrap
+
+    def _restart(self, config, env) -> harness.Gateway:
+        try:
+            url, admin = gateway_control.restart(config, env["ADMIN_PORT"])
+        except gateway_control.GatewayExited as e:
+            raise harness.HarnessError(str(e)) from None
+        except RuntimeError as e:
+            raise harness.HarnessError(str(e)) from None
+        log = gateway_control.control_dir() / "envoy.log"
+        return harness.Gateway(url, admin, envoy=ComposeEnvoy(admin, log), log_path=str(log))
+
+    def start(self, source, env=None, **envoy_kw):
+        if not (self.external and gateway_control.control_dir()):
+            return orig_start(self, source, env, **envoy_kw)
+        full = {**self.env, **{k: str(v) for k, v in (env or {}).items()}}
+        path = harness.render_config(source, full, out_dir=self._tmp / "rendered")
+        return _restart(self, path, full)
+
+    def start_bootstrap(self, config, env=None, **envoy_kw):
+        if not (self.external and gateway_control.control_dir()):
+            return orig_bootstrap(self, config, env, **envoy_kw)
+        full = {**self.env, **{k: str(v) for k, v in (env or {}).items()}}
+        if not (isinstance(config, str) and "\n" in config):
+            p = Path(config)
+            config = p if p.is_absolute() else harness.REPO_ROOT / p
+        return _restart(self, config, full)
+
+    cls.start, cls.start_bootstrap = start, start_bootstrap
+
+
+def pytest_configure(config):
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__file__", None) and Path(mod.__file__).resolve() == _SUITE / "conftest.py":
+            if hasattr(mod, "GatewaySetup"):
+                _install_restarting_gateway(mod)
+            break

@@ -73,8 +73,8 @@ done
 
 PROJECT=llmfo-test-$$
 RUN_DIR=.work/compose/$PROJECT
-mkdir -p "$RUN_DIR/logs"
-export ENVOY_CONFIG=$RUN_DIR/envoy.yaml LOG_DIR=$ROOT/$RUN_DIR/logs FAILOVER_CONFIG
+mkdir -p "$RUN_DIR/gw"
+export ENVOY_CONFIG=$RUN_DIR/envoy.yaml GATEWAY_DIR=$ROOT/$RUN_DIR/gw FAILOVER_CONFIG
 if ! "$CLI" render "$FAILOVER_CONFIG" --out "$ENVOY_CONFIG" >"$RUN_DIR/render.log" 2>&1; then
   cat "$RUN_DIR/render.log"; log "FAILED: llm-failover render $FAILOVER_CONFIG"; exit 1
 fi
@@ -103,7 +103,7 @@ rc=$?
 [ $rc = 124 ] && log "the run exceeded COMPOSE_TEST_TIMEOUT=${bound}s"
 if [ $rc != 0 ]; then
   log "service states:"; dc ps 2>&1 | sed 's/^/  /'
-  elog=$RUN_DIR/logs/envoy.log
+  elog=$RUN_DIR/gw/envoy.log
   log "Envoy log ($elog): warnings and errors, then the last lines:"
   grep -E '\]\[(warning|error|critical)\]' "$elog" 2>/dev/null | tail -n 20 | sed 's/^/  /'
   echo "  ..."
