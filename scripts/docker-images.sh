@@ -50,9 +50,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   if is_root && have apt-get; then
     log "installing ${missing[*]} (apt)"
     t=$(date +%s)
-    apt-get update -qq >&2 || true
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${missing[@]}" >&2 || log "apt-get install ${missing[*]} failed"
+    mkdir -p "$WORK"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}"; } >"$WORK/apt.log" 2>&1 ||
+      { tail -n 20 "$WORK/apt.log" >&2; log "apt-get install ${missing[*]} failed"; }
     log "apt done in $(($(date +%s) - t)) s"
   else
     log "missing: ${missing[*]} (as root on Debian/Ubuntu: apt-get install -y ${missing[*]})"
