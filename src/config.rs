@@ -325,8 +325,9 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub opt_out_header: String,
     pub caller_header: Option<String>,
-    /// Every credential header any provider or the caller uses: removed from each attempt
-    /// before the provider's own are set, so no key reaches another provider.
+    /// Every header any provider sets (credentials and extra headers) and the caller's
+    /// gateway credential: removed from each attempt before the provider's own are set, so
+    /// nothing meant for one provider reaches another.
     pub credential_headers: Vec<String>,
     pub status_path: Option<String>,
 }
@@ -468,6 +469,11 @@ impl Config {
                 let lower = name.to_ascii_lowercase();
                 if !is_header_name(&lower) || lower.starts_with(':') {
                     err(format!("{at}.headers.{name}"), "not a valid header name (pseudo-headers are set with authority/path_prefix)".into());
+                }
+                // Envoy shares one header map across attempts: whatever one provider gets set
+                // must be cleared before the next attempt, like a credential.
+                if !credential_headers.contains(&lower) {
+                    credential_headers.push(lower.clone());
                 }
                 set_headers.push((lower, value.clone()));
             }
@@ -906,7 +912,7 @@ mod tests {
             c.providers[1].set_headers[1],
             ("anthropic-version".to_string(), "2023-06-01".to_string())
         );
-        for h in ["authorization", "x-api-key", "api-key"] {
+        for h in ["authorization", "x-api-key", "api-key", "anthropic-version"] {
             assert!(c.credential_headers.iter().any(|x| x == h), "{h}");
         }
         let e = errors_of(

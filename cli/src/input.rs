@@ -474,6 +474,14 @@ fn parse_upstream(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<U
     let sni = match (&endpoint.host, sni) {
         (_, Some(s)) => Some(s),
         (Host::Name(name), None) if tls => Some(name.clone()),
+        (Host::Ip(_), None) if tls => {
+            // Without a name Envoy would accept any certificate the CA bundle trusts.
+            errors.push(Diag::error(
+                format!("{at}.sni"),
+                "required for TLS to an IP address — set it to the name the provider's certificate is for",
+            ));
+            None
+        }
         _ => None,
     };
     if errors.len() > before {
@@ -571,13 +579,19 @@ fn is_dns_name(host: &str) -> bool {
 }
 
 /// Providers reached by host name get `authority` = that host (`host:port` on a non-default
-/// port) unless they set one: providers behind shared front ends route on it.
+/// port) unless they set one: providers behind shared front ends route on it. Providers at an
+/// IP address over TLS get their `sni` name.
 fn add_default_authorities(root: &mut Mapping, upstreams: &[Upstream]) {
     let Some(Value::Sequence(providers)) = root.get_mut("providers") else {
         return;
     };
     for (p, u) in providers.iter_mut().zip(upstreams) {
-        let (Value::Mapping(p), Host::Name(host)) = (p, &u.endpoint.host) else {
+        let host = match (&u.endpoint.host, &u.sni) {
+            (Host::Name(host), _) => host,
+            (Host::Ip(_), Some(sni)) => sni,
+            (Host::Ip(_), None) => continue,
+        };
+        let Value::Mapping(p) = p else {
             continue;
         };
         if p.contains_key("authority") {

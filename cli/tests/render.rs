@@ -322,11 +322,11 @@ fn tls_providers_get_verified_tls_with_alpn_and_plain_ones_http1() {
 #[test]
 fn tls_settings_can_be_overridden() {
     let b = bootstrap(
-        "ca_file: /etc/my-ca.pem\nproviders:\n  - {name: a, endpoint: \"10.0.0.5:8443\", tls: true}\n  - {name: b, endpoint: \"llm.internal:8443\", tls: true, sni: front.internal, connect_timeout: 250ms}\n  - {name: c, endpoint: \"api.example.com:443\", tls: false}\nchains: [{name: c, providers: [a, b, c]}]\n",
+        "ca_file: /etc/my-ca.pem\nproviders:\n  - {name: a, endpoint: \"10.0.0.5:8443\", tls: true, sni: llm-a.internal}\n  - {name: b, endpoint: \"llm.internal:8443\", tls: true, sni: front.internal, connect_timeout: 250ms}\n  - {name: c, endpoint: \"api.example.com:443\", tls: false}\nchains: [{name: c, providers: [a, b, c]}]\n",
     );
     let clusters = b["static_resources"]["clusters"].as_sequence().unwrap();
     let a = &clusters[0]["transport_socket"]["typed_config"];
-    assert!(a.get("sni").is_none(), "no SNI for an IP address");
+    assert_eq!(a["sni"], "llm-a.internal", "an IP address needs an explicit SNI");
     assert_eq!(
         a["common_tls_context"]["validation_context"]["trusted_ca"]["filename"],
         "/etc/my-ca.pem"
@@ -336,6 +336,7 @@ fn tls_settings_can_be_overridden() {
     assert_eq!(clusters[1]["connect_timeout"], "0.250s");
     assert!(clusters[2].get("transport_socket").is_none());
     let json = plugin_json(&hcm(&b)["http_filters"][0]);
+    assert_eq!(json["providers"][0]["authority"], "llm-a.internal:8443");
     assert_eq!(json["providers"][1]["authority"], "llm.internal:8443");
     assert_eq!(json["providers"][2]["authority"], "api.example.com:443");
 }
@@ -346,7 +347,15 @@ fn pieces_are_the_same_parts_as_the_bootstrap() {
     let b = bootstrap(CREDENTIALS);
     let pieces = render::pieces(&gw, "test.failover.yaml");
     let names: Vec<&str> = pieces.iter().map(|p| p.0).collect();
-    assert_eq!(names, ["http_filters.yaml", "route.yaml", "clusters.yaml"]);
+    assert_eq!(
+        names,
+        [
+            "http_filters.yaml",
+            "route.yaml",
+            "clusters.yaml",
+            "stats_config.yaml"
+        ]
+    );
     for (name, text) in &pieces {
         assert!(
             text.starts_with("# Rendered by `llm-failover render test.failover.yaml"),
@@ -358,5 +367,6 @@ fn pieces_are_the_same_parts_as_the_bootstrap() {
     assert_eq!(parse(&pieces[0].1)[0], hcm(&b)["http_filters"][0]);
     assert_eq!(parse(&pieces[1].1)[0], *route(&b));
     assert_eq!(parse(&pieces[2].1), b["static_resources"]["clusters"]);
+    assert_eq!(parse(&pieces[3].1)["stats_config"], b["stats_config"]);
     assert!(pieces[1].1.contains("include_request_attempt_count: true"));
 }

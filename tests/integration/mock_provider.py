@@ -13,14 +13,24 @@ Standalone::
 
     python mock_provider.py --port 18001 --control-port 19001 --name primary
 
-prints one JSON line ``{"name": ..., "port": ..., "control_port": ...}`` on
-stdout once both listeners are bound (port 0 = pick a free one), then serves
+prints one JSON line ``{"name": ..., "port": ..., "control_port": ..., "tls": ...}``
+on stdout once both listeners are bound (port 0 = pick a free one), then serves
 until SIGTERM/SIGINT.  In-process::
 
     m = MockProvider("primary").start()      # threads, ports picked at bind time
     m.enqueue({"status": 429, "headers": {"Retry-After": "5"}})
     ...
     m.stop()
+
+TLS (optional): ``MockProvider(name, tls_cert=PEM, tls_key=PEM)`` or
+``--tls-cert PEM --tls-key PEM`` serves the provider port over TLS (server side
+of Python's ``ssl``; the control port stays plain HTTP).  ALPN offers
+``http/1.1`` only (the mock never speaks h2).  Each request record then carries
+``tls``: ``{"sni", "alpn", "version"}`` — the server name the client sent (null
+without SNI), the negotiated ALPN protocol (null when none) and the TLS version;
+plain connections have ``tls: null``.  Handshakes that fail (e.g. the client
+rejects the certificate) are counted in ``/health`` ``tls_handshake_failures``
+and the last few are listed in ``tls_handshake_errors`` (``{"sni", "error"}``).
 
 Default answer
 --------------
@@ -69,7 +79,8 @@ default behaviour (initially ``{}`` = the default answer).
 Control API (JSON in, JSON out)
 -------------------------------
 ``GET  /health``     ``{"name", "port", "control_port", "listener_up",
-                     "queue_length", "open_connections", "request_count"}``
+                     "queue_length", "open_connections", "request_count",
+                     "tls", "tls_handshake_failures", "tls_handshake_errors"}``
 ``GET  /requests``   ``{"name", "requests": [record, ...]}``; query
                      ``since=<id>`` (records with id > since), ``bodies=0``
                      (omit body fields)
@@ -94,7 +105,7 @@ equal numbers = a reused keep-alive connection), ``method``, ``path``,
 ``body_sha256``, ``time`` (epoch seconds when the request head arrived),
 ``completed_time`` (when the mock finished with it, or null while in flight),
 ``client_gone`` (the client went away while the mock delayed, hung or
-streamed), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` |
+streamed), ``tls`` (see TLS above), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` |
 ``closed`` | ``reset`` | ``aborted`` | ``client_gone`` | ``dropped``
 (listener taken down) | ``shutdown``), ``behaviour`` (the behaviour applied).
 """
@@ -109,6 +120,7 @@ import json
 import select
 import signal
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -231,6 +243,7 @@ class _Conn:
         self.number = number
         self.buf = bytearray()
         self.dropped = False
+        self.tls: dict | None = None  # {"sni", "alpn", "version"} once a TLS handshake is done
 
     def _recv(self) -> bytes:
         try:
@@ -316,6 +329,8 @@ class _Conn:
         """Non-blocking check: has the peer closed or reset the connection?"""
         if self.dropped:
             return True
+        if isinstance(self.sock, ssl.SSLSocket):
+            return self._tls_client_gone()
         try:
             r, _, _ = select.select([self.sock], [], [], 0)
             if not r:
@@ -328,6 +343,27 @@ class _Conn:
             return False
         except OSError:
             return True
+
+    def _tls_client_gone(self) -> bool:
+        # No MSG_PEEK through TLS: read what is there without blocking and keep it.
+        try:
+            if not self.sock.pending():
+                r, _, _ = select.select([self.sock], [], [], 0)
+                if not r:
+                    return False
+            self.sock.setblocking(False)
+            try:
+                data = self.sock.recv(65536)
+            finally:
+                self.sock.setblocking(True)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return False
+        except (OSError, ValueError):
+            return True
+        if not data:
+            return True
+        self.buf += data
+        return False
 
     def wait(self, seconds: float, stop: threading.Event) -> None:
         """Sleep `seconds` (inf = forever), raising _ClientGone if the peer leaves."""
@@ -369,8 +405,20 @@ class MockProvider:
     """A mock LLM provider: provider listener + control listener, on threads."""
 
     def __init__(self, name: str = "mock", port: int = 0, control_port: int = 0,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", tls_cert: str | None = None,
+                 tls_key: str | None = None):
         self.name = name
+        self._tls: ssl.SSLContext | None = None
+        if tls_cert or tls_key:
+            if not (tls_cert and tls_key):
+                raise ValueError("TLS needs both tls_cert and tls_key")
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_cert, tls_key)
+            ctx.set_alpn_protocols(["http/1.1"])  # never h2: the mock speaks HTTP/1.1 only
+            ctx.sni_callback = _remember_sni
+            self._tls = ctx
+        self._tls_failures = 0
+        self._tls_errors: list[dict] = []
         self.host = host
         self._want_port = port
         self._want_control_port = control_port
@@ -393,7 +441,7 @@ class MockProvider:
     # ---------------------------------------------------------------- lifecycle
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self._tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def control_url(self) -> str:
@@ -466,6 +514,8 @@ class MockProvider:
             self._queue.clear()
             self._default = {}
             self._req_seq = 0
+            self._tls_failures = 0
+            self._tls_errors.clear()
         self.set_listener(True)
         return self.health()
 
@@ -482,6 +532,8 @@ class MockProvider:
                 "name": self.name, "port": self.port, "control_port": self.control_port,
                 "listener_up": self._listener is not None, "queue_length": len(self._queue),
                 "open_connections": len(self._conns), "request_count": len(self._records),
+                "tls": self._tls is not None, "tls_handshake_failures": self._tls_failures,
+                "tls_handshake_errors": list(self._tls_errors),
             }
 
     # ---------------------------------------------------------------- listener
@@ -536,6 +588,9 @@ class MockProvider:
                 return
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:  # handshake on the connection's thread
+                sock = self._tls.wrap_socket(sock, server_side=True,
+                                             do_handshake_on_connect=False)
             with self._lock:
                 self._conn_seq += 1
                 conn = _Conn(sock, self._conn_seq)
@@ -550,8 +605,27 @@ class MockProvider:
                 return self._queue.pop(0)
             return dict(self._default)
 
+    def _tls_handshake(self, conn: _Conn) -> bool:
+        sock = conn.sock
+        sock.settimeout(10)
+        try:
+            sock.do_handshake()
+        except (OSError, ValueError) as e:
+            with self._lock:
+                self._tls_failures += 1
+                self._tls_errors.append({"sni": getattr(sock, "mock_sni", None),
+                                         "error": f"{type(e).__name__}: {e}"})
+                del self._tls_errors[:-10]
+            return False
+        sock.settimeout(None)
+        conn.tls = {"sni": getattr(sock, "mock_sni", None),
+                    "alpn": sock.selected_alpn_protocol(), "version": sock.version()}
+        return True
+
     def _serve_conn(self, conn: _Conn) -> None:
         try:
+            if self._tls is not None and not self._tls_handshake(conn):
+                return
             while not self._stop.is_set() and not conn.dropped:
                 try:
                     req = conn.read_request()
@@ -579,6 +653,7 @@ class MockProvider:
             "path": req.path, "version": req.version,
             "headers": [[k, v] for k, v in req.headers],
             "body_size": len(body), "body_sha256": hashlib.sha256(body).hexdigest(),
+            "tls": conn.tls,
             "time": time.time(), "completed_time": None, "client_gone": False,
             "outcome": "in_progress", "behaviour": behaviour,
         }
@@ -737,6 +812,11 @@ class MockProvider:
         return {"error": err}
 
 
+def _remember_sni(sock, server_name, _ctx) -> None:
+    """SSLContext.sni_callback: keep the client's server name on its socket."""
+    sock.mock_sni = server_name
+
+
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
@@ -816,13 +896,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--control-port", type=int, default=0, help="control port (0 = any free)")
     p.add_argument("--name", default="mock", help="provider name shown in answers")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--tls-cert", help="PEM certificate (chain): serve the provider port over TLS")
+    p.add_argument("--tls-key", help="PEM private key for --tls-cert")
     a = p.parse_args(argv)
-    mock = MockProvider(a.name, a.port, a.control_port, a.host).start()
+    if bool(a.tls_cert) != bool(a.tls_key):
+        p.error("--tls-cert and --tls-key go together")
+    mock = MockProvider(a.name, a.port, a.control_port, a.host,
+                        tls_cert=a.tls_cert, tls_key=a.tls_key).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     print(json.dumps({"name": mock.name, "port": mock.port,
-                      "control_port": mock.control_port}), flush=True)
+                      "control_port": mock.control_port, "tls": bool(a.tls_cert)}), flush=True)
     while not done.wait(1.0):
         pass
     mock.stop()
