@@ -326,7 +326,10 @@ fn tls_settings_can_be_overridden() {
     );
     let clusters = b["static_resources"]["clusters"].as_sequence().unwrap();
     let a = &clusters[0]["transport_socket"]["typed_config"];
-    assert_eq!(a["sni"], "llm-a.internal", "an IP address needs an explicit SNI");
+    assert_eq!(
+        a["sni"], "llm-a.internal",
+        "an IP address needs an explicit SNI"
+    );
     assert_eq!(
         a["common_tls_context"]["validation_context"]["trusted_ca"]["filename"],
         "/etc/my-ca.pem"
