@@ -10,10 +10,12 @@ pub mod config;
 pub mod duration;
 pub mod health;
 pub mod host;
+pub mod metrics;
 pub mod plan;
 pub mod reply;
 pub mod retry_after;
 pub mod rewrite;
+pub mod status;
 pub mod wire;
 
 #[cfg(target_arch = "wasm32")]

@@ -30,6 +30,9 @@ pub enum SkipReason {
     Dead,
     /// The provider does not serve the model, or the caller may not use it.
     Model,
+    /// The request's time budget was spent before this provider's turn (the upstream filter
+    /// finds this out after an attempt; the planner never produces it).
+    Budget,
 }
 
 impl SkipReason {
@@ -38,6 +41,7 @@ impl SkipReason {
             SkipReason::BreakerOpen => "breaker_open",
             SkipReason::Dead => "dead",
             SkipReason::Model => "model",
+            SkipReason::Budget => "budget",
         }
     }
 }
@@ -86,13 +90,42 @@ impl Plan {
     }
 }
 
+/// A request planning refused: the reply, and the chain entries it left out on the way (the
+/// `circuit_open` case skips every provider; metrics count those skips).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reply: Reply,
+    /// The chain that matched, if one did.
+    pub chain: Option<u8>,
+    pub skipped: Vec<(u8, SkipReason)>,
+}
+
+impl Refusal {
+    fn bare(reply: Reply) -> Refusal {
+        Refusal {
+            reply,
+            chain: None,
+            skipped: Vec::new(),
+        }
+    }
+}
+
 /// Chooses the chain for a request and the providers it may try, in order.
 pub fn plan(config: &Config, facts: &RequestFacts, health: &dyn Gatekeeper) -> Result<Plan, Reply> {
+    plan_or_refuse(config, facts, health).map_err(|r| r.reply)
+}
+
+/// [`plan`], keeping what a refusal skipped.
+pub fn plan_or_refuse(
+    config: &Config,
+    facts: &RequestFacts,
+    health: &dyn Gatekeeper,
+) -> Result<Plan, Refusal> {
     let Some((chain_index, chain)) = select_chain(config, facts) else {
-        return Err(Reply::model_not_recognized(facts.model));
+        return Err(Refusal::bare(Reply::model_not_recognized(facts.model)));
     };
     if chain.entries.is_empty() {
-        return Err(Reply::no_provider_configured(&chain.name));
+        return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
     }
     let limit = if facts.no_fallback {
         1
@@ -140,7 +173,11 @@ pub fn plan(config: &Config, facts: &RequestFacts, health: &dyn Gatekeeper) -> R
         }
     }
     if eligible == 0 {
-        return Err(Reply::model_not_allowed(facts.model, &chain.name));
+        return Err(Refusal {
+            reply: Reply::model_not_allowed(facts.model, &chain.name),
+            chain: Some(chain_index as u8),
+            skipped,
+        });
     }
     for entry in deferred {
         if slots.len() >= limit {
@@ -153,7 +190,11 @@ pub fn plan(config: &Config, facts: &RequestFacts, health: &dyn Gatekeeper) -> R
         });
     }
     if slots.is_empty() {
-        return Err(Reply::circuit_open(&chain.name));
+        return Err(Refusal {
+            reply: Reply::circuit_open(&chain.name),
+            chain: Some(chain_index as u8),
+            skipped,
+        });
     }
     Ok(Plan {
         chain: chain_index as u8,
@@ -367,6 +408,15 @@ mod tests {
         }
         let err = plan(&c, &facts("m"), &health).unwrap_err();
         assert_eq!((err.status, err.code), (503, "circuit_open"));
+        let refusal = plan_or_refuse(&c, &facts("m"), &health).unwrap_err();
+        assert_eq!(refusal.chain, Some(0));
+        assert_eq!(
+            refusal.skipped,
+            (0..4)
+                .map(|e| (e, SkipReason::BreakerOpen))
+                .collect::<Vec<_>>(),
+            "every skipped provider is kept for the metrics"
+        );
     }
 
     #[test]

@@ -15,8 +15,9 @@ usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--n
   render    write a complete Envoy bootstrap (YAML) for the gateway described by FILE
             --out PATH     write it to PATH instead of standard output
             --module PATH  the wasm module path Envoy loads (overrides the file's module:)
-            --pieces DIR   also write http_filters.yaml, route.yaml and clusters.yaml to DIR,
-                           for merging into an existing Envoy configuration
+            --pieces DIR   also write http_filters.yaml, route.yaml, clusters.yaml and
+                           stats_config.yaml to DIR, for merging into an existing Envoy
+                           configuration
   validate  check FILE and report every problem as FILE: field: problem — fix
   --no-env  ignore the environment: every ${VAR:-default} takes its default
 

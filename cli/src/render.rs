@@ -384,10 +384,21 @@ pub fn cluster_list(gw: &Gateway) -> Value {
     seq(clusters(gw).into_iter().map(|u| cluster(gw, u)).collect())
 }
 
+/// Tag extraction that gives the filter's metrics their labels in `/stats/prometheus`
+/// (`llm_failover_attempts_total{provider="a",outcome="ok"}`; see `llm_failover::metrics`).
+pub fn stats_config() -> Value {
+    let tags = llm_failover::metrics::stats_tags()
+        .into_iter()
+        .map(|t| map! { "tag_name" => t.tag, "regex" => t.regex })
+        .collect();
+    map! { "stats_tags" => seq(tags) }
+}
+
 /// The complete bootstrap as a YAML value.
 pub fn bootstrap(gw: &Gateway) -> Value {
     let mut b = Mapping::new();
     b.insert("node".into(), map! { "id" => NAME, "cluster" => NAME });
+    b.insert("stats_config".into(), stats_config());
     if let Some(Addr { address, port }) = &gw.admin {
         b.insert(
             "admin".into(),
@@ -440,9 +451,15 @@ pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
          # filter; the names must match the providers' clusters and must not clash with yours.\n{}",
         to_yaml(&cluster_list(gw))
     );
+    let stats = format!(
+        "{origin}# Goes in the bootstrap's stats_config (merge stats_tags with yours; each tag_name may appear\n\
+         # once): labels for the llm_failover_* metrics in /stats/prometheus.\n{}",
+        to_yaml(&map! { "stats_config" => stats_config() })
+    );
     vec![
         ("http_filters.yaml", filters),
         ("route.yaml", route),
         ("clusters.yaml", clusters),
+        ("stats_config.yaml", stats),
     ]
 }

@@ -3,19 +3,29 @@
 //! matcher and the upstream filters, and writes the public response headers.
 
 use super::envoy_host::{self, SharedGatekeeper};
+use super::metrics::Metrics;
 use crate::attempt_log;
-use crate::config::Config;
-use crate::plan::{self, Plan, PlanRecord, RequestFacts};
+use crate::classify::Class;
+use crate::config::{Chain, Config};
+use crate::plan::{self, Plan, PlanRecord, RequestFacts, SkipReason};
 use crate::reply::Reply;
 use crate::rewrite;
+use crate::status;
 use crate::wire;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
+use std::cell::Cell;
 use std::rc::Rc;
+
+thread_local! {
+    /// A missing `clear_route_cache` is a deployment problem: say so once per VM, not per request.
+    static WARNED_ROUTE_CACHE: Cell<bool> = const { Cell::new(false) };
+}
 
 pub struct Downstream {
     config: Rc<Config>,
+    metrics: Rc<Metrics>,
     no_fallback: bool,
     caller: Option<String>,
     plan: Option<Plan>,
@@ -23,17 +33,21 @@ pub struct Downstream {
     attempts: usize,
     /// Replacement body when an exhausted chain answers `503 fallbacks_exhausted`.
     exhausted_body: Option<String>,
+    /// The status endpoint answered this request.
+    answered: bool,
 }
 
 impl Downstream {
-    pub fn new(config: Rc<Config>) -> Self {
+    pub fn new(config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
         Downstream {
             config,
+            metrics,
             no_fallback: false,
             caller: None,
             plan: None,
             attempts: 0,
             exhausted_body: None,
+            answered: false,
         }
     }
 
@@ -48,6 +62,110 @@ impl Downstream {
             ],
             Some(body.as_bytes()),
         );
+    }
+
+    /// Answers a request for the status endpoint (SPEC section 10) when `status_path` is set and
+    /// the path (without its query) is it. Returns whether it answered.
+    fn answer_status(&self) -> bool {
+        let Some(status_path) = &self.config.status_path else {
+            return false;
+        };
+        let Some(path) = self.get_http_request_header(":path") else {
+            return false;
+        };
+        let path = path.split_once('?').map_or(path.as_str(), |(p, _)| p);
+        if path != status_path {
+            return false;
+        }
+        let method = self.get_http_request_header(":method").unwrap_or_default();
+        if method != "GET" && method != "HEAD" {
+            self.send_http_response(
+                405,
+                vec![("allow", "GET, HEAD"), ("content-type", "text/plain")],
+                Some(b"the llm-failover status endpoint answers GET and HEAD only\n"),
+            );
+            return true;
+        }
+        let body = status::render(
+            &self.config,
+            &envoy_host::health(&self.config),
+            envoy_host::now_ms(),
+        );
+        self.send_http_response(
+            200,
+            vec![
+                ("content-type", "application/json"),
+                ("cache-control", "no-store"),
+            ],
+            (method == "GET").then_some(body.as_bytes()),
+        );
+        true
+    }
+
+    /// True when the answer is Envoy's own after the last planned attempt got no response
+    /// (refused, reset, timed out) and that class falls over in `chain`: such attempts leave no
+    /// marker header, yet the chain is exhausted just the same. Reads a property only for 5xx
+    /// answers, so the healthy path pays nothing.
+    fn ended_without_response(&self, chain: &Chain, attempts: usize) -> bool {
+        let status = self
+            .get_http_response_header(":status")
+            .and_then(|s| s.parse::<u16>().ok())
+            .unwrap_or(0);
+        if status < 500 {
+            return false;
+        }
+        let details = self
+            .get_property(vec!["response", "code_details"])
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default();
+        if details.is_empty() || details == "via_upstream" {
+            return false;
+        }
+        // The last attempt's own record when its upstream filter has settled it already,
+        // else what Envoy says happened.
+        let log = self
+            .get_property(vec![wire::ATTEMPTS_PROPERTY])
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default();
+        let class = attempt_log::outcome_of_attempt(&log, attempts)
+            .and_then(Class::parse)
+            .unwrap_or(if details.contains("timeout") {
+                Class::Timeout
+            } else {
+                Class::ConnectionError
+            });
+        chain.fallback_on.falls_over(class, None)
+    }
+
+    /// Starts the request's attempt log (filter state, printed by access logs) with the entries
+    /// planning left out; the upstream filters append each attempt.
+    fn log_skips(&self, chain: usize, skipped: &[(u8, SkipReason)]) {
+        if skipped.is_empty() {
+            return;
+        }
+        let chain = &self.config.chains[chain];
+        let mut log = String::new();
+        for (entry, reason) in skipped {
+            if let Some(e) = chain.entries.get(usize::from(*entry)) {
+                let name = &self.config.providers[e.provider].name;
+                attempt_log::push_skip(&mut log, name, reason.as_str());
+            }
+        }
+        self.set_property(vec![wire::ATTEMPTS_PROPERTY], Some(log.as_bytes()));
+    }
+
+    /// Counts the entries planning left out (`llm_failover_skipped_total`). With `try_last` an
+    /// open or dead provider moved to the end of the walk is not skipped: it is still planned.
+    fn count_skips(&self, chain: usize, skipped: &[(u8, SkipReason)], plan: Option<&Plan>) {
+        let chain = &self.config.chains[chain];
+        for (entry, reason) in skipped {
+            if plan.is_some_and(|p| p.slots.iter().any(|s| s.entry == *entry)) {
+                continue;
+            }
+            if let Some(e) = chain.entries.get(usize::from(*entry)) {
+                self.metrics.skipped(&self.config, e.provider, *reason);
+            }
+        }
     }
 
     /// Plans the request (body complete, or no body) and publishes the plan. Returns whether
@@ -97,20 +215,24 @@ impl Downstream {
         let gatekeeper = SharedGatekeeper {
             config: &config,
             health: envoy_host::health(&config),
+            metrics: &self.metrics,
         };
-        let plan = match plan::plan(&config, &facts, &gatekeeper) {
+        let plan = match plan::plan_or_refuse(&config, &facts, &gatekeeper) {
             Ok(plan) => plan,
-            Err(reply) => {
-                log::debug!(
-                    "llm_failover: refused model {:?}: {}",
-                    facts.model,
-                    reply.code
-                );
-                self.send_reply(&reply);
+            Err(refusal) => {
+                log::debug!("refused model {:?}: {}", facts.model, refusal.reply.code);
+                // Every provider open or dead: those skips are what operators need to see.
+                // (A caller asking for a model no provider serves is not a skip worth counting.)
+                if let (Some(chain), "circuit_open") = (refusal.chain, refusal.reply.code) {
+                    self.count_skips(usize::from(chain), &refusal.skipped, None);
+                    self.log_skips(usize::from(chain), &refusal.skipped);
+                }
+                self.send_reply(&refusal.reply);
                 return false;
             }
         };
         let chain = &config.chains[usize::from(plan.chain)];
+        self.count_skips(usize::from(plan.chain), &plan.skipped, Some(&plan));
 
         // A client-sent `fallbacks` field must not steer anything downstream of us.
         let mut body_len = body.len();
@@ -141,19 +263,14 @@ impl Downstream {
             model: &model,
         };
         self.set_property(vec![wire::PLAN_PROPERTY], Some(record.encode().as_bytes()));
-        if !plan.skipped.is_empty() {
-            let mut log = String::new();
-            for (entry, reason) in &plan.skipped {
-                let provider = chain.entries[usize::from(*entry)].provider;
-                attempt_log::push_skip(&mut log, &config.providers[provider].name, reason.as_str());
-            }
-            self.set_property(vec![wire::ATTEMPTS_PROPERTY], Some(log.as_bytes()));
-        }
+        self.log_skips(usize::from(plan.chain), &plan.skipped);
         let retries = plan.slots.len().saturating_sub(1);
         self.set_http_request_header(wire::MAX_RETRIES_HEADER, Some(&retries.to_string()));
         // The route's matcher must see the slot properties we just wrote.
-        if hostcalls::call_foreign_function("clear_route_cache", Some(&[])).is_err() {
-            log::warn!("llm_failover: clear_route_cache is not available in this Envoy; the route may pick a stale cluster");
+        if hostcalls::call_foreign_function("clear_route_cache", Some(&[])).is_err()
+            && !WARNED_ROUTE_CACHE.with(|w| w.replace(true))
+        {
+            log::warn!("clear_route_cache is not available in this Envoy; the route may pick a stale cluster");
         }
         self.plan = Some(plan);
         true
@@ -179,6 +296,10 @@ impl Context for Downstream {
 
 impl HttpContext for Downstream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if self.answer_status() {
+            self.answered = true;
+            return Action::Pause;
+        }
         // Envoy honours these from "internal" callers (loopback included): never from ours.
         for name in wire::ENVOY_STEERING_HEADERS {
             self.set_http_request_header(name, None);
@@ -203,6 +324,9 @@ impl HttpContext for Downstream {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.answered {
+            return Action::Pause;
+        }
         if !end_of_stream {
             return Action::Pause;
         }
@@ -225,13 +349,16 @@ impl HttpContext for Downstream {
             .clamp(1, plan.slots.len());
         self.attempts = attempts;
         self.set_http_response_header(wire::ATTEMPT_COUNT_HEADER, None);
-        let exhausted = self
+        let mut exhausted = self
             .get_http_response_header(wire::RETRY_MARKER_HEADER)
             .is_some();
         if exhausted {
             self.set_http_response_header(wire::RETRY_MARKER_HEADER, None);
         }
         let chain = &self.config.chains[usize::from(plan.chain)];
+        if !exhausted && attempts == plan.slots.len() {
+            exhausted = self.ended_without_response(chain, attempts);
+        }
         let Some(slot) = plan.slot(attempts) else {
             return Action::Continue;
         };
@@ -254,10 +381,9 @@ impl HttpContext for Downstream {
             self.set_http_response_header(wire::FALLBACK_REASON_HEADER, Some("breaker_open"));
         }
         if exhausted {
-            log::info!(
-                "llm_failover: chain {} exhausted after {attempts} attempts",
-                chain.name
-            );
+            self.metrics
+                .exhausted(&self.config, usize::from(plan.chain));
+            log::info!("chain {} exhausted after {attempts} attempts", chain.name);
             if chain.fallbacks_exhausted {
                 let reply = Reply::fallbacks_exhausted(&chain.name, attempts);
                 self.set_http_response_header(":status", Some("503"));

@@ -1,7 +1,8 @@
 //! The core's host traits over proxy-wasm: shared data with compare-and-swap, and the clock.
 
+use super::metrics::Metrics;
 use crate::config::Config;
-use crate::health::{Admission, Health};
+use crate::health::{Admission, BreakerState, Health};
 use crate::host::{Cas, CasMismatch, Clock, SharedStore};
 use crate::plan::{Gate, Gatekeeper};
 use proxy_wasm::hostcalls;
@@ -67,6 +68,7 @@ pub fn init_health_records(config: &Config) {
 pub struct SharedGatekeeper<'a> {
     pub config: &'a Config,
     pub health: Health<'a>,
+    pub metrics: &'a Metrics,
 }
 
 impl Gatekeeper for SharedGatekeeper<'_> {
@@ -76,7 +78,13 @@ impl Gatekeeper for SharedGatekeeper<'_> {
             .health
             .admit(name, model, self.config.timeouts.attempt_ms)
         {
-            Admission::Available { pristine, probe } => Gate::Open { pristine, probe },
+            Admission::Available { pristine, probe } => {
+                if probe {
+                    // This request claimed the probe after the cooldown: half-open.
+                    self.metrics.breaker_state(provider, BreakerState::HalfOpen);
+                }
+                Gate::Open { pristine, probe }
+            }
             Admission::BreakerOpen => Gate::BreakerOpen,
             Admission::Dead => Gate::Dead,
         }

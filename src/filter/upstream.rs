@@ -7,11 +7,12 @@
 //! it sees the caller's original headers.
 
 use super::envoy_host;
+use super::metrics::Metrics;
 use crate::attempt_log;
 use crate::classify::{classify_no_response, classify_status, Class};
-use crate::config::{Chain, ChainEntry, Config, Provider};
+use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
 use crate::health::Report;
-use crate::plan::{PlanRecord, Slot};
+use crate::plan::{PlanRecord, SkipReason, Slot};
 use crate::retry_after;
 use crate::rewrite;
 use crate::wire;
@@ -24,8 +25,9 @@ struct Attempt {
     number: usize,
     chain: usize,
     slot: Slot,
-    /// Slots planned in all, to tell whether another attempt follows.
-    planned: usize,
+    /// Every slot of the plan, in order (attempt n uses `slots[n - 1]`): tells whether another
+    /// attempt follows and to which provider.
+    slots: Vec<Slot>,
     start_ms: u64,
     request_start_ms: u64,
     model: String,
@@ -33,6 +35,7 @@ struct Attempt {
 
 pub struct Upstream {
     config: Rc<Config>,
+    metrics: Rc<Metrics>,
     attempt: Option<Attempt>,
     /// Model name to write into the body for this provider, while waiting for the body.
     rewrite_to: Option<String>,
@@ -41,9 +44,10 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(config: Rc<Config>) -> Self {
+    pub fn new(config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
         Upstream {
             config,
+            metrics,
             attempt: None,
             rewrite_to: None,
             settled: false,
@@ -65,14 +69,15 @@ impl Upstream {
             .unwrap_or(1);
         let bytes = self.get_property(vec![wire::PLAN_PROPERTY])?;
         let text = std::str::from_utf8(&bytes).ok()?;
-        let record = PlanRecord::decode(text)?;
+        let mut record = PlanRecord::decode(text)?;
         let slot = *record.slot_for(number)?;
         let chain = usize::from(record.chain);
-        let valid = self
-            .config
-            .chains
-            .get(chain)
-            .is_some_and(|c| usize::from(slot.entry) < c.entries.len());
+        let valid = self.config.chains.get(chain).is_some_and(|c| {
+            record
+                .slots
+                .iter()
+                .all(|s| usize::from(s.entry) < c.entries.len())
+        });
         if !valid {
             return None;
         }
@@ -80,7 +85,7 @@ impl Upstream {
             number,
             chain,
             slot,
-            planned: record.slots.len(),
+            slots: std::mem::take(&mut record.slots),
             start_ms: envoy_host::now_ms(),
             request_start_ms: record.start_ms,
             model: record.model.to_string(),
@@ -103,18 +108,34 @@ impl Upstream {
             return;
         };
         let (chain, entry, provider) = self.entry(attempt);
+        let config = &self.config;
+        let metrics = &self.metrics;
         let now = envoy_host::now_ms();
+        metrics.attempt(config, entry.provider, class);
+        // Providers of the slots after this one, in order.
+        let later = attempt
+            .slots
+            .get(attempt.number..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| chain.entries.get(usize::from(s.entry)))
+            .map(|e| e.provider);
         let mut falls_over = chain.fallback_on.falls_over(class, status);
-        let timeouts = &self.config.timeouts;
+        let mut budget_skips: Vec<ProviderId> = Vec::new();
+        let timeouts = &config.timeouts;
         if falls_over && timeouts.budget_ms > 0 {
             let spent = now.saturating_sub(attempt.request_start_ms);
             if spent + timeouts.min_remaining_ms > timeouts.budget_ms {
                 log::info!(
-                    "llm_failover: {}: {} but the time budget is spent; not falling over",
+                    "{}: {} but the time budget is spent; not falling over",
                     provider.name,
                     class.as_str()
                 );
                 falls_over = false;
+                if status.is_some() {
+                    // Without the marker no later slot is tried: each is skipped for budget.
+                    budget_skips = later.clone().collect();
+                }
             }
         }
         if falls_over && status.is_some() {
@@ -122,12 +143,19 @@ impl Upstream {
             // filter removes it when no attempt is left.
             self.set_http_response_header(wire::RETRY_MARKER_HEADER, Some("1"));
         }
-        if falls_over && attempt.number < attempt.planned {
-            log::info!(
-                "llm_failover: {} answered {}; falling over",
-                provider.name,
-                class.as_str()
-            );
+        // Without response headers Envoy retries by itself (connect-failure, reset, per-try
+        // timeout: see README "Known limits"), so count what happens, not what the chain says.
+        let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect);
+        if moves_on {
+            if let Some(next) = later.clone().next() {
+                metrics.fallback(config, entry.provider, next);
+                log::info!(
+                    "{} answered {}; falling over to {}",
+                    provider.name,
+                    class.as_str(),
+                    config.providers[next].name
+                );
+            }
         }
 
         let model = entry.model.as_deref().unwrap_or(&attempt.model);
@@ -138,13 +166,9 @@ impl Upstream {
                 falls_over,
                 retry_after_ms,
             };
-            let effect = envoy_host::health(&self.config).report(&provider.name, model, &report);
-            log::debug!(
-                "llm_failover: {} {} -> {:?}",
-                provider.name,
-                class.as_str(),
-                effect
-            );
+            let effect = envoy_host::health(config).report(&provider.name, model, &report);
+            metrics.breaker_state(entry.provider, effect.state);
+            log::debug!("{} {} -> {:?}", provider.name, class.as_str(), effect);
         }
 
         let mut log = self
@@ -157,6 +181,14 @@ impl Upstream {
             class.as_str(),
             now.saturating_sub(attempt.start_ms),
         );
+        for skipped in budget_skips {
+            metrics.skipped(config, skipped, SkipReason::Budget);
+            attempt_log::push_skip(
+                &mut log,
+                &config.providers[skipped].name,
+                SkipReason::Budget.as_str(),
+            );
+        }
         self.set_property(vec![wire::ATTEMPTS_PROPERTY], Some(log.as_bytes()));
     }
 

@@ -1,0 +1,141 @@
+//! The SPEC section 8 metrics over proxy-wasm: each (metric, labels) combination is defined once
+//! per VM, the first time it is needed, and its id cached by provider/class/chain index, so the
+//! hot path never formats a name it has seen (a success costs one `increment_metric`).
+//! Names and the Envoy tag rules that turn them into labels live in [`crate::metrics`].
+//!
+//! Every worker runs its own VM, but Envoy keeps one stat per name: counters defined by all
+//! workers under the same name are one counter (increments add up), and the breaker-state gauge
+//! is one gauge that every worker sets to the state it reads from shared data, which is the same
+//! for all of them (see [`Metrics::refresh_breaker_states`]).
+
+use super::envoy_host;
+use crate::classify::Class;
+use crate::config::{Config, ProviderId};
+use crate::health::BreakerState;
+use crate::metrics as names;
+use crate::plan::SkipReason;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MetricType;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+const CLASSES: usize = Class::ALL.len();
+const REASONS: usize = 4;
+
+fn reason_index(reason: SkipReason) -> usize {
+    match reason {
+        SkipReason::BreakerOpen => 0,
+        SkipReason::Dead => 1,
+        SkipReason::Model => 2,
+        SkipReason::Budget => 3,
+    }
+}
+
+/// Metric ids of one VM (one per plugin instance's root context; cheap to share by `Rc`).
+pub struct Metrics {
+    /// `provider * CLASSES + class` -> counter id.
+    attempts: Vec<Cell<Option<u32>>>,
+    /// `provider * REASONS + reason` -> counter id.
+    skipped: Vec<Cell<Option<u32>>>,
+    /// Chain index -> counter id.
+    exhausted: Vec<Cell<Option<u32>>>,
+    /// (from, to) provider ids -> counter id.
+    fallbacks: RefCell<HashMap<(u16, u16), u32>>,
+    /// Provider -> gauge id, defined at configure so every provider's state shows from the start.
+    breaker: Vec<Option<u32>>,
+}
+
+fn define(kind: MetricType, name: &str) -> Option<u32> {
+    // Envoy refuses only an unknown metric type.
+    hostcalls::define_metric(kind, name).ok()
+}
+
+fn increment(id: Option<u32>) {
+    if let Some(id) = id {
+        let _ = hostcalls::increment_metric(id, 1);
+    }
+}
+
+/// The cached id in `slot`, defining `name()` on first use.
+fn cached(slot: Option<&Cell<Option<u32>>>, name: impl FnOnce() -> String) -> Option<u32> {
+    let slot = slot?;
+    if let Some(id) = slot.get() {
+        return Some(id);
+    }
+    let id = define(MetricType::Counter, &name());
+    slot.set(id);
+    id
+}
+
+impl Metrics {
+    /// Sizes the caches for `config` and defines the breaker-state gauges.
+    pub fn new(config: &Config) -> Metrics {
+        let providers = config.providers.len();
+        Metrics {
+            attempts: (0..providers * CLASSES).map(|_| Cell::new(None)).collect(),
+            skipped: (0..providers * REASONS).map(|_| Cell::new(None)).collect(),
+            exhausted: (0..config.chains.len()).map(|_| Cell::new(None)).collect(),
+            fallbacks: RefCell::new(HashMap::new()),
+            breaker: config
+                .providers
+                .iter()
+                .map(|p| define(MetricType::Gauge, &names::breaker_state(&p.name)))
+                .collect(),
+        }
+    }
+
+    /// `llm_failover_attempts_total{provider, outcome}` += 1.
+    pub fn attempt(&self, config: &Config, provider: ProviderId, class: Class) {
+        let slot = self.attempts.get(provider * CLASSES + class as usize);
+        increment(cached(slot, || {
+            names::attempts(&config.providers[provider].name, class)
+        }));
+    }
+
+    /// `llm_failover_skipped_total{provider, reason}` += 1.
+    pub fn skipped(&self, config: &Config, provider: ProviderId, reason: SkipReason) {
+        let slot = self.skipped.get(provider * REASONS + reason_index(reason));
+        increment(cached(slot, || {
+            names::skipped(&config.providers[provider].name, reason.as_str())
+        }));
+    }
+
+    /// `llm_failover_exhausted_total{chain}` += 1.
+    pub fn exhausted(&self, config: &Config, chain: usize) {
+        increment(cached(self.exhausted.get(chain), || {
+            names::exhausted(&config.chains[chain].name)
+        }));
+    }
+
+    /// `llm_failover_fallbacks_total{from, to}` += 1.
+    pub fn fallback(&self, config: &Config, from: ProviderId, to: ProviderId) {
+        let key = (from as u16, to as u16);
+        let known = self.fallbacks.borrow().get(&key).copied();
+        let id = known.or_else(|| {
+            let id = define(
+                MetricType::Counter,
+                &names::fallbacks(&config.providers[from].name, &config.providers[to].name),
+            )?;
+            self.fallbacks.borrow_mut().insert(key, id);
+            Some(id)
+        });
+        increment(id);
+    }
+
+    /// Sets `llm_failover_breaker_state{provider}`.
+    pub fn breaker_state(&self, provider: ProviderId, state: BreakerState) {
+        if let Some(Some(id)) = self.breaker.get(provider) {
+            let _ = hostcalls::record_metric(*id, u64::from(state.metric_value()));
+        }
+    }
+
+    /// Sets every provider's breaker gauge from the shared health records (one shared-data read
+    /// each). Called at configure and from the downstream root's tick, so the gauge also follows
+    /// changes nobody reports, such as a cooldown ending (open -> half-open) with no traffic.
+    pub fn refresh_breaker_states(&self, config: &Config) {
+        let health = envoy_host::health(config);
+        for (id, provider) in config.providers.iter().enumerate() {
+            self.breaker_state(id, health.snapshot(&provider.name).state);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The status endpoint's answer (SPEC section 10): every provider's health as JSON, read from the
+//! shared health records, so one look tells a provider outage (breakers open, dead marks) from a
+//! gateway outage (every provider healthy yet requests failing).
+//!
+//! ```json
+//! {"now_ms": 1700000000000,
+//!  "providers": [
+//!   {"name": "primary", "cluster": "primary",
+//!    "state": "open", "state_value": 1,
+//!    "failures_in_window": 3, "failure_threshold": 3, "window_ms": 30000,
+//!    "last_failure": {"class": "server_error", "at_ms": 1699999999000},
+//!    "open_until_ms": 1700000059000, "probe_in_flight": false,
+//!    "dead_until_ms": null,
+//!    "dead_models": [{"model": "gpt-4o", "class": "model_not_found", "until_ms": 1700021600000}]}]}
+//! ```
+//! Times are milliseconds since the Unix epoch; `null` means "none". `state` is `closed`, `open`
+//! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge).
+
+use crate::config::Config;
+use crate::health::{Health, HealthSnapshot};
+use serde::Serialize;
+
+#[derive(Serialize)]
+struct Status<'a> {
+    now_ms: u64,
+    providers: Vec<ProviderStatus<'a>>,
+}
+
+#[derive(Serialize)]
+struct LastFailure {
+    class: &'static str,
+    at_ms: u64,
+}
+
+#[derive(Serialize)]
+struct DeadModel {
+    model: String,
+    class: &'static str,
+    until_ms: u64,
+}
+
+/// One provider's entry (fields in this order in the JSON).
+#[derive(Serialize)]
+struct ProviderStatus<'a> {
+    name: &'a str,
+    cluster: &'a str,
+    state: &'static str,
+    state_value: u8,
+    failures_in_window: u32,
+    failure_threshold: u32,
+    window_ms: u64,
+    last_failure: Option<LastFailure>,
+    open_until_ms: Option<u64>,
+    probe_in_flight: bool,
+    dead_until_ms: Option<u64>,
+    dead_models: Vec<DeadModel>,
+}
+
+fn provider_status<'a>(
+    name: &'a str,
+    cluster: &'a str,
+    config: &Config,
+    s: HealthSnapshot,
+) -> ProviderStatus<'a> {
+    ProviderStatus {
+        name,
+        cluster,
+        state: s.state.as_str(),
+        state_value: s.state.metric_value(),
+        failures_in_window: s.failures_in_window,
+        failure_threshold: config.breaker.failures,
+        window_ms: config.breaker.window_ms,
+        last_failure: s.last_failure.map(|(class, at_ms)| LastFailure {
+            class: class.as_str(),
+            at_ms,
+        }),
+        open_until_ms: s.open_until_ms,
+        probe_in_flight: s.probe_in_flight,
+        dead_until_ms: s.provider_dead_until_ms,
+        dead_models: s
+            .dead_models
+            .into_iter()
+            .map(|m| DeadModel {
+                model: m.model,
+                class: m.class.as_str(),
+                until_ms: m.until_ms,
+            })
+            .collect(),
+    }
+}
+
+/// The whole answer: one read of each provider's record, in configuration order.
+pub fn render(config: &Config, health: &Health, now_ms: u64) -> String {
+    let status = Status {
+        now_ms,
+        providers: config
+            .providers
+            .iter()
+            .map(|p| provider_status(&p.name, &p.cluster, config, health.snapshot(&p.name)))
+            .collect(),
+    };
+    let mut out = serde_json::to_string_pretty(&status).unwrap_or_default();
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Class;
+    use crate::health::Report;
+    use crate::host::{Clock, ManualClock, MemoryStore};
+    use serde_json::{json, Value};
+
+    #[test]
+    fn reports_breaker_failures_and_dead_marks_per_provider() {
+        let config = Config::from_json(
+            br#"{"providers":[{"name":"a"},{"name":"b","cluster":"b_cluster"}],
+                "chains":[{"name":"main","providers":["a","b"]}],
+                "breaker":{"failures":2,"window":"30s","cooldown":"60s"}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(1_000_000);
+        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
+        for p in &config.providers {
+            health.ensure_record(&p.name);
+        }
+        health.report("a", "m", &Report::new(Class::ServerError, true));
+        clock.advance(10);
+        health.report("a", "m", &Report::new(Class::Overloaded, true));
+        health.report("b", "gpt-x", &Report::new(Class::ModelNotFound, true));
+
+        let v: Value = serde_json::from_str(&render(&config, &health, clock.now_ms())).unwrap();
+        assert_eq!(v["now_ms"], 1_000_010);
+        let a = &v["providers"][0];
+        assert_eq!(a["name"], "a");
+        assert_eq!(a["state"], "open");
+        assert_eq!(a["state_value"], 1);
+        assert_eq!(a["failures_in_window"], 2);
+        assert_eq!(a["failure_threshold"], 2);
+        assert_eq!(a["last_failure"]["class"], "overloaded");
+        assert_eq!(a["last_failure"]["at_ms"], 1_000_010);
+        assert_eq!(a["open_until_ms"], 1_060_010);
+        assert_eq!(a["probe_in_flight"], false);
+        assert_eq!(a["dead_models"], json!([]));
+        let b = &v["providers"][1];
+        assert_eq!(b["cluster"], "b_cluster");
+        assert_eq!(b["state"], "closed");
+        assert_eq!(b["open_until_ms"], Value::Null);
+        assert_eq!(b["dead_until_ms"], Value::Null);
+        assert_eq!(b["last_failure"]["class"], "model_not_found");
+        assert_eq!(
+            b["dead_models"],
+            json!([{"model": "gpt-x", "class": "model_not_found", "until_ms": 1_000_010 + 6 * 3_600_000}])
+        );
+    }
+
+    #[test]
+    fn a_fresh_gateway_reports_every_provider_closed() {
+        let config = Config::from_json(
+            br#"{"providers":[{"name":"a"}],"chains":[{"name":"main","providers":["a"]}]}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(5);
+        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
+        let text = render(&config, &health, 5);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            text.find("\"name\"") < text.find("\"cluster\"")
+                && text.find("\"cluster\"") < text.find("\"state\""),
+            "fields keep their documented order: {text}"
+        );
+        assert_eq!(v["providers"][0]["state"], "closed");
+        assert_eq!(v["providers"][0]["last_failure"], Value::Null);
+        assert_eq!(v["providers"][0]["failures_in_window"], 0);
+    }
+}
