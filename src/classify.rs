@@ -91,16 +91,37 @@ pub fn classify_status(status: u16) -> Class {
     }
 }
 
-/// The class of an attempt that ended without response headers.
-/// `transport_failure` is Envoy's `upstream.transport_failure_reason` (set when the connection
-/// could not be made); without it the attempt ran out of time or the upstream went silent.
-pub fn classify_no_response(transport_failure: bool, client_gone: bool) -> Class {
-    if client_gone {
+/// What Envoy tells an upstream filter about an attempt that ended without response headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoResponse {
+    /// `upstream.transport_failure_reason` was set: the connection could not be made.
+    pub transport_failure: bool,
+    /// The downstream stream carries Envoy's `DC` response flag: the caller went away.
+    pub client_gone: bool,
+    /// Time from the attempt's start to its end.
+    pub elapsed_ms: u64,
+    /// The attempt timeout (Envoy's `per_try_timeout`) and stall timeout
+    /// (`per_try_idle_timeout`, 0 = off) the route was rendered with.
+    pub attempt_timeout_ms: u64,
+    pub stall_timeout_ms: u64,
+}
+
+/// Envoy fires its per-try timers a little early or late; within this much counts as the timer.
+const TIMER_SLACK_MS: u64 = 50;
+
+/// The class of an attempt that ended without response headers. Envoy gives the same signal
+/// for a per-try timeout and for a connection reset or closed before the answer, so the
+/// elapsed time tells them apart: only a timer firing ends an attempt at its timeout.
+pub fn classify_no_response(n: &NoResponse) -> Class {
+    let reached = |limit: u64| limit > 0 && n.elapsed_ms + TIMER_SLACK_MS >= limit;
+    if n.client_gone {
         Class::ClientDisconnect
-    } else if transport_failure {
+    } else if n.transport_failure {
         Class::ConnectionError
-    } else {
+    } else if reached(n.attempt_timeout_ms) || reached(n.stall_timeout_ms) {
         Class::Timeout
+    } else {
+        Class::ConnectionError
     }
 }
 
@@ -206,9 +227,39 @@ mod tests {
 
     #[test]
     fn no_response_is_connection_error_timeout_or_disconnect() {
-        assert_eq!(classify_no_response(true, false), Class::ConnectionError);
-        assert_eq!(classify_no_response(false, false), Class::Timeout);
-        assert_eq!(classify_no_response(true, true), Class::ClientDisconnect);
+        let base = NoResponse {
+            attempt_timeout_ms: 1_000,
+            ..Default::default()
+        };
+        let refused = NoResponse {
+            transport_failure: true,
+            elapsed_ms: 2,
+            ..base
+        };
+        assert_eq!(classify_no_response(&refused), Class::ConnectionError);
+        let reset_early = NoResponse {
+            elapsed_ms: 30,
+            ..base
+        };
+        assert_eq!(classify_no_response(&reset_early), Class::ConnectionError);
+        let timed_out = NoResponse {
+            elapsed_ms: 998,
+            ..base
+        };
+        assert_eq!(classify_no_response(&timed_out), Class::Timeout);
+        let stalled = NoResponse {
+            elapsed_ms: 300,
+            stall_timeout_ms: 300,
+            ..base
+        };
+        assert_eq!(classify_no_response(&stalled), Class::Timeout);
+        let gone = NoResponse {
+            client_gone: true,
+            transport_failure: true,
+            elapsed_ms: 1_000,
+            ..base
+        };
+        assert_eq!(classify_no_response(&gone), Class::ClientDisconnect);
     }
 
     #[test]

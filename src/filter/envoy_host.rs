@@ -90,3 +90,14 @@ impl Gatekeeper for SharedGatekeeper<'_> {
         }
     }
 }
+
+/// Envoy's `DC` response flag: the downstream connection went away.
+pub const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
+
+/// The request's Envoy response flags (`response.flags`, an 8-byte little-endian integer).
+pub fn response_flags(context: &dyn proxy_wasm::traits::Context) -> u64 {
+    context
+        .get_property(vec!["response", "flags"])
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
+        .map_or(0, u64::from_le_bytes)
+}

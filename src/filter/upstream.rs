@@ -9,7 +9,7 @@
 use super::envoy_host;
 use super::metrics::Metrics;
 use crate::attempt_log;
-use crate::classify::{classify_no_response, classify_status, Class};
+use crate::classify::{classify_no_response, classify_status, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
 use crate::health::Report;
 use crate::plan::{PlanRecord, SkipReason, Slot};
@@ -215,10 +215,21 @@ impl Context for Upstream {
         if !self.settled && self.attempt.is_some() {
             // No response headers: the connection failed, the attempt timed out, or the
             // caller went away (DESIGN section 1: these reach upstream filters only here).
-            let transport_failure = self
-                .get_property(vec!["upstream", "transport_failure_reason"])
-                .is_some_and(|v| !v.is_empty());
-            self.settle(classify_no_response(transport_failure, false), None, None);
+            let outcome = NoResponse {
+                transport_failure: self
+                    .get_property(vec!["upstream", "transport_failure_reason"])
+                    .is_some_and(|v| !v.is_empty()),
+                client_gone: envoy_host::response_flags(self)
+                    & envoy_host::DOWNSTREAM_CONNECTION_TERMINATION
+                    != 0,
+                elapsed_ms: self
+                    .attempt
+                    .as_ref()
+                    .map_or(0, |a| envoy_host::now_ms().saturating_sub(a.start_ms)),
+                attempt_timeout_ms: self.config.timeouts.attempt_ms,
+                stall_timeout_ms: self.config.timeouts.stall_ms,
+            };
+            self.settle(classify_no_response(&outcome), None, None);
         }
         true
     }

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from harness import prometheus_samples
 
 DEMO = "envoy/demo.failover.yaml"
 
@@ -54,6 +55,40 @@ def test_refused_connection_falls_over(demo):
     assert r.status == 200, r.text
     assert r.header("x-llm-provider") == "secondary"
     assert r.header("x-llm-fallback-reason") == "connection_error"
+
+
+@pytest.mark.parametrize("action", ["reset", "close"])
+def test_connection_dropped_before_headers_is_a_connection_error(demo, action):
+    gateway, primary, secondary, _ = demo
+    primary.set_default(action=action)
+    gw = gateway.start(DEMO)
+    r = gw.chat("gpt-4o")
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "secondary"
+    assert r.header("x-llm-fallback-reason") == "connection_error"
+
+
+def test_a_caller_going_away_is_no_provider_failure(demo):
+    gateway, primary, secondary, _ = demo
+    primary.set_default(action="hang")
+    gw = gateway.start(DEMO, env={"BREAKER_FAILURES": "1"})
+    with pytest.raises(Exception):
+        gw.chat("gpt-4o", timeout=0.5)
+
+    def disconnects():
+        samples = prometheus_samples(gw.prometheus(), "llm_failover_attempts_total")
+        return sum(v for labels, v in samples
+                   if labels == {"provider": "primary", "outcome": "client_disconnect"})
+
+    deadline = time.monotonic() + 5
+    while disconnects() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert disconnects() == 1
+    assert secondary.request_count() == 0, "a caller that left is never failed over"
+    primary.set_default(status=200)
+    r = gw.chat("gpt-4o")
+    # With a one-failure breaker, counting the disconnect would have opened it.
+    assert r.header("x-llm-provider") == "primary"
 
 
 def test_hang_past_the_attempt_timeout_falls_over(demo):
