@@ -328,7 +328,7 @@ pub struct Config {
     /// Every header any provider sets (credentials and extra headers) and the caller's
     /// gateway credential: removed from each attempt before the provider's own are set, so
     /// nothing meant for one provider reaches another.
-    pub credential_headers: Vec<String>,
+    pub cleared_headers: Vec<String>,
     pub status_path: Option<String>,
 }
 
@@ -401,7 +401,7 @@ impl Config {
 
         let mut ids: HashMap<&str, ProviderId> = HashMap::new();
         let mut providers = Vec::with_capacity(raw.providers.len());
-        let mut credential_headers: Vec<String> = Vec::new();
+        let mut cleared_headers: Vec<String> = Vec::new();
         for (i, p) in raw.providers.iter().enumerate() {
             let at = format!("providers[{i}]");
             if !is_token(&p.name) {
@@ -461,8 +461,8 @@ impl Config {
                 if let Some(key) = key {
                     set_headers.push((header.clone(), format!("{}{}", c.prefix, key)));
                 }
-                if !credential_headers.contains(&header) {
-                    credential_headers.push(header);
+                if !cleared_headers.contains(&header) {
+                    cleared_headers.push(header);
                 }
             }
             for (name, value) in &p.headers {
@@ -472,8 +472,8 @@ impl Config {
                 }
                 // Envoy shares one header map across attempts: whatever one provider gets set
                 // must be cleared before the next attempt, like a credential.
-                if !credential_headers.contains(&lower) {
-                    credential_headers.push(lower.clone());
+                if !cleared_headers.contains(&lower) {
+                    cleared_headers.push(lower.clone());
                 }
                 set_headers.push((lower, value.clone()));
             }
@@ -508,8 +508,8 @@ impl Config {
         }
         for h in &raw.gateway_credential_headers {
             let lower = h.to_ascii_lowercase();
-            if !credential_headers.contains(&lower) {
-                credential_headers.push(lower);
+            if !cleared_headers.contains(&lower) {
+                cleared_headers.push(lower);
             }
         }
 
@@ -679,7 +679,7 @@ impl Config {
             },
             opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
             caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
-            credential_headers,
+            cleared_headers,
             status_path: raw.status_path,
         })
     }
@@ -913,7 +913,7 @@ mod tests {
             ("anthropic-version".to_string(), "2023-06-01".to_string())
         );
         for h in ["authorization", "x-api-key", "api-key", "anthropic-version"] {
-            assert!(c.credential_headers.iter().any(|x| x == h), "{h}");
+            assert!(c.cleared_headers.iter().any(|x| x == h), "{h}");
         }
         let e = errors_of(
             r#"{"providers":[{"name":"a","credential":{"header":"x-api-key","env":"MISSING"}}],"chains":[{"name":"c","providers":["a"]}]}"#,

@@ -139,17 +139,6 @@ pub enum Admission {
     Dead,
 }
 
-impl Admission {
-    /// The `llm_failover_skipped_total` reason when the provider is skipped.
-    pub fn skip_reason(&self) -> Option<&'static str> {
-        match self {
-            Admission::Available { .. } => None,
-            Admission::BreakerOpen => Some("breaker_open"),
-            Admission::Dead => Some("dead"),
-        }
-    }
-}
-
 const AVAILABLE: Admission = Admission::Available {
     pristine: true,
     probe: false,
@@ -905,7 +894,6 @@ mod tests {
         assert_eq!(e.breaker, BreakerChange::Opened { until_ms: until });
         assert_eq!(e.state, BreakerState::Open);
         assert_eq!(f.admit(), Admission::BreakerOpen);
-        assert_eq!(f.admit().skip_reason(), Some("breaker_open"));
         let snap = f.snapshot();
         assert_eq!(snap.state.metric_value(), 1);
         assert_eq!(snap.open_until_ms, Some(until));
@@ -1067,7 +1055,6 @@ mod tests {
         };
         assert_eq!(e.dead_mark, Some(mark));
         assert_eq!(f.admit(), Admission::Dead);
-        assert_eq!(f.admit().skip_reason(), Some("dead"));
         assert_eq!(
             f.snapshot().dead_models,
             vec![ModelDeadMark {

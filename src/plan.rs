@@ -3,24 +3,12 @@
 //! through Envoy filter state.
 
 use crate::config::{any_matches, Chain, Config, ProviderId};
+use crate::health::Admission;
 use crate::reply::Reply;
-
-/// What the planner learns about a provider from its shared health record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
-    /// Usable. `pristine`: nothing recorded, so a success needs no report.
-    /// `probe`: this request holds the provider's single half-open probe.
-    Open {
-        pristine: bool,
-        probe: bool,
-    },
-    BreakerOpen,
-    Dead,
-}
 
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
 pub trait Gatekeeper {
-    fn gate(&self, provider: ProviderId, model: &str) -> Gate;
+    fn gate(&self, provider: ProviderId, model: &str) -> Admission;
 }
 
 /// Why a chain entry was left out of a plan (the `reason` label of `llm_failover_skipped_total`).
@@ -155,19 +143,19 @@ pub fn plan_or_refuse(
             break;
         }
         match health.gate(entry.provider, sent_model) {
-            Gate::Open { pristine, probe } => slots.push(Slot {
+            Admission::Available { pristine, probe } => slots.push(Slot {
                 entry: index,
                 pristine,
                 probe,
             }),
-            Gate::BreakerOpen => skip_or_defer(
+            Admission::BreakerOpen => skip_or_defer(
                 chain,
                 index,
                 SkipReason::BreakerOpen,
                 &mut skipped,
                 &mut deferred,
             ),
-            Gate::Dead => {
+            Admission::Dead => {
                 skip_or_defer(chain, index, SkipReason::Dead, &mut skipped, &mut deferred)
             }
         }
@@ -316,17 +304,20 @@ mod tests {
     /// Health double: a fixed gate per provider, recording which providers were read.
     #[derive(Default)]
     struct FakeHealth {
-        gates: HashMap<ProviderId, Gate>,
+        gates: HashMap<ProviderId, Admission>,
         reads: RefCell<Vec<ProviderId>>,
     }
 
     impl Gatekeeper for FakeHealth {
-        fn gate(&self, provider: ProviderId, _model: &str) -> Gate {
+        fn gate(&self, provider: ProviderId, _model: &str) -> Admission {
             self.reads.borrow_mut().push(provider);
-            self.gates.get(&provider).copied().unwrap_or(Gate::Open {
-                pristine: true,
-                probe: false,
-            })
+            self.gates
+                .get(&provider)
+                .copied()
+                .unwrap_or(Admission::Available {
+                    pristine: true,
+                    probe: false,
+                })
         }
     }
 
@@ -376,8 +367,8 @@ mod tests {
     fn open_breakers_and_dead_marks_spend_no_attempt() {
         let c = config(THREE);
         let mut health = FakeHealth::default();
-        health.gates.insert(0, Gate::BreakerOpen);
-        health.gates.insert(1, Gate::Dead);
+        health.gates.insert(0, Admission::BreakerOpen);
+        health.gates.insert(1, Admission::Dead);
         let p = plan(&c, &facts("m"), &health).unwrap();
         assert_eq!(entries(&p), vec![2, 3]);
         assert_eq!(
@@ -394,7 +385,7 @@ mod tests {
             "chains":[{"name":"main","providers":["a","b","c"],"try_last":true}]}"#,
         );
         let mut health = FakeHealth::default();
-        health.gates.insert(0, Gate::BreakerOpen);
+        health.gates.insert(0, Admission::BreakerOpen);
         let p = plan(&c, &facts("m"), &health).unwrap();
         assert_eq!(entries(&p), vec![1, 2, 0]);
     }
@@ -404,7 +395,7 @@ mod tests {
         let c = config(THREE);
         let mut health = FakeHealth::default();
         for id in 0..4 {
-            health.gates.insert(id, Gate::BreakerOpen);
+            health.gates.insert(id, Admission::BreakerOpen);
         }
         let err = plan(&c, &facts("m"), &health).unwrap_err();
         assert_eq!((err.status, err.code), (503, "circuit_open"));

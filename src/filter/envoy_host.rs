@@ -4,7 +4,7 @@ use super::metrics::Metrics;
 use crate::config::Config;
 use crate::health::{Admission, BreakerState, Health};
 use crate::host::{Cas, CasMismatch, Clock, SharedStore};
-use crate::plan::{Gate, Gatekeeper};
+use crate::plan::Gatekeeper;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 use std::time::UNIX_EPOCH;
@@ -72,22 +72,16 @@ pub struct SharedGatekeeper<'a> {
 }
 
 impl Gatekeeper for SharedGatekeeper<'_> {
-    fn gate(&self, provider: usize, model: &str) -> Gate {
+    fn gate(&self, provider: usize, model: &str) -> Admission {
         let name = &self.config.providers[provider].name;
-        match self
+        let admission = self
             .health
-            .admit(name, model, self.config.timeouts.attempt_ms)
-        {
-            Admission::Available { pristine, probe } => {
-                if probe {
-                    // This request claimed the probe after the cooldown: half-open.
-                    self.metrics.breaker_state(provider, BreakerState::HalfOpen);
-                }
-                Gate::Open { pristine, probe }
-            }
-            Admission::BreakerOpen => Gate::BreakerOpen,
-            Admission::Dead => Gate::Dead,
+            .admit(name, model, self.config.timeouts.attempt_ms);
+        if let Admission::Available { probe: true, .. } = admission {
+            // This request claimed the probe after the cooldown: half-open.
+            self.metrics.breaker_state(provider, BreakerState::HalfOpen);
         }
+        admission
     }
 }
 

@@ -242,7 +242,7 @@ impl HttpContext for Upstream {
         };
         let (_, entry, provider) = self.entry(&attempt);
         // Credentials: drop every provider's and the caller's, then set this provider's own.
-        for header in &self.config.credential_headers {
+        for header in &self.config.cleared_headers {
             self.set_http_request_header(header, None);
         }
         for (name, value) in &provider.set_headers {
