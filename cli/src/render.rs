@@ -282,7 +282,9 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
     c.insert("name".into(), u.cluster.as_str().into());
     match &u.endpoint.host {
         Host::Name(_) => {
-            c.insert("type".into(), "STRICT_DNS".into());
+            // LOGICAL_DNS: provider APIs sit behind CDNs that answer with changing address
+            // sets; Envoy keeps one logical host instead of churning its pool on each lookup.
+            c.insert("type".into(), "LOGICAL_DNS".into());
             c.insert("dns_lookup_family".into(), "V4_PREFERRED".into());
         }
         Host::Ip(_) => {

@@ -271,7 +271,7 @@ fn tls_providers_get_verified_tls_with_alpn_and_plain_ones_http1() {
         .collect();
     assert_eq!(names, ["openai", "azure", "local"]);
     let openai = &clusters[0];
-    assert_eq!(openai["type"], "STRICT_DNS");
+    assert_eq!(openai["type"], "LOGICAL_DNS");
     assert_eq!(openai["connect_timeout"], "5s");
     let ep = &openai["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
     assert_eq!(ep["address"]["socket_address"]["address"], "api.openai.com");
