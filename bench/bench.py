@@ -1,0 +1,867 @@
+#!/usr/bin/env python3
+"""Benchmark: Envoy plain route vs Envoy + llm-failover (success and failover paths), plus
+config-only experiments and an optional LiteLLM peer. Started by scripts/bench.sh, which
+installs nginx/wrk, builds the module and picks a Python with PyYAML; see BENCHMARKS.md.
+
+Everything listens on 127.0.0.1 (ports from $BENCH_PORT_BASE, default 19400). Every load run is
+bounded in time (wrk -d, plus a hard timeout) and in count ($BENCH_MAX_REQUESTS per run).
+Processes started here are stopped by their own pid (or own process group) on exit.
+"""
+
+import argparse
+import atexit
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".work" / "bench"
+RUN = WORK / "run"
+LUA = ROOT / "bench" / "post.lua"
+MODULE = ROOT / "dist" / "llm_failover.wasm"
+CLI = ROOT / "target" / "release" / "llm-failover"
+DEMO = ROOT / "envoy" / "demo.failover.yaml"
+NOOP_SRC = ROOT / "bench" / "noop" / "noop.rs"
+NOOP = WORK / "noop.wasm"
+
+PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "19400"))
+NGINX_OK = PORT_BASE + 1
+NGINX_FAIL = PORT_BASE + 2
+LITELLM_PORT = PORT_BASE + 3
+NGINX_OK_H2 = PORT_BASE + 4    # the same answers over HTTP/2 (h2c, prior knowledge)
+NGINX_FAIL_H2 = PORT_BASE + 5
+MAX_REQUESTS = int(os.environ.get("BENCH_MAX_REQUESTS", "2000000"))
+CONCURRENCY = 2  # Envoy --concurrency
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PATH = "/v1/chat/completions"
+# Breaker: 1000 failures (the config's maximum) inside 2 ms can never happen at these rates, so
+# the breaker never opens and every failover-path request really tries the primary first. The
+# short window also keeps the shared health record small (old failure timestamps are pruned),
+# as it is in production where the record never holds more than `failures` timestamps.
+BREAKER_ENV = {"BREAKER_FAILURES": "1000", "BREAKER_WINDOW": "2ms"}
+
+CHAT_COMPLETION = (
+    '{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,'
+    '"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant",'
+    '"content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,'
+    '"completion_tokens":1,"total_tokens":11}}'
+)
+OVERLOADED = '{"error":{"message":"overloaded (benchmark)","type":"server_error"}}'
+
+PROCS = []  # (name, Popen, own_process_group)
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Processes
+
+
+def start(name, argv, own_group=False, env=None, cpus=None):
+    if cpus and shutil.which("taskset"):
+        argv = ["taskset", "-c", cpus] + argv
+    out = open(RUN / f"{name}.log", "wb")
+    p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=own_group, cwd=ROOT)
+    PROCS.append((name, p, own_group))
+    return p
+
+
+def stop_all():
+    for name, p, group in reversed(PROCS):
+        if p.poll() is not None:
+            continue
+        try:
+            if group:
+                os.killpg(p.pid, signal.SIGTERM)
+            else:
+                p.terminate()
+            p.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                if group:
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    p.kill()
+                p.wait(timeout=5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+    PROCS.clear()
+
+
+def tree_pids(pid):
+    """pid and all its descendants (LiteLLM's uvicorn workers)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_seconds(pids):
+    """utime + stime (all threads) of the processes, in seconds, from /proc/<pid>/stat."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / CLK_TCK
+
+
+def rss_kib(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def http(method, url, body=None, headers=None, timeout=5):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict((k.lower(), v) for k, v in r.headers.items()), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict((k.lower(), v) for k, v in e.headers.items()), e.read()
+
+
+def wait_for(what, check, timeout):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception as e:  # noqa: BLE001 - still starting
+            last = e
+        time.sleep(0.1)
+    raise SystemExit(f"bench: {what} did not come up in {timeout} s ({last})")
+
+
+# ------------------------------------------------------------------------------------------
+# Upstream: nginx with a fixed chat completion (200) and a failing primary (503)
+
+
+def check_ports_free(ports):
+    busy = []
+    for port in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                busy.append(port)
+    if busy:
+        raise SystemExit(f"bench: ports {busy} on 127.0.0.1 are in use (another benchmark?); "
+                         "set BENCH_PORT_BASE to move the whole range")
+
+
+def start_nginx(cpus):
+    tmp = RUN / "nginx"
+    tmp.mkdir(parents=True, exist_ok=True)
+    conf = tmp / "nginx.conf"
+    conf.write_text(f"""# generated by bench/bench.py
+daemon off;
+master_process off;   # one process, no user switch: the benchmark's upstream only
+worker_processes 1;
+error_log {tmp}/error.log warn;
+pid {tmp}/nginx.pid;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  keepalive_requests 100000000;
+  keepalive_timeout 600s;
+  client_max_body_size 64m;
+  default_type application/json;
+  # `return` answers any method (POST included) with a fixed body; the request body is
+  # read and discarded. No static files, so no 405 for POST.
+  server {{
+    listen 127.0.0.1:{NGINX_OK} backlog=4096;
+    location / {{ return 200 '{CHAT_COMPLETION}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_FAIL} backlog=4096;
+    # Counts the failing primary's attempts (lines), buffered so it costs next to nothing.
+    access_log {tmp}/fail.log combined buffer=256k flush=200ms;
+    location / {{ return 503 '{OVERLOADED}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_OK_H2} http2 backlog=4096;
+    location / {{ return 200 '{CHAT_COMPLETION}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_FAIL_H2} http2 backlog=4096;
+    access_log {tmp}/fail.log combined buffer=256k flush=200ms;
+    location / {{ return 503 '{OVERLOADED}'; }}
+  }}
+}}
+""")
+    p = start("nginx", ["nginx", "-c", str(conf), "-p", str(tmp)], cpus=cpus)
+
+    def up():
+        if p.poll() is not None:
+            raise SystemExit(f"bench: nginx exited; see {tmp}/error.log")
+        return http("POST", f"http://127.0.0.1:{NGINX_OK}{PATH}", b"{}")[0] == 200
+    wait_for("nginx", up, 10)
+    st, _, body = http("POST", f"http://127.0.0.1:{NGINX_FAIL}{PATH}", b"{}")
+    assert st == 503 and b"overloaded" in body, (st, body)
+    return tmp / "fail.log"
+
+
+def fail_log_lines(path):
+    time.sleep(0.4)  # the buffered log flushes every 200 ms
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+# ------------------------------------------------------------------------------------------
+# Envoy configurations, all derived from one rendered llm-failover config
+
+
+def render(primary, secondary, listen, admin):
+    env = dict(os.environ, PRIMARY_PORT=str(primary), SECONDARY_PORT=str(secondary),
+               TERTIARY_PORT=str(secondary), LISTEN_PORT=str(listen), ADMIN_PORT=str(admin),
+               **BREAKER_ENV)
+    out = RUN / f"rendered-{listen}.yaml"
+    subprocess.run([str(CLI), "render", str(DEMO), "--out", str(out), "--module", str(MODULE)],
+                   env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
+    return yaml.safe_load(out.read_text())
+
+
+def hcm(cfg):
+    return cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def upstream_opts(cluster):
+    return cluster["typed_extension_protocol_options"][
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+
+
+def strip_downstream_wasm(cfg):
+    h = hcm(cfg)
+    h["http_filters"] = [f for f in h["http_filters"] if "Wasm" not in f["typed_config"]["@type"]]
+
+
+def strip_upstream_wasm(cfg):
+    for c in cfg["static_resources"]["clusters"]:
+        upstream_opts(c).pop("http_filters", None)
+
+
+def plain_route(cfg):
+    """No filter, no matcher, no retries: listener -> router -> cluster `primary`."""
+    strip_downstream_wasm(cfg)
+    strip_upstream_wasm(cfg)
+    vh = hcm(cfg)["route_config"]["virtual_hosts"][0]
+    vh.pop("include_request_attempt_count", None)
+    vh.pop("include_attempt_count_in_response", None)
+    route = vh["routes"][0]["route"]
+    vh["routes"][0]["route"] = {"cluster": "primary", "timeout": route["timeout"]}
+
+
+def route_only(cfg):
+    """The rendered matcher route + retry policy, no wasm: with no filter state the first
+    attempt falls to an added on_no_match that picks `primary` (same matcher work)."""
+    strip_downstream_wasm(cfg)
+    strip_upstream_wasm(cfg)
+    spec = hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]["route"][
+        "inline_cluster_specifier_plugin"]["extension"]["typed_config"]
+    slot1 = spec["cluster_matcher"]["on_no_match"]["matcher"]
+    slot1["on_no_match"] = {"action": {"name": "cluster", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction",
+        "cluster": "primary"}}}
+
+
+def failover_route_only(cfg):
+    """Envoy's own failover with no wasm: the rendered matcher route and retry policy, retrying
+    on 5xx instead of the filter's marker header; with no filter state, attempt 1 falls to
+    `primary` and attempts 2 and 3 to `secondary` (added on_no_match branches)."""
+    route_only(cfg)
+    route = hcm(cfg)["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    route["retry_policy"]["retry_on"] = "5xx,connect-failure,reset,refused-stream"
+    route["retry_policy"].pop("retriable_headers", None)
+    tree = route["inline_cluster_specifier_plugin"]["extension"]["typed_config"][
+        "cluster_matcher"]["matcher_tree"]["exact_match_map"]["map"]
+    for branch in tree.values():
+        branch["matcher"]["on_no_match"] = {"action": {"name": "cluster", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction",
+            "cluster": "secondary"}}}
+
+
+def upstream_h2(cfg):
+    """Provider clusters speak HTTP/2 (h2c with prior knowledge to nginx)."""
+    for c in cfg["static_resources"]["clusters"]:
+        upstream_opts(c)["explicit_http_config"] = {"http2_protocol_options": {}}
+
+
+def noop_filter(name):
+    return {"name": name, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+        "config": {"name": name, "root_id": "noop", "vm_config": {
+            "vm_id": "bench_noop", "runtime": "envoy.wasm.runtime.v8",
+            "code": {"local": {"filename": str(NOOP)}}}}}}
+
+
+def add_noop_downstream(cfg):
+    h = hcm(cfg)
+    h["http_filters"].insert(0, noop_filter("noop_downstream"))
+
+
+def add_noop_upstream(cfg):
+    for c in cfg["static_resources"]["clusters"]:
+        upstream_opts(c)["http_filters"] = [noop_filter("noop_upstream"), {
+            "name": "envoy.filters.http.upstream_codec", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}]
+
+
+class Target:
+    """One thing under load: an Envoy configuration (or LiteLLM)."""
+
+    def __init__(self, key, label, primary, transform=None, expect_status=200,
+                 expect_provider=None, expect_attempts=None, secondary=NGINX_OK):
+        self.key, self.label, self.primary, self.secondary = key, label, primary, secondary
+        self.transform, self.expect_status = transform, expect_status
+        self.expect_provider, self.expect_attempts = expect_provider, expect_attempts
+        self.proc, self.pids, self.port, self.admin = None, None, None, None
+        self.rss_idle = self.rss_loaded = None
+
+    def wasm_vms(self):
+        """Live wasm VMs as Envoy counts them (the main thread's, one per worker, and the
+        base VM kept for cloning)."""
+        st, _, body = http("GET", f"http://127.0.0.1:{self.admin}/stats?filter="
+                           r"^wasm\.envoy\.wasm\.runtime\.v8\.active$")
+        m = re.search(rb": (\d+)", body)
+        return int(m.group(1)) if m else 0
+
+    def url(self):
+        return f"http://127.0.0.1:{self.port}{PATH}"
+
+    def stats(self):
+        if self.admin is None:
+            return {}
+        st, _, body = http("GET", f"http://127.0.0.1:{self.admin}/stats?filter="
+                           r"^cluster\.(primary|secondary)\.upstream_(rq_total|cx_total|"
+                           r"rq_retry|rq_retry_overflow)$")
+        out = {}
+        for line in body.decode().splitlines():
+            k, _, v = line.partition(": ")
+            if v.strip().isdigit():
+                out[k.strip()] = int(v)
+        return out
+
+
+ENVOY_KEYS = ["plain", "success", "failover", "plain503"]
+TARGETS = {
+    "plain": lambda: Target("plain", "Envoy plain route (no filter)", NGINX_OK, plain_route),
+    "success": lambda: Target("success", "llm-failover, success path", NGINX_OK,
+                              expect_provider="primary", expect_attempts="1"),
+    "failover": lambda: Target("failover", "llm-failover, failover path (primary 503)",
+                               NGINX_FAIL, expect_provider="secondary", expect_attempts="2"),
+    "plain503": lambda: Target("plain503", "plain route to the failing primary (the failed attempt alone)",
+                               NGINX_FAIL, plain_route, expect_status=503),
+    # Experiments (config only), success path:
+    "x_route": lambda: Target("x_route", "matcher route + retry policy, no wasm", NGINX_OK, route_only),
+    "x_noop1": lambda: Target("x_noop1", "route + do-nothing downstream wasm", NGINX_OK,
+                              lambda c: (route_only(c), add_noop_downstream(c))),
+    "x_noop2": lambda: Target("x_noop2", "route + do-nothing downstream and upstream wasm", NGINX_OK,
+                              lambda c: (route_only(c), add_noop_downstream(c), add_noop_upstream(c))),
+    "x_down": lambda: Target("x_down", "route + llm-failover downstream filter only", NGINX_OK,
+                             strip_upstream_wasm, expect_provider="primary"),
+    # Experiments, failover path:
+    "x_fo_route": lambda: Target("x_fo_route", "failover by Envoy alone: matcher route, retry on 5xx, no wasm",
+                                 NGINX_FAIL, failover_route_only),
+    "x_fo_noop2": lambda: Target("x_fo_noop2", "Envoy-alone failover + do-nothing downstream and upstream wasm",
+                                 NGINX_FAIL, lambda c: (failover_route_only(c), add_noop_downstream(c),
+                                                        add_noop_upstream(c))),
+    "x_plain_h2": lambda: Target("x_plain_h2", "plain route, HTTP/2 upstream", NGINX_OK_H2,
+                                 lambda c: (plain_route(c), upstream_h2(c)), secondary=NGINX_OK_H2),
+    "x_fo_h2": lambda: Target("x_fo_h2", "llm-failover failover path, HTTP/2 upstreams", NGINX_FAIL_H2,
+                              upstream_h2, expect_provider="secondary", expect_attempts="2",
+                              secondary=NGINX_OK_H2),
+}
+EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2",
+               "x_plain_h2", "x_fo_h2"]
+# nginx over h2 answers `return` before reading a large body and then resets the stream, which
+# Envoy reports as 503 UR: the HTTP/2 experiments use the 1 KB body only.
+ONE_KB_ONLY = {"x_plain_h2", "x_fo_h2"}
+
+
+def start_envoy(t, index, envoy_bin):
+    t.port, t.admin = PORT_BASE + 10 + 2 * index, PORT_BASE + 11 + 2 * index
+    cfg = render(t.primary, t.secondary, t.port, t.admin)
+    if t.transform:
+        t.transform(cfg)
+    path = RUN / f"envoy-{t.key}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    argv = [envoy_bin, "-c", str(path), "--concurrency", str(CONCURRENCY), "-l", "warning",
+            "--disable-hot-restart", "--log-path", str(RUN / f"envoy-{t.key}.err")]
+    # stdout (the access log) goes to RUN/envoy-<key>.log; truncated before each run
+    t.proc = start(f"envoy-{t.key}", argv)
+    t.pids = [t.proc.pid]
+
+
+def ready_envoy(t):
+    def up():
+        if t.proc.poll() is not None:
+            raise SystemExit(f"bench: envoy {t.key} exited; see {RUN}/envoy-{t.key}.err")
+        return http("GET", f"http://127.0.0.1:{t.admin}/ready")[0] == 200
+    wait_for(f"envoy {t.key}", up, 30)
+
+
+def probe(t, body):
+    st, hdrs, resp = http("POST", t.url(), body, {"content-type": "application/json",
+                                                  "authorization": "Bearer sk-bench"}, timeout=30)
+    problems = []
+    if st != t.expect_status:
+        problems.append(f"status {st} (want {t.expect_status}): {resp[:200]!r}")
+    if t.expect_provider and hdrs.get("x-llm-provider") != t.expect_provider:
+        problems.append(f"x-llm-provider {hdrs.get('x-llm-provider')!r} (want {t.expect_provider})")
+    if t.expect_attempts and hdrs.get("x-llm-attempts") != t.expect_attempts:
+        problems.append(f"x-llm-attempts {hdrs.get('x-llm-attempts')!r} (want {t.expect_attempts})")
+    if problems:
+        raise SystemExit(f"bench: probe of {t.key} failed: " + "; ".join(problems))
+    return hdrs
+
+
+# ------------------------------------------------------------------------------------------
+# LiteLLM peer
+
+
+def start_litellm(venv):
+    exe = venv / "bin" / "litellm"
+    cfg = RUN / "litellm.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model_list": [
+            {"model_name": "gpt-4o-mini", "litellm_params": {
+                "model": "openai/gpt-4o-mini", "api_base": f"http://127.0.0.1:{NGINX_FAIL}/v1",
+                "api_key": "sk-primary", "max_retries": 0}},
+            {"model_name": "fallback", "litellm_params": {
+                "model": "openai/gpt-4o-mini", "api_base": f"http://127.0.0.1:{NGINX_OK}/v1",
+                "api_key": "sk-secondary", "max_retries": 0}},
+        ],
+        "router_settings": {"num_retries": 0, "fallbacks": [{"gpt-4o-mini": ["fallback"]}],
+                            "disable_cooldowns": True},
+        "litellm_settings": {"num_retries": 0, "request_timeout": 30, "telemetry": False,
+                             "set_verbose": False},
+        "general_settings": {"master_key": "sk-bench"},
+    }, sort_keys=False))
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR",
+               LITELLM_TELEMETRY="False", DISABLE_SCHEMA_UPDATE="True", NO_DOCS="True")
+    for k in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL"):
+        env.pop(k, None)
+    t = Target("litellm", "LiteLLM proxy, failover path (primary 503)", NGINX_FAIL)
+    t.port = LITELLM_PORT
+    t.proc = start("litellm", [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port",
+                               str(LITELLM_PORT), "--num_workers", str(CONCURRENCY)],
+                   own_group=True, env=env)
+
+    def up():
+        if t.proc.poll() is not None:
+            raise SystemExit("litellm exited")
+        return http("GET", f"http://127.0.0.1:{LITELLM_PORT}/health/liveliness")[0] == 200
+    wait_for("litellm", up, 180)
+    time.sleep(2)  # let every uvicorn worker finish starting
+    t.pids = tree_pids(t.proc.pid)
+    return t
+
+
+# ------------------------------------------------------------------------------------------
+# Load
+
+
+def wrk(url, conns, seconds, body_file, cpus):
+    argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "10s", "-s", str(LUA), url]
+    if cpus and shutil.which("taskset"):
+        argv = ["taskset", "-c", cpus] + argv
+    env = dict(os.environ, BENCH_BODY_FILE=str(body_file), BENCH_MAX_REQUESTS=str(MAX_REQUESTS))
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=seconds + 30)
+    m = re.search(r"^BENCH (.*)$", r.stdout, re.M)
+    if not m:
+        raise SystemExit(f"bench: wrk failed ({r.returncode}): {r.stdout}{r.stderr}")
+    return {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+
+
+def measure(t, conns, seconds, warmup, body_file, wrk_cpus, fail_log):
+    if warmup > 0:
+        wrk(t.url(), conns, warmup, body_file, wrk_cpus)
+    # Requests the warm-up left queued (a slow peer keeps working on them after wrk closed its
+    # connections) must not land in the measured window: wait until the target is idle.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        c = cpu_seconds(t.pids)
+        time.sleep(0.25)
+        if cpu_seconds(t.pids) - c <= 0.02:
+            break
+    s0, c0, f0 = t.stats(), cpu_seconds(t.pids), fail_log_lines(fail_log)
+    w = wrk(t.url(), conns, seconds, body_file, wrk_cpus)
+    c1, s1, f1 = cpu_seconds(t.pids), t.stats(), fail_log_lines(fail_log)
+    n = w["requests"]
+    d = {k: s1.get(k, 0) - s0.get(k, 0) for k in s1}
+    errors = int(sum(w[k] for k in w if k.startswith("err_")))
+    res = {
+        "requests": int(n), "rps": n / (w["duration_us"] / 1e6),
+        "p50_ms": w["p50_us"] / 1000, "p99_ms": w["p99_us"] / 1000, "mean_ms": w["mean_us"] / 1000,
+        "cpu_us_per_req": (c1 - c0) / n * 1e6 if n else float("nan"),
+        "errors": errors, "non_2xx": int(w["err_status"]),
+        "primary_attempts_per_req": (f1 - f0) / n if n else 0,
+    }
+    if d:
+        res["primary_cx_per_req"] = d.get("cluster.primary.upstream_cx_total", 0) / n
+        res["retry_overflow"] = d.get("cluster.primary.upstream_rq_retry_overflow", 0) + \
+            d.get("cluster.secondary.upstream_rq_retry_overflow", 0)
+    return res
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt_ratio(x):
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarize(results, rounds):
+    """results[(key, body, conns)] = [per-round dict]; ratios: median of per-round ratios to
+    `plain` in the same cell and round."""
+    rows = {}
+    for (key, body, conns), runs in results.items():
+        base = results.get(("plain", body, conns))
+        row = {m: median([r[m] for r in runs]) for m in
+               ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "primary_attempts_per_req")}
+        row["primary_cx_per_req"] = median([r.get("primary_cx_per_req") for r in runs])
+        row["errors"] = sum(r["errors"] for r in runs)
+        row["non_2xx"] = sum(r["non_2xx"] for r in runs)
+        row["requests"] = sum(r["requests"] for r in runs)
+        for m in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req"):
+            if base and len(base) == len(runs):
+                row[m + "_ratio"] = median([r[m] / b[m] for r, b in zip(runs, base) if b[m]])
+            else:
+                row[m + "_ratio"] = None
+        rows[(key, body, conns)] = row
+    return rows
+
+
+def table(rows, labels, order, bodies, conns_list):
+    out = ["| configuration | body | conns | req/s | p50 ms | p99 ms | Envoy CPU µs/req "
+           "| req/s vs plain | p50 vs plain | p99 vs plain | CPU/req vs plain |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for conns in conns_list:
+        for body in bodies:
+            for key in order:
+                r = rows.get((key, body, conns))
+                if not r:
+                    continue
+                out.append(
+                    f"| {labels[key]} | {body} | {conns} | {r['rps']:,.0f} | {r['p50_ms']:.3f} | "
+                    f"{r['p99_ms']:.3f} | {r['cpu_us_per_req']:.1f} | {fmt_ratio(r['rps_ratio'])} | "
+                    f"{fmt_ratio(r['p50_ms_ratio'])} | {fmt_ratio(r['p99_ms_ratio'])} | "
+                    f"{fmt_ratio(r['cpu_us_per_req_ratio'])} |")
+    return "\n".join(out)
+
+
+def targets(rows):
+    lines = []
+    s = rows.get(("success", "1KB", 32))
+    f = rows.get(("failover", "1KB", 32))
+    if s and s["cpu_us_per_req_ratio"]:
+        v = s["cpu_us_per_req_ratio"]
+        lines.append(("success path CPU/request <= 1.5x plain (32 conns, 1 KB)", f"{v:.2f}x", v <= 1.5))
+    if f and f["cpu_us_per_req_ratio"]:
+        v = f["cpu_us_per_req_ratio"]
+        lines.append(("failover path CPU/request <= 3.0x plain (32 conns, 1 KB)", f"{v:.2f}x", v <= 3.0))
+    for body in ("1KB", "50KB"):
+        fo, fa = rows.get(("failover", body, 1)), rows.get(("plain503", body, 1))
+        if fo and fa:
+            added = fo["p50_ms"] - fa["p50_ms"]
+            lines.append((f"failover adds <= 1 ms p50 over the failed attempt (1 conn, {body})",
+                          f"+{added:.3f} ms ({fo['p50_ms']:.3f} vs {fa['p50_ms']:.3f})", added <= 1.0))
+    return lines
+
+
+def wasm_memory_pages(path):
+    """Initial linear memory (64 KiB pages) declared or imported by a wasm module."""
+    data = Path(path).read_bytes()
+
+    def leb(i):
+        result = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return result, i
+
+    i = 8
+    while i < len(data):
+        sid = data[i]
+        size, i = leb(i + 1)
+        if sid == 5:  # memory section
+            _, j = leb(i)
+            _flags, j = leb(j)
+            pages, _ = leb(j)
+            return pages
+        i += size
+    return None
+
+
+def machine():
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": os.uname().release}
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def main():
+    global MODULE, CLI, EXPERIMENTS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: checks the harness")
+    ap.add_argument("--with-litellm", action="store_true", help="add the LiteLLM peer column")
+    ap.add_argument("--no-experiments", action="store_true")
+    ap.add_argument("--duration", type=int, default=None, help="seconds per measured run")
+    ap.add_argument("--warmup", type=int, default=None, help="seconds of warm-up before each run")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (median reported)")
+    ap.add_argument("--envoy", default=str(ROOT / ".venv" / "bin" / "envoy"))
+    ap.add_argument("--module", default=str(ROOT / "dist" / "llm_failover.wasm"),
+                    help="the wasm module to measure (copied into the run directory first)")
+    ap.add_argument("--cli", default=str(CLI), help="the llm-failover CLI that renders configs")
+    ap.add_argument("--litellm-venv", default=str(WORK / "litellm-venv"))
+    args = ap.parse_args()
+
+    # wrk takes whole seconds.
+    duration = max(1, round(args.duration or (1 if args.smoke else 5)))
+    warmup = max(0, round(args.warmup if args.warmup is not None else (0 if args.smoke else 1)))
+    rounds = args.rounds or (1 if args.smoke else 3)
+    bodies = ["1KB"] if args.smoke else ["1KB", "50KB"]
+    conns_list = [32, 1]
+    experiments = not (args.smoke or args.no_experiments)
+
+    t_start = time.monotonic()
+    if RUN.exists():
+        shutil.rmtree(RUN)
+    RUN.mkdir(parents=True)
+    # Snapshot the module: a concurrent scripts/build.sh must not swap it mid-run.
+    src_module = Path(args.module).resolve()
+    MODULE = RUN / "llm_failover.wasm"
+    shutil.copyfile(src_module, MODULE)
+    CLI = Path(args.cli).resolve()
+    atexit.register(stop_all)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    ncpu = os.cpu_count() or 1
+    # Pinning (2 cores): nginx on CPU 0, wrk on the last CPU, Envoy's 2 workers float on all.
+    nginx_cpus = "0" if ncpu >= 2 else None
+    wrk_cpus = str(ncpu - 1) if ncpu >= 2 else None
+
+    # Request bodies: OpenAI chat requests padded to exactly 1 KiB and 50 KiB.
+    body_files = {}
+    for name, size in (("1KB", 1024), ("50KB", 50 * 1024)):
+        head = '{"model":"gpt-4o-mini","temperature":0.2,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"'
+        tail = '"}]}'
+        text = head + "x" * (size - len(head) - len(tail)) + tail
+        assert len(text) == size
+        json.loads(text)
+        p = RUN / f"body-{name}.json"
+        p.write_text(text)
+        body_files[name] = p
+
+    if experiments and (not NOOP.exists() or NOOP.stat().st_mtime < NOOP_SRC.stat().st_mtime):
+        r = subprocess.run(["rustc", "--edition", "2021", "--target", "wasm32-wasip1", "--crate-type",
+                            "cdylib", "-C", "opt-level=3", "-C", "panic=abort", "-C",
+                            "strip=debuginfo", str(NOOP_SRC), "-o", str(NOOP)], timeout=300,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            log("the do-nothing module did not build (rustc with the wasm32-wasip1 target is "
+                f"needed): skipping the do-nothing experiments\n{r.stderr[-500:]}")
+            EXPERIMENTS = [k for k in EXPERIMENTS if "noop" not in k]
+
+    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 6)) +
+                     list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * (len(ENVOY_KEYS) + len(EXPERIMENTS)))))
+    fail_log = start_nginx(nginx_cpus)
+    keys = list(ENVOY_KEYS) + (EXPERIMENTS if experiments else [])
+    envoys = {}
+    for i, key in enumerate(keys):
+        envoys[key] = TARGETS[key]()
+        start_envoy(envoys[key], i, args.envoy)
+    for t in envoys.values():
+        ready_envoy(t)
+        probe(t, body_files["1KB"].read_bytes())
+        time.sleep(0.2)
+        t.rss_idle = rss_kib(t.pids)
+
+    # Cells: main configs at every (body, conns); the failed attempt alone at 1 conn (the
+    # latency target) and 32 conns (scale); experiments at 32 conns.
+    plan = []
+    for conns in conns_list:
+        for body in bodies:
+            for key in ("plain", "success", "failover", "plain503"):
+                plan.append((key, body, conns))
+            if experiments and conns == 32:
+                for key in EXPERIMENTS:
+                    if body == "1KB" or key not in ONE_KB_ONLY:
+                        plan.append((key, body, conns))
+
+    results = {}
+    for rnd in range(rounds):
+        for key, body, conns in plan:
+            t = envoys[key]
+            log(f"round {rnd + 1}/{rounds}: {key} {body} {conns} conns")
+            r = measure(t, conns, duration, warmup, body_files[body], wrk_cpus, fail_log)
+            results.setdefault((key, body, conns), []).append(r)
+    for t in envoys.values():
+        t.rss_loaded = rss_kib(t.pids)
+
+    peer = None
+    if args.with_litellm:
+        venv = Path(args.litellm_venv)
+        if not (venv / "bin" / "litellm").exists():
+            peer = "skipped: LiteLLM is not installed (scripts/bench.sh --with-litellm installs it)"
+        else:
+            try:
+                lt = start_litellm(venv)
+                probe_hdrs = http("POST", lt.url(), body_files["1KB"].read_bytes(), {
+                    "content-type": "application/json", "authorization": "Bearer sk-bench"},
+                    timeout=60)
+                if probe_hdrs[0] != 200:
+                    raise RuntimeError(f"probe answered {probe_hdrs[0]}: {probe_hdrs[2][:300]!r}")
+                fb = probe_hdrs[1].get("x-litellm-attempted-fallbacks")
+                log(f"litellm probe: 200, x-litellm-attempted-fallbacks={fb}")
+                lt.pids = tree_pids(lt.proc.pid)
+                runs = []
+                for rnd in range(rounds):
+                    log(f"round {rnd + 1}/{rounds}: litellm 1KB 32 conns")
+                    # Twice as long: at tens of requests per second the 32 requests in flight
+                    # at the end of a run would otherwise weigh on CPU per request.
+                    runs.append(measure(lt, 32, 2 * duration, max(warmup, 2), body_files["1KB"],
+                                        wrk_cpus, fail_log))
+                results[("litellm", "1KB", 32)] = runs
+                lt.rss_loaded = rss_kib(lt.pids)
+                envoys["litellm"] = lt
+                peer = f"ok (LiteLLM, {CONCURRENCY} uvicorn workers, fallback header on probe: {fb})"
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - the peer is optional
+                peer = f"skipped: LiteLLM failed: {e}"
+            log(f"litellm: {peer}")
+
+    rows = summarize(results, rounds)
+    labels = {k: t.label for k, t in envoys.items()}
+    labels["plain503"] = "plain route, failing primary (503)"
+    order = ["plain", "success", "failover", "plain503", "litellm"] + EXPERIMENTS
+    main_order = [k for k in order if not k.startswith("x_")]
+    elapsed = time.monotonic() - t_start
+
+    print(f"\n## llm-failover benchmark ({'smoke' if args.smoke else 'full'}, "
+          f"{rounds} round(s) x {duration:g} s, warm-up {warmup:g} s, median of rounds)\n")
+    m = machine()
+    env_ver = subprocess.run([args.envoy, "--version"], capture_output=True, text=True).stdout
+    ver = re.search(r"/(\d+\.\d+\.\d+)/", env_ver)
+    print(f"machine: {m['nproc']} CPUs, {m['cpu']}, kernel {m['kernel']}, Envoy "
+          f"{ver.group(1) if ver else '?'} --concurrency {CONCURRENCY}; nginx pinned to CPU "
+          f"{nginx_cpus}, wrk (1 thread) pinned to CPU {wrk_cpus}, Envoy unpinned\n")
+    print(table(rows, labels, main_order, bodies, conns_list))
+    if experiments:
+        print("\nExperiments (config only, 32 connections), success path:\n")
+        print(table(rows, labels, ["plain", "x_route", "x_noop1", "x_noop2", "x_down", "success"],
+                    bodies, [32]))
+        print("\nExperiments, failover path:\n")
+        print(table(rows, labels, ["plain", "plain503", "x_fo_route", "x_fo_noop2", "failover",
+                                   "x_plain_h2", "x_fo_h2"], bodies, [32]))
+    print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
+          "new primary connections per request, errors:\n")
+    for (key, body, conns), r in sorted(rows.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], -kv[0][2])):
+        cx = r.get("primary_cx_per_req")
+        print(f"- {key} {body} {conns} conns: {r['requests']} requests, primary attempts/req "
+              f"{r['primary_attempts_per_req']:.3f}, primary new conns/req "
+              f"{'-' if cx is None else f'{cx:.3f}'}, non-2xx {r['non_2xx']}, socket errors "
+              f"{r['errors'] - r['non_2xx']}")
+    size = MODULE.stat().st_size
+    pages = wasm_memory_pages(MODULE)
+    print(f"\nmodule: {src_module} {size:,} bytes (sha256 {hashlib.sha256(MODULE.read_bytes()).hexdigest()[:12]}); initial linear memory "
+          f"{pages} pages ({(pages or 0) * 64} KiB) per VM")
+    p_idle, p_load = envoys["plain"].rss_idle, envoys["plain"].rss_loaded
+    for key in ("success", "failover") + (("x_noop2",) if "x_noop2" in envoys else ()):
+        t = envoys[key]
+        vms = t.wasm_vms() or (CONCURRENCY + 1)
+        print(f"memory ({key}): Envoy RSS {t.rss_idle / 1024:.1f} MiB idle / {t.rss_loaded / 1024:.1f} MiB "
+              f"after load vs plain {p_idle / 1024:.1f} / {p_load / 1024:.1f} MiB: +"
+              f"{(t.rss_loaded - p_load) / 1024:.1f} MiB, i.e. +{(t.rss_loaded - p_load) / 1024 / vms:.1f} MiB "
+              f"per wasm VM ({vms} live VMs per wasm.envoy.wasm.runtime.v8.active: one per worker, "
+              f"the main thread's and the base VM)")
+    if "litellm" in envoys:
+        print(f"memory (litellm): RSS of the process tree after load {envoys['litellm'].rss_loaded / 1024:.1f} MiB")
+    if args.with_litellm:
+        print(f"\nLiteLLM peer: {peer}")
+    print("\nTargets (issue 8):\n")
+    for name, value, ok in targets(rows):
+        print(f"- {name}: {value}: {'PASS' if ok else 'MISS'}")
+    print(f"\nbench: finished in {elapsed:.0f} s; configs and logs in {RUN.relative_to(ROOT)}/")
+
+    (WORK / "results.json").write_text(json.dumps({
+        "machine": m, "rounds": rounds, "duration": duration, "warmup": warmup,
+        "rows": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in rows.items()},
+        "runs": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in results.items()},
+        "module_bytes": size, "peer": peer}, indent=1))
+
+    # The harness is broken if a configuration answered anything but its expected status.
+    bad = [k for k, r in rows.items() if (k[0] != "plain503" and r["non_2xx"]) or
+           r["errors"] - r["non_2xx"] > 0 or
+           (k[0] == "failover" and r["primary_attempts_per_req"] < 0.99)]
+    if bad:
+        log(f"errors in {bad}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
