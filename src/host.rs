@@ -22,6 +22,17 @@ pub trait Clock {
     fn now_ms(&self) -> u64;
 }
 
+/// One reading of the clock, reused for everything a callback decides: each reading is a
+/// hostcall in Envoy.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedClock(pub u64);
+
+impl Clock for FixedClock {
+    fn now_ms(&self) -> u64 {
+        self.0
+    }
+}
+
 /// In-memory store with the same CAS semantics as Envoy's shared data, for host tests
 /// (thread-safe, so tests can hammer it from many threads).
 #[derive(Default)]

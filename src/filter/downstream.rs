@@ -7,6 +7,7 @@ use super::metrics::Metrics;
 use crate::attempt_log;
 use crate::classify::Class;
 use crate::config::{Chain, Config};
+use crate::host::FixedClock;
 use crate::plan::{self, Plan, PlanRecord, RequestFacts, SkipReason};
 use crate::reply::Reply;
 use crate::rewrite;
@@ -212,9 +213,10 @@ impl Downstream {
             no_fallback: self.no_fallback,
         };
         let config = Rc::clone(&self.config);
+        let now = FixedClock(envoy_host::now_ms());
         let gatekeeper = SharedGatekeeper {
             config: &config,
-            health: envoy_host::health(&config),
+            health: envoy_host::health_at(&config, &now),
             metrics: &self.metrics,
         };
         let plan = match plan::plan_or_refuse(&config, &facts, &gatekeeper) {
@@ -253,7 +255,7 @@ impl Downstream {
         }
         let record = PlanRecord {
             chain: plan.chain,
-            start_ms: envoy_host::now_ms(),
+            start_ms: now.0,
             body_len: body_len as u64,
             slots: plan.slots.clone(),
             path: &self.get_http_request_header(":path").unwrap_or_default(),
@@ -383,7 +385,7 @@ impl HttpContext for Downstream {
         if exhausted {
             self.metrics
                 .exhausted(&self.config, usize::from(plan.chain));
-            log::info!("chain {} exhausted after {attempts} attempts", chain.name);
+            log::debug!("chain {} exhausted after {attempts} attempts", chain.name);
             if chain.fallbacks_exhausted {
                 let reply = Reply::fallbacks_exhausted(&chain.name, attempts);
                 self.set_http_response_header(":status", Some("503"));

@@ -47,12 +47,12 @@ impl Clock for EnvoyClock {
 }
 
 pub fn health(config: &Config) -> Health<'_> {
-    Health::new(
-        &EnvoyStore,
-        &EnvoyClock,
-        &config.breaker,
-        &config.dead_marks,
-    )
+    health_at(config, &EnvoyClock)
+}
+
+/// Health read against a clock the caller already read (see `FixedClock`).
+pub fn health_at<'a>(config: &'a Config, clock: &'a dyn Clock) -> Health<'a> {
+    Health::new(&EnvoyStore, clock, &config.breaker, &config.dead_marks)
 }
 
 /// Creates each provider's health record if no worker has yet, so that every later update is

@@ -12,6 +12,7 @@ use crate::attempt_log;
 use crate::classify::{classify_no_response, classify_status, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
 use crate::health::Report;
+use crate::host::FixedClock;
 use crate::plan::{PlanRecord, SkipReason, Slot};
 use crate::retry_after;
 use crate::rewrite;
@@ -126,7 +127,7 @@ impl Upstream {
         if falls_over && timeouts.budget_ms > 0 {
             let spent = now.saturating_sub(attempt.request_start_ms);
             if spent + timeouts.min_remaining_ms > timeouts.budget_ms {
-                log::info!(
+                log::debug!(
                     "{}: {} but the time budget is spent; not falling over",
                     provider.name,
                     class.as_str()
@@ -149,7 +150,9 @@ impl Upstream {
         if moves_on {
             if let Some(next) = later.clone().next() {
                 metrics.fallback(config, entry.provider, next);
-                log::info!(
+                // Debug, not info: during an outage this would be a log line per request,
+                // exactly when the gateway is busiest; metrics and access logs carry it.
+                log::debug!(
                     "{} answered {}; falling over to {}",
                     provider.name,
                     class.as_str(),
@@ -166,7 +169,11 @@ impl Upstream {
                 falls_over,
                 retry_after_ms,
             };
-            let effect = envoy_host::health(config).report(&provider.name, model, &report);
+            let effect = envoy_host::health_at(config, &FixedClock(now)).report(
+                &provider.name,
+                model,
+                &report,
+            );
             metrics.breaker_state(entry.provider, effect.state);
             log::debug!("{} {} -> {:?}", provider.name, class.as_str(), effect);
         }
