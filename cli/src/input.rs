@@ -21,7 +21,8 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 /// Top-level fields only the renderer reads; everything else is plugin configuration.
 pub const RENDERER_KEYS: [&str; 5] = ["listen", "admin", "module", "max_request_body", "ca_file"];
 /// Per-provider fields only the renderer reads.
-pub const PROVIDER_RENDERER_KEYS: [&str; 4] = ["endpoint", "tls", "sni", "connect_timeout"];
+pub const PROVIDER_RENDERER_KEYS: [&str; 5] =
+    ["endpoint", "tls", "sni", "connect_timeout", "http2"];
 
 /// Where a listener or the admin interface binds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +62,8 @@ pub struct Upstream {
     pub tls: bool,
     pub sni: Option<String>,
     pub connect_timeout_ms: u64,
+    /// Plain-HTTP provider spoken to in HTTP/2 (h2c); TLS providers negotiate it by ALPN.
+    pub http2: bool,
 }
 
 impl Upstream {
@@ -69,6 +72,7 @@ impl Upstream {
             && self.tls == other.tls
             && self.sni == other.sni
             && self.connect_timeout_ms == other.connect_timeout_ms
+            && self.http2 == other.http2
     }
 }
 
@@ -393,6 +397,7 @@ fn parse_upstream(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<U
     let tls = p.shift_remove("tls");
     let sni = p.shift_remove("sni");
     let connect_timeout = p.shift_remove("connect_timeout");
+    let http2 = p.shift_remove("http2");
     let before = errors.len();
 
     let endpoint = match endpoint {
@@ -465,6 +470,24 @@ fn parse_upstream(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<U
     };
     let endpoint = endpoint?;
     let tls = tls.unwrap_or(endpoint.port == 443);
+    let http2 = match http2 {
+        None => false,
+        Some(Value::Bool(_)) if tls => {
+            errors.push(Diag::error(
+                format!("{at}.http2"),
+                "TLS providers negotiate HTTP/2 by ALPN already — remove http2",
+            ));
+            false
+        }
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.http2"),
+                format!("{} is not true or false", show(&other)),
+            ));
+            false
+        }
+    };
     if !tls && sni.is_some() {
         errors.push(Diag::error(
             format!("{at}.sni"),
@@ -494,6 +517,7 @@ fn parse_upstream(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<U
         tls,
         sni,
         connect_timeout_ms,
+        http2,
     })
 }
 

@@ -356,6 +356,13 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
             "auto_config",
             map! { "http_protocol_options" => map! {}, "http2_protocol_options" => map! {} },
         )
+    } else if u.http2 {
+        // A failed HTTP/1.1 answer that Envoy retries costs the connection (its body is never
+        // read); HTTP/2 resets just the stream.
+        (
+            "explicit_http_config",
+            map! { "http2_protocol_options" => map! {} },
+        )
     } else {
         (
             "explicit_http_config",

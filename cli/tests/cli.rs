@@ -83,6 +83,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("bad port", "providers: [{name: a, endpoint: \"127.0.0.1:70000\"}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: port \"70000\""),
     ("bad tls", "providers: [{name: a, endpoint: \"127.0.0.1:1\", tls: maybe}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].tls: \"maybe\" is not true or false"),
     ("tls to an ip without sni", "providers: [{name: a, endpoint: \"127.0.0.1:443\"}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].sni: required for TLS to an IP address"),
+    ("http2 with tls", "providers: [{name: a, endpoint: \"api.example.com:443\", http2: true}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].http2: TLS providers negotiate HTTP/2 by ALPN already"),
     ("sni without tls", "providers: [{name: a, endpoint: \"127.0.0.1:1\", sni: x.example}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].sni: set without TLS"),
     ("bad connect timeout", "providers: [{name: a, endpoint: \"127.0.0.1:1\", connect_timeout: soon}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].connect_timeout:"),
     ("cluster clash", "providers: [{name: a, endpoint: \"127.0.0.1:1\", cluster: x}, {name: b, endpoint: \"127.0.0.1:2\", cluster: x}]\nchains: [{name: c, providers: [a, b]}]\n", "providers[1].endpoint: cluster \"x\" is also used by provider \"a\""),

@@ -373,3 +373,19 @@ fn pieces_are_the_same_parts_as_the_bootstrap() {
     assert_eq!(parse(&pieces[3].1)["stats_config"], b["stats_config"]);
     assert!(pieces[1].1.contains("include_request_attempt_count: true"));
 }
+
+#[test]
+fn plain_providers_can_speak_http2() {
+    let b = bootstrap(
+        "providers:\n  - {name: a, endpoint: \"127.0.0.1:8000\", http2: true}\n  - {name: b, endpoint: \"127.0.0.1:8001\"}\nchains: [{name: c, providers: [a, b]}]\n",
+    );
+    let clusters = b["static_resources"]["clusters"].as_sequence().unwrap();
+    let options = |i: usize| {
+        clusters[i]["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
+            .clone()
+    };
+    assert!(options(0).get("http2_protocol_options").is_some());
+    assert!(options(0).get("http_protocol_options").is_none());
+    assert!(options(1).get("http_protocol_options").is_some());
+}
