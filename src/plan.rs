@@ -220,8 +220,9 @@ pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usi
 
 // ---------------------------------------------------------------------------------------------
 // The plan as the upstream filter reads it from filter state, one line per field:
-//   chain index, request start (ms), body length, slots ("entry[p][q]" comma separated,
-//   p = pristine, q = probe), original :path, original :authority, requested model.
+//   chain index, request start (ms), body length, attempt log started (1/0), slots
+//   ("entry[p][q]" comma separated, p = pristine, q = probe), original :path, original
+//   :authority, requested model.
 // Newlines cannot occur in header values, and the planner refuses models containing them.
 
 /// What each attempt needs to know about its request.
@@ -230,6 +231,9 @@ pub struct PlanRecord<'a> {
     pub chain: u8,
     pub start_ms: u64,
     pub body_len: u64,
+    /// Planning already wrote skips to the attempt log: the first attempt must append to it
+    /// rather than start it (saves a read on the common path).
+    pub log_started: bool,
     pub slots: Vec<Slot>,
     pub path: &'a str,
     pub authority: &'a str,
@@ -247,8 +251,11 @@ impl PlanRecord<'_> {
             String::with_capacity(48 + self.path.len() + self.authority.len() + self.model.len());
         let _ = write!(
             out,
-            "{}\n{}\n{}\n",
-            self.chain, self.start_ms, self.body_len
+            "{}\n{}\n{}\n{}\n",
+            self.chain,
+            self.start_ms,
+            self.body_len,
+            u8::from(self.log_started)
         );
         for (i, s) in self.slots.iter().enumerate() {
             if i > 0 {
@@ -268,10 +275,15 @@ impl PlanRecord<'_> {
 
     /// Reads a record written by `encode`; `None` for anything else.
     pub fn decode(text: &str) -> Option<PlanRecord<'_>> {
-        let mut lines = text.splitn(7, '\n');
+        let mut lines = text.splitn(8, '\n');
         let chain = lines.next()?.parse().ok()?;
         let start_ms = lines.next()?.parse().ok()?;
         let body_len = lines.next()?.parse().ok()?;
+        let log_started = match lines.next()? {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        };
         let slots_text = lines.next()?;
         let mut slots = Vec::with_capacity(4);
         for item in slots_text.split(',').filter(|s| !s.is_empty()) {
@@ -287,6 +299,7 @@ impl PlanRecord<'_> {
             chain,
             start_ms,
             body_len,
+            log_started,
             slots,
             path: lines.next()?,
             authority: lines.next()?,
@@ -513,6 +526,7 @@ mod tests {
             chain: 3,
             start_ms: 1_700_000_000_123,
             body_len: 5 * 1024 * 1024,
+            log_started: true,
             slots: vec![
                 Slot {
                     entry: 0,
@@ -537,6 +551,7 @@ mod tests {
         let text = record.encode();
         assert_eq!(PlanRecord::decode(&text), Some(record));
         assert_eq!(PlanRecord::decode("garbage"), None);
-        assert_eq!(PlanRecord::decode("1\n2\n3\nx,y\n/\na\nm"), None);
+        assert_eq!(PlanRecord::decode("1\n2\n3\n0\nx,y\n/\na\nm"), None);
+        assert_eq!(PlanRecord::decode("1\n2\n3\n7\n0\n/\na\nm"), None);
     }
 }

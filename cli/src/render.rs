@@ -230,7 +230,6 @@ fn virtual_host(gw: &Gateway) -> Value {
         "name" => NAME,
         "domains" => seq(vec!["*".into()]),
         "include_request_attempt_count" => true,
-        "include_attempt_count_in_response" => true,
         "routes" => seq(vec![route(gw)]),
     }
 }
@@ -451,7 +450,6 @@ pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
         "{origin}# Goes in a virtual host's routes (before any catch-all route that would match first).\n\
          # That virtual host must set:\n\
          #   include_request_attempt_count: true\n\
-         #   include_attempt_count_in_response: true\n\
          # Change match: to serve only part of the host; keep the name if chains use routes:.\n{}",
         to_yaml(&seq(vec![route(gw)]))
     );

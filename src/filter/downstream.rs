@@ -29,6 +29,9 @@ pub struct Downstream {
     metrics: Rc<Metrics>,
     no_fallback: bool,
     caller: Option<String>,
+    /// The caller's `:path` and `:authority`, for attempts that must restore them.
+    path: String,
+    authority: String,
     plan: Option<Plan>,
     /// Provider calls made, from the final answer's attempt count.
     attempts: usize,
@@ -45,6 +48,8 @@ impl Downstream {
             metrics,
             no_fallback: false,
             caller: None,
+            path: String::new(),
+            authority: String::new(),
             plan: None,
             attempts: 0,
             exhausted_body: None,
@@ -67,18 +72,17 @@ impl Downstream {
 
     /// Answers a request for the status endpoint (SPEC section 10) when `status_path` is set and
     /// the path (without its query) is it. Returns whether it answered.
-    fn answer_status(&self) -> bool {
+    fn answer_status(&self, method: &str) -> bool {
         let Some(status_path) = &self.config.status_path else {
             return false;
         };
-        let Some(path) = self.get_http_request_header(":path") else {
-            return false;
-        };
-        let path = path.split_once('?').map_or(path.as_str(), |(p, _)| p);
+        let path = self
+            .path
+            .split_once('?')
+            .map_or(self.path.as_str(), |(p, _)| p);
         if path != status_path {
             return false;
         }
-        let method = self.get_http_request_header(":method").unwrap_or_default();
         if method != "GET" && method != "HEAD" {
             self.send_http_response(
                 405,
@@ -257,11 +261,10 @@ impl Downstream {
             chain: plan.chain,
             start_ms: now.0,
             body_len: body_len as u64,
+            log_started: !plan.skipped.is_empty(),
             slots: plan.slots.clone(),
-            path: &self.get_http_request_header(":path").unwrap_or_default(),
-            authority: &self
-                .get_http_request_header(":authority")
-                .unwrap_or_default(),
+            path: &self.path,
+            authority: &self.authority,
             model: &model,
         };
         self.set_property(vec![wire::PLAN_PROPERTY], Some(record.encode().as_bytes()));
@@ -298,21 +301,29 @@ impl Context for Downstream {
 
 impl HttpContext for Downstream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        if self.answer_status() {
+        // One hostcall for the whole map instead of one per header we might need or remove.
+        let mut method = String::new();
+        for (name, value) in self.get_http_request_headers() {
+            match name.as_str() {
+                ":path" => self.path = value,
+                ":authority" => self.authority = value,
+                ":method" => method = value,
+                // Envoy honours these from "internal" callers (loopback included): never
+                // from ours.
+                n if wire::ENVOY_STEERING_HEADERS.contains(&n) => {
+                    self.set_http_request_header(n, None);
+                }
+                n if n == self.config.opt_out_header => {
+                    self.no_fallback = value.eq_ignore_ascii_case("off");
+                    self.set_http_request_header(n, None);
+                }
+                n if self.config.caller_header.as_deref() == Some(n) => self.caller = Some(value),
+                _ => {}
+            }
+        }
+        if self.answer_status(&method) {
             self.answered = true;
             return Action::Pause;
-        }
-        // Envoy honours these from "internal" callers (loopback included): never from ours.
-        for name in wire::ENVOY_STEERING_HEADERS {
-            self.set_http_request_header(name, None);
-        }
-        let opt_out = self.config.opt_out_header.as_str();
-        if let Some(value) = self.get_http_request_header(opt_out) {
-            self.no_fallback = value.eq_ignore_ascii_case("off");
-            self.set_http_request_header(opt_out, None);
-        }
-        if let Some(header) = &self.config.caller_header {
-            self.caller = self.get_http_request_header(header);
         }
         if end_of_stream {
             return if self.plan_request(&[]) {
@@ -344,13 +355,10 @@ impl HttpContext for Downstream {
         let Some(plan) = &self.plan else {
             return Action::Continue;
         };
-        let attempts = self
-            .get_http_response_header(wire::ATTEMPT_COUNT_HEADER)
-            .and_then(|v| v.parse::<usize>().ok())
+        let attempts = usize::try_from(envoy_host::attempt_count(self))
             .unwrap_or(1)
             .clamp(1, plan.slots.len());
         self.attempts = attempts;
-        self.set_http_response_header(wire::ATTEMPT_COUNT_HEADER, None);
         let mut exhausted = self
             .get_http_response_header(wire::RETRY_MARKER_HEADER)
             .is_some();

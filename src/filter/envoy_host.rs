@@ -88,10 +88,20 @@ impl Gatekeeper for SharedGatekeeper<'_> {
 /// Envoy's `DC` response flag: the downstream connection went away.
 pub const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
 
-/// The request's Envoy response flags (`response.flags`, an 8-byte little-endian integer).
-pub fn response_flags(context: &dyn proxy_wasm::traits::Context) -> u64 {
+/// An integer property (Envoy hands them over as 8 little-endian bytes); 0 when absent.
+pub fn u64_property(context: &dyn proxy_wasm::traits::Context, path: Vec<&str>) -> u64 {
     context
-        .get_property(vec!["response", "flags"])
+        .get_property(path)
         .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
         .map_or(0, u64::from_le_bytes)
+}
+
+/// The request's Envoy response flags (`response.flags`).
+pub fn response_flags(context: &dyn proxy_wasm::traits::Context) -> u64 {
+    u64_property(context, vec!["response", "flags"])
+}
+
+/// Upstream attempts Envoy's router made for this request (`upstream.request_attempt_count`).
+pub fn attempt_count(context: &dyn proxy_wasm::traits::Context) -> u64 {
+    u64_property(context, vec!["upstream", "request_attempt_count"])
 }

@@ -31,6 +31,8 @@ struct Attempt {
     slots: Vec<Slot>,
     start_ms: u64,
     request_start_ms: u64,
+    /// The attempt log already has entries (skips, or earlier attempts) to append to.
+    log_started: bool,
     model: String,
 }
 
@@ -89,6 +91,7 @@ impl Upstream {
             slots: std::mem::take(&mut record.slots),
             start_ms: envoy_host::now_ms(),
             request_start_ms: record.start_ms,
+            log_started: record.log_started || number > 1,
             model: record.model.to_string(),
         };
         Some((
@@ -178,10 +181,13 @@ impl Upstream {
             log::debug!("{} {} -> {:?}", provider.name, class.as_str(), effect);
         }
 
-        let mut log = self
-            .get_property(vec![wire::ATTEMPTS_PROPERTY])
-            .and_then(|b| String::from_utf8(b).ok())
-            .unwrap_or_default();
+        let mut log = if attempt.log_started {
+            self.get_property(vec![wire::ATTEMPTS_PROPERTY])
+                .and_then(|b| String::from_utf8(b).ok())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
         attempt_log::push_attempt(
             &mut log,
             &provider.name,
