@@ -1400,6 +1400,21 @@ mod host_tests {
 
     const T0: u64 = 1_700_000_000_000;
 
+    /// The default window and cooldowns with `failures` as the threshold.
+    fn policies(failures: u32) -> (BreakerPolicy, DeadMarkPolicy) {
+        let breaker = BreakerPolicy {
+            failures,
+            window_ms: 30_000,
+            cooldown_ms: 60_000,
+            max_cooldown_ms: 300_000,
+        };
+        let dead = DeadMarkPolicy {
+            model_not_found_ms: 1,
+            setup_fault_ms: 1,
+        };
+        (breaker, dead)
+    }
+
     fn class_strategy() -> impl Strategy<Value = Class> {
         (0u8..10).prop_map(|v| Class::from_u8(v).unwrap_or(Class::Ok))
     }
@@ -1482,16 +1497,7 @@ mod host_tests {
         const PER_THREAD: usize = 120;
         let store = MemoryStore::default();
         let clock = ManualClock::at(T0);
-        let breaker = BreakerPolicy {
-            failures: 1000,
-            window_ms: 30_000,
-            cooldown_ms: 60_000,
-            max_cooldown_ms: 300_000,
-        };
-        let dead = DeadMarkPolicy {
-            model_not_found_ms: 1,
-            setup_fault_ms: 1,
-        };
+        let (breaker, dead) = policies(1000);
         let barrier = Barrier::new(THREADS);
         let gave_up = AtomicUsize::new(0);
         std::thread::scope(|s| {
@@ -1528,16 +1534,7 @@ mod host_tests {
         const THREADS: usize = 8;
         let store = MemoryStore::default();
         let clock = ManualClock::at(T0);
-        let breaker = BreakerPolicy {
-            failures: 40,
-            window_ms: 30_000,
-            cooldown_ms: 60_000,
-            max_cooldown_ms: 300_000,
-        };
-        let dead = DeadMarkPolicy {
-            model_not_found_ms: 1,
-            setup_fault_ms: 1,
-        };
+        let (breaker, dead) = policies(40);
         let barrier = Barrier::new(THREADS);
         let opened = AtomicUsize::new(0);
         std::thread::scope(|s| {
@@ -1565,16 +1562,7 @@ mod host_tests {
         const THREADS: usize = 16;
         let store = MemoryStore::default();
         let clock = ManualClock::at(T0);
-        let breaker = BreakerPolicy {
-            failures: 1,
-            window_ms: 30_000,
-            cooldown_ms: 60_000,
-            max_cooldown_ms: 300_000,
-        };
-        let dead = DeadMarkPolicy {
-            model_not_found_ms: 1,
-            setup_fault_ms: 1,
-        };
+        let (breaker, dead) = policies(1);
         for round in 0..20 {
             let h = Health::new(&store, &clock, &breaker, &dead);
             // Open (or reopen) the breaker, then let the cooldown pass.
