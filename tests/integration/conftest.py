@@ -36,9 +36,10 @@ from typing import Any
 
 import pytest
 
+import gateway_control
 import harness
-from harness import (Envoy, Gateway, HarnessError, MockClient, external_mode, env_key,
-                     free_port, render_config, start_mock)
+from harness import (Envoy, Gateway, HarnessError, MockClient, RemoteEnvoy, external_mode,
+                     env_key, free_port, render_config, start_mock)
 
 _ENVOYS = pytest.StashKey[list]()
 _MOCKS = pytest.StashKey[list]()
@@ -157,19 +158,36 @@ class GatewaySetup:
 
     def start(self, source: str | Path, env: dict | None = None, **envoy_kw: Any) -> Gateway:
         """Render a failover YAML and start Envoy on it (or use the external gateway)."""
-        if self.external:
-            return self._external(source)
         full_env = {**self.env, **{k: str(v) for k, v in (env or {}).items()}}
+        if self.external and not gateway_control.control_dir():
+            return self._external(source)
         path = render_config(source, full_env, out_dir=self._tmp / "rendered")
+        if self.external:
+            return self._restart_external(path, full_env)
         return self._start_envoy(path, full_env, envoy_kw)
 
     def start_bootstrap(self, config: str | Path, env: dict | None = None,
                         **envoy_kw: Any) -> Gateway:
         """Start Envoy on a complete bootstrap (file or YAML text), no rendering."""
-        if self.external:
-            return self._external(config)
         full_env = {**self.env, **{k: str(v) for k, v in (env or {}).items()}}
+        if self.external and not gateway_control.control_dir():
+            return self._external(config)
+        if self.external:
+            if not (isinstance(config, str) and "\n" in config):
+                p = Path(config)
+                config = p if p.is_absolute() else harness.REPO_ROOT / p
+            return self._restart_external(config, full_env)
         return self._start_envoy(config, full_env, envoy_kw)
+
+    def _restart_external(self, config, env: dict) -> Gateway:
+        """The gateway runs in another container that restarts its Envoy on request
+        (integration/gateway.sh): each scenario still gets a fresh gateway on its own config."""
+        try:
+            url, admin = gateway_control.restart(config, env["ADMIN_PORT"])
+        except RuntimeError as e:
+            raise HarnessError(str(e)) from None
+        log = gateway_control.control_dir() / "envoy.log"
+        return Gateway(url, admin, envoy=RemoteEnvoy(admin, log), log_path=str(log))
 
     def _start_envoy(self, config, env: dict, envoy_kw: dict) -> Gateway:
         listener = envoy_kw.pop("listener", None)

@@ -797,6 +797,25 @@ def _read_body(rd: _Reader, resp: Response, method: str) -> None:
 DEFAULT_MODEL = "gpt-4o-mini"
 
 
+class RemoteEnvoy:
+    """What a scenario may touch of `gw.envoy` when Envoy runs in another container
+    (docker-compose harness): its admin URL and its log, shared through a directory."""
+
+    def __init__(self, admin_url: str, log_path: Path):
+        self.admin_url = admin_url
+        self.log_path = log_path
+        self.running = True
+
+    def stop(self) -> None:  # the next restart replaces it
+        self.running = False
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, n: int = 40) -> str:
+        return "".join(self.log().splitlines(True)[-n:])
+
+
 class Gateway:
     """The system under test, as a scenario sees it."""
 

@@ -1,7 +1,9 @@
 """Client side of integration/gateway.sh: restart the compose harness's Envoy on a config.
 
-Used by compose_plugin (tests container). The control directory (LLM_FAILOVER_GATEWAY_DIR,
-/gw in the compose file) is shared with the envoy container at the same path.
+Used by conftest's GatewaySetup when the gateway runs in another container (external mode
+with a control directory): every scenario still gets a fresh gateway on its own config. The
+control directory (LLM_FAILOVER_GATEWAY_DIR, /gw in the compose file) is shared with the envoy
+container at the same path.
 """
 from __future__ import annotations
 
