@@ -288,6 +288,21 @@ def test_breaker_opens_then_skips_without_spending_an_attempt(demo):
     assert primary.request_count() == 3
 
 
+def test_breaker_counts_every_failure_across_workers(demo):
+    gateway, primary, secondary, _ = demo
+    primary.set_default(status=500, delay_ms=200)
+    gw = gateway.start(DEMO, env={"BREAKER_FAILURES": "40", "BREAKER_COOLDOWN": "60s"})
+    # 40 concurrent requests on fresh connections, spread over Envoy's two workers, all
+    # planned before any failure is recorded: the breaker must count exactly 40 and open.
+    with ThreadPoolExecutor(40) as pool:
+        results = list(pool.map(lambda _: gw.chat("gpt-4o"), range(40)))
+    assert all(r.header("x-llm-provider") == "secondary" for r in results)
+    assert primary.request_count() == 40
+    r = gw.chat("gpt-4o")
+    assert r.header("x-llm-fallback-reason") == "breaker_open"
+    assert primary.request_count() == 40
+
+
 def test_all_providers_open_is_an_immediate_circuit_open(demo):
     gateway, primary, secondary, tertiary = demo
     for m in (primary, secondary, tertiary):
