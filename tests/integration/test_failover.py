@@ -258,6 +258,19 @@ def test_fallback_streams_incrementally(demo):
     assert min(b - a for a, b in zip(times, times[1:])) > 0.15, times
 
 
+def test_a_long_healthy_stream_outlives_the_attempt_timeout(demo):
+    gateway, primary, secondary, _ = demo
+    primary.set_default(chunks=6, chunk_interval_ms=400)
+    gw = gateway.start(DEMO, env={"ATTEMPT_TIMEOUT": "1s"})
+    r = gw.chat("gpt-4o", stream=True, timeout=20)
+    assert r.status == 200
+    assert r.complete, r.error
+    assert r.sse_content().startswith("primary:0 ")
+    assert "primary:5" in r.sse_content()
+    assert r.sse_events()[-1][1] == "[DONE]"
+    assert secondary.request_count() == 0
+
+
 def test_stream_failing_after_first_bytes_is_not_failed_over_or_spliced(demo):
     gateway, primary, secondary, _ = demo
     primary.set_default(chunks=5, chunk_interval_ms=50, abort_after_chunks=2, abort="reset")
