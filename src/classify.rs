@@ -1,6 +1,6 @@
 //! What happened to one attempt (SPEC section 3), decided from what the filter can see in
-//! Envoy: the response status, or, when no response came, whether Envoy recorded a transport
-//! failure for the upstream connection.
+//! Envoy: the response status, or, when no response came, Envoy's transport failure reason,
+//! its downstream-disconnect flag and how long the attempt lasted.
 
 /// The outcome class of an attempt. `as_str` names are public (metrics, headers, logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
