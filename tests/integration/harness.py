@@ -43,6 +43,7 @@ import os
 import re
 import select
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -67,8 +68,34 @@ class HarnessError(RuntimeError):
 
 
 # ----------------------------------------------------------------------- basics
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+_rng = random.SystemRandom()
+
+
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0)."""
+    """A TCP port that was free on 127.0.0.1 a moment ago, for a process started later (Envoy).
+
+    Picked below the kernel's ephemeral range: a port from bind(0) is an ephemeral one, and the
+    suite's own client connections can take it again before Envoy binds it ("Address already in
+    use"). Ports outside that range are never handed out to outgoing connections."""
+    low = 20000 if _EPHEMERAL[0] > 21000 else 1024
+    high = min(_EPHEMERAL[0], 32768)
+    for _ in range(200):
+        port = _rng.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
