@@ -54,13 +54,18 @@ else
 fi
 
 # --- ports and config --------------------------------------------------------------------
-# Free ports picked now (host networking: fixed defaults could collide with other runs).
+# Free ports picked now (host networking: fixed defaults could collide with other runs), by the
+# suite's own picker: below the kernel's ephemeral range, which outgoing connections use.
 read -r -a free < <(python3 - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(8)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
+import sys
+sys.path.insert(0, "tests/integration")
+from harness import free_port
+ports = []
+while len(ports) < 8:
+    p = free_port()
+    if p not in ports:
+        ports.append(p)
+print(" ".join(map(str, ports)))
 EOF
 )
 [ ${#free[@]} = 8 ] || { log "FAILED: could not pick free ports"; exit 1; }
