@@ -316,6 +316,25 @@ def test_breaker_counts_every_failure_across_workers(demo):
     assert primary.request_count() == 40
 
 
+@pytest.mark.parametrize("behaviour", [
+    {"status": 404},
+    {"status": 429, "headers": {"Retry-After": "3600"}},
+], ids=["model_not_found", "quota_spent"])
+def test_dead_marks_skip_the_provider_for_that_model_only(demo, behaviour):
+    gateway, primary, secondary, _ = demo
+    primary.set_default(**behaviour)
+    gw = gateway.start(DEMO)
+    assert gw.chat("gpt-4o").header("x-llm-provider") == "secondary"
+    assert primary.request_count() == 1
+    primary.set_default(status=200)
+    r = gw.chat("gpt-4o")
+    assert r.header("x-llm-provider") == "secondary"
+    assert r.header("x-llm-attempts") == "1"
+    assert primary.request_count() == 1, "a dead model is skipped without an attempt"
+    # Another model on the same provider is unaffected.
+    assert gw.chat("gpt-4o-mini").header("x-llm-provider") == "primary"
+
+
 def test_all_providers_open_is_an_immediate_circuit_open(demo):
     gateway, primary, secondary, tertiary = demo
     for m in (primary, secondary, tertiary):
