@@ -5,6 +5,7 @@
 use crate::config::{any_matches, Chain, Config, ProviderId};
 use crate::health::Admission;
 use crate::reply::Reply;
+use std::borrow::Cow;
 
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
 pub trait Gatekeeper {
@@ -234,7 +235,7 @@ pub struct PlanRecord<'a> {
     /// Planning already wrote skips to the attempt log: the first attempt must append to it
     /// rather than start it (saves a read on the common path).
     pub log_started: bool,
-    pub slots: Vec<Slot>,
+    pub slots: Cow<'a, [Slot]>,
     pub path: &'a str,
     pub authority: &'a str,
     pub model: &'a str,
@@ -300,7 +301,7 @@ impl PlanRecord<'_> {
             start_ms,
             body_len,
             log_started,
-            slots,
+            slots: Cow::Owned(slots),
             path: lines.next()?,
             authority: lines.next()?,
             model: lines.next()?,
@@ -527,7 +528,7 @@ mod tests {
             start_ms: 1_700_000_000_123,
             body_len: 5 * 1024 * 1024,
             log_started: true,
-            slots: vec![
+            slots: Cow::Owned(vec![
                 Slot {
                     entry: 0,
                     pristine: true,
@@ -543,7 +544,7 @@ mod tests {
                     pristine: false,
                     probe: false,
                 },
-            ],
+            ]),
             path: "/v1/chat/completions?x=1",
             authority: "gateway.local:10000",
             model: "gpt-4o|weird name",

@@ -262,7 +262,7 @@ impl Downstream {
             start_ms: now.0,
             body_len: body_len as u64,
             log_started: !plan.skipped.is_empty(),
-            slots: plan.slots.clone(),
+            slots: std::borrow::Cow::Borrowed(&plan.slots),
             path: &self.path,
             authority: &self.authority,
             model: &model,

@@ -88,7 +88,7 @@ impl Upstream {
             number,
             chain,
             slot,
-            slots: std::mem::take(&mut record.slots),
+            slots: std::mem::take(&mut record.slots).into_owned(),
             start_ms: envoy_host::now_ms(),
             request_start_ms: record.start_ms,
             log_started: record.log_started || number > 1,
