@@ -289,24 +289,24 @@ impl<'a> Health<'a> {
     /// the breaker is half-open and nobody holds the probe. `probe_timeout_ms` is how long the
     /// claim lasts if its holder never reports (use the attempt timeout or more).
     pub fn admit(&self, provider: &str, model: &str, probe_timeout_ms: u64) -> Admission {
-        let key = health_key(provider);
-        for attempt in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut bytes, cas)) = self.store.get(&key) else {
-                return AVAILABLE;
+        let claimed = self.update(&health_key(provider), |bytes, now| {
+            let Some(mut bytes) = bytes else {
+                return Step::Done(AVAILABLE);
             };
-            let now = self.clock.now_ms();
             let Some(view) = View::parse(&bytes) else {
-                return AVAILABLE;
+                return Step::Done(AVAILABLE);
             };
             if view.provider_dead_until > now
                 || view.marks().any(|m| m.model == model && m.until > now)
             {
-                return Admission::Dead;
+                return Step::Done(Admission::Dead);
             }
             match BreakerState::of(view.open_until, now) {
-                BreakerState::Closed => return AVAILABLE,
-                BreakerState::Open => return Admission::BreakerOpen,
-                BreakerState::HalfOpen if view.probe_until > now => return Admission::BreakerOpen,
+                BreakerState::Closed => return Step::Done(AVAILABLE),
+                BreakerState::Open => return Step::Done(Admission::BreakerOpen),
+                BreakerState::HalfOpen if view.probe_until > now => {
+                    return Step::Done(Admission::BreakerOpen)
+                }
                 BreakerState::HalfOpen => {}
             }
             // Claim the probe: patch probe_until in place (the layout was just validated).
@@ -315,13 +315,10 @@ impl<'a> Health<'a> {
                 OFF_PROBE_UNTIL,
                 now.saturating_add(probe_timeout_ms.max(1)),
             );
-            if self.store.set(&key, &bytes, Some(cas)).is_ok() {
-                return PROBE;
-            }
-            backoff(attempt);
-        }
+            Step::Write(bytes, PROBE)
+        });
         // Lost every race: others are busy with this record, almost surely claiming the probe.
-        Admission::BreakerOpen
+        claimed.unwrap_or(Admission::BreakerOpen)
     }
 
     /// Creates the provider's record (fresh and healthy) when none exists, and returns whether it
@@ -339,29 +336,22 @@ impl<'a> Health<'a> {
 
     /// Records one attempt's outcome. Reads, then writes only when something changed.
     pub fn report(&self, provider: &str, model: &str, report: &Report) -> ReportEffect {
-        let key = health_key(provider);
         let mut last_state = BreakerState::Closed;
-        for attempt in 0..MAX_CAS_ATTEMPTS {
-            let now = self.clock.now_ms();
-            let (mut record, cas) = match self.store.get(&key) {
-                Some((bytes, cas)) => (Record::decode(&bytes), Some(cas)),
-                None => (Record::default(), None),
-            };
+        let effect = self.update(&health_key(provider), |bytes, now| {
+            let mut record = bytes.map_or_else(Record::default, |b| Record::decode(&b));
             record.prune(now, self.breaker.window_ms);
             let effect = record.apply(now, model, report, self.breaker, self.dead);
             last_state = effect.state;
-            if !effect.written {
-                return effect;
+            if effect.written {
+                Step::Write(record.encode(), effect)
+            } else {
+                Step::Done(effect)
             }
-            if self.store.set(&key, &record.encode(), cas).is_ok() {
-                return effect;
-            }
-            backoff(attempt);
-        }
-        ReportEffect {
+        });
+        effect.unwrap_or(ReportEffect {
             gave_up: true,
             ..ReportEffect::nothing(last_state)
-        }
+        })
     }
 
     /// A request that claimed the probe ([`Admission::Available`] with `probe`) ended without
@@ -369,27 +359,49 @@ impl<'a> Health<'a> {
     /// (Claims carry no owner: a holder that outlived its claim's timeout could release the next
     /// holder's claim, letting one extra probe through; harmless and rare.)
     pub fn release_probe(&self, provider: &str) -> bool {
-        let key = health_key(provider);
-        for attempt in 0..MAX_CAS_ATTEMPTS {
-            let Some((mut bytes, cas)) = self.store.get(&key) else {
-                return false;
+        let released = self.update(&health_key(provider), |bytes, now| {
+            let Some(mut bytes) = bytes else {
+                return Step::Done(false);
             };
             let Some(view) = View::parse(&bytes) else {
-                return false;
+                return Step::Done(false);
             };
-            let now = self.clock.now_ms();
             if BreakerState::of(view.open_until, now) != BreakerState::HalfOpen
                 || view.probe_until <= now
             {
-                return false;
+                return Step::Done(false);
             }
             put_u64(&mut bytes, OFF_PROBE_UNTIL, 0);
-            if self.store.set(&key, &bytes, Some(cas)).is_ok() {
-                return true;
+            Step::Write(bytes, true)
+        });
+        released.unwrap_or(false)
+    }
+
+    /// The one read-modify-write loop behind every update: `step` sees the stored bytes (`None`
+    /// when the key was never written) and the time, and either settles without writing or
+    /// proposes new bytes, which are stored only if nobody wrote in between (compare-and-swap);
+    /// otherwise it runs again on what is there now. `None` after `MAX_CAS_ATTEMPTS` lost races.
+    fn update<T>(
+        &self,
+        key: &str,
+        mut step: impl FnMut(Option<Vec<u8>>, u64) -> Step<T>,
+    ) -> Option<T> {
+        for attempt in 0..MAX_CAS_ATTEMPTS {
+            let (bytes, cas) = match self.store.get(key) {
+                Some((bytes, cas)) => (Some(bytes), Some(cas)),
+                None => (None, None),
+            };
+            match step(bytes, self.clock.now_ms()) {
+                Step::Done(value) => return Some(value),
+                Step::Write(new, value) => {
+                    if self.store.set(key, &new, cas).is_ok() {
+                        return Some(value);
+                    }
+                }
             }
             backoff(attempt);
         }
-        false
+        None
     }
 
     /// The provider's health now (one read, no write).
@@ -423,6 +435,14 @@ impl<'a> Health<'a> {
                 .collect(),
         }
     }
+}
+
+/// What one pass of [`Health::update`] decided.
+enum Step<T> {
+    /// Nothing to write: the answer is this.
+    Done(T),
+    /// Store these bytes; if that wins the race, the answer is this.
+    Write(Vec<u8>, T),
 }
 
 /// After a lost compare-and-swap: spin a little, longer each time, so racing writers spread out
