@@ -78,6 +78,17 @@ impl Reply {
         }
     }
 
+    /// The request line or a header the filter must read cannot be decoded.
+    pub fn invalid_request(problem: &str) -> Reply {
+        Reply {
+            status: 400,
+            kind: "invalid_request_error",
+            code: "invalid_request",
+            message: format!("The request could not be read: {problem}."),
+            should_retry: false,
+        }
+    }
+
     pub fn body_too_large(limit: usize) -> Reply {
         Reply {
             status: 413,

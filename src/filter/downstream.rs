@@ -7,6 +7,7 @@ use super::metrics::Metrics;
 use crate::attempt_log;
 use crate::classify::Class;
 use crate::config::{Chain, Config};
+use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
 use crate::plan::{self, Plan, PlanRecord, RequestFacts, SkipReason};
 use crate::reply::Reply;
@@ -15,7 +16,7 @@ use crate::status;
 use crate::wire;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, MapType};
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -112,26 +113,16 @@ impl Downstream {
     /// marker header, yet the chain is exhausted just the same. Reads a property only for 5xx
     /// answers, so the healthy path pays nothing.
     fn ended_without_response(&self, chain: &Chain, attempts: usize) -> bool {
-        let status = self
-            .get_http_response_header(":status")
-            .and_then(|s| s.parse::<u16>().ok())
-            .unwrap_or(0);
-        if status < 500 {
+        if envoy_host::status_code(MapType::HttpResponseHeaders) < 500 {
             return false;
         }
-        let details = self
-            .get_property(vec!["response", "code_details"])
-            .and_then(|b| String::from_utf8(b).ok())
-            .unwrap_or_default();
+        let details = envoy_host::text_property(b"response\0code_details").unwrap_or_default();
         if details.is_empty() || details == "via_upstream" {
             return false;
         }
         // The last attempt's own record when its upstream filter has settled it already,
         // else what Envoy says happened.
-        let log = self
-            .get_property(vec![wire::ATTEMPTS_PROPERTY])
-            .and_then(|b| String::from_utf8(b).ok())
-            .unwrap_or_default();
+        let log = envoy_host::text_property(wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default();
         let class = attempt_log::outcome_of_attempt(&log, attempts)
             .and_then(Class::parse)
             .unwrap_or(if details.contains("timeout") {
@@ -156,7 +147,7 @@ impl Downstream {
                 attempt_log::push_skip(&mut log, name, reason.as_str());
             }
         }
-        self.set_property(vec![wire::ATTEMPTS_PROPERTY], Some(log.as_bytes()));
+        envoy_host::set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
     }
 
     /// Counts the entries planning left out (`llm_failover_skipped_total`). With `try_last` an
@@ -205,8 +196,7 @@ impl Downstream {
             return false;
         }
         let route = if self.config.chains.iter().any(|c| !c.routes.is_empty()) {
-            self.get_property(vec!["xds", "route_name"])
-                .and_then(|b| String::from_utf8(b).ok())
+            envoy_host::text_property(b"xds\0route_name")
         } else {
             None
         };
@@ -252,9 +242,9 @@ impl Downstream {
 
         for (k, slot) in plan.slots.iter().enumerate() {
             let provider = chain.entries[usize::from(slot.entry)].provider;
-            self.set_property(
-                vec![wire::SLOT_PROPERTIES[k]],
-                Some(config.providers[provider].cluster.as_bytes()),
+            envoy_host::set_property(
+                wire::SLOT_PROPERTIES[k],
+                config.providers[provider].cluster.as_bytes(),
             );
         }
         let record = PlanRecord {
@@ -267,7 +257,7 @@ impl Downstream {
             authority: &self.authority,
             model: &model,
         };
-        self.set_property(vec![wire::PLAN_PROPERTY], Some(record.encode().as_bytes()));
+        envoy_host::set_property(wire::PLAN_PROPERTY, record.encode().as_bytes());
         self.log_skips(usize::from(plan.chain), &plan.skipped);
         let retries = plan.slots.len().saturating_sub(1);
         self.set_http_request_header(wire::MAX_RETRIES_HEADER, Some(&retries.to_string()));
@@ -301,27 +291,49 @@ impl Context for Downstream {
 
 impl HttpContext for Downstream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        // One hostcall for the whole map instead of one per header we might need or remove.
-        let mut method = String::new();
-        for (name, value) in self.get_http_request_headers() {
-            match name.as_str() {
-                ":path" => self.path = value,
-                ":authority" => self.authority = value,
-                ":method" => method = value,
-                // Envoy honours these from "internal" callers (loopback included): never
-                // from ours.
-                n if wire::ENVOY_STEERING_HEADERS.contains(&n) => {
-                    self.set_http_request_header(n, None);
+        // One hostcall for the whole map instead of one per header we might need or remove,
+        // read in place: values are bytes (HTTP allows non-UTF-8 ones) until we need one.
+        let map = envoy_host::header_map(MapType::HttpRequestHeaders);
+        let mut method = "";
+        let mut readable = true;
+        for (name, value) in HeaderPairs::new(&map) {
+            let text = std::str::from_utf8(value);
+            match name {
+                b":path" => match text {
+                    Ok(v) => self.path = v.to_string(),
+                    Err(_) => readable = false,
+                },
+                b":authority" => match text {
+                    Ok(v) => self.authority = v.to_string(),
+                    Err(_) => readable = false,
+                },
+                b":method" => method = text.unwrap_or(""),
+                _ => {
+                    // Header names are ASCII tokens; a name that is not is no header of ours.
+                    let Ok(n) = std::str::from_utf8(name) else {
+                        continue;
+                    };
+                    // Envoy honours these from "internal" callers (loopback included): never
+                    // from ours.
+                    if wire::ENVOY_STEERING_HEADERS.contains(&n) {
+                        self.set_http_request_header(n, None);
+                    } else if n == self.config.opt_out_header {
+                        self.no_fallback = value.eq_ignore_ascii_case(b"off");
+                        self.set_http_request_header(n, None);
+                    } else if self.config.caller_header.as_deref() == Some(n) {
+                        // An undecodable identity is no identity: restricted providers are out.
+                        self.caller = text.ok().map(str::to_string);
+                    }
                 }
-                n if n == self.config.opt_out_header => {
-                    self.no_fallback = value.eq_ignore_ascii_case("off");
-                    self.set_http_request_header(n, None);
-                }
-                n if self.config.caller_header.as_deref() == Some(n) => self.caller = Some(value),
-                _ => {}
             }
         }
-        if self.answer_status(&method) {
+        if !readable {
+            self.send_reply(&Reply::invalid_request(
+                "the request's :path or :authority is not valid UTF-8",
+            ));
+            return Action::Pause;
+        }
+        if self.answer_status(method) {
             self.answered = true;
             return Action::Pause;
         }
@@ -355,13 +367,12 @@ impl HttpContext for Downstream {
         let Some(plan) = &self.plan else {
             return Action::Continue;
         };
-        let attempts = usize::try_from(envoy_host::attempt_count(self))
+        let attempts = usize::try_from(envoy_host::attempt_count())
             .unwrap_or(1)
             .clamp(1, plan.slots.len());
         self.attempts = attempts;
-        let mut exhausted = self
-            .get_http_response_header(wire::RETRY_MARKER_HEADER)
-            .is_some();
+        let mut exhausted =
+            envoy_host::header(MapType::HttpResponseHeaders, wire::RETRY_MARKER_HEADER).is_some();
         if exhausted {
             self.set_http_response_header(wire::RETRY_MARKER_HEADER, None);
         }
@@ -380,10 +391,8 @@ impl HttpContext for Downstream {
                 wire::FALLBACK_COUNT_HEADER,
                 Some(&(attempts - 1).to_string()),
             );
-            let log = self
-                .get_property(vec![wire::ATTEMPTS_PROPERTY])
-                .and_then(|b| String::from_utf8(b).ok())
-                .unwrap_or_default();
+            let log =
+                envoy_host::text_property(wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default();
             if let Some(reason) = attempt_log::outcome_of_attempt(&log, attempts - 1) {
                 self.set_http_response_header(wire::FALLBACK_REASON_HEADER, Some(reason));
             }

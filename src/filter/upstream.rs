@@ -11,6 +11,7 @@ use super::metrics::Metrics;
 use crate::attempt_log;
 use crate::classify::{classify_no_response, classify_status, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
+use crate::header_pairs::HeaderPairs;
 use crate::health::Report;
 use crate::host::FixedClock;
 use crate::plan::{PlanRecord, SkipReason, Slot};
@@ -18,7 +19,8 @@ use crate::retry_after;
 use crate::rewrite;
 use crate::wire;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, MapType};
+use std::ops::Range;
 use std::rc::Rc;
 
 /// What this attempt is, resolved from the plan in filter state.
@@ -33,7 +35,34 @@ struct Attempt {
     request_start_ms: u64,
     /// The attempt log already has entries (skips, or earlier attempts) to append to.
     log_started: bool,
-    model: String,
+    body_len: u64,
+    /// The plan record as read from filter state; the text fields below are spans of it, so
+    /// resolving an attempt copies none of them.
+    record: String,
+    path: Range<usize>,
+    authority: Range<usize>,
+    model: Range<usize>,
+}
+
+impl Attempt {
+    fn text(&self, span: &Range<usize>) -> &str {
+        self.record.get(span.clone()).unwrap_or_default()
+    }
+
+    /// The caller's `:path`, as planned.
+    fn path(&self) -> &str {
+        self.text(&self.path)
+    }
+
+    /// The caller's `:authority`, as planned.
+    fn authority(&self) -> &str {
+        self.text(&self.authority)
+    }
+
+    /// The model the caller asked for.
+    fn model(&self) -> &str {
+        self.text(&self.model)
+    }
 }
 
 pub struct Upstream {
@@ -65,14 +94,12 @@ impl Upstream {
 
     /// Reads the plan and this attempt's number; `None` when the request was not planned by
     /// our downstream filter (then this filter leaves the attempt alone).
-    fn resolve(&self) -> Option<(Attempt, String, String, u64)> {
-        let number = self
-            .get_http_request_header(wire::ATTEMPT_COUNT_HEADER)
-            .and_then(|v| v.parse::<usize>().ok())
+    fn resolve(&self) -> Option<Attempt> {
+        let number = envoy_host::header(MapType::HttpRequestHeaders, wire::ATTEMPT_COUNT_HEADER)
+            .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<usize>().ok())
             .unwrap_or(1);
-        let bytes = self.get_property(vec![wire::PLAN_PROPERTY])?;
-        let text = std::str::from_utf8(&bytes).ok()?;
-        let mut record = PlanRecord::decode(text)?;
+        let text = envoy_host::text_property(wire::PLAN_PROPERTY.as_bytes())?;
+        let mut record = PlanRecord::decode(&text)?;
         let slot = *record.slot_for(number)?;
         let chain = usize::from(record.chain);
         let valid = self.config.chains.get(chain).is_some_and(|c| {
@@ -84,22 +111,36 @@ impl Upstream {
         if !valid {
             return None;
         }
-        let attempt = Attempt {
+        // Where each text field sits in `text` (decode hands out subslices of it).
+        let span = |field: &str| {
+            let start = field.as_ptr() as usize - text.as_ptr() as usize;
+            start..start + field.len()
+        };
+        let (path, authority, model) = (
+            span(record.path),
+            span(record.authority),
+            span(record.model),
+        );
+        let slots = std::mem::take(&mut record.slots).into_owned();
+        let (request_start_ms, log_started, body_len) = (
+            record.start_ms,
+            record.log_started || number > 1,
+            record.body_len,
+        );
+        Some(Attempt {
             number,
             chain,
             slot,
-            slots: std::mem::take(&mut record.slots).into_owned(),
+            slots,
             start_ms: envoy_host::now_ms(),
-            request_start_ms: record.start_ms,
-            log_started: record.log_started || number > 1,
-            model: record.model.to_string(),
-        };
-        Some((
-            attempt,
-            record.path.to_string(),
-            record.authority.to_string(),
-            record.body_len,
-        ))
+            request_start_ms,
+            log_started,
+            body_len,
+            record: text,
+            path,
+            authority,
+            model,
+        })
     }
 
     /// Settles the attempt: classification, marker header, breaker report, attempt log.
@@ -142,10 +183,12 @@ impl Upstream {
                 }
             }
         }
-        if falls_over && status.is_some() {
+        if status.is_some() {
             // The route's retry policy retries answers carrying this header; the downstream
-            // filter removes it when no attempt is left.
-            self.set_http_response_header(wire::RETRY_MARKER_HEADER, Some("1"));
+            // filter removes it when no attempt is left. Only we set it: a provider's copy
+            // goes (a remove is one cheap hostcall, no read).
+            let marker = falls_over.then_some("1");
+            self.set_http_response_header(wire::RETRY_MARKER_HEADER, marker);
         }
         // Without response headers Envoy retries by itself (connect-failure, reset, per-try
         // timeout: see README "Known limits"), so count what happens, not what the chain says.
@@ -164,7 +207,7 @@ impl Upstream {
             }
         }
 
-        let model = entry.model.as_deref().unwrap_or(&attempt.model);
+        let model = entry.model.as_deref().unwrap_or(attempt.model());
         // Hot path: a success from a provider with nothing recorded changes nothing.
         if !(class == Class::Ok && attempt.slot.pristine && !attempt.slot.probe) {
             let report = Report {
@@ -182,9 +225,7 @@ impl Upstream {
         }
 
         let mut log = if attempt.log_started {
-            self.get_property(vec![wire::ATTEMPTS_PROPERTY])
-                .and_then(|b| String::from_utf8(b).ok())
-                .unwrap_or_default()
+            envoy_host::text_property(wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default()
         } else {
             String::new()
         };
@@ -202,22 +243,28 @@ impl Upstream {
                 SkipReason::Budget.as_str(),
             );
         }
-        self.set_property(vec![wire::ATTEMPTS_PROPERTY], Some(log.as_bytes()));
+        envoy_host::set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
     }
 
     /// The delay a failing answer asked for, read only on failures.
     fn requested_delay(&self, class: Class) -> Option<u64> {
         match class {
             Class::RateLimited => {
-                let headers = self.get_http_response_headers();
-                retry_after::rate_limit_delay(
-                    headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                    envoy_host::now_ms(),
-                )
+                // A provider's header values may hold any bytes: skip what is not text.
+                let map = envoy_host::header_map(MapType::HttpResponseHeaders);
+                let headers = HeaderPairs::new(&map).into_iter().filter_map(|(k, v)| {
+                    Some((std::str::from_utf8(k).ok()?, std::str::from_utf8(v).ok()?))
+                });
+                retry_after::rate_limit_delay(headers, envoy_host::now_ms())
             }
-            Class::Overloaded | Class::ServerError => self
-                .get_http_response_header("retry-after")
-                .and_then(|v| retry_after::parse_retry_after(&v, envoy_host::now_ms())),
+            Class::Overloaded | Class::ServerError => {
+                envoy_host::header(MapType::HttpResponseHeaders, "retry-after").and_then(|v| {
+                    retry_after::parse_retry_after(
+                        std::str::from_utf8(&v).ok()?,
+                        envoy_host::now_ms(),
+                    )
+                })
+            }
             _ => None,
         }
     }
@@ -229,10 +276,9 @@ impl Context for Upstream {
             // No response headers: the connection failed, the attempt timed out, or the
             // caller went away (DESIGN section 1: these reach upstream filters only here).
             let outcome = NoResponse {
-                transport_failure: self
-                    .get_property(vec!["upstream", "transport_failure_reason"])
+                transport_failure: envoy_host::property(b"upstream\0transport_failure_reason")
                     .is_some_and(|v| !v.is_empty()),
-                client_gone: envoy_host::response_flags(self)
+                client_gone: envoy_host::response_flags()
                     & envoy_host::DOWNSTREAM_CONNECTION_TERMINATION
                     != 0,
                 elapsed_ms: self
@@ -250,7 +296,7 @@ impl Context for Upstream {
 
 impl HttpContext for Upstream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some((attempt, path, authority, body_len)) = self.resolve() else {
+        let Some(attempt) = self.resolve() else {
             return Action::Continue;
         };
         let (_, entry, provider) = self.entry(&attempt);
@@ -264,13 +310,18 @@ impl HttpContext for Upstream {
         match &provider.authority {
             Some(a) => self.set_http_request_header(":authority", Some(a)),
             None if attempt.number > 1 => {
-                self.set_http_request_header(":authority", Some(&authority))
+                self.set_http_request_header(":authority", Some(attempt.authority()))
             }
             None => {}
         }
         match &provider.path_prefix {
-            Some(prefix) => self.set_http_request_header(":path", Some(&format!("{prefix}{path}"))),
-            None if attempt.number > 1 => self.set_http_request_header(":path", Some(&path)),
+            Some(prefix) => {
+                let path = format!("{prefix}{}", attempt.path());
+                self.set_http_request_header(":path", Some(&path))
+            }
+            None if attempt.number > 1 => {
+                self.set_http_request_header(":path", Some(attempt.path()))
+            }
             None => {}
         }
         if attempt.number == 1 {
@@ -280,11 +331,12 @@ impl HttpContext for Upstream {
         let rewrite_to = entry
             .model
             .as_ref()
-            .filter(|m| **m != attempt.model && body_len > 0 && !end_of_stream)
+            .filter(|m| m.as_str() != attempt.model() && attempt.body_len > 0 && !end_of_stream)
             .cloned();
         if rewrite_to.is_none() && attempt.number > 1 {
             // An earlier attempt may have rewritten the body and its length.
-            self.set_http_request_header("content-length", Some(&body_len.to_string()));
+            let length = attempt.body_len.to_string();
+            self.set_http_request_header("content-length", Some(&length));
         }
         self.attempt = Some(attempt);
         if rewrite_to.is_some() {
@@ -320,10 +372,7 @@ impl HttpContext for Upstream {
         if self.attempt.is_none() {
             return Action::Continue;
         }
-        let status = self
-            .get_http_response_header(":status")
-            .and_then(|s| s.parse::<u16>().ok())
-            .unwrap_or(0);
+        let status = envoy_host::status_code(MapType::HttpResponseHeaders);
         let class = classify_status(status);
         let delay = if class == Class::Ok {
             None

@@ -409,6 +409,26 @@ def test_200_concurrent_requests_with_a_failing_primary_lose_none(demo):
     assert overflow == 0
 
 
+def test_header_values_that_are_not_utf8_pass_through_and_break_nothing(demo):
+    """HTTP allows obs-text (bytes 0x80-0xFF) in header values and Envoy forwards them. The
+    filter reads every request header and, on failures, the provider's answer headers: none
+    of that may assume UTF-8 (a panic would take the worker's wasm VM down)."""
+    gateway, primary, secondary, _ = demo
+    primary.set_default(status=429, headers={"x-ratelimit-note": "\u00e9t\u00e9",
+                                             "retry-after": "\u00ff"})
+    gw = gateway.start(DEMO)
+    for i in range(3):
+        r = gw.chat("gpt-4o", headers={"x-note": "caf\u00e9", "x-request-id": f"latin-{i}"})
+        assert r.status == 200, r.text
+        assert r.header("x-llm-provider") == "secondary"
+        assert r.header("x-llm-fallback-reason") == "rate_limited"
+    # The bytes reach the providers unchanged (the mock reads headers as latin-1).
+    for mock in (primary, secondary):
+        records = mock.requests(bodies=False)
+        assert len(records) == 3
+        assert all(header(rec, "x-note") == ["caf\u00e9"] for rec in records)
+
+
 def test_bad_plugin_configuration_is_refused_naming_the_field(gateway, render, tmp_path):
     import subprocess
     import harness
