@@ -36,6 +36,8 @@ CLI = ROOT / "target" / "release" / "llm-failover"
 DEMO = ROOT / "envoy" / "demo.failover.yaml"
 NOOP_SRC = ROOT / "bench" / "noop" / "noop.rs"
 NOOP = WORK / "noop.wasm"
+CALIB_SRC = ROOT / "bench" / "calib" / "calib.rs"
+CALIB = WORK / "calib.wasm"
 
 PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "19400"))
 NGINX_OK = PORT_BASE + 1
@@ -355,6 +357,130 @@ def add_noop_upstream(cfg):
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}]
 
 
+# ------------------------------------------------------------------------------------------
+# Calibration (--calibrate): what each kind of hostcall costs, and what llm-failover's calls
+# cost with none of its logic (bench/calib/calib.rs runs a script of calls per callback).
+
+UPSTREAM_CODEC = {"name": "envoy.filters.http.upstream_codec", "typed_config": {
+    "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
+
+
+def calib_filter(name, script):
+    return {"name": name, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+        "config": {"name": name, "root_id": "calib", "vm_config": {
+            "vm_id": name, "runtime": "envoy.wasm.runtime.v8",
+            "code": {"local": {"filename": str(CALIB)}}},
+            "allow_on_headers_stop_iteration": True,
+            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                              "value": script}}}}
+
+
+def calib_pair(down, up):
+    """The matcher route and retry policy (as `route_only`) with a calibration filter in
+    llm-failover's two places: before the router, and on every provider cluster."""
+    def transform(cfg):
+        route_only(cfg)
+        hcm(cfg)["http_filters"].insert(0, calib_filter("calib_down", down))
+        for c in cfg["static_resources"]["clusters"]:
+            upstream_opts(c)["http_filters"] = [calib_filter("calib_up", up), UPSTREAM_CODEC]
+    return transform
+
+
+# Per-call probes: 32 calls (16 filter-state keys) in the downstream request-headers callback.
+CALIB_PROBES = [
+    ("time", 32, "proxy_get_current_time_nanoseconds (bare crossing)"),
+    ("get_header", 32, "proxy_get_header_map_value, value present (+ proxy_on_memory_allocate)"),
+    ("get_absent", 32, "proxy_get_header_map_value, header absent"),
+    ("set_header", 32, "proxy_replace_header_map_value"),
+    ("remove_header", 32, "proxy_remove_header_map_value"),
+    ("set_property", 16, "proxy_set_property, a new filter-state object each"),
+    ("shared_get", 32, "proxy_get_shared_data, 120 bytes (+ proxy_on_memory_allocate)"),
+]
+# The success path's calls, from `scripts/bench.sh --profile` (keep in step with the filter):
+# downstream: header pairs, pause for the body, the body, clock, 3 health records, 4 filter-state
+# properties (3 slots, the plan), x-envoy-max-retries, clear_route_cache; response: attempt
+# count, marker check, x-llm-provider and x-llm-attempts. Upstream: attempt number, the plan,
+# clock, 5 removals (other credentials, the caller's, x-envoy-max-retries) and the credential;
+# response: :status, marker removal, clock, counter, attempt log.
+SKELETON_FILTER = (
+    "rh:pairs rh:pause rb:body rb:time rb:shared_get*3 rb:set_property*4 rb:set_header rb:route "
+    "sh:get_property sh:get_absent sh:set_header*2",
+    "rh:get_header rh:get_property rh:time rh:remove_header*4 rh:set_header "
+    "sh:get_header sh:remove_header sh:time sh:metric sh:set_property")
+# What any implementation of this design must do per request: read the headers and the body
+# (the model decides the chain), read the first provider's health, publish the first slot and
+# the plan, re-resolve the route; upstream: learn the attempt number and the plan, drop the
+# caller's credential and set the provider's, read the status, count the attempt; downstream
+# response: the attempt count and the two public headers.
+SKELETON_DESIGN = (
+    "rh:pairs rh:pause rb:body rb:shared_get rb:set_property*2 rb:route "
+    "sh:get_property sh:set_header*2",
+    "rh:get_header rh:get_property rh:remove_header rh:set_header sh:get_header sh:metric")
+
+
+def calibrate(args, body_file, nginx_cpus, wrk_cpus, rounds, duration, warmup):
+    r = subprocess.run(["rustc", "--edition", "2021", "--target", "wasm32-wasip1", "--crate-type",
+                        "cdylib", "-C", "opt-level=3", "-C", "panic=abort", "-C",
+                        "strip=debuginfo", str(CALIB_SRC), "-o", str(CALIB)], timeout=300,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench: the calibration module did not build (rustc with the "
+                         f"wasm32-wasip1 target is needed)\n{r.stderr[-800:]}")
+    targets = {
+        "plain": Target("plain", "Envoy plain route (no filter)", NGINX_OK, plain_route),
+        "c_empty": Target("c_empty", "two calibration filters making no call (the wasm floor)",
+                          NGINX_OK, calib_pair("", "")),
+    }
+    for op, n, _ in CALIB_PROBES:
+        targets[f"c_{op}"] = Target(f"c_{op}", op, NGINX_OK, calib_pair(f"rh:{op}*{n}", ""))
+    targets["s_design"] = Target("s_design", "skeleton: the calls the design needs, no logic",
+                                 NGINX_OK, calib_pair(*SKELETON_DESIGN))
+    targets["s_filter"] = Target("s_filter", "skeleton: llm-failover's own calls, no logic",
+                                 NGINX_OK, calib_pair(*SKELETON_FILTER))
+    targets["success"] = Target("success", "llm-failover, success path", NGINX_OK,
+                                expect_provider="primary", expect_attempts="1")
+    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 6)) +
+                     list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(targets))))
+    fail_log = start_nginx(nginx_cpus)
+    for i, t in enumerate(targets.values()):
+        start_envoy(t, i, args.envoy)
+    for t in targets.values():
+        ready_envoy(t)
+        probe(t, body_file.read_bytes())
+    cpu = {k: [] for k in targets}
+    for rnd in range(rounds):
+        for key, t in targets.items():
+            log(f"calibration round {rnd + 1}/{rounds}: {key}")
+            res = measure(t, 32, duration, warmup, body_file, wrk_cpus, fail_log)
+            if res["non_2xx"] or res["errors"]:
+                raise SystemExit(f"bench: {key} answered errors: {res}")
+            cpu[key].append(res["cpu_us_per_req"])
+
+    # Best of the rounds: on a shared machine neighbours only ever add CPU time, so the
+    # fastest round is the closest to each configuration's own cost.
+    best = {k: min(v) for k, v in cpu.items()}
+
+    def delta(key, base="c_empty"):
+        return best[key] - best[base]
+
+    print(f"\n## Calibration (best of {rounds} rounds x {duration} s, 1 KB, 32 connections)\n")
+    print("Envoy CPU per call, from 32 (16) calls per request over two filters making none:\n")
+    print("| call | µs per call |\n|---|---:|")
+    for op, n, label in CALIB_PROBES:
+        print(f"| {label} | {delta(f'c_{op}') / n:.2f} |")
+    print("\nSkeletons against the plain route measured in the same rounds:\n")
+    print("| configuration | Envoy CPU µs/req | vs plain | above the wasm floor |")
+    print("|---|---:|---:|---:|")
+    for key in ("plain", "c_empty", "s_design", "s_filter", "success"):
+        ratio = best[key] / best["plain"]
+        print(f"| {targets[key].label} | {best[key]:.1f} | {ratio:.2f}x | "
+              f"{'-' if key == 'plain' else f'{delta(key):+.1f} µs'} |")
+    (WORK / "calibration.json").write_text(json.dumps({"rounds": rounds, "duration": duration,
+                                                       "cpu_us_per_req": cpu}, indent=1))
+    return 0
+
+
 class Target:
     """One thing under load: an Envoy configuration (or LiteLLM)."""
 
@@ -391,7 +517,8 @@ class Target:
         return out
 
 
-ENVOY_KEYS = ["plain", "success", "failover", "plain503"]
+# Main configurations; the HTTP/2 pair runs at 1 KB and 32 connections only (see ONE_KB_ONLY).
+ENVOY_KEYS = ["plain", "success", "failover", "plain503", "plain_h2", "failover_h2"]
 TARGETS = {
     "plain": lambda: Target("plain", "Envoy plain route (no filter)", NGINX_OK, plain_route),
     "success": lambda: Target("success", "llm-failover, success path", NGINX_OK,
@@ -414,17 +541,17 @@ TARGETS = {
     "x_fo_noop2": lambda: Target("x_fo_noop2", "Envoy-alone failover + do-nothing downstream and upstream wasm",
                                  NGINX_FAIL, lambda c: (failover_route_only(c), add_noop_downstream(c),
                                                         add_noop_upstream(c))),
-    "x_plain_h2": lambda: Target("x_plain_h2", "plain route, HTTP/2 upstream", NGINX_OK_H2,
+    # Providers over HTTP/2, as TLS providers negotiate by ALPN (the rendered config offers h2):
+    "plain_h2": lambda: Target("plain_h2", "Envoy plain route, HTTP/2 upstream", NGINX_OK_H2,
                                  lambda c: (plain_route(c), upstream_h2(c)), secondary=NGINX_OK_H2),
-    "x_fo_h2": lambda: Target("x_fo_h2", "llm-failover failover path, HTTP/2 upstreams", NGINX_FAIL_H2,
+    "failover_h2": lambda: Target("failover_h2", "llm-failover, failover path, HTTP/2 upstreams", NGINX_FAIL_H2,
                               upstream_h2, expect_provider="secondary", expect_attempts="2",
                               secondary=NGINX_OK_H2),
 }
-EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2",
-               "x_plain_h2", "x_fo_h2"]
+EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2"]
 # nginx over h2 answers `return` before reading a large body and then resets the stream, which
 # Envoy reports as 503 UR: the HTTP/2 experiments use the 1 KB body only.
-ONE_KB_ONLY = {"x_plain_h2", "x_fo_h2"}
+ONE_KB_ONLY = {"plain_h2", "failover_h2"}
 
 
 def start_envoy(t, index, envoy_bin):
@@ -605,7 +732,16 @@ def table(rows, labels, order, bodies, conns_list):
     return "\n".join(out)
 
 
-def targets(rows):
+def round_ratio(results, key, base, body, conns):
+    """Median of per-round CPU/request ratios of `key` to `base` in one cell."""
+    runs, refs = results.get((key, body, conns)), results.get((base, body, conns))
+    if not runs or not refs or len(runs) != len(refs):
+        return None
+    return median([r["cpu_us_per_req"] / b["cpu_us_per_req"] for r, b in zip(runs, refs)
+                   if b["cpu_us_per_req"]])
+
+
+def targets(rows, results):
     lines = []
     s = rows.get(("success", "1KB", 32))
     f = rows.get(("failover", "1KB", 32))
@@ -615,6 +751,10 @@ def targets(rows):
     if f and f["cpu_us_per_req_ratio"]:
         v = f["cpu_us_per_req_ratio"]
         lines.append(("failover path CPU/request <= 3.0x plain (32 conns, 1 KB)", f"{v:.2f}x", v <= 3.0))
+    v = round_ratio(results, "failover_h2", "plain_h2", "1KB", 32)
+    if v:
+        lines.append(("failover path over HTTP/2 upstreams <= 3.0x the plain route over HTTP/2 "
+                      "(32 conns, 1 KB)", f"{v:.2f}x", v <= 3.0))
     for body in ("1KB", "50KB"):
         fo, fa = rows.get(("failover", body, 1)), rows.get(("plain503", body, 1))
         if fo and fa:
@@ -668,6 +808,8 @@ def main():
     global MODULE, CLI, EXPERIMENTS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="a few seconds: checks the harness")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="price each kind of hostcall and measure call skeletons (no logic)")
     ap.add_argument("--with-litellm", action="store_true", help="add the LiteLLM peer column")
     ap.add_argument("--no-experiments", action="store_true")
     ap.add_argument("--duration", type=int, default=None, help="seconds per measured run")
@@ -717,6 +859,10 @@ def main():
         p.write_text(text)
         body_files[name] = p
 
+    if args.calibrate:
+        return calibrate(args, body_files["1KB"], nginx_cpus, wrk_cpus, args.rounds or 5,
+                         args.duration or 3, warmup)
+
     if experiments and (not NOOP.exists() or NOOP.stat().st_mtime < NOOP_SRC.stat().st_mtime):
         r = subprocess.run(["rustc", "--edition", "2021", "--target", "wasm32-wasip1", "--crate-type",
                             "cdylib", "-C", "opt-level=3", "-C", "panic=abort", "-C",
@@ -746,8 +892,9 @@ def main():
     plan = []
     for conns in conns_list:
         for body in bodies:
-            for key in ("plain", "success", "failover", "plain503"):
-                plan.append((key, body, conns))
+            for key in ENVOY_KEYS:
+                if key not in ONE_KB_ONLY or (body == "1KB" and conns == 32):
+                    plan.append((key, body, conns))
             if experiments and conns == 32:
                 for key in EXPERIMENTS:
                     if body == "1KB" or key not in ONE_KB_ONLY:
@@ -797,7 +944,7 @@ def main():
     rows = summarize(results, rounds)
     labels = {k: t.label for k, t in envoys.items()}
     labels["plain503"] = "plain route, failing primary (503)"
-    order = ["plain", "success", "failover", "plain503", "litellm"] + EXPERIMENTS
+    order = ["plain", "success", "failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS
     main_order = [k for k in order if not k.startswith("x_")]
     elapsed = time.monotonic() - t_start
 
@@ -816,7 +963,7 @@ def main():
                     bodies, [32]))
         print("\nExperiments, failover path:\n")
         print(table(rows, labels, ["plain", "plain503", "x_fo_route", "x_fo_noop2", "failover",
-                                   "x_plain_h2", "x_fo_h2"], bodies, [32]))
+                                   "plain_h2", "failover_h2"], bodies, [32]))
     print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
           "new primary connections per request, errors:\n")
     for (key, body, conns), r in sorted(rows.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], -kv[0][2])):
@@ -843,7 +990,7 @@ def main():
     if args.with_litellm:
         print(f"\nLiteLLM peer: {peer}")
     print("\nTargets (issue 8):\n")
-    for name, value, ok in targets(rows):
+    for name, value, ok in targets(rows, results):
         print(f"- {name}: {value}: {'PASS' if ok else 'MISS'}")
     print(f"\nbench: finished in {elapsed:.0f} s; configs and logs in {RUN.relative_to(ROOT)}/")
 

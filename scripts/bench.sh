@@ -10,11 +10,13 @@
 #                                     .work/bench/litellm-venv; skipped with a note on failure)
 #   scripts/bench.sh --profile        wasm callbacks and hostcalls per request, success and
 #                                     failover paths, from Envoy's wasm trace log (~10 s)
+#   scripts/bench.sh --calibrate      Envoy CPU per kind of hostcall, and the success path's
+#                                     calls replayed with no logic (bench/calib; ~5 min)
 #   other flags go to bench/bench.py: --duration S, --warmup S, --rounds N, --no-experiments,
 #   --no-build (use the existing dist/ and target/release builds)
 # Needs: nginx and wrk (apt-get installs them when run as root), Envoy from scripts/setup.sh
 # (.venv/bin/envoy), the wasm module and CLI from scripts/build.sh (run here unless --no-build),
-# rustc with the wasm32-wasip1 target for the do-nothing module of the experiments.
+# rustc with the wasm32-wasip1 target for the do-nothing and calibration modules.
 # Everything listens on 127.0.0.1, ports from $BENCH_PORT_BASE (default 19400) upwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."

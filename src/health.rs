@@ -59,7 +59,7 @@
 use crate::classify::Class;
 use crate::config::{BreakerPolicy, DeadMarkPolicy};
 use crate::host::{Clock, SharedStore};
-use crate::wire::health_key;
+use crate::wire::with_health_key;
 
 /// Encoding version (first byte of every record).
 pub const RECORD_VERSION: u8 = 1;
@@ -289,7 +289,7 @@ impl<'a> Health<'a> {
     /// the breaker is half-open and nobody holds the probe. `probe_timeout_ms` is how long the
     /// claim lasts if its holder never reports (use the attempt timeout or more).
     pub fn admit(&self, provider: &str, model: &str, probe_timeout_ms: u64) -> Admission {
-        let claimed = self.update(&health_key(provider), |bytes, now| {
+        let claimed = self.update(provider, |bytes, now| {
             let Some(mut bytes) = bytes else {
                 return Step::Done(AVAILABLE);
             };
@@ -325,19 +325,19 @@ impl<'a> Health<'a> {
     /// did. Call it at configure time: Envoy's shared data cannot compare-and-swap on a key that
     /// does not exist yet (cas 0 means "no check"), so the first write must not race updates.
     pub fn ensure_record(&self, provider: &str) -> bool {
-        let key = health_key(provider);
-        if self.store.get(&key).is_some() {
-            return false;
-        }
-        self.store
-            .set(&key, &Record::default().encode(), None)
-            .is_ok()
+        with_health_key(provider, |key| {
+            self.store.get(key).is_none()
+                && self
+                    .store
+                    .set(key, &Record::default().encode(), None)
+                    .is_ok()
+        })
     }
 
     /// Records one attempt's outcome. Reads, then writes only when something changed.
     pub fn report(&self, provider: &str, model: &str, report: &Report) -> ReportEffect {
         let mut last_state = BreakerState::Closed;
-        let effect = self.update(&health_key(provider), |bytes, now| {
+        let effect = self.update(provider, |bytes, now| {
             let mut record = bytes.map_or_else(Record::default, |b| Record::decode(&b));
             record.prune(now, self.breaker.window_ms);
             let effect = record.apply(now, model, report, self.breaker, self.dead);
@@ -359,7 +359,7 @@ impl<'a> Health<'a> {
     /// (Claims carry no owner: a holder that outlived its claim's timeout could release the next
     /// holder's claim, letting one extra probe through; harmless and rare.)
     pub fn release_probe(&self, provider: &str) -> bool {
-        let released = self.update(&health_key(provider), |bytes, now| {
+        let released = self.update(provider, |bytes, now| {
             let Some(mut bytes) = bytes else {
                 return Step::Done(false);
             };
@@ -383,33 +383,33 @@ impl<'a> Health<'a> {
     /// otherwise it runs again on what is there now. `None` after `MAX_CAS_ATTEMPTS` lost races.
     fn update<T>(
         &self,
-        key: &str,
+        provider: &str,
         mut step: impl FnMut(Option<Vec<u8>>, u64) -> Step<T>,
     ) -> Option<T> {
-        for attempt in 0..MAX_CAS_ATTEMPTS {
-            let (bytes, cas) = match self.store.get(key) {
-                Some((bytes, cas)) => (Some(bytes), Some(cas)),
-                None => (None, None),
-            };
-            match step(bytes, self.clock.now_ms()) {
-                Step::Done(value) => return Some(value),
-                Step::Write(new, value) => {
-                    if self.store.set(key, &new, cas).is_ok() {
-                        return Some(value);
+        with_health_key(provider, |key| {
+            for attempt in 0..MAX_CAS_ATTEMPTS {
+                let (bytes, cas) = match self.store.get(key) {
+                    Some((bytes, cas)) => (Some(bytes), Some(cas)),
+                    None => (None, None),
+                };
+                match step(bytes, self.clock.now_ms()) {
+                    Step::Done(value) => return Some(value),
+                    Step::Write(new, value) => {
+                        if self.store.set(key, &new, cas).is_ok() {
+                            return Some(value);
+                        }
                     }
                 }
+                backoff(attempt);
             }
-            backoff(attempt);
-        }
-        None
+            None
+        })
     }
 
     /// The provider's health now (one read, no write).
     pub fn snapshot(&self, provider: &str) -> HealthSnapshot {
         let now = self.clock.now_ms();
-        let bytes = self
-            .store
-            .get(&health_key(provider))
+        let bytes = with_health_key(provider, |key| self.store.get(key))
             .map(|(b, _)| b)
             .unwrap_or_default();
         let view = View::parse(&bytes).unwrap_or_default();

@@ -57,14 +57,45 @@ pub const FALLBACK_COUNT_HEADER: &str = "x-llm-fallback-count";
 pub const FALLBACK_REASON_HEADER: &str = "x-llm-fallback-reason";
 pub const SHOULD_RETRY_HEADER: &str = "x-should-retry";
 
+const HEALTH_KEY_PREFIX: &str = "llm_failover.health.";
+
 /// The shared-data key of a provider's health record.
 pub fn health_key(provider: &str) -> String {
-    format!("llm_failover.health.{provider}")
+    format!("{HEALTH_KEY_PREFIX}{provider}")
+}
+
+/// Calls `f` with [`health_key`]`(provider)` built on the stack: planning reads one record per
+/// provider it considers, and this keeps the key off the heap for names up to 108 bytes.
+pub fn with_health_key<R>(provider: &str, f: impl FnOnce(&str) -> R) -> R {
+    let mut buf = [0u8; 128];
+    let len = HEALTH_KEY_PREFIX.len() + provider.len();
+    if let Some(room) = buf.get_mut(..len) {
+        room[..HEALTH_KEY_PREFIX.len()].copy_from_slice(HEALTH_KEY_PREFIX.as_bytes());
+        room[HEALTH_KEY_PREFIX.len()..].copy_from_slice(provider.as_bytes());
+        // Two UTF-8 strings joined are UTF-8; the check is cheap at this size.
+        if let Ok(key) = std::str::from_utf8(room) {
+            return f(key);
+        }
+    }
+    f(&health_key(provider))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_built_health_keys_equal_the_formatted_ones() {
+        for name in [
+            "p",
+            "openai.primary",
+            "é-provider",
+            &"x".repeat(108),
+            &"y".repeat(300),
+        ] {
+            assert_eq!(with_health_key(name, str::to_string), health_key(name));
+        }
+    }
 
     #[test]
     fn slot_properties_follow_the_prefix() {

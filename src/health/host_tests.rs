@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::host::{ManualClock, MemoryStore};
+use crate::wire::health_key;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Barrier;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::host::{Cas, CasMismatch, ManualClock, MemoryStore};
+use crate::wire::health_key;
 
 const T0: u64 = 1_700_000_000_000;
 const S: u64 = 1_000;
