@@ -38,7 +38,7 @@ pub struct Downstream {
     attempts: usize,
     /// Replacement body when an exhausted chain answers `503 fallbacks_exhausted`.
     exhausted_body: Option<String>,
-    /// The status endpoint answered this request.
+    /// The filter answered this request itself (status endpoint, unreadable request).
     answered: bool,
 }
 
@@ -331,6 +331,7 @@ impl HttpContext for Downstream {
             self.send_reply(&Reply::invalid_request(
                 "the request's :path or :authority is not valid UTF-8",
             ));
+            self.answered = true;
             return Action::Pause;
         }
         if self.answer_status(method) {
