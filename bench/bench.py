@@ -34,8 +34,6 @@ LUA = ROOT / "bench" / "post.lua"
 MODULE = ROOT / "dist" / "llm_failover.wasm"
 CLI = ROOT / "target" / "release" / "llm-failover"
 DEMO = ROOT / "envoy" / "demo.failover.yaml"
-NOOP_SRC = ROOT / "bench" / "noop" / "noop.rs"
-NOOP = WORK / "noop.wasm"
 CALIB_SRC = ROOT / "bench" / "calib" / "calib.rs"
 CALIB = WORK / "calib.wasm"
 
@@ -337,24 +335,16 @@ def upstream_h2(cfg):
         upstream_opts(c)["explicit_http_config"] = {"http2_protocol_options": {}}
 
 
-def noop_filter(name):
-    return {"name": name, "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-        "config": {"name": name, "root_id": "noop", "vm_config": {
-            "vm_id": "bench_noop", "runtime": "envoy.wasm.runtime.v8",
-            "code": {"local": {"filename": str(NOOP)}}}}}}
-
+# "Do-nothing wasm": the calibration module (below) with an empty script exports the same
+# callbacks as an SDK filter and returns "continue" from each without a single hostcall.
 
 def add_noop_downstream(cfg):
-    h = hcm(cfg)
-    h["http_filters"].insert(0, noop_filter("noop_downstream"))
+    hcm(cfg)["http_filters"].insert(0, calib_filter("noop_downstream", ""))
 
 
 def add_noop_upstream(cfg):
     for c in cfg["static_resources"]["clusters"]:
-        upstream_opts(c)["http_filters"] = [noop_filter("noop_upstream"), {
-            "name": "envoy.filters.http.upstream_codec", "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}]
+        upstream_opts(c)["http_filters"] = [calib_filter("noop_upstream", ""), UPSTREAM_CODEC]
 
 
 # ------------------------------------------------------------------------------------------
@@ -419,14 +409,22 @@ SKELETON_DESIGN = (
     "rh:get_header rh:get_property rh:remove_header rh:set_header sh:get_header sh:metric")
 
 
-def calibrate(args, body_file, nginx_cpus, wrk_cpus, rounds, duration, warmup):
+def build_calib():
+    """Builds bench/calib/calib.rs when missing or stale; the compiler's complaint, or None."""
+    if CALIB.exists() and CALIB.stat().st_mtime >= CALIB_SRC.stat().st_mtime:
+        return None
     r = subprocess.run(["rustc", "--edition", "2021", "--target", "wasm32-wasip1", "--crate-type",
                         "cdylib", "-C", "opt-level=3", "-C", "panic=abort", "-C",
                         "strip=debuginfo", str(CALIB_SRC), "-o", str(CALIB)], timeout=300,
                        capture_output=True, text=True)
-    if r.returncode != 0:
+    return None if r.returncode == 0 else (r.stderr[-800:] or "rustc failed")
+
+
+def calibrate(args, body_file, nginx_cpus, wrk_cpus, rounds, duration, warmup):
+    problem = build_calib()
+    if problem:
         raise SystemExit(f"bench: the calibration module did not build (rustc with the "
-                         f"wasm32-wasip1 target is needed)\n{r.stderr[-800:]}")
+                         f"wasm32-wasip1 target is needed)\n{problem}")
     targets = {
         "plain": Target("plain", "Envoy plain route (no filter)", NGINX_OK, plain_route),
         "c_empty": Target("c_empty", "two calibration filters making no call (the wasm floor)",
@@ -863,15 +861,11 @@ def main():
         return calibrate(args, body_files["1KB"], nginx_cpus, wrk_cpus, args.rounds or 5,
                          args.duration or 3, warmup)
 
-    if experiments and (not NOOP.exists() or NOOP.stat().st_mtime < NOOP_SRC.stat().st_mtime):
-        r = subprocess.run(["rustc", "--edition", "2021", "--target", "wasm32-wasip1", "--crate-type",
-                            "cdylib", "-C", "opt-level=3", "-C", "panic=abort", "-C",
-                            "strip=debuginfo", str(NOOP_SRC), "-o", str(NOOP)], timeout=300,
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            log("the do-nothing module did not build (rustc with the wasm32-wasip1 target is "
-                f"needed): skipping the do-nothing experiments\n{r.stderr[-500:]}")
-            EXPERIMENTS = [k for k in EXPERIMENTS if "noop" not in k]
+    problem = build_calib() if experiments else None
+    if problem:
+        log("the do-nothing module did not build (rustc with the wasm32-wasip1 target is "
+            f"needed): skipping the do-nothing experiments\n{problem}")
+        EXPERIMENTS = [k for k in EXPERIMENTS if "noop" not in k]
 
     check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 6)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * (len(ENVOY_KEYS) + len(EXPERIMENTS)))))
