@@ -58,7 +58,7 @@
 
 use crate::classify::Class;
 use crate::config::{BreakerPolicy, DeadMarkPolicy};
-use crate::host::{Clock, SharedStore};
+use crate::host::{Clock, SetError, SharedStore};
 use crate::wire::with_health_key;
 
 /// Encoding version (first byte of every record).
@@ -394,11 +394,11 @@ impl<'a> Health<'a> {
                 };
                 match step(bytes, self.clock.now_ms()) {
                     Step::Done(value) => return Some(value),
-                    Step::Write(new, value) => {
-                        if self.store.set(key, &new, cas).is_ok() {
-                            return Some(value);
-                        }
-                    }
+                    Step::Write(new, value) => match self.store.set(key, &new, cas) {
+                        Ok(()) => return Some(value),
+                        Err(SetError::CasMismatch) => {}
+                        Err(SetError::Refused) => return None,
+                    },
                 }
                 backoff(attempt);
             }

@@ -5,16 +5,22 @@
 /// Version token returned with a shared value; a write succeeds only while it still matches.
 pub type Cas = u32;
 
-/// A write lost a compare-and-swap race: re-read and try again.
+/// Why a write did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CasMismatch;
+pub enum SetError {
+    /// Lost a compare-and-swap race: re-read and try again.
+    CasMismatch,
+    /// Refused for another reason (in Envoy: a bad argument, or no shared data here): trying
+    /// again cannot help, so callers stop at once instead of spinning through their retries.
+    Refused,
+}
 
 /// Shared state visible to every worker (proxy-wasm shared data keyed by `vm_id`).
 pub trait SharedStore {
     /// The value under `key` and its CAS token, or `None` when nothing was ever stored.
     fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)>;
     /// Stores `value` if `key` still has version `cas` (`None`: only if it has never been set).
-    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), CasMismatch>;
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), SetError>;
 }
 
 /// Wall-clock milliseconds since the Unix epoch (shared by every worker, so comparable).
@@ -46,13 +52,13 @@ impl SharedStore for MemoryStore {
         entries.get(key).cloned()
     }
 
-    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), SetError> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let current = entries.get(key).map(|(_, c)| *c);
         // Envoy treats cas 0 as "no check"; the core never relies on that, it always passes
         // the token it read (or None for a first write), which is what we model here.
         if current != cas {
-            return Err(CasMismatch);
+            return Err(SetError::CasMismatch);
         }
         let next = current.map_or(1, |c| c.wrapping_add(1).max(1));
         entries.insert(key.to_string(), (value.to_vec(), next));

@@ -6,7 +6,7 @@
 use super::metrics::Metrics;
 use crate::config::Config;
 use crate::health::{Admission, BreakerState, Health};
-use crate::host::{Cas, CasMismatch, Clock, SharedStore};
+use crate::host::{Cas, Clock, SetError, SharedStore};
 use crate::plan::Gatekeeper;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{MapType, Status};
@@ -76,13 +76,13 @@ impl SharedStore for EnvoyStore {
         }
     }
 
-    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), CasMismatch> {
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), SetError> {
         // Envoy reads cas 0 (None) as "no check"; records are created at configure time, so
         // updates always carry the token they read.
         match hostcalls::set_shared_data(key, Some(value), cas) {
             Ok(()) => Ok(()),
-            Err(Status::CasMismatch) => Err(CasMismatch),
-            Err(_) => Err(CasMismatch),
+            Err(Status::CasMismatch) => Err(SetError::CasMismatch),
+            Err(_) => Err(SetError::Refused),
         }
     }
 }

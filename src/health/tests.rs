@@ -1,7 +1,7 @@
 //! Unit tests of `health` (they also run compiled to wasm).
 
 use super::*;
-use crate::host::{Cas, CasMismatch, ManualClock, MemoryStore};
+use crate::host::{Cas, ManualClock, MemoryStore, SetError};
 use crate::wire::health_key;
 
 const T0: u64 = 1_700_000_000_000;
@@ -531,9 +531,36 @@ impl SharedStore for AlwaysContended {
     fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
         self.0.get(key)
     }
-    fn set(&self, _: &str, _: &[u8], _: Option<Cas>) -> Result<(), CasMismatch> {
-        Err(CasMismatch)
+    fn set(&self, _: &str, _: &[u8], _: Option<Cas>) -> Result<(), SetError> {
+        Err(SetError::CasMismatch)
     }
+}
+
+/// A store that refuses every write outright, counting the attempts.
+struct AlwaysRefused(MemoryStore, std::cell::Cell<u32>);
+impl SharedStore for AlwaysRefused {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
+        self.0.get(key)
+    }
+    fn set(&self, _: &str, _: &[u8], _: Option<Cas>) -> Result<(), SetError> {
+        self.1.set(self.1.get() + 1);
+        Err(SetError::Refused)
+    }
+}
+
+#[test]
+fn a_refused_write_is_not_retried() {
+    let f = Fixture::new();
+    f.trip();
+    f.clock.advance(60 * S);
+    let store = AlwaysRefused(f.store, std::cell::Cell::new(0));
+    let h = Health::new(&store, &f.clock, &f.breaker, &f.dead);
+    let e = h.report("p", "m", &Report::new(Class::ServerError, true));
+    assert!(e.gave_up && !e.written);
+    assert_eq!(store.1.get(), 1, "one try, not MAX_CAS_ATTEMPTS");
+    // The probe claim is a write too: refused once, the provider stays skipped.
+    assert_eq!(h.admit("p", "m", PROBE_TIMEOUT), Admission::BreakerOpen);
+    assert_eq!(store.1.get(), 2);
 }
 
 #[test]
