@@ -429,6 +429,20 @@ def test_header_values_that_are_not_utf8_pass_through_and_break_nothing(demo):
         assert all(header(rec, "x-note") == ["caf\u00e9"] for rec in records)
 
 
+def test_a_provider_cannot_trigger_a_failover_by_sending_the_internal_marker(demo):
+    """The retry policy retries answers carrying x-llm-failover-retry; only the filter may set
+    it. A provider's own copy is removed, so its answer stands."""
+    gateway, primary, secondary, _ = demo
+    primary.set_default(headers={"x-llm-failover-retry": "1"})
+    gw = gateway.start(DEMO)
+    r = gw.chat("gpt-4o")
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "primary"
+    assert r.header("x-llm-attempts") == "1"
+    assert r.header("x-llm-failover-retry") is None
+    assert (primary.request_count(), secondary.request_count()) == (1, 0)
+
+
 def test_bad_plugin_configuration_is_refused_naming_the_field(gateway, render, tmp_path):
     import subprocess
     import harness
