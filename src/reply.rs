@@ -126,4 +126,13 @@ mod tests {
         assert_eq!(open.status, 503);
         assert!(open.should_retry);
     }
+
+    #[test]
+    fn an_unreadable_request_is_a_400_not_worth_retrying() {
+        let r = Reply::invalid_request("the request's :path is not valid UTF-8");
+        let v: serde_json::Value = serde_json::from_str(&r.body()).unwrap();
+        assert_eq!((r.status, r.should_retry), (400, false));
+        assert_eq!(v["error"]["code"], "invalid_request");
+        assert!(v["error"]["message"].as_str().unwrap().contains(":path"));
+    }
 }
