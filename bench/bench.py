@@ -84,21 +84,16 @@ def start(name, argv, own_group=False, env=None, cpus=None):
 
 def stop_all():
     for name, p, group in reversed(PROCS):
-        if p.poll() is not None:
-            continue
-        try:
-            if group:
-                os.killpg(p.pid, signal.SIGTERM)
-            else:
-                p.terminate()
-            p.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        # Politely first, then for good.
+        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            if p.poll() is not None:
+                break
             try:
                 if group:
-                    os.killpg(p.pid, signal.SIGKILL)
+                    os.killpg(p.pid, sig)
                 else:
-                    p.kill()
-                p.wait(timeout=5)
+                    p.send_signal(sig)
+                p.wait(timeout=grace)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
     PROCS.clear()

@@ -297,32 +297,30 @@ impl HttpContext for Downstream {
         let mut method = "";
         let mut readable = true;
         for (name, value) in HeaderPairs::new(&map) {
-            let text = std::str::from_utf8(value);
+            // Only the values we use are decoded; names are compared as bytes.
+            let text = || std::str::from_utf8(value);
             match name {
-                b":path" => match text {
-                    Ok(v) => self.path = v.to_string(),
-                    Err(_) => readable = false,
-                },
-                b":authority" => match text {
+                b":path" | b":authority" => match text() {
+                    Ok(v) if name == b":path" => self.path = v.to_string(),
                     Ok(v) => self.authority = v.to_string(),
                     Err(_) => readable = false,
                 },
-                b":method" => method = text.unwrap_or(""),
+                b":method" => method = text().unwrap_or(""),
+                // Envoy honours these from "internal" callers (loopback included): never
+                // from ours.
                 _ => {
-                    // Header names are ASCII tokens; a name that is not is no header of ours.
-                    let Ok(n) = std::str::from_utf8(name) else {
-                        continue;
-                    };
-                    // Envoy honours these from "internal" callers (loopback included): never
-                    // from ours.
-                    if wire::ENVOY_STEERING_HEADERS.contains(&n) {
-                        self.set_http_request_header(n, None);
-                    } else if n == self.config.opt_out_header {
+                    let config = &self.config;
+                    if let Some(h) = wire::ENVOY_STEERING_HEADERS
+                        .iter()
+                        .find(|h| h.as_bytes() == name)
+                    {
+                        self.set_http_request_header(h, None);
+                    } else if name == config.opt_out_header.as_bytes() {
                         self.no_fallback = value.eq_ignore_ascii_case(b"off");
-                        self.set_http_request_header(n, None);
-                    } else if self.config.caller_header.as_deref() == Some(n) {
+                        self.set_http_request_header(&config.opt_out_header, None);
+                    } else if config.caller_header.as_deref().map(str::as_bytes) == Some(name) {
                         // An undecodable identity is no identity: restricted providers are out.
-                        self.caller = text.ok().map(str::to_string);
+                        self.caller = text().ok().map(str::to_string);
                     }
                 }
             }
