@@ -1,0 +1,148 @@
+//! Validating `chains`: names, entries (known providers, no duplicates), limits and the
+//! `fallback_on` triggers.
+
+use super::problems::{is_token, At, Problems};
+use super::raw::{RawChain, RawChainEntry, RawTrigger};
+use super::{Chain, ChainEntry, ModelPattern, ProviderId, MAX_CHAIN_LEN};
+use crate::classify::{Class, FailoverSet};
+use std::collections::HashMap;
+
+/// Checks the list itself (reported before any provider's problems, as it always was).
+pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
+    if raw.is_empty() {
+        problems.field("chains", "no chain is defined: add at least one");
+    }
+}
+
+pub fn validate(
+    raw: &[RawChain],
+    providers: &HashMap<&str, ProviderId>,
+    problems: &mut Problems,
+) -> Vec<Chain> {
+    let mut chains = Vec::with_capacity(raw.len());
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (i, c) in raw.iter().enumerate() {
+        let mut at = problems.at(format!("chains[{i}]"));
+        if names.insert(c.name.as_str(), i).is_some() {
+            at.field(
+                "name",
+                format!("chain {:?} is defined twice: names must be unique", c.name),
+            );
+        }
+        chains.push(validate_one(c, providers, &mut at));
+    }
+    chains
+}
+
+fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At) -> Chain {
+    if !is_token(&c.name) {
+        at.field(
+            "name",
+            format!(
+                "{:?} is not a valid name: use letters, digits, '-', '_' or '.'",
+                c.name
+            ),
+        );
+    }
+    if c.providers.is_empty() {
+        at.field("providers", "empty chain: list at least one provider");
+    }
+    if c.providers.len() > MAX_CHAIN_LEN {
+        at.field(
+            "providers",
+            format!("at most {MAX_CHAIN_LEN} providers per chain"),
+        );
+    }
+    if c.models.is_empty() {
+        at.field("models", "empty list: omit it to match every model");
+    }
+    if c.max_attempts < 1 {
+        at.field("max_attempts", "must be at least 1 (1 means no fallback)");
+    }
+    let entries = entries(&c.providers, providers, at);
+    let fallback_on = match &c.fallback_on {
+        None => FailoverSet::default(),
+        Some(triggers) => {
+            let mut set = FailoverSet::empty();
+            for (j, t) in triggers.iter().enumerate() {
+                if let Err(problem) = add_trigger(&mut set, t) {
+                    at.field(&format!("fallback_on[{j}]"), problem);
+                }
+            }
+            set
+        }
+    };
+    Chain {
+        name: c.name.clone(),
+        models: c.models.iter().map(|m| ModelPattern::parse(m)).collect(),
+        routes: c.routes.clone(),
+        entries,
+        max_attempts: (c.max_attempts as usize).clamp(1, MAX_CHAIN_LEN),
+        fallback_on,
+        try_last: c.try_last,
+        fallbacks_exhausted: c.fallbacks_exhausted,
+    }
+}
+
+fn entries(
+    raw: &[RawChainEntry],
+    providers: &HashMap<&str, ProviderId>,
+    at: &mut At,
+) -> Vec<ChainEntry> {
+    let mut entries: Vec<ChainEntry> = Vec::with_capacity(raw.len());
+    for (j, e) in raw.iter().enumerate() {
+        let field = format!("providers[{j}]");
+        let (name, model) = match e {
+            RawChainEntry::Name(n) => (n, None),
+            RawChainEntry::Entry { provider, model } => (provider, model.clone()),
+        };
+        let Some(&provider) = providers.get(name.as_str()) else {
+            at.field(
+                &field,
+                format!("unknown provider {name:?}: define it under providers or fix the name"),
+            );
+            continue;
+        };
+        let entry = ChainEntry { provider, model };
+        if entries.contains(&entry) {
+            at.field(&field, format!("provider {name:?} with the same model appears twice in this chain: remove the duplicate"));
+            continue;
+        }
+        entries.push(entry);
+    }
+    entries
+}
+
+fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String> {
+    match trigger {
+        RawTrigger::Status(code) => {
+            let code =
+                u16::try_from(*code).map_err(|_| format!("status {code} is outside 100-599"))?;
+            set.add_status(code)
+        }
+        RawTrigger::Name(name) => {
+            if let Some(hundreds) = name.strip_suffix("xx").and_then(|d| d.parse::<u16>().ok()) {
+                if hundreds == 4 || hundreds == 5 {
+                    set.add_status_range(hundreds);
+                    return Ok(());
+                }
+                return Err(format!(
+                    "{name:?}: only \"4xx\" and \"5xx\" ranges can fall over"
+                ));
+            }
+            if let Ok(code) = name.parse::<u16>() {
+                return set.add_status(code);
+            }
+            match Class::parse(name) {
+                Some(class) if class.may_fall_over() => {
+                    set.add_class(class);
+                    Ok(())
+                }
+                Some(class) => Err(format!("{:?} can never fall over", class.as_str())),
+                None => Err(format!(
+                    "unknown failure class {name:?}: use one of connection_error, timeout, rate_limited, server_error, overloaded, model_not_found, setup_fault, a status code, or \"4xx\"/\"5xx\""
+                )),
+            }
+        }
+    }
+}

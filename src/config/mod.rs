@@ -1,0 +1,83 @@
+//! Plugin configuration: the serde model users write (JSON in Envoy's plugin configuration,
+//! YAML in the `llm-failover` CLI), and its validated, ready-to-use form.
+//!
+//! `Config::from_json` refuses anything half-valid: every problem is reported at once, each
+//! naming the field path and what to do about it (SPEC section 9). One module per section:
+//! [`providers`], [`chains`], [`policies`] (breaker, dead marks, timeouts, request settings),
+//! collecting into a path-scoped [`Problems`].
+
+mod chains;
+mod model;
+mod policies;
+mod problems;
+mod providers;
+mod raw;
+
+pub use model::*;
+pub use problems::ConfigError;
+use problems::Problems;
+pub use raw::*;
+
+impl Config {
+    /// Parses and validates plugin configuration JSON. Reads credential environment
+    /// variables through `env` (the process environment inside the VM).
+    pub fn from_json(
+        json: &[u8],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Vec<ConfigError>> {
+        let de = &mut serde_json::Deserializer::from_slice(json);
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            vec![ConfigError {
+                field: if field == "." { String::new() } else { field },
+                problem: e.into_inner().to_string(),
+            }]
+        })?;
+        Config::from_raw(raw, env)
+    }
+
+    /// Validates an already parsed configuration (the CLI parses YAML into `RawConfig`).
+    pub fn from_raw(
+        raw: RawConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Vec<ConfigError>> {
+        let mut problems = Problems::default();
+        providers::check_list(&raw.providers, &mut problems);
+        chains::check_list(&raw.chains, &mut problems);
+        let providers = providers::validate(
+            &raw.providers,
+            &raw.gateway_credential_headers,
+            env,
+            &mut problems,
+        );
+        let chains = chains::validate(&raw.chains, &providers.ids, &mut problems);
+        let breaker = policies::breaker(&raw.breaker, &mut problems);
+        let timeouts = policies::timeouts(&raw.timeouts, &mut problems);
+        policies::request_settings(&raw, &mut problems);
+        let dead_marks = policies::dead_marks(&raw.dead_marks);
+        let cleared_headers = providers.cleared_headers;
+        let providers = providers.list;
+        problems.into_result(|| Config {
+            role: raw.role,
+            providers,
+            chains,
+            breaker,
+            dead_marks,
+            timeouts,
+            opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
+            caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
+            cleared_headers,
+            status_path: raw.status_path,
+        })
+    }
+
+    pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
+        self.providers.iter().position(|p| p.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod proptests;

@@ -1,0 +1,116 @@
+//! The validated configuration the filter uses: ready-to-use types, no serde.
+
+use super::Role;
+use crate::classify::FailoverSet;
+use std::collections::BTreeMap;
+
+/// A model name pattern: `*`, `prefix*` or an exact name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelPattern {
+    Any,
+    Prefix(String),
+    Exact(String),
+}
+
+impl ModelPattern {
+    pub fn parse(text: &str) -> ModelPattern {
+        if text == "*" {
+            ModelPattern::Any
+        } else if let Some(prefix) = text.strip_suffix('*') {
+            ModelPattern::Prefix(prefix.to_string())
+        } else {
+            ModelPattern::Exact(text.to_string())
+        }
+    }
+
+    pub fn matches(&self, model: &str) -> bool {
+        match self {
+            ModelPattern::Any => true,
+            ModelPattern::Prefix(p) => model.starts_with(p.as_str()),
+            ModelPattern::Exact(e) => e == model,
+        }
+    }
+}
+
+pub fn any_matches(patterns: &[ModelPattern], model: &str) -> bool {
+    patterns.iter().any(|p| p.matches(model))
+}
+
+/// Index of a provider in `Config::providers`.
+pub type ProviderId = usize;
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub name: String,
+    pub cluster: String,
+    pub models: Vec<ModelPattern>,
+    /// Headers this provider's attempts carry (its credential first, then extra headers).
+    pub set_headers: Vec<(String, String)>,
+    pub authority: Option<String>,
+    pub path_prefix: Option<String>,
+    pub callers: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainEntry {
+    pub provider: ProviderId,
+    /// Model name sent to this provider; `None` keeps the requested model.
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Chain {
+    pub name: String,
+    pub models: Vec<ModelPattern>,
+    pub routes: Vec<String>,
+    pub entries: Vec<ChainEntry>,
+    pub max_attempts: usize,
+    pub fallback_on: FailoverSet,
+    pub try_last: bool,
+    pub fallbacks_exhausted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerPolicy {
+    pub failures: u32,
+    pub window_ms: u64,
+    pub cooldown_ms: u64,
+    pub max_cooldown_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadMarkPolicy {
+    pub model_not_found_ms: u64,
+    pub setup_fault_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub attempt_ms: u64,
+    pub stall_ms: u64,
+    pub budget_ms: u64,
+    pub min_remaining_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub role: Role,
+    pub providers: Vec<Provider>,
+    pub chains: Vec<Chain>,
+    pub breaker: BreakerPolicy,
+    pub dead_marks: DeadMarkPolicy,
+    pub timeouts: Timeouts,
+    pub opt_out_header: String,
+    pub caller_header: Option<String>,
+    /// Every header any provider sets (credentials and extra headers) and the caller's
+    /// gateway credential: removed from each attempt before the provider's own are set, so
+    /// nothing meant for one provider reaches another.
+    pub cleared_headers: Vec<String>,
+    pub status_path: Option<String>,
+}
+
+/// Limits that keep per-request work and shared-data records small.
+pub const MAX_PROVIDERS: usize = 64;
+pub const MAX_CHAIN_LEN: usize = 16;
+pub const MAX_BREAKER_FAILURES: u32 = 1000;

@@ -1,0 +1,168 @@
+//! Validating `providers` (and the gateway credential headers, which join the providers'
+//! headers in the list every attempt clears).
+
+use super::problems::{is_header_name, is_token, At, Problems};
+use super::raw::{RawCredential, RawProvider};
+use super::{ModelPattern, Provider, ProviderId, MAX_PROVIDERS};
+use std::collections::HashMap;
+
+/// The validated providers, their ids by name, and the headers every attempt clears.
+pub struct Providers<'r> {
+    pub list: Vec<Provider>,
+    pub ids: HashMap<&'r str, ProviderId>,
+    /// Every header any provider sets (credentials and extra headers) and the caller's gateway
+    /// credential, lowercase, each once.
+    pub cleared_headers: Vec<String>,
+}
+
+/// Checks the list itself (before any chain is looked at, so problems keep their order).
+pub fn check_list(raw: &[RawProvider], problems: &mut Problems) {
+    if raw.is_empty() {
+        problems.field("providers", "no provider is defined: add at least one");
+    }
+    if raw.len() > MAX_PROVIDERS {
+        problems.field(
+            "providers",
+            format!("at most {MAX_PROVIDERS} providers are supported"),
+        );
+    }
+}
+
+pub fn validate<'r>(
+    raw: &'r [RawProvider],
+    gateway_credential_headers: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Problems,
+) -> Providers<'r> {
+    let mut out = Providers {
+        list: Vec::with_capacity(raw.len()),
+        ids: HashMap::new(),
+        cleared_headers: Vec::new(),
+    };
+    for (i, p) in raw.iter().enumerate() {
+        let mut at = problems.at(format!("providers[{i}]"));
+        if !is_token(&p.name) {
+            at.field(
+                "name",
+                format!(
+                    "{:?} is not a valid name: use letters, digits, '-', '_' or '.'",
+                    p.name
+                ),
+            );
+        }
+        if out.ids.insert(p.name.as_str(), i).is_some() {
+            at.field(
+                "name",
+                format!(
+                    "provider {:?} is defined twice: names must be unique",
+                    p.name
+                ),
+            );
+        }
+        let provider = validate_one(p, env, &mut at, &mut out.cleared_headers);
+        out.list.push(provider);
+    }
+    for h in gateway_credential_headers {
+        clear(&mut out.cleared_headers, h.to_ascii_lowercase());
+    }
+    out
+}
+
+fn clear(cleared: &mut Vec<String>, header: String) {
+    if !cleared.contains(&header) {
+        cleared.push(header);
+    }
+}
+
+fn validate_one(
+    p: &RawProvider,
+    env: &dyn Fn(&str) -> Option<String>,
+    at: &mut At,
+    cleared: &mut Vec<String>,
+) -> Provider {
+    let cluster = p.cluster.clone().unwrap_or_else(|| p.name.clone());
+    if cluster.is_empty() {
+        at.field("cluster", "cluster must not be empty");
+    }
+    if p.models.is_empty() {
+        at.field(
+            "models",
+            "empty list: omit it to serve every model, or list the models",
+        );
+    }
+    let mut set_headers = Vec::new();
+    if let Some(c) = &p.credential {
+        credential(c, env, at, cleared, &mut set_headers);
+    }
+    for (name, value) in &p.headers {
+        let lower = name.to_ascii_lowercase();
+        if !is_header_name(&lower) || lower.starts_with(':') {
+            at.field(
+                &format!("headers.{name}"),
+                "not a valid header name (pseudo-headers are set with authority/path_prefix)",
+            );
+        }
+        // Envoy shares one header map across attempts: whatever one provider gets set
+        // must be cleared before the next attempt, like a credential.
+        clear(cleared, lower.clone());
+        set_headers.push((lower, value.clone()));
+    }
+    if let Some(prefix) = &p.path_prefix {
+        if !prefix.starts_with('/') || prefix.ends_with('/') {
+            at.field(
+                "path_prefix",
+                format!("{prefix:?} must start with '/' and not end with one, e.g. \"/openai\""),
+            );
+        }
+    }
+    if let Some(authority) = &p.authority {
+        if authority.is_empty() || authority.contains(['/', ' ']) {
+            at.field("authority", format!("{authority:?} is not a host[:port]"));
+        }
+    }
+    Provider {
+        name: p.name.clone(),
+        cluster,
+        models: p.models.iter().map(|m| ModelPattern::parse(m)).collect(),
+        set_headers,
+        authority: p.authority.clone(),
+        path_prefix: p.path_prefix.clone(),
+        callers: p.callers.clone(),
+        labels: p.labels.clone(),
+    }
+}
+
+/// The credential header and its value (from the config or the VM's environment).
+fn credential(
+    c: &RawCredential,
+    env: &dyn Fn(&str) -> Option<String>,
+    at: &mut At,
+    cleared: &mut Vec<String>,
+    set_headers: &mut Vec<(String, String)>,
+) {
+    let header = c.header.to_ascii_lowercase();
+    if !is_header_name(&header) {
+        at.field(
+            "credential.header",
+            format!("{:?} is not a valid header name", c.header),
+        );
+    }
+    let key = match (&c.value, &c.env) {
+        (Some(v), None) => Some(v.clone()),
+        (None, Some(var)) => match env(var) {
+            Some(v) if !v.is_empty() => Some(v),
+            _ => {
+                at.field("credential.env", format!("environment variable {var} is not set in the wasm VM: export it and list it in vm_config.environment_variables.host_env_keys"));
+                None
+            }
+        },
+        _ => {
+            at.field("credential", "give exactly one of `value` or `env`");
+            None
+        }
+    };
+    if let Some(key) = key {
+        set_headers.push((header.clone(), format!("{}{}", c.prefix, key)));
+    }
+    clear(cleared, header);
+}

@@ -1,0 +1,216 @@
+//! What users write: the serde model of the plugin configuration (JSON in Envoy, YAML in the
+//! `llm-failover` CLI). Validation into [`super::Config`] lives in the sibling modules.
+
+use crate::duration::serde_duration;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Which half of the filter a plugin instance is (DESIGN section 1, router mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Before the router: plans each request's chain, writes the public response headers.
+    #[default]
+    Downstream,
+    /// On every provider cluster: rewrites and classifies each attempt, feeds the breaker.
+    Upstream,
+}
+
+fn default_attempts() -> u32 {
+    3
+}
+fn default_any_model() -> Vec<String> {
+    vec!["*".to_string()]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub role: Role,
+    pub providers: Vec<RawProvider>,
+    pub chains: Vec<RawChain>,
+    #[serde(default)]
+    pub breaker: RawBreaker,
+    #[serde(default)]
+    pub dead_marks: RawDeadMarks,
+    #[serde(default)]
+    pub timeouts: RawTimeouts,
+    /// Request header that limits a request to its first provider when set to "off".
+    #[serde(default = "RawConfig::default_opt_out_header")]
+    pub opt_out_header: String,
+    /// Request header naming the caller (set by an authentication filter that runs before
+    /// this one), checked against each provider's `callers`.
+    #[serde(default)]
+    pub caller_header: Option<String>,
+    /// The caller's own gateway credential headers: removed from every attempt.
+    #[serde(default = "RawConfig::default_gateway_credential_headers")]
+    pub gateway_credential_headers: Vec<String>,
+    /// Path answered by the filter itself with the providers' health (off when absent).
+    #[serde(default)]
+    pub status_path: Option<String>,
+}
+
+impl RawConfig {
+    fn default_opt_out_header() -> String {
+        "x-llm-fallback".to_string()
+    }
+    fn default_gateway_credential_headers() -> Vec<String> {
+        vec!["authorization".into(), "x-api-key".into(), "api-key".into()]
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub name: String,
+    /// Envoy cluster that reaches this provider; defaults to `name`.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// Models this provider serves (exact names, `prefix*`, or `*`).
+    #[serde(default = "default_any_model")]
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub credential: Option<RawCredential>,
+    /// Extra headers set on every attempt to this provider (e.g. `anthropic-version`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `:authority` for attempts to this provider.
+    #[serde(default)]
+    pub authority: Option<String>,
+    /// Prepended to the request path for this provider (e.g. "/openai").
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// Callers allowed to use this provider; empty means everyone.
+    #[serde(default)]
+    pub callers: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCredential {
+    /// Header that carries the key, e.g. `authorization`, `x-api-key`, `api-key`.
+    pub header: String,
+    /// The value itself (fine for tests; prefer `env` in production).
+    #[serde(default)]
+    pub value: Option<String>,
+    /// Environment variable holding the key (pass it to the VM with
+    /// `vm_config.environment_variables.host_env_keys`).
+    #[serde(default)]
+    pub env: Option<String>,
+    /// Put before the key, e.g. "Bearer ".
+    #[serde(default)]
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChain {
+    pub name: String,
+    /// Requested models this chain serves (exact, `prefix*`, `*`).
+    #[serde(default = "default_any_model")]
+    pub models: Vec<String>,
+    /// Envoy route names this chain is for; empty means every route.
+    #[serde(default)]
+    pub routes: Vec<String>,
+    pub providers: Vec<RawChainEntry>,
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    /// Classes (`"server_error"`) and statuses (`429`, `"5xx"`) that move to the next provider.
+    #[serde(default)]
+    pub fallback_on: Option<Vec<RawTrigger>>,
+    /// Put providers with an open breaker or a dead mark last instead of dropping them.
+    #[serde(default)]
+    pub try_last: bool,
+    /// When every attempt failed: answer `503 fallbacks_exhausted` instead of the last error.
+    #[serde(default)]
+    pub fallbacks_exhausted: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawChainEntry {
+    Name(String),
+    Entry {
+        provider: String,
+        #[serde(default)]
+        model: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawTrigger {
+    Status(i64),
+    Name(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawBreaker {
+    pub failures: u32,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub window: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub cooldown: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub max_cooldown: u64,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        RawBreaker {
+            failures: 10,
+            window: 30_000,
+            cooldown: 60_000,
+            max_cooldown: 300_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDeadMarks {
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub model_not_found: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub setup_fault: u64,
+}
+
+impl Default for RawDeadMarks {
+    fn default() -> Self {
+        RawDeadMarks {
+            model_not_found: 6 * 3_600_000,
+            setup_fault: 3_600_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTimeouts {
+    /// Time to response headers for one attempt (Envoy's `per_try_timeout`).
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub attempt: u64,
+    /// No bytes for this long while waiting ends the attempt (`per_try_idle_timeout`); 0 = off.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub stall: u64,
+    /// Total time across attempts: no new attempt starts with less than `min_remaining` left.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub budget: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub min_remaining: u64,
+}
+
+impl Default for RawTimeouts {
+    fn default() -> Self {
+        RawTimeouts {
+            attempt: 120_000,
+            stall: 0,
+            budget: 300_000,
+            min_remaining: 10_000,
+        }
+    }
+}

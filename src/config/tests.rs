@@ -1,0 +1,203 @@
+//! Unit tests of the configuration (they also run compiled to wasm).
+
+use super::*;
+use crate::classify::Class;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn load(json: &str) -> Result<Config, Vec<ConfigError>> {
+    Config::from_json(json.as_bytes(), &no_env)
+}
+
+fn errors_of(json: &str) -> Vec<String> {
+    load(json)
+        .expect_err("config should be refused")
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+const MINIMAL: &str = r#"{"providers":[{"name":"a"},{"name":"b","models":["gpt-*"]}],
+    "chains":[{"name":"main","providers":["a","b"]}]}"#;
+
+#[test]
+fn minimal_config_gets_the_spec_defaults() {
+    let c = load(MINIMAL).unwrap();
+    assert_eq!(c.role, Role::Downstream);
+    assert_eq!(c.chains[0].max_attempts, 3);
+    assert_eq!(
+        c.breaker,
+        BreakerPolicy {
+            failures: 10,
+            window_ms: 30_000,
+            cooldown_ms: 60_000,
+            max_cooldown_ms: 300_000
+        }
+    );
+    assert_eq!(c.dead_marks.model_not_found_ms, 6 * 3_600_000);
+    assert_eq!(c.dead_marks.setup_fault_ms, 3_600_000);
+    assert_eq!(c.timeouts.attempt_ms, 120_000);
+    assert_eq!(c.timeouts.budget_ms, 300_000);
+    assert_eq!(c.opt_out_header, "x-llm-fallback");
+    assert_eq!(c.providers[0].cluster, "a");
+    assert!(c.chains[0]
+        .fallback_on
+        .falls_over(Class::ServerError, Some(500)));
+    assert!(!c.chains[0]
+        .fallback_on
+        .falls_over(Class::SetupFault, Some(401)));
+}
+
+#[test]
+fn unknown_provider_in_chain_is_named() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a","azur"]}]}"#,
+    );
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with("chains[0].providers[1]: unknown provider \"azur\""),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn duplicate_provider_and_model_in_a_chain_is_refused_but_two_models_are_fine() {
+    let e =
+        errors_of(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a","a"]}]}"#);
+    assert!(
+        e[0].starts_with("chains[0].providers[1]:") && e[0].contains("twice"),
+        "{e:?}"
+    );
+    let ok = load(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"provider":"a","model":"x"},{"provider":"a","model":"y"}]}]}"#,
+    );
+    assert_eq!(ok.unwrap().chains[0].entries.len(), 2);
+}
+
+#[test]
+fn empty_chain_and_zero_attempts_are_refused() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[],"max_attempts":0}]}"#,
+    );
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("chains[0].providers: empty chain")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter().any(|m| m.starts_with("chains[0].max_attempts:")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn bad_durations_name_the_field() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"30 parsecs"}}"#,
+    );
+    assert!(e[0].starts_with("breaker.window:"), "{e:?}");
+    let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"10s","cooldown":5,"max_cooldown":"2m","failures":3}}"#).unwrap();
+    assert_eq!(
+        ok.breaker,
+        BreakerPolicy {
+            failures: 3,
+            window_ms: 10_000,
+            cooldown_ms: 5_000,
+            max_cooldown_ms: 120_000
+        }
+    );
+}
+
+#[test]
+fn failure_classes_and_statuses_are_checked() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"fallback_on":["server_eror",700,400,"invalid_request","client_disconnect"]}]}"#,
+    );
+    assert_eq!(e.len(), 5, "{e:?}");
+    assert!(
+        e[0].starts_with("chains[0].fallback_on[0]: unknown failure class"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("chains[0].fallback_on[1]: status 700 is outside 100-599"),
+        "{e:?}"
+    );
+    assert!(e[2].starts_with("chains[0].fallback_on[2]:"), "{e:?}");
+    let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"fallback_on":[402,429,"5xx"]}]}"#).unwrap();
+    let set = &ok.chains[0].fallback_on;
+    assert!(set.falls_over(Class::SetupFault, Some(402)));
+    assert!(!set.falls_over(Class::SetupFault, Some(401)));
+    assert!(set.falls_over(Class::Overloaded, Some(503)));
+    assert!(!set.falls_over(Class::Timeout, None));
+}
+
+#[test]
+fn unknown_fields_are_refused_with_their_path() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","modles":["x"]}],"chains":[{"name":"c","providers":["a"]}]}"#,
+    );
+    assert!(
+        e[0].starts_with("providers[0].modles: unknown field"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["x"],"max_attempts":0},{"name":"d","providers":[]}]}"#,
+    );
+    assert_eq!(e.len(), 3, "{e:?}");
+}
+
+#[test]
+fn credentials_come_from_value_or_environment() {
+    let env = |k: &str| (k == "KEY_B").then(|| "sk-b".to_string());
+    let c = Config::from_json(
+        br#"{"providers":[{"name":"a","credential":{"header":"Authorization","value":"sk-a","prefix":"Bearer "}},
+            {"name":"b","credential":{"header":"x-api-key","env":"KEY_B"},"headers":{"Anthropic-Version":"2023-06-01"}}],
+            "chains":[{"name":"c","providers":["a","b"]}]}"#,
+        &env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.providers[0].set_headers,
+        vec![("authorization".to_string(), "Bearer sk-a".to_string())]
+    );
+    assert_eq!(
+        c.providers[1].set_headers[0],
+        ("x-api-key".to_string(), "sk-b".to_string())
+    );
+    assert_eq!(
+        c.providers[1].set_headers[1],
+        ("anthropic-version".to_string(), "2023-06-01".to_string())
+    );
+    for h in ["authorization", "x-api-key", "api-key", "anthropic-version"] {
+        assert!(c.cleared_headers.iter().any(|x| x == h), "{h}");
+    }
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","credential":{"header":"x-api-key","env":"MISSING"}}],"chains":[{"name":"c","providers":["a"]}]}"#,
+    );
+    assert!(
+        e[0].starts_with("providers[0].credential.env: environment variable MISSING"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn model_patterns_match_exact_prefix_and_any() {
+    assert!(ModelPattern::parse("*").matches("anything"));
+    assert!(ModelPattern::parse("gpt-*").matches("gpt-4o"));
+    assert!(!ModelPattern::parse("gpt-*").matches("claude-3"));
+    assert!(ModelPattern::parse("gpt-4o").matches("gpt-4o"));
+    assert!(!ModelPattern::parse("gpt-4o").matches("gpt-4o-mini"));
+}
+
+#[test]
+fn not_json_is_refused_not_panicking() {
+    assert!(load("").is_err());
+    assert!(load("[]").is_err());
+    assert!(load("{\"providers\":").is_err());
+}
