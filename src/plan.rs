@@ -50,6 +50,8 @@ pub struct RequestFacts<'a> {
     pub model: &'a str,
     /// Envoy route name, when the filter can see it.
     pub route: Option<&'a str>,
+    /// The request's `:path` (a query is ignored), for chains limited to some paths.
+    pub path: Option<&'a str>,
     /// Caller identity from `caller_header`.
     pub caller: Option<&'a str>,
     /// The caller asked for no fallback (`x-llm-fallback: off`).
@@ -111,7 +113,13 @@ pub fn plan_or_refuse(
     health: &dyn Gatekeeper,
 ) -> Result<Plan, Refusal> {
     let Some((chain_index, chain)) = select_chain(config, facts) else {
-        return Err(Refusal::bare(Reply::model_not_recognized(facts.model)));
+        // A request that names no model (a GET, a body without one) asked for an endpoint this
+        // gateway does not serve: say that, not that "" is an unknown model.
+        return Err(Refusal::bare(if facts.model.is_empty() {
+            Reply::route_not_found(facts.path.unwrap_or("/"))
+        } else {
+            Reply::model_not_recognized(facts.model)
+        }));
     };
     if chain.entries.is_empty() {
         return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
@@ -210,13 +218,34 @@ fn skip_or_defer(
     }
 }
 
-/// The first chain whose routes (if any) include the request's route and whose model
-/// patterns match the requested model.
+/// The chain for a request: among the chains whose routes, paths and model patterns match it,
+/// the first that names the request's caller, else the first that names no caller. A chain
+/// naming other callers never matches. The chosen chain applies in full (no merging).
 pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usize, &'c Chain)> {
-    config.chains.iter().enumerate().find(|(_, c)| {
-        (c.routes.is_empty() || facts.route.is_some_and(|r| c.routes.iter().any(|x| x == r)))
-            && any_matches(&c.models, facts.model)
-    })
+    let path = facts.path.map(|p| p.split_once('?').map_or(p, |(p, _)| p));
+    let mut generic = None;
+    for (i, c) in config.chains.iter().enumerate() {
+        let fits = (c.routes.is_empty()
+            || facts.route.is_some_and(|r| c.routes.iter().any(|x| x == r)))
+            && (c.paths.is_empty() || path.is_some_and(|p| any_matches(&c.paths, p)))
+            && any_matches(&c.models, facts.model);
+        if !fits {
+            continue;
+        }
+        if c.callers.is_empty() {
+            if !config.caller_chains {
+                // No chain names callers: the first match is the answer.
+                return Some((i, c));
+            }
+            generic = generic.or(Some((i, c)));
+        } else if facts
+            .caller
+            .is_some_and(|caller| c.callers.iter().any(|x| x == caller))
+        {
+            return Some((i, c));
+        }
+    }
+    generic
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -519,6 +548,89 @@ mod tests {
         assert_eq!(pick("gpt-4o", Some("batch")), Some(0));
         assert_eq!(pick("gpt-4o", Some("chat")), Some(1));
         assert_eq!(pick("llama", None), Some(2));
+    }
+
+    #[test]
+    fn chains_are_limited_to_their_paths() {
+        let c = config(
+            r#"{"providers":[{"name":"a"},{"name":"b"}],
+            "chains":[{"name":"embed","paths":["/v1/embeddings"],"providers":["b"]},
+                      {"name":"chat","paths":["/v1/chat/*","/v1/responses"],"providers":["a"]}]}"#,
+        );
+        let pick = |path| {
+            select_chain(
+                &c,
+                &RequestFacts {
+                    model: "m",
+                    path: Some(path),
+                    ..Default::default()
+                },
+            )
+            .map(|(_, c)| c.name.as_str())
+        };
+        assert_eq!(pick("/v1/embeddings"), Some("embed"));
+        assert_eq!(pick("/v1/chat/completions?x=1"), Some("chat"));
+        assert_eq!(pick("/v1/responses"), Some("chat"));
+        assert_eq!(pick("/v1/audio/speech"), None);
+    }
+
+    #[test]
+    fn a_request_without_a_model_that_no_chain_takes_is_a_404() {
+        let c = config(
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"gpt","models":["gpt-*"],"providers":["a"]}]}"#,
+        );
+        let f = RequestFacts {
+            path: Some("/v1/files"),
+            ..Default::default()
+        };
+        let err = plan(&c, &f, &FakeHealth::default()).unwrap_err();
+        assert_eq!((err.status, err.code), (404, "route_not_found"));
+        assert!(err.message.contains("/v1/files"), "{}", err.message);
+    }
+
+    #[test]
+    fn the_callers_own_chain_wins_over_a_generic_one_in_full() {
+        let c = config(
+            r#"{"caller_header":"x-team","providers":[{"name":"a"},{"name":"b"},{"name":"c"}],
+            "chains":[{"name":"generic","providers":["a","b"]},
+                      {"name":"team-a","callers":["team-a"],"providers":["c"],"max_attempts":1},
+                      {"name":"team-b","callers":["team-b","team-x"],"models":["gpt-*"],"providers":["b"]}]}"#,
+        );
+        let pick = |caller, model| {
+            select_chain(
+                &c,
+                &RequestFacts {
+                    model,
+                    caller,
+                    ..Default::default()
+                },
+            )
+            .map(|(_, c)| c.name.as_str())
+        };
+        assert_eq!(pick(Some("team-a"), "gpt-4o"), Some("team-a"));
+        assert_eq!(pick(Some("team-x"), "gpt-4o"), Some("team-b"));
+        assert_eq!(
+            pick(Some("team-x"), "claude"),
+            Some("generic"),
+            "team-b's chain does not serve the model"
+        );
+        assert_eq!(pick(Some("team-z"), "gpt-4o"), Some("generic"));
+        assert_eq!(pick(None, "gpt-4o"), Some("generic"));
+        let p = plan(
+            &c,
+            &RequestFacts {
+                model: "m",
+                caller: Some("team-a"),
+                ..Default::default()
+            },
+            &FakeHealth::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.chain, entries(&p)),
+            (1, vec![0]),
+            "no merging with the generic chain"
+        );
     }
 
     #[test]

@@ -24,6 +24,20 @@ impl Reply {
         }
     }
 
+    /// A request that names no model and that no chain takes (a GET, a body without `model`).
+    pub fn route_not_found(path: &str) -> Reply {
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        Reply {
+            status: 404,
+            kind: "invalid_request_error",
+            code: "route_not_found",
+            message: format!(
+                "This gateway serves no chain for {path:?} without a model: send a JSON body with a \"model\" field, or list the models with GET /v1/models."
+            ),
+            should_retry: false,
+        }
+    }
+
     pub fn no_provider_configured(chain: &str) -> Reply {
         Reply {
             status: 400,

@@ -1,114 +1,117 @@
 //! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--no-env]`
-//! `llm-failover validate FILE`
+//! `llm-failover validate FILE [--no-env]`
+//! `llm-failover explain FILE --model M [--caller C] [--path P] [--no-env]`
+//! `llm-failover help [COMMAND]`, and `--help` on every command.
 //!
-//! Exit status: 0 done (warnings allowed), 1 the file has errors or an output could not be
-//! written, 2 usage error.
+//! Exit status: 0 done (warnings allowed), 1 the file has errors, an output could not be
+//! written, or (explain) the gateway would refuse the request, 2 usage error.
 
+use clap::{Args as ClapArgs, Parser, Subcommand};
 use llm_failover_cli::{env_warnings, load, render, Diag};
 use std::path::Path;
 use std::process::ExitCode;
 
+/// The one-screen summary printed after a usage error.
 const USAGE: &str = "\
 usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--no-env]
        llm-failover validate FILE [--no-env]
+       llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--no-env]
+       llm-failover help [COMMAND]     (or COMMAND --help)";
 
-  render    write a complete Envoy bootstrap (YAML) for the gateway described by FILE
-            --out PATH     write it to PATH instead of standard output
-            --module PATH  the wasm module path Envoy loads (overrides the file's module:)
-            --pieces DIR   also write http_filters.yaml, route.yaml, clusters.yaml and
-                           stats_config.yaml to DIR, for merging into an existing Envoy
-                           configuration
-  validate  check FILE and report every problem as FILE: field: problem — fix
-  --no-env  ignore the environment: every ${VAR:-default} takes its default
+#[derive(Parser)]
+#[command(
+    name = "llm-failover",
+    version,
+    about = "Renders, validates and explains llm-failover gateway configurations",
+    after_help = "exit status: 0 ok (warnings allowed), 1 invalid file, write failure or refused request (explain), 2 usage error"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-exit status: 0 ok (warnings allowed), 1 invalid file or write failure, 2 usage error";
+#[derive(Subcommand)]
+enum Command {
+    /// Write a complete Envoy bootstrap (YAML) for the gateway described by FILE
+    Render {
+        #[command(flatten)]
+        input: Input,
+        /// Write it to PATH instead of standard output
+        #[arg(short, long, value_name = "PATH")]
+        out: Option<String>,
+        /// The wasm module path Envoy loads (overrides the file's module:)
+        #[arg(long, value_name = "PATH")]
+        module: Option<String>,
+        /// Also write http_filters.yaml, route.yaml, clusters.yaml and stats_config.yaml to
+        /// DIR, for merging into an existing Envoy configuration
+        #[arg(long, value_name = "DIR")]
+        pieces: Option<String>,
+    },
+    /// Check FILE and report every problem as FILE: field: problem — fix
+    Validate {
+        #[command(flatten)]
+        input: Input,
+    },
+    /// Print the walk a request would take (chain, providers in order, rewrites, skips)
+    ///
+    /// Runs the filter's own planner on FILE, with every breaker closed: the chain that serves
+    /// the request and why, each attempt's provider and what it rewrites (model, path,
+    /// authority, headers; never credential values), and every provider left out and why. No
+    /// Envoy is started. Exit status 1 when the gateway would refuse the request.
+    Explain {
+        #[command(flatten)]
+        input: Input,
+        /// The model the request asks for (the JSON body's "model"); "" for none
+        #[arg(long, value_name = "MODEL")]
+        model: String,
+        /// The caller, as the caller_header would name it
+        #[arg(long, value_name = "CALLER")]
+        caller: Option<String>,
+        /// The request path
+        #[arg(long, value_name = "PATH", default_value = "/v1/chat/completions")]
+        path: String,
+        /// The request asks for no fallback (the opt_out_header set to off)
+        #[arg(long)]
+        no_fallback: bool,
+    },
+}
 
-struct Args {
-    command: String,
+#[derive(ClapArgs)]
+struct Input {
+    /// The failover file ("-" reads standard input)
+    #[arg(value_name = "FILE")]
     file: String,
-    out: Option<String>,
-    module: Option<String>,
-    pieces: Option<String>,
+    /// Ignore the environment: every ${VAR:-default} takes its default
+    #[arg(long)]
     no_env: bool,
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
-    let mut it = args.iter();
-    let command = it.next().ok_or("missing command")?.clone();
-    if command != "render" && command != "validate" {
-        return Err(format!("unknown command {command:?}"));
-    }
-    let mut parsed = Args {
-        command,
-        file: String::new(),
-        out: None,
-        module: None,
-        pieces: None,
-        no_env: false,
-    };
-    let mut file = None;
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            match inline.clone().or_else(|| it.next().cloned()) {
-                Some(v) if !v.is_empty() => Ok(v),
-                _ => Err(format!("{name} needs a value")),
-            }
-        };
-        let render_only = |name: &str, parsed: &Args| {
-            if parsed.command == "render" {
-                Ok(())
-            } else {
-                Err(format!("{name} is only for render"))
-            }
-        };
-        match flag {
-            "--out" | "-o" => {
-                render_only(flag, &parsed)?;
-                parsed.out = Some(value(flag)?);
-            }
-            "--module" => {
-                render_only(flag, &parsed)?;
-                parsed.module = Some(value(flag)?);
-            }
-            "--pieces" => {
-                render_only(flag, &parsed)?;
-                parsed.pieces = Some(value(flag)?);
-            }
-            "--no-env" if inline.is_none() => parsed.no_env = true,
-            f if f.starts_with('-') && f != "-" => return Err(format!("unknown option {arg:?}")),
-            _ if file.is_none() => file = Some(arg.clone()),
-            _ => return Err(format!("unexpected argument {arg:?}: give one FILE")),
-        }
-    }
-    parsed.file = file.ok_or("missing FILE")?;
-    Ok(parsed)
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Some("-V" | "--version") => {
-            println!("llm-failover {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        _ => {}
-    }
-    let args = match parse_args(&args) {
-        Ok(a) => a,
-        Err(problem) => {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                eprintln!("llm-failover: missing command\n{USAGE}");
+                return ExitCode::from(2);
+            }
+            // clap's own explanation (with its suggestions), then the summary of every command.
+            let text = e.to_string();
+            let problem = text
+                .split("\nUsage:")
+                .next()
+                .unwrap_or(&text)
+                .trim_end()
+                .trim_start_matches("error: ");
             eprintln!("llm-failover: {problem}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    run(&args)
+    run(cli.command)
 }
 
 fn print(file: &str, diags: &[Diag]) {
@@ -117,8 +120,12 @@ fn print(file: &str, diags: &[Diag]) {
     }
 }
 
-fn run(args: &Args) -> ExitCode {
-    let file = args.file.as_str();
+fn run(command: Command) -> ExitCode {
+    let (input, module) = match &command {
+        Command::Render { input, module, .. } => (input, module.as_deref()),
+        Command::Validate { input } | Command::Explain { input, .. } => (input, None),
+    };
+    let file = input.file.as_str();
     let text = if file == "-" {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
@@ -134,8 +141,8 @@ fn run(args: &Args) -> ExitCode {
     };
     let real_env = |name: &str| std::env::var(name).ok();
     let no_env = |_: &str| None;
-    let env: &dyn Fn(&str) -> Option<String> = if args.no_env { &no_env } else { &real_env };
-    let gw = match load(&text, env, args.module.as_deref()) {
+    let env: &dyn Fn(&str) -> Option<String> = if input.no_env { &no_env } else { &real_env };
+    let gw = match load(&text, env, module) {
         Ok(gw) => gw,
         Err(errors) => {
             print(file, &errors);
@@ -143,7 +150,7 @@ fn run(args: &Args) -> ExitCode {
             eprintln!(
                 "{file}: {n} error{}{}",
                 if n == 1 { "" } else { "s" },
-                if args.command == "render" {
+                if matches!(command, Command::Render { .. }) {
                     " — nothing was written"
                 } else {
                     ""
@@ -157,26 +164,38 @@ fn run(args: &Args) -> ExitCode {
         .file_name()
         .map_or_else(|| file.to_string(), |n| n.to_string_lossy().into_owned());
 
-    if args.command == "validate" {
-        print(file, &env_warnings(&gw, &real_env));
-        let providers = gw.config.providers.len();
-        let chains = gw.config.chains.len();
-        eprintln!(
-            "{file}: valid ({providers} provider{}, {chains} chain{}, {} attempt slot{})",
-            if providers == 1 { "" } else { "s" },
-            if chains == 1 { "" } else { "s" },
-            render::slot_count(&gw),
-            if render::slot_count(&gw) == 1 {
-                ""
-            } else {
-                "s"
-            },
-        );
-        return ExitCode::SUCCESS;
-    }
+    let (out, pieces) = match &command {
+        Command::Render { out, pieces, .. } => (out, pieces),
+        Command::Validate { .. } => return validate(file, &gw, &real_env),
+        Command::Explain {
+            model,
+            caller,
+            path,
+            no_fallback,
+            ..
+        } => {
+            let facts = llm_failover::plan::RequestFacts {
+                model,
+                path: Some(path),
+                caller: caller.as_deref(),
+                no_fallback: *no_fallback,
+                route: None,
+            };
+            return match llm_failover::explain::explain(&gw.config, &facts) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(text) => {
+                    print!("{text}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+    };
 
     let text = render::bootstrap_text(&gw, &source);
-    match &args.out {
+    match out {
         None => print!("{text}"),
         Some(out) => {
             if let Err(e) = std::fs::write(out, &text) {
@@ -185,7 +204,7 @@ fn run(args: &Args) -> ExitCode {
             }
         }
     }
-    if let Some(dir) = &args.pieces {
+    if let Some(dir) = pieces {
         if let Err(e) = std::fs::create_dir_all(dir) {
             eprintln!("{dir}: cannot create: {e}");
             return ExitCode::from(1);
@@ -198,5 +217,23 @@ fn run(args: &Args) -> ExitCode {
             }
         }
     }
+    ExitCode::SUCCESS
+}
+
+fn validate(
+    file: &str,
+    gw: &llm_failover_cli::Gateway,
+    real_env: &dyn Fn(&str) -> Option<String>,
+) -> ExitCode {
+    print(file, &env_warnings(gw, real_env));
+    let providers = gw.config.providers.len();
+    let chains = gw.config.chains.len();
+    eprintln!(
+        "{file}: valid ({providers} provider{}, {chains} chain{}, {} attempt slot{})",
+        if providers == 1 { "" } else { "s" },
+        if chains == 1 { "" } else { "s" },
+        render::slot_count(gw),
+        if render::slot_count(gw) == 1 { "" } else { "s" },
+    );
     ExitCode::SUCCESS
 }

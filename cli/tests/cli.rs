@@ -290,3 +290,80 @@ fn validate_reads_standard_input_as_dash() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn help_works_on_every_command_both_ways() {
+    for command in ["render", "validate", "explain"] {
+        for args in [
+            vec![command, "--help"],
+            vec!["help", command],
+            vec![command, "-h"],
+        ] {
+            let (code, stdout, stderr) = run(bin().args(&args));
+            assert_eq!(code, 0, "{args:?}: {stderr}");
+            assert!(
+                stdout.contains(&format!("Usage: llm-failover {command}")),
+                "{args:?}: {stdout}"
+            );
+        }
+    }
+    let (code, stdout, _) = run(bin().arg("help"));
+    assert_eq!(code, 0);
+    for command in ["render", "validate", "explain"] {
+        assert!(stdout.contains(command), "{stdout}");
+    }
+}
+
+#[test]
+fn explain_prints_the_walk_and_refusals_exit_1() {
+    let dir = Scratch::new("explain");
+    let file = dir.file(
+        "gw.failover.yaml",
+        "caller_header: x-team\n\
+         providers:\n\
+         - {name: openai, endpoint: \"127.0.0.1:1\", models: [\"gpt-*\"], credential: {header: authorization, prefix: \"Bearer \", value: sk-secret}}\n\
+         - {name: azure, endpoint: \"127.0.0.1:2\", models: [\"gpt-*\"], path_prefix: /openai}\n\
+         - {name: claude, endpoint: \"127.0.0.1:3\", models: [\"claude-*\"]}\n\
+         chains:\n\
+         - {name: gpt, models: [\"gpt-*\"], paths: [\"/v1/chat/*\"], providers: [openai, claude, azure, {provider: claude, model: claude-sonnet}], max_attempts: 2}\n\
+         - {name: team-a, callers: [team-a], providers: [azure]}\n",
+    );
+    let (code, stdout, stderr) = run(bin().args(["explain", &file, "--model", "gpt-4o"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("chain: gpt"), "{stdout}");
+    assert!(stdout.contains("1. openai"), "{stdout}");
+    assert!(stdout.contains("2. azure"), "{stdout}");
+    assert!(
+        stdout.contains("path: /openai/v1/chat/completions"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("claude: skipped: does not serve"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("claude: not reached (max_attempts 2)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("sk-secret"));
+    let (code, stdout, _) =
+        run(bin().args(["explain", &file, "--model", "gpt-4o", "--caller", "team-a"]));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("chain: team-a"), "{stdout}");
+    let (code, stdout, _) = run(bin().args([
+        "explain",
+        &file,
+        "--model",
+        "gpt-4o",
+        "--path",
+        "/v1/embeddings",
+    ]));
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("refused: 400 model_not_recognized"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run(bin().args(["explain", &file]));
+    assert_eq!(code, 2, "--model is required");
+    assert!(stderr.contains("--model"), "{stderr}");
+}

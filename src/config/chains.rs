@@ -59,6 +59,14 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
     if c.max_attempts < 1 {
         at.field("max_attempts", "must be at least 1 (1 means no fallback)");
     }
+    for (j, p) in c.paths.iter().enumerate() {
+        if !p.starts_with('/') && p != "*" {
+            at.field(
+                &format!("paths[{j}]"),
+                format!("{p:?} must start with '/', e.g. \"/v1/chat/completions\" or \"/v1/*\""),
+            );
+        }
+    }
     let entries = entries(&c.providers, providers, at);
     let fallback_on = match &c.fallback_on {
         None => FailoverSet::default(),
@@ -76,6 +84,8 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
         name: c.name.clone(),
         models: c.models.iter().map(|m| ModelPattern::parse(m)).collect(),
         routes: c.routes.clone(),
+        paths: c.paths.iter().map(|p| ModelPattern::parse(p)).collect(),
+        callers: c.callers.clone(),
         entries,
         max_attempts: (c.max_attempts as usize).clamp(1, MAX_CHAIN_LEN),
         fallback_on,

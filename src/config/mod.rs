@@ -54,6 +54,17 @@ impl Config {
         let breaker = policies::breaker(&raw.breaker, &mut problems);
         let timeouts = policies::timeouts(&raw.timeouts, &mut problems);
         policies::request_settings(&raw, &mut problems);
+        if raw.caller_header.is_none() {
+            for (i, c) in raw.chains.iter().enumerate() {
+                if !c.callers.is_empty() {
+                    problems.field(
+                        &format!("chains[{i}].callers"),
+                        "set caller_header (the request header your auth filter sets) so callers can be told apart",
+                    );
+                }
+            }
+        }
+        let caller_chains = chains.iter().any(|c| !c.callers.is_empty());
         let dead_marks = policies::dead_marks(&raw.dead_marks);
         let cleared_headers = providers.cleared_headers;
         let providers = providers.list;
@@ -68,6 +79,7 @@ impl Config {
             caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
             cleared_headers,
             status_path: raw.status_path,
+            caller_chains,
         })
     }
 

@@ -64,6 +64,10 @@ pub struct Chain {
     pub name: String,
     pub models: Vec<ModelPattern>,
     pub routes: Vec<String>,
+    /// Request path patterns (same syntax as models); empty = every path.
+    pub paths: Vec<ModelPattern>,
+    /// Callers this chain is for; empty = a generic chain.
+    pub callers: Vec<String>,
     pub entries: Vec<ChainEntry>,
     pub max_attempts: usize,
     pub fallback_on: FailoverSet,
@@ -108,6 +112,8 @@ pub struct Config {
     /// nothing meant for one provider reaches another.
     pub cleared_headers: Vec<String>,
     pub status_path: Option<String>,
+    /// Some chain names callers: chain selection must look past the first generic match.
+    pub caller_chains: bool,
 }
 
 /// Limits that keep per-request work and shared-data records small.

@@ -115,6 +115,14 @@ pub struct RawChain {
     /// Envoy route names this chain is for; empty means every route.
     #[serde(default)]
     pub routes: Vec<String>,
+    /// Request paths this chain is for (exact, `prefix*`, `*`; the query is ignored); empty
+    /// means every path.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Callers (values of `caller_header`) this chain is for; empty means every caller. A
+    /// chain naming the caller wins over one that names nobody, whatever their order.
+    #[serde(default)]
+    pub callers: Vec<String>,
     pub providers: Vec<RawChainEntry>,
     #[serde(default = "default_attempts")]
     pub max_attempts: u32,

@@ -203,6 +203,7 @@ impl Downstream {
         let facts = RequestFacts {
             model: &model,
             route: route.as_deref(),
+            path: Some(&self.path),
             caller: self.caller.as_deref(),
             no_fallback: self.no_fallback,
         };

@@ -1,0 +1,339 @@
+//! The walk a request would take, in words (`llm-failover explain`): which chain serves it and
+//! why, the providers in order with what each attempt changes, and what is left out and why.
+//! It runs the filter's own planner ([`plan::plan_or_refuse`]) with every breaker closed, so it
+//! says what a healthy gateway does; at run time open breakers and dead marks are skipped too.
+
+use crate::classify::Class;
+use crate::config::{ChainEntry, Config, ModelPattern, ProviderId};
+use crate::health::Admission;
+use crate::plan::{self, Gatekeeper, RequestFacts, SkipReason};
+use std::fmt::Write;
+
+/// Every provider healthy: explain describes configuration, not live health.
+struct AllHealthy;
+
+impl Gatekeeper for AllHealthy {
+    fn gate(&self, _provider: ProviderId, _model: &str) -> Admission {
+        Admission::Available {
+            pristine: true,
+            probe: false,
+        }
+    }
+}
+
+/// What one attempt changes in the request on its way to its provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptChanges<'a> {
+    /// The body's `model` when the chain entry rewrites it (`None`: sent as asked).
+    pub model: Option<&'a str>,
+    /// The `:path` the provider sees.
+    pub path: String,
+    /// The `:authority` the provider sees, when the provider sets one.
+    pub authority: Option<&'a str>,
+    /// Header names set for this provider (its credential first); values are not shown.
+    pub headers: Vec<&'a str>,
+    /// Header names removed because they belong to another provider or to the caller.
+    pub removed: Vec<&'a str>,
+}
+
+/// The changes an attempt to `entry` makes to a request for `model` on `path`.
+pub fn attempt_changes<'a>(
+    config: &'a Config,
+    entry: &'a ChainEntry,
+    model: &str,
+    path: &str,
+) -> AttemptChanges<'a> {
+    let provider = &config.providers[entry.provider];
+    let headers: Vec<&str> = provider
+        .set_headers
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    AttemptChanges {
+        model: entry.model.as_deref().filter(|m| *m != model),
+        path: format!("{}{path}", provider.path_prefix.as_deref().unwrap_or("")),
+        authority: provider.authority.as_deref(),
+        removed: config
+            .cleared_headers
+            .iter()
+            .map(String::as_str)
+            .filter(|h| !headers.contains(h))
+            .collect(),
+        headers,
+    }
+}
+
+fn patterns(list: &[ModelPattern]) -> String {
+    let names: Vec<String> = list
+        .iter()
+        .map(|p| match p {
+            ModelPattern::Any => "*".to_string(),
+            ModelPattern::Prefix(p) => format!("{p}*"),
+            ModelPattern::Exact(e) => e.clone(),
+        })
+        .collect();
+    names.join(", ")
+}
+
+/// The walk for `facts`, as text; `Err` holds the same text when the gateway would refuse the
+/// request (it then names the status and code the caller gets).
+pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> {
+    let mut out = String::new();
+    let path = facts.path.unwrap_or("/v1/chat/completions");
+    let _ = writeln!(
+        out,
+        "request: model {:?}, path {path}, caller {}{}",
+        facts.model,
+        facts
+            .caller
+            .map_or("(none)".to_string(), |c| format!("{c:?}")),
+        if facts.no_fallback {
+            ", fallback off"
+        } else {
+            ""
+        }
+    );
+    let facts = RequestFacts {
+        path: Some(path),
+        ..*facts
+    };
+    let plan = match plan::plan_or_refuse(config, &facts, &AllHealthy) {
+        Ok(plan) => plan,
+        Err(refusal) => {
+            if let Some(chain) = refusal.chain.map(|c| &config.chains[usize::from(c)]) {
+                let _ = writeln!(out, "chain: {}", chain.name);
+                for (entry, reason) in &refusal.skipped {
+                    skip_line(
+                        &mut out,
+                        config,
+                        &chain.entries[usize::from(*entry)],
+                        *reason,
+                    );
+                }
+            }
+            let r = &refusal.reply;
+            let _ = writeln!(
+                out,
+                "refused: {} {} (x-should-retry: {})\n  {}",
+                r.status, r.code, r.should_retry, r.message
+            );
+            return Err(out);
+        }
+    };
+    let chain = &config.chains[usize::from(plan.chain)];
+    let mut why = vec![format!("models {}", patterns(&chain.models))];
+    if !chain.paths.is_empty() {
+        why.push(format!("paths {}", patterns(&chain.paths)));
+    }
+    if !chain.routes.is_empty() {
+        why.push(format!("routes {}", chain.routes.join(", ")));
+    }
+    if !chain.callers.is_empty() {
+        why.push(format!(
+            "callers {} (a caller's own chain wins over generic ones)",
+            chain.callers.join(", ")
+        ));
+    }
+    let _ = writeln!(
+        out,
+        "chain: {} (chains[{}]: {})",
+        chain.name,
+        plan.chain,
+        why.join("; ")
+    );
+    let falls: Vec<&str> = Class::ALL
+        .into_iter()
+        .filter(|c| chain.fallback_on.has_class(*c))
+        .map(Class::as_str)
+        .collect();
+    let _ = writeln!(
+        out,
+        "walk: up to {} attempt{}; falls over on {}{}",
+        plan.slots.len(),
+        if plan.slots.len() == 1 { "" } else { "s" },
+        if falls.is_empty() {
+            "nothing".to_string()
+        } else {
+            falls.join(", ")
+        },
+        if chain.fallbacks_exhausted {
+            "; when every attempt fails: 503 fallbacks_exhausted"
+        } else {
+            "; when every attempt fails: the last provider's answer"
+        }
+    );
+    for (k, slot) in plan.slots.iter().enumerate() {
+        let entry = &chain.entries[usize::from(slot.entry)];
+        let provider = &config.providers[entry.provider];
+        let changes = attempt_changes(config, entry, facts.model, path);
+        let _ = writeln!(
+            out,
+            "  {}. {} (cluster {})",
+            k + 1,
+            provider.name,
+            provider.cluster
+        );
+        let _ = writeln!(
+            out,
+            "       model: {}",
+            changes
+                .model
+                .map_or(format!("{:?} as asked", facts.model), |m| format!(
+                    "{:?} (rewritten from {:?})",
+                    m, facts.model
+                ))
+        );
+        let _ = writeln!(
+            out,
+            "       path: {}{}",
+            changes.path,
+            changes
+                .authority
+                .map_or(String::new(), |a| format!(", authority: {a}"))
+        );
+        if !changes.headers.is_empty() {
+            let _ = writeln!(out, "       sets: {}", changes.headers.join(", "));
+        }
+        if !changes.removed.is_empty() {
+            let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
+        }
+    }
+    let mut left_out = false;
+    for (i, entry) in chain.entries.iter().enumerate() {
+        let index = i as u8;
+        if plan.slots.iter().any(|s| s.entry == index) {
+            continue;
+        }
+        if !left_out {
+            let _ = writeln!(out, "left out:");
+            left_out = true;
+        }
+        match plan.skipped.iter().find(|(e, _)| *e == index) {
+            Some((_, reason)) => skip_line(&mut out, config, entry, *reason),
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  {}: not reached ({})",
+                    config.providers[entry.provider].name,
+                    if facts.no_fallback {
+                        "fallback is off for this request".to_string()
+                    } else {
+                        format!("max_attempts {}", chain.max_attempts)
+                    }
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "health: every breaker assumed closed; at run time an open breaker or a dead mark {}",
+        if chain.try_last {
+            "moves that provider to the end (try_last)"
+        } else {
+            "skips that provider without spending an attempt"
+        }
+    );
+    Ok(out)
+}
+
+fn skip_line(out: &mut String, config: &Config, entry: &ChainEntry, reason: SkipReason) {
+    let provider = &config.providers[entry.provider];
+    let why = match reason {
+        SkipReason::Model => {
+            let sent = entry.model.as_deref().unwrap_or("(the requested model)");
+            format!(
+                "does not serve {sent} (models {}) or the caller may not use it (callers {})",
+                patterns(&provider.models),
+                if provider.callers.is_empty() {
+                    "everyone".to_string()
+                } else {
+                    provider.callers.join(", ")
+                }
+            )
+        }
+        other => other.as_str().to_string(),
+    };
+    let _ = writeln!(out, "  {}: skipped: {why}", provider.name);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: &str) -> Config {
+        Config::from_json(json.as_bytes(), &|_| None).expect("test config is valid")
+    }
+
+    const GW: &str = r#"{"caller_header":"x-team",
+        "providers":[
+          {"name":"openai","models":["gpt-*"],"credential":{"header":"authorization","prefix":"Bearer ","value":"sk-o"}},
+          {"name":"azure","models":["gpt-*"],"path_prefix":"/openai","credential":{"header":"api-key","value":"sk-a"}},
+          {"name":"anthropic","models":["claude-*"],"credential":{"header":"x-api-key","value":"sk-c"}},
+          {"name":"spare"}],
+        "chains":[
+          {"name":"gpt","models":["gpt-*"],"max_attempts":3,
+           "providers":["openai","anthropic","azure",{"provider":"anthropic","model":"claude-sonnet"},"spare"]},
+          {"name":"vip","callers":["team-a"],"providers":["azure"]}]}"#;
+
+    #[test]
+    fn names_the_chain_the_attempts_and_what_each_changes() {
+        let c = config(GW);
+        let text = explain(
+            &c,
+            &RequestFacts {
+                model: "gpt-4o",
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(
+            text.contains("chain: gpt (chains[0]: models gpt-*)"),
+            "{text}"
+        );
+        assert!(text.contains("  1. openai (cluster openai)"), "{text}");
+        assert!(text.contains("  2. azure"), "{text}");
+        assert!(text.contains("path: /openai/v1/chat/completions"), "{text}");
+        assert!(
+            text.contains("\"claude-sonnet\" (rewritten from \"gpt-4o\")"),
+            "{text}"
+        );
+        assert!(text.contains("sets: authorization"), "{text}");
+        assert!(
+            text.contains("anthropic: skipped: does not serve"),
+            "{text}"
+        );
+        assert!(
+            text.contains("spare: not reached (max_attempts 3)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("sk-o"),
+            "credential values are never printed"
+        );
+    }
+
+    #[test]
+    fn a_callers_chain_and_a_refusal_are_explained() {
+        let c = config(GW);
+        let text = explain(
+            &c,
+            &RequestFacts {
+                model: "gpt-4o",
+                caller: Some("team-a"),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(text.contains("chain: vip"), "{text}");
+        assert!(text.contains("callers team-a"), "{text}");
+        let err = explain(
+            &c,
+            &RequestFacts {
+                model: "llama-3",
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(err.contains("refused: 400 model_not_recognized"), "{err}");
+    }
+}
