@@ -201,3 +201,25 @@ fn not_json_is_refused_not_panicking() {
     assert!(load("[]").is_err());
     assert!(load("{\"providers\":").is_err());
 }
+
+#[test]
+fn chain_paths_and_callers_are_checked() {
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","paths":["v1/chat"],"callers":["team-a"],"providers":["a"]}]}"#,
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("chains[0].paths[0]: \"v1/chat\" must start with '/'"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("chains[0].callers: set caller_header"),
+        "{e:?}"
+    );
+    let ok = load(
+        r#"{"caller_header":"x-team","providers":[{"name":"a"}],"chains":[{"name":"c","paths":["/v1/*"],"callers":["team-a"],"providers":["a"]}]}"#,
+    )
+    .unwrap();
+    assert!(ok.caller_chains);
+    assert_eq!(ok.chains[0].paths, vec![ModelPattern::parse("/v1/*")]);
+}
