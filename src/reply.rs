@@ -1,6 +1,8 @@
 //! Answers the filter makes itself (SPEC section 6): an OpenAI-style error body with a message
 //! a person can act on, and `x-should-retry` telling clients whether trying again can help.
 
+use crate::classify::Class;
+
 /// A local reply: status, machine-readable code and a human message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
@@ -103,6 +105,28 @@ impl Reply {
         }
     }
 
+    /// An attempt Envoy was about to start (after a refused connection, a reset or a per-try
+    /// timeout) would begin with less than `min_remaining` of the time budget left: the caller
+    /// gets the last attempt's failure instead (SPEC section 5). Statuses are Envoy's own for
+    /// that failure: 504 after a timeout, 503 otherwise; the code is the failure's class.
+    pub fn budget_spent(last_provider: &str, last_class: Class, budget_ms: u64) -> Reply {
+        let status = if last_class == Class::Timeout {
+            504
+        } else {
+            503
+        };
+        Reply {
+            status,
+            kind: "server_error",
+            code: last_class.as_str(),
+            message: format!(
+                "Provider {last_provider:?} failed ({}) and the request's time budget ({budget_ms} ms) has too little left for another attempt. Retry later.",
+                last_class.as_str()
+            ),
+            should_retry: true,
+        }
+    }
+
     pub fn body_too_large(limit: usize) -> Reply {
         Reply {
             status: 413,
@@ -139,6 +163,15 @@ mod tests {
         let open = Reply::circuit_open("main");
         assert_eq!(open.status, 503);
         assert!(open.should_retry);
+    }
+
+    #[test]
+    fn a_spent_budget_answers_with_the_last_failure() {
+        let r = Reply::budget_spent("secondary", Class::Timeout, 3000);
+        assert_eq!((r.status, r.code, r.should_retry), (504, "timeout", true));
+        assert!(r.message.contains("secondary") && r.message.contains("budget"));
+        let r = Reply::budget_spent("secondary", Class::ConnectionError, 3000);
+        assert_eq!((r.status, r.code), (503, "connection_error"));
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub const ATTEMPTS_PROPERTY: &str = "llm_failover.attempts";
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";
+/// Response header on the upstream filter's local reply to an attempt refused because the
+/// time budget was spent (SPEC section 5): tells the downstream filter that this attempt never
+/// reached its provider. Never reaches the caller.
+pub const BUDGET_REFUSED_HEADER: &str = "x-llm-failover-budget";
 /// Request header Envoy sets on each attempt (`include_request_attempt_count`).
 pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
 /// Envoy request headers a caller could use to change retries and timeouts (SPEC 2.6).

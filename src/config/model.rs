@@ -97,6 +97,16 @@ pub struct Timeouts {
     pub min_remaining_ms: u64,
 }
 
+impl Timeouts {
+    /// Whether another attempt may start `spent_ms` into the request (SPEC section 5): not
+    /// with less than `min_remaining` of the budget left. A budget of 0 means none. The one
+    /// rule for every attempt, whether the filter asks for it (a marked answer) or Envoy
+    /// starts it by itself (refused connection, reset, per-try timeout).
+    pub fn room_for_attempt(&self, spent_ms: u64) -> bool {
+        self.budget_ms == 0 || spent_ms.saturating_add(self.min_remaining_ms) <= self.budget_ms
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub role: Role,

@@ -223,3 +223,22 @@ fn chain_paths_and_callers_are_checked() {
     assert!(ok.caller_chains);
     assert_eq!(ok.chains[0].paths, vec![ModelPattern::parse("/v1/*")]);
 }
+
+#[test]
+fn no_attempt_starts_with_less_than_min_remaining_of_the_budget() {
+    let t = Timeouts {
+        attempt_ms: 1000,
+        stall_ms: 0,
+        budget_ms: 2500,
+        min_remaining_ms: 1000,
+    };
+    assert!(t.room_for_attempt(0));
+    assert!(t.room_for_attempt(1500), "exactly min_remaining left");
+    assert!(!t.room_for_attempt(1501));
+    assert!(!t.room_for_attempt(u64::MAX));
+    let none = Timeouts { budget_ms: 0, ..t };
+    assert!(
+        none.room_for_attempt(u64::MAX),
+        "a budget of 0 is no budget"
+    );
+}

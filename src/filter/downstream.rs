@@ -367,12 +367,22 @@ impl HttpContext for Downstream {
         let Some(plan) = &self.plan else {
             return Action::Continue;
         };
-        let attempts = usize::try_from(envoy_host::attempt_count())
+        let mut attempts = usize::try_from(envoy_host::attempt_count())
             .unwrap_or(1)
             .clamp(1, plan.slots.len());
+        // An attempt refused for the time budget never reached its provider (only attempts
+        // after the first can be: a first-attempt answer pays no extra read).
+        let budget_refused = attempts > 1
+            && envoy_host::header(MapType::HttpResponseHeaders, wire::BUDGET_REFUSED_HEADER)
+                .is_some();
+        if budget_refused {
+            self.set_http_response_header(wire::BUDGET_REFUSED_HEADER, None);
+            attempts -= 1;
+        }
         self.attempts = attempts;
-        let mut exhausted =
-            envoy_host::header(MapType::HttpResponseHeaders, wire::RETRY_MARKER_HEADER).is_some();
+        let mut exhausted = budget_refused
+            || envoy_host::header(MapType::HttpResponseHeaders, wire::RETRY_MARKER_HEADER)
+                .is_some();
         if exhausted {
             self.set_http_response_header(wire::RETRY_MARKER_HEADER, None);
         }

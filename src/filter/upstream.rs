@@ -15,6 +15,7 @@ use crate::header_pairs::HeaderPairs;
 use crate::health::Report;
 use crate::host::FixedClock;
 use crate::plan::{PlanRecord, SkipReason, Slot};
+use crate::reply::Reply;
 use crate::retry_after;
 use crate::rewrite;
 use crate::wire;
@@ -168,19 +169,17 @@ impl Upstream {
         let mut falls_over = chain.fallback_on.falls_over(class, status);
         let mut budget_skips: Vec<ProviderId> = Vec::new();
         let timeouts = &config.timeouts;
-        if falls_over && timeouts.budget_ms > 0 {
-            let spent = now.saturating_sub(attempt.request_start_ms);
-            if spent + timeouts.min_remaining_ms > timeouts.budget_ms {
-                log::debug!(
-                    "{}: {} but the time budget is spent; not falling over",
-                    provider.name,
-                    class.as_str()
-                );
-                falls_over = false;
-                if status.is_some() {
-                    // Without the marker no later slot is tried: each is skipped for budget.
-                    budget_skips = later.clone().collect();
-                }
+        let room = timeouts.room_for_attempt(now.saturating_sub(attempt.request_start_ms));
+        if falls_over && !room {
+            log::debug!(
+                "{}: {} but the time budget is spent; not falling over",
+                provider.name,
+                class.as_str()
+            );
+            falls_over = false;
+            if status.is_some() {
+                // Without the marker no later slot is tried: each is skipped for budget.
+                budget_skips = later.clone().collect();
             }
         }
         if status.is_some() {
@@ -192,7 +191,8 @@ impl Upstream {
         }
         // Without response headers Envoy retries by itself (connect-failure, reset, per-try
         // timeout: see README "Known limits"), so count what happens, not what the chain says.
-        let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect);
+        // (When the budget is spent Envoy's own retry is refused as it starts.)
+        let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
         if moves_on {
             if let Some(next) = later.clone().next() {
                 metrics.fallback(config, entry.provider, next);
@@ -244,6 +244,53 @@ impl Upstream {
             );
         }
         envoy_host::set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+    }
+
+    /// Envoy started this attempt (after a refused connection, a reset or a per-try timeout)
+    /// with less than `min_remaining` of the budget left: it never reaches its provider. The
+    /// caller gets the last attempt's failure; this slot and the later ones are skips for
+    /// budget; nothing is attached and no health is reported (SPEC section 5).
+    fn refuse_past_budget(&mut self, attempt: &Attempt) {
+        self.settled = true;
+        let config = &self.config;
+        let chain = &config.chains[attempt.chain];
+        let mut log =
+            envoy_host::text_property(wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default();
+        let previous = attempt.number - 1;
+        let last_class = attempt_log::outcome_of_attempt(&log, previous)
+            .and_then(Class::parse)
+            .unwrap_or(Class::Timeout);
+        let last_provider = attempt
+            .slots
+            .get(previous - 1)
+            .and_then(|s| chain.entries.get(usize::from(s.entry)))
+            .map_or("", |e| config.providers[e.provider].name.as_str());
+        for slot in attempt.slots.get(previous..).unwrap_or_default() {
+            if let Some(e) = chain.entries.get(usize::from(slot.entry)) {
+                self.metrics.skipped(config, e.provider, SkipReason::Budget);
+                attempt_log::push_skip(
+                    &mut log,
+                    &config.providers[e.provider].name,
+                    SkipReason::Budget.as_str(),
+                );
+            }
+        }
+        envoy_host::set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        log::debug!(
+            "attempt {} not started: the time budget is spent",
+            attempt.number
+        );
+        let reply = Reply::budget_spent(last_provider, last_class, config.timeouts.budget_ms);
+        let body = reply.body();
+        self.send_http_response(
+            u32::from(reply.status),
+            vec![
+                ("content-type", "application/json"),
+                (wire::SHOULD_RETRY_HEADER, "true"),
+                (wire::BUDGET_REFUSED_HEADER, "1"),
+            ],
+            Some(body.as_bytes()),
+        );
     }
 
     /// The delay a failing answer asked for, read only on failures.
@@ -299,6 +346,11 @@ impl HttpContext for Upstream {
         let Some(attempt) = self.resolve() else {
             return Action::Continue;
         };
+        let spent = attempt.start_ms.saturating_sub(attempt.request_start_ms);
+        if attempt.number > 1 && !self.config.timeouts.room_for_attempt(spent) {
+            self.refuse_past_budget(&attempt);
+            return Action::Pause;
+        }
         let (_, entry, provider) = self.entry(&attempt);
         // Credentials: drop every provider's and the caller's, then set this provider's own.
         for header in &self.config.cleared_headers {
