@@ -19,7 +19,14 @@ pub const DEFAULT_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
 /// Top-level fields only the renderer reads; everything else is plugin configuration.
-pub const RENDERER_KEYS: [&str; 5] = ["listen", "admin", "module", "max_request_body", "ca_file"];
+pub const RENDERER_KEYS: [&str; 6] = [
+    "listen",
+    "admin",
+    "module",
+    "max_request_body",
+    "ca_file",
+    "istio",
+];
 /// Per-provider fields only the renderer reads.
 pub const PROVIDER_RENDERER_KEYS: [&str; 5] =
     ["endpoint", "tls", "sni", "connect_timeout", "http2"];
@@ -84,6 +91,8 @@ pub struct Gateway {
     pub module: String,
     pub max_request_body: u64,
     pub ca_file: String,
+    /// The `istio:` block as written, read by `render --target istio` only (`crate::istio`).
+    pub istio: Option<Value>,
     /// The plugin configuration (without `role`), keys in the file's order; renderer fields
     /// removed, renderer defaults (`authority`) added.
     pub plugin: Mapping,
@@ -158,6 +167,7 @@ pub fn load(
             )
         })
         .unwrap_or_else(|| DEFAULT_CA_FILE.to_string());
+    let istio = root.shift_remove("istio");
     if root.contains_key("role") {
         errors.push(Diag::error(
             "role",
@@ -246,12 +256,7 @@ pub fn load(
         }
     };
     // What Envoy will load, checked once more as the filter will see it.
-    let config =
-        Config::from_json(downstream_json.as_bytes(), &placeholder_env).map_err(|errs| {
-            errs.into_iter()
-                .map(|e| Diag::error(e.field, e.problem))
-                .collect::<Vec<_>>()
-        })?;
+    let config = loaded_config(&downstream_json)?;
     let env_keys = credential_env_keys(&root);
     let warnings = checks::cross_check(&config);
     Ok(Gateway {
@@ -260,6 +265,7 @@ pub fn load(
         module,
         max_request_body,
         ca_file,
+        istio,
         plugin: root,
         config,
         downstream_json,
@@ -267,6 +273,43 @@ pub fn load(
         upstreams: resolved,
         env_keys,
         warnings,
+    })
+}
+
+impl Gateway {
+    /// The same gateway with provider `i` reaching Envoy cluster `clusters[i]` (e.g. the names
+    /// Istio gives clusters): the plugin configuration of both roles and the upstreams follow.
+    pub fn with_clusters(&self, clusters: &[String]) -> Result<Gateway, Vec<Diag>> {
+        let mut gw = self.clone();
+        if let Some(Value::Sequence(providers)) = gw.plugin.get_mut("providers") {
+            for (p, cluster) in providers.iter_mut().zip(clusters) {
+                if let Value::Mapping(p) = p {
+                    p.insert("cluster".into(), cluster.as_str().into());
+                }
+            }
+        }
+        for (u, cluster) in gw.upstreams.iter_mut().zip(clusters) {
+            u.cluster.clone_from(cluster);
+        }
+        let json_error = |e: serde_json::Error| {
+            vec![Diag::error(
+                "",
+                format!("cannot be turned into the plugin's JSON: {e}"),
+            )]
+        };
+        gw.downstream_json = plugin_json(&gw.plugin, "downstream").map_err(json_error)?;
+        gw.upstream_json = plugin_json(&gw.plugin, "upstream").map_err(json_error)?;
+        gw.config = loaded_config(&gw.downstream_json)?;
+        Ok(gw)
+    }
+}
+
+/// The configuration as the filter will read it from `json`.
+fn loaded_config(json: &str) -> Result<Config, Vec<Diag>> {
+    Config::from_json(json.as_bytes(), &placeholder_env).map_err(|errs| {
+        errs.into_iter()
+            .map(|e| Diag::error(e.field, e.problem))
+            .collect()
     })
 }
 

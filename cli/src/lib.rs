@@ -4,8 +4,13 @@
 pub mod checks;
 pub mod diag;
 pub mod input;
+#[macro_use]
 pub mod render;
 pub mod subst;
+
+// After `render`: uses its `map!` macro.
+pub mod istio;
+pub mod istio_schema;
 
 pub use diag::{Diag, Level};
 pub use input::{load, Gateway};

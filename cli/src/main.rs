@@ -1,4 +1,5 @@
 //! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--no-env]`
+//! `llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]`
 //! `llm-failover validate FILE [--no-env]`
 //! `llm-failover explain FILE --model M [--caller C] [--path P] [--no-env]`
 //! `llm-failover help [COMMAND]`, and `--help` on every command.
@@ -6,14 +7,15 @@
 //! Exit status: 0 done (warnings allowed), 1 the file has errors, an output could not be
 //! written, or (explain) the gateway would refuse the request, 2 usage error.
 
-use clap::{Args as ClapArgs, Parser, Subcommand};
-use llm_failover_cli::{env_warnings, load, render, Diag};
+use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
+use llm_failover_cli::{env_warnings, istio, load, render, Diag};
 use std::path::Path;
 use std::process::ExitCode;
 
 /// The one-screen summary printed after a usage error.
 const USAGE: &str = "\
 usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--no-env]
+       llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]
        llm-failover validate FILE [--no-env]
        llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--no-env]
        llm-failover help [COMMAND]     (or COMMAND --help)";
@@ -46,6 +48,14 @@ enum Command {
         /// DIR, for merging into an existing Envoy configuration
         #[arg(long, value_name = "DIR")]
         pieces: Option<String>,
+        /// What to render for: a standalone Envoy bootstrap, or Kubernetes manifests for an
+        /// Istio gateway (written to --out DIR: manifests.yaml and
+        /// gateway-deployment-patch.yaml; the file's istio: block says where, README "Istio")
+        #[arg(long, value_enum, default_value = "envoy")]
+        target: Target,
+        /// The Istio release to render for (with --target istio; default 1.31)
+        #[arg(long, value_name = "V")]
+        istio_version: Option<String>,
     },
     /// Check FILE and report every problem as FILE: field: problem — fix
     Validate {
@@ -74,6 +84,12 @@ enum Command {
         #[arg(long)]
         no_fallback: bool,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Target {
+    Envoy,
+    Istio,
 }
 
 #[derive(ClapArgs)]
@@ -165,6 +181,37 @@ fn run(command: Command) -> ExitCode {
         .map_or_else(|| file.to_string(), |n| n.to_string_lossy().into_owned());
 
     let (out, pieces) = match &command {
+        Command::Render {
+            target: Target::Istio,
+            pieces: Some(_),
+            ..
+        } => {
+            eprintln!("llm-failover: --pieces is for the Envoy target\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Command::Render {
+            out,
+            module,
+            target: Target::Istio,
+            istio_version,
+            ..
+        } => {
+            return render_istio(
+                file,
+                &gw,
+                &source,
+                out.as_deref(),
+                istio_version.as_deref(),
+                module.as_deref(),
+            )
+        }
+        Command::Render {
+            istio_version: Some(_),
+            ..
+        } => {
+            eprintln!("llm-failover: --istio-version needs --target istio\n{USAGE}");
+            return ExitCode::from(2);
+        }
         Command::Render { out, pieces, .. } => (out, pieces),
         Command::Validate { .. } => return validate(file, &gw, &real_env),
         Command::Explain {
@@ -235,5 +282,41 @@ fn validate(
         render::slot_count(gw),
         if render::slot_count(gw) == 1 { "" } else { "s" },
     );
+    ExitCode::SUCCESS
+}
+
+fn render_istio(
+    file: &str,
+    gw: &llm_failover_cli::Gateway,
+    source: &str,
+    out: Option<&str>,
+    version: Option<&str>,
+    module: Option<&str>,
+) -> ExitCode {
+    let Some(dir) = out else {
+        eprintln!("llm-failover: --target istio writes two files: give --out DIR\n{USAGE}");
+        return ExitCode::from(2);
+    };
+    let files =
+        istio::options(gw, version, module).and_then(|opts| istio::render_files(gw, source, &opts));
+    let files = match files {
+        Ok(f) => f,
+        Err(errors) => {
+            print(file, &errors);
+            eprintln!("{file}: nothing was written");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("{dir}: cannot create: {e}");
+        return ExitCode::from(1);
+    }
+    for (name, text) in files {
+        let path = Path::new(dir).join(name);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("{}: cannot write: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
     ExitCode::SUCCESS
 }

@@ -15,7 +15,7 @@ pub const UPSTREAM_PLUGIN_NAME: &str = "llm_failover_upstream";
 pub const CLUSTER_LIMIT: u64 = 100_000;
 pub const RETRY_ON: &str = "retriable-headers,connect-failure,reset,refused-stream";
 
-const WASM: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+pub(crate) const WASM: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 const STRING_VALUE: &str = "type.googleapis.com/google.protobuf.StringValue";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
@@ -27,13 +27,14 @@ const CLUSTER_ACTION: &str =
 const HEADER_INPUT: &str = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput";
 const FILTER_STATE_INPUT: &str =
     "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.FilterStateInput";
-const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
-const UPSTREAM_CODEC: &str =
+pub(crate) const HTTP_PROTOCOL_OPTIONS: &str =
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+pub(crate) const UPSTREAM_CODEC: &str =
     "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec";
 const UPSTREAM_TLS: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
 
-/// An ordered YAML mapping: `map! { "key" => value, ... }`.
+/// An ordered YAML mapping: `map! { "key" => value, ... }` (also used by `crate::istio`).
 macro_rules! map {
     ($($k:expr => $v:expr),* $(,)?) => {{
         #[allow(unused_mut)]
@@ -43,11 +44,11 @@ macro_rules! map {
     }};
 }
 
-fn seq(items: Vec<Value>) -> Value {
+pub(crate) fn seq(items: Vec<Value>) -> Value {
     Value::Sequence(items)
 }
 
-fn typed(type_url: &str, fields: Value) -> Value {
+pub(crate) fn typed(type_url: &str, fields: Value) -> Value {
     let mut m = Mapping::new();
     m.insert("@type".into(), type_url.into());
     if let Value::Mapping(f) = fields {
@@ -118,7 +119,7 @@ fn vm_config(gw: &Gateway) -> Value {
     vm
 }
 
-fn wasm_filter(gw: &Gateway, plugin_name: &str, configuration: &str) -> Value {
+pub(crate) fn wasm_filter(gw: &Gateway, plugin_name: &str, configuration: &str) -> Value {
     map! {
         "name" => NAME,
         "typed_config" => typed(WASM, map! {
@@ -420,7 +421,7 @@ pub fn bootstrap(gw: &Gateway) -> Value {
     Value::Mapping(b)
 }
 
-fn to_yaml(v: &Value) -> String {
+pub(crate) fn to_yaml(v: &Value) -> String {
     // Serializing a Value built from strings, numbers, booleans and mappings cannot fail.
     serde_yaml_ng::to_string(v).unwrap_or_default()
 }

@@ -1,0 +1,218 @@
+//! `render --target istio`: the checked-in manifests in envoy/istio/rendered/ are exactly what
+//! the renderer makes of envoy/istio/gateway.failover.yaml; every rendered manifest fits the
+//! Istio API of the release it targets; what the renderer refuses.
+
+use llm_failover_cli::istio::{self, Options};
+use llm_failover_cli::istio_schema::Schema;
+use llm_failover_cli::load;
+use serde_yaml_ng::Value;
+use std::path::{Path, PathBuf};
+
+fn istio_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("envoy")
+        .join("istio")
+}
+
+fn example() -> String {
+    std::fs::read_to_string(istio_dir().join("gateway.failover.yaml")).unwrap()
+}
+
+fn render(text: &str, version: Option<&str>) -> Result<Vec<(&'static str, String)>, String> {
+    let gw = load(text, &|_| None, None).map_err(|e| format!("{e:?}"))?;
+    let opts: Options = istio::options(&gw, version, None).map_err(|e| {
+        e.iter()
+            .map(|d| d.render("f"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
+    istio::render_files(&gw, "gateway.failover.yaml", &opts).map_err(|e| format!("{e:?}"))
+}
+
+fn docs(text: &str) -> Vec<Value> {
+    // The renderer separates documents with a line "---".
+    format!("\n{text}")
+        .split("\n---\n")
+        .map(|d| serde_yaml_ng::from_str::<Value>(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn checked_in_manifests_equal_a_fresh_render() {
+    let bless = std::env::var_os("LLM_FAILOVER_BLESS").is_some();
+    let out = istio_dir().join("rendered");
+    let mut stale = Vec::new();
+    for (name, text) in render(&example(), None).unwrap() {
+        let path = out.join(name);
+        if bless {
+            std::fs::create_dir_all(&out).unwrap();
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        if std::fs::read_to_string(&path).unwrap_or_default() != text {
+            stale.push(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "stale: {stale:?}; regenerate from the repository root with\n  \
+         cargo run -q -p llm-failover-cli -- render --no-env envoy/istio/gateway.failover.yaml --target istio --out envoy/istio/rendered\n\
+         (or: LLM_FAILOVER_BLESS=1 cargo test -p llm-failover-cli --test istio)"
+    );
+}
+
+#[test]
+fn every_rendered_manifest_fits_the_istio_api_of_its_release() {
+    for version in istio::SUPPORTED_VERSIONS {
+        let files = render(&example(), Some(version)).unwrap();
+        let schema = Schema::for_release(version).unwrap();
+        let manifests = docs(&files[0].1);
+        let kinds: Vec<&str> = manifests
+            .iter()
+            .map(|m| m.get("kind").and_then(Value::as_str).unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "ServiceEntry",
+                "DestinationRule",
+                "ServiceEntry",
+                "DestinationRule",
+                "ServiceEntry",
+                "DestinationRule",
+                "Gateway",
+                "VirtualService",
+                "EnvoyFilter",
+                "ConfigMap"
+            ]
+        );
+        for m in &manifests {
+            assert_eq!(schema.check_manifest(m), Vec::<String>::new());
+        }
+        let patch = docs(&files[1].1);
+        assert_eq!(
+            schema.check_deployment_patch(&patch[0]),
+            Vec::<String>::new()
+        );
+    }
+}
+
+#[test]
+fn the_structural_check_fails_on_a_misspelt_field_of_a_rendered_manifest() {
+    let files = render(&example(), None).unwrap();
+    let schema = Schema::for_release("1.31").unwrap();
+    for (good, bad, says) in [
+        (
+            "    subjectAltNames:",
+            "    subjectAltName:",
+            "trafficPolicy.tls.subjectAltName: no such field in ClientTLSSettings",
+        ),
+        (
+            "  workloadSelector:",
+            "  workloadSelectors:",
+            "spec.workloadSelectors: no such field in EnvoyFilterSpec",
+        ),
+        (
+            "      routeConfiguration:",
+            "      routeConfig:",
+            "match.routeConfig: no such field in EnvoyConfigObjectMatch",
+        ),
+        (
+            "applyTo: HTTP_ROUTE",
+            "applyTo: HTTP_ROUTES",
+            "applyTo: \"HTTP_ROUTES\" is not one of its values",
+        ),
+    ] {
+        assert!(files[0].1.contains(good), "{good}");
+        let text = files[0].1.replacen(good, bad, 1);
+        let problems: Vec<String> = docs(&text)
+            .iter()
+            .flat_map(|m| schema.check_manifest(m))
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains(says), "{problems:?}");
+    }
+    let patch = files[1].1.replacen("secretKeyRef", "secretRef", 1);
+    let problems = schema.check_deployment_patch(&docs(&patch)[0]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("valueFrom.secretRef: no such field in EnvVarSource"));
+}
+
+#[test]
+fn istio_1_30_is_refused_with_the_reason_and_unknown_releases_too() {
+    let e = render(&example(), Some("1.30")).unwrap_err();
+    assert!(
+        e.contains("istio.version: Istio 1.30 runs Envoy 1.38"),
+        "{e}"
+    );
+    assert!(e.contains("refresh_cluster_on_retry"), "{e}");
+    let e = render(&example(), Some("1.2")).unwrap_err();
+    assert!(e.contains("is not a supported Istio release"), "{e}");
+}
+
+#[test]
+fn literal_keys_missing_module_and_unknown_fields_are_refused() {
+    let text = example().replace(
+        "credential: {header: x-api-key, env: ANTHROPIC_API_KEY}",
+        "credential: {header: x-api-key, value: sk-ant-literal}",
+    );
+    let e = render(&text, None).unwrap_err();
+    assert!(
+        e.contains("providers[2].credential.value: a literal key would be written"),
+        "{e}"
+    );
+    let text = example().replace(
+        "  module: oci://ghcr.io/example/llm-failover:0.1.0",
+        "  modul: x",
+    );
+    let e = render(&text, None).unwrap_err();
+    assert!(e.contains("istio.modul: unknown field"), "{e}");
+    assert!(e.contains("istio.module: missing"), "{e}");
+    let text = example().replace(
+        "oci://ghcr.io/example/llm-failover:0.1.0",
+        "dist/llm_failover.wasm",
+    );
+    let e = render(&text, None).unwrap_err();
+    assert!(e.contains("is not a URL istio-agent can fetch"), "{e}");
+}
+
+#[test]
+fn providers_land_on_istio_cluster_names_in_both_roles_and_the_route() {
+    let files = render(&example(), None).unwrap();
+    let manifests = docs(&files[0].1);
+    let ef = manifests
+        .iter()
+        .find(|m| m.get("kind").and_then(Value::as_str) == Some("EnvoyFilter"))
+        .unwrap();
+    let text = serde_json::to_string(ef).unwrap();
+    for host in [
+        "api.openai.com",
+        "my-resource.openai.azure.com",
+        "api.anthropic.com",
+    ] {
+        let cluster = format!("outbound|443||{host}");
+        // plugin config of both roles (JSON inside a string) and the route's matcher.
+        assert!(
+            text.matches(&format!("\\\"cluster\\\":\\\"{cluster}\\\""))
+                .count()
+                == 2,
+            "{host}"
+        );
+        assert!(
+            text.contains(&format!("\"cluster\":\"{cluster}\"")),
+            "{host}"
+        );
+    }
+    // References accept the Wasm type only: no RBAC substitution can run in the module's place.
+    assert!(!text.contains("rbac"));
+    assert_eq!(
+        text.matches(
+            "\"type_urls\":[\"type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm\"]"
+        )
+        .count(),
+        4
+    );
+    assert!(!text.contains("default_config"));
+}

@@ -1,0 +1,307 @@
+"""Istio target, end to end without Kubernetes (issue 16).
+
+`llm-failover render FILE --target istio` writes the manifests; istio_shape.py builds the
+gateway Envoy config istiod would build from the rendered ServiceEntry, DestinationRule,
+Gateway and VirtualService (Istio's names, filter order, TLS origination, circuit breakers,
+stats matcher), applies the rendered EnvoyFilter patches the way istiod applies them, serves
+the two EXTENSION_CONFIG entries over extension config discovery (files instead of ADS), and
+gives the proxy the environment the rendered Deployment patch asks for from a Secret. Real
+Envoy 1.40 runs the result against TLS mock providers on 127.0.0.1.
+
+Not proved here: istiod's and istio-agent's own code (the patch semantics are reproduced from
+their sources), ADS delivery, the OCI pull, Kubernetes itself.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import HOST, REPO_ROOT, Gateway, HarnessError, cli_bin, external_mode, free_port
+
+if external_mode():
+    pytest.skip("builds its own Istio-shaped gateway", allow_module_level=True)
+
+import istio_shape as ist  # noqa: E402 (needs PyYAML: tests/integration/requirements.txt)
+from test_tls_providers import TlsMock, _make_ca, _make_server_cert  # noqa: E402
+
+SOURCE = """
+istio:
+  module: oci://registry.test/llm-failover:test
+  hosts: ["*"]
+providers:
+  - name: alpha                          # OpenAI-like
+    endpoint: alpha.provider.test:443
+    credential: {header: authorization, prefix: "Bearer ", env: ALPHA_KEY}
+  - name: beta                           # Azure-like
+    endpoint: beta.provider.test:443
+    path_prefix: /openai
+    credential: {header: api-key, env: BETA_KEY}
+  - name: gamma                          # Anthropic-like
+    endpoint: gamma.provider.test:443
+    credential: {header: x-api-key, env: GAMMA_KEY}
+    headers: {anthropic-version: "2023-06-01"}
+chains:
+  - name: default
+    providers: [alpha, beta, {provider: gamma, model: gamma-model}]
+    fallback_on: [connection_error, timeout, rate_limited, server_error, overloaded]
+breaker: {failures: 2, window: 30s, cooldown: 60s}
+timeouts: {attempt: 10s}
+"""
+SECRET = {"ALPHA_KEY": "sk-alpha", "BETA_KEY": "sk-beta", "GAMMA_KEY": "sk-gamma"}
+CALLER = {"authorization": "Bearer gateway-key", "x-api-key": "caller-key", "api-key": "caller-azure"}
+HOSTS = {"alpha": "alpha.provider.test", "beta": "beta.provider.test", "gamma": "gamma.provider.test"}
+
+
+def header(record, name):
+    return [v for k, v in record["headers"] if k.lower() == name.lower()]
+
+
+def module_path() -> Path:
+    return Path(os.environ.get("LLM_FAILOVER_WASM") or REPO_ROOT / "dist/llm_failover.wasm")
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    d = tmp_path_factory.mktemp("istio")
+    (d / "gw.failover.yaml").write_text(SOURCE)
+    r = subprocess.run([str(cli_bin()), "render", str(d / "gw.failover.yaml"), "--target", "istio",
+                        "--out", str(d / "out")], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise HarnessError(f"render --target istio failed:\n{r.stderr}")
+    manifests = ist.load_manifests(d / "out/manifests.yaml")
+    (patch,) = ist.load_manifests(d / "out/gateway-deployment-patch.yaml")
+    return manifests, patch
+
+
+@pytest.fixture(scope="module")
+def wildcard_cert(tmp_path_factory):
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl CLI is needed to make test certificates")
+    d = tmp_path_factory.mktemp("istio-pki")
+    ca = _make_ca(d, "ca")
+    return str(ca[0]), _make_server_cert(d, "wildcard", "*.provider.test", ca, 2001)
+
+
+class IstioGateway:
+    def __init__(self, gateway: Gateway, mocks: dict, applier: ist.Applier, bootstrap: dict):
+        self.gw, self.mocks, self.applier, self.bootstrap = gateway, mocks, applier, bootstrap
+
+
+@pytest.fixture
+def istio(rendered, wildcard_cert, envoy_factory, tmp_path, request):
+    """Mocks alpha/beta/gamma + Envoy on the Istio-shaped, patched gateway config."""
+    manifests, patch = rendered
+    ca, cert = wildcard_cert
+    mocks = {name: TlsMock(name, *cert) for name in HOSTS}
+    request.addfinalizer(lambda: [m.stop() for m in mocks.values()])
+
+    def start(envoy_filters=None, env=None) -> IstioGateway:
+        port = free_port()
+        bootstrap = ist.gateway_bootstrap(
+            manifests, listen_port=port, admin_port=0,
+            endpoints={h: (HOST, mocks[n].port) for n, h in HOSTS.items()}, ca_file=ca,
+            workdir=tmp_path, override_json=ist.bootstrap_override(manifests, patch),
+            stats_inclusion_regexps=ist.annotation_inclusion_regexps(patch))
+        applier = ist.Applier(bootstrap, tmp_path, module_path())
+        filters = ist.of_kind(manifests, "EnvoyFilter") if envoy_filters is None else envoy_filters
+        unapplied = applier.apply(filters)
+        assert unapplied == [], unapplied
+        e = envoy_factory(json.dumps(bootstrap, indent=1),
+                          env={**ist.container_env(patch, SECRET), **(env or {})})
+        return IstioGateway(Gateway(f"http://{HOST}:{port}", e.admin_url, envoy=e), mocks,
+                            applier, bootstrap)
+    return start
+
+
+# ------------------------------------------------------------------ what the patches did
+def test_patches_land_on_istios_names_and_the_retry_policy_is_the_failover_one(istio):
+    ig = istio()
+    b = ig.bootstrap
+    (listener,) = b["static_resources"]["listeners"]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    names = [f["name"] for f in hcm["http_filters"]]
+    # Downstream role right before the router, after Istio's own filters.
+    assert names == ["istio.metadata_exchange", "envoy.filters.http.fault", "envoy.filters.http.cors",
+                     "istio.stats", "llm-failover-downstream", "envoy.filters.http.router"]
+    (vhost,) = hcm["route_config"]["virtual_hosts"]
+    (route,) = vhost["routes"]
+    assert "direct_response" not in route          # the 503 placeholder was replaced
+    rp = route["route"]["retry_policy"]
+    assert rp["retry_on"] == "retriable-headers,connect-failure,reset,refused-stream"
+    assert rp["refresh_cluster_on_retry"] is True
+    assert rp["retriable_headers"] == [{"name": "x-llm-failover-retry", "present_match": True}]
+    assert vhost["include_request_attempt_count"] is True
+    for c in b["static_resources"]["clusters"][:3]:
+        assert c["name"].startswith("outbound|443||")
+        hpo = c["typed_extension_protocol_options"][ist.HPO_KEY]
+        assert [f["name"] for f in hpo["http_filters"]] == ["llm-failover-upstream",
+                                                            "envoy.filters.http.upstream_codec"]
+        assert hpo["http_filters"][0]["config_discovery"]["type_urls"] == [ist.WASM_TYPE]
+        assert "explicit_http_config" not in hpo      # auto_config replaced Istio's HTTP/1.1
+        assert c["transport_socket"]["typed_config"]["sni"] == c["name"].split("||")[1]
+    # Envoy accepted it all: both roles loaded over ECDS.
+    dump = json.loads(ig.gw.envoy.admin("/config_dump"))
+    ecds = [c for c in dump["configs"] if c["@type"].endswith("EcdsConfigDump")]
+    loaded = {f["ecds_filter"]["name"] for c in ecds for f in c.get("ecds_filters", [])}
+    assert loaded == {"llm-failover-downstream", "llm-failover-upstream"}, ecds
+
+
+def test_without_the_envoyfilter_the_gateway_answers_503_and_reaches_no_provider(istio):
+    ig = istio(envoy_filters=[])
+    r = ig.gw.chat("gpt-4o", headers=CALLER)
+    assert r.status == 503
+    assert r.json()["error"]["code"] == "gateway_not_configured"
+    assert all(m.request_count() == 0 for m in ig.mocks.values())
+
+
+# ------------------------------------------------------------------ core scenarios
+def test_failover_to_the_next_provider_with_its_own_key_path_and_sni(istio):
+    ig = istio()
+    alpha, beta = ig.mocks["alpha"], ig.mocks["beta"]
+    alpha.set_default(status=503)
+    r = ig.gw.chat("gpt-4o", headers=CALLER)
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "beta"
+    assert r.header("x-llm-attempts") == "2"
+    assert r.header("x-llm-fallback-reason") == "overloaded"
+    assert r.json()["choices"][0]["message"]["content"] == "Hello from beta (model gpt-4o)"
+    (a,) = alpha.requests()
+    (b,) = beta.requests()
+    assert a["tls"]["sni"] == HOSTS["alpha"] and b["tls"]["sni"] == HOSTS["beta"]
+    assert header(a, "host") == [HOSTS["alpha"]] and header(b, "host") == [HOSTS["beta"]]
+    assert b["path"] == "/openai/v1/chat/completions"
+    assert b["body_sha256"] == a["body_sha256"]
+    assert ig.mocks["gamma"].request_count() == 0
+
+
+def test_connection_errors_fall_over_to_the_third_provider_with_its_model(istio):
+    ig = istio()
+    ig.mocks["alpha"].set_default(action="reset")
+    ig.mocks["beta"].set_default(status=500)
+    r = ig.gw.chat("gpt-4o")
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "gamma"
+    assert r.header("x-llm-attempts") == "3"
+    assert json.loads(ig.mocks["gamma"].last_request()["body"])["model"] == "gamma-model"
+
+
+def test_streaming_fallback_streams_the_next_providers_events_as_they_come(istio):
+    ig = istio()
+    ig.mocks["alpha"].set_default(status=503)
+    ig.mocks["beta"].set_default(chunks=4, chunk_interval_ms=250)
+    r = ig.gw.chat("gpt-4o", stream=True)
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "beta"
+    assert r.sse_content() == "beta:0 beta:1 beta:2 beta:3 "
+    events = r.sse_events()
+    assert events[-1][1] == "[DONE]"
+    times = [t for t, _ in events[:4]]
+    assert times[-1] - times[0] > 0.6, times       # streamed, not buffered to the end
+    assert ig.mocks["beta"].last_request()["outcome"] == "streamed"
+
+
+def test_breaker_opens_across_roles_then_skips_and_metrics_carry_labels(istio):
+    ig = istio()
+    alpha = ig.mocks["alpha"]
+    alpha.set_default(status=500)
+    for _ in range(2):   # breaker failures: 2
+        assert ig.gw.chat("gpt-4o").header("x-llm-provider") == "beta"
+    assert alpha.request_count() == 2
+    r = ig.gw.chat("gpt-4o")
+    assert r.status == 200
+    assert r.header("x-llm-provider") == "beta"
+    assert r.header("x-llm-attempts") == "1"
+    assert r.header("x-llm-fallback-reason") == "breaker_open"
+    assert alpha.request_count() == 2       # skipped: the upstream role's reports reached the
+    #                                         downstream role's plan (one VM, one health state)
+    prom = ig.gw.prometheus()
+    assert 'llm_failover_skipped_total{provider="alpha",reason="breaker_open"} 1' in prom, prom
+    assert 'llm_failover_breaker_state{provider="alpha"} 1' in prom
+    assert 'llm_failover_fallbacks_total{from="alpha",to="beta"} 2' in prom
+
+
+def test_credential_isolation_each_provider_gets_only_its_own_key(istio):
+    ig = istio()
+    ig.mocks["alpha"].set_default(status=500)
+    ig.mocks["beta"].set_default(status=429)
+    r = ig.gw.chat("gpt-4o", headers={**CALLER, "cookie": "session=1"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "gamma"
+    a = ig.mocks["alpha"].last_request()
+    b = ig.mocks["beta"].last_request()
+    g = ig.mocks["gamma"].last_request()
+    assert header(a, "authorization") == ["Bearer sk-alpha"]
+    assert not header(a, "api-key") and not header(a, "x-api-key")
+    assert header(b, "api-key") == ["sk-beta"]
+    assert not header(b, "authorization") and not header(b, "x-api-key")
+    assert header(g, "x-api-key") == ["sk-gamma"]
+    assert not header(g, "authorization") and not header(g, "api-key")
+    assert header(g, "anthropic-version") == ["2023-06-01"]
+    assert not header(a, "anthropic-version") and not header(b, "anthropic-version")
+    for rec in (a, b, g):
+        for v in (v for _, v in rec["headers"]):
+            assert "gateway-key" not in v and "caller" not in v
+
+
+def test_a_credential_missing_from_the_environment_refuses_the_config_fail_closed(istio):
+    """The Secret lacks a key: the VM refuses the plugin config, no provider is contacted."""
+    ig = istio(env={"BETA_KEY": ""})
+    r = ig.gw.chat("gpt-4o", headers=CALLER)
+    assert r.status >= 500
+    assert all(m.request_count() == 0 for m in ig.mocks.values())
+
+
+# ------------------------------------------------------------------ the applier itself
+def test_applier_merge_appends_lists_and_merge_and_replace_list_replaces_them():
+    base = {"route": {"retry_policy": {"retry_on": "5xx", "retriable_status_codes": [503],
+                                       "retry_host_predicate": [{"name": "previous_hosts"}]},
+                      "cluster": "outbound|443||x"}}
+    patch = {"route": {"retry_policy": {"retry_on": "reset", "retry_host_predicate": [{"name": "p"}]},
+                       "inline_cluster_specifier_plugin": {"extension": {}}}}
+    merged = copy.deepcopy(base)
+    ist.proto_merge(merged, patch, replace_lists=False)
+    assert merged["route"]["retry_policy"]["retry_host_predicate"] == [{"name": "previous_hosts"}, {"name": "p"}]
+    assert "cluster" not in merged["route"]           # oneof sibling cleared
+    replaced = copy.deepcopy(base)
+    ist.proto_merge(replaced, patch, replace_lists=True)
+    assert replaced["route"]["retry_policy"]["retry_host_predicate"] == [{"name": "p"}]
+    assert replaced["route"]["retry_policy"]["retriable_status_codes"] == [503]  # not in the patch
+    assert replaced["route"]["retry_policy"]["retry_on"] == "reset"
+
+
+def test_applier_reports_a_patch_that_matches_nothing(rendered, tmp_path):
+    manifests, patch = rendered
+    (ef,) = ist.of_kind(manifests, "EnvoyFilter")
+    ef = copy.deepcopy(ef)
+    for p in ef["spec"]["configPatches"]:
+        if p["applyTo"] == "VIRTUAL_HOST":
+            p["match"]["routeConfiguration"]["vhost"]["name"] = "*:8080"   # a wrong name
+    bootstrap = ist.gateway_bootstrap(
+        manifests, listen_port=1, admin_port=0,
+        endpoints={h: (HOST, 1) for h in HOSTS.values()}, ca_file="/dev/null", workdir=tmp_path,
+        override_json=None, stats_inclusion_regexps=[])
+    unapplied = ist.Applier(bootstrap, tmp_path, module_path()).apply([ef])
+    assert unapplied == [f"configPatches[{i}] VIRTUAL_HOST MERGE" for i, p in
+                         enumerate(ef["spec"]["configPatches"]) if p["applyTo"] == "VIRTUAL_HOST"]
+
+
+def test_both_roles_share_one_vm_fail_closed_and_carry_no_key(rendered):
+    """Both extension configs name the module URL, one vm_id, fail closed, and only the names
+    of the credential variables."""
+    manifests, _ = rendered
+    (ef,) = ist.of_kind(manifests, "EnvoyFilter")
+    ecs = [p["patch"]["value"] for p in ef["spec"]["configPatches"] if p["applyTo"] == "EXTENSION_CONFIG"]
+    assert [e["name"] for e in ecs] == ["llm-failover-downstream", "llm-failover-upstream"]
+    for e in ecs:
+        cfg = e["typed_config"]["config"]
+        assert cfg["vm_config"]["vm_id"] == "llm_failover"
+        assert cfg["vm_config"]["code"]["remote"]["http_uri"]["uri"] == "oci://registry.test/llm-failover:test"
+        assert cfg["failure_policy"] == "FAIL_CLOSED"
+        assert cfg["vm_config"]["environment_variables"]["host_env_keys"] == list(SECRET)
+        assert "sk-" not in json.dumps(e)
