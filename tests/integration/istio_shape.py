@@ -20,18 +20,23 @@ core/envoyfilter, pilot/pkg/model/gateway.go, pkg/wasm/convert.go):
 * EXTENSION_CONFIG entries delivered over ECDS: istiod serves them over ADS; here every
   ``config_discovery`` source is turned into a file-based source and each entry is written as a
   discovery response file (the transport differs, the filter config Envoy gets does not);
-* istio-agent's module download: ``vm_config.code.remote`` becomes ``local`` (the module file).
+* istio-agent's module download: ``vm_config.code.remote`` becomes ``local``, a file holding
+  the module taken from the OCI image layout the way istio-agent takes it (``wasm_from_layout``).
 
 Every patch must apply somewhere: ``apply()`` reports the ones that matched nothing.
 """
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import json
+import os
+import tarfile
 from pathlib import Path
 from typing import Any
 
-import yaml
+from harness import REPO_ROOT
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 TEC_TYPE = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
@@ -53,7 +58,14 @@ MAP_FIELDS = {"typed_extension_protocol_options", "map", "filter_metadata",
               "typed_filter_config", "typed_per_filter_config"}
 
 
+def module_path() -> Path:
+    """The module the tests run (LLM_FAILOVER_WASM, else dist/llm_failover.wasm)."""
+    return Path(os.environ.get("LLM_FAILOVER_WASM") or REPO_ROOT / "dist/llm_failover.wasm")
+
+
 def load_manifests(path: Path) -> list[dict]:
+    import yaml  # PyYAML (tests/integration/requirements.txt); only the manifests need it
+
     return [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
 
 
@@ -468,3 +480,42 @@ def bootstrap_override(manifests: list[dict], patch: dict) -> str | None:
         if cm["metadata"]["name"] == name:
             return cm["data"]["custom_bootstrap.json"]
     return None
+
+
+# ------------------------------------------------------------------ istio-agent's module pull
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+
+
+def blob(layout: Path, digest: str) -> bytes:
+    algo, hexd = digest.split(":", 1)
+    data = (Path(layout) / "blobs" / algo / hexd).read_bytes()
+    if hashlib.sha256(data).hexdigest() != hexd:
+        raise ValueError(f"blob {digest} does not match its digest")
+    return data
+
+
+def manifest_of(layout: Path, tag: str) -> dict:
+    index = json.loads((Path(layout) / "index.json").read_text())
+    (entry,) = [m for m in index["manifests"]
+                if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
+    data = blob(layout, entry["digest"])
+    if len(data) != entry["size"]:
+        raise ValueError("manifest size differs from the index")
+    return json.loads(data)
+
+
+def wasm_from_layout(layout: Path, tag: str) -> bytes:
+    """What istio-agent's image fetcher takes from a "compat" image: the last layer must be an
+    OCI tar+gzip layer; its file named plugin.wasm is the module."""
+    manifest = manifest_of(layout, tag)
+    layer = manifest["layers"][-1]
+    if layer["mediaType"] != OCI_LAYER:
+        raise ValueError(f"last layer is {layer['mediaType']}, not {OCI_LAYER}")
+    data = blob(layout, layer["digest"])
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar:
+            if Path(member.name).name == "plugin.wasm":
+                f = tar.extractfile(member)
+                if f is not None:
+                    return f.read()
+    raise ValueError("plugin.wasm not found in the layer")

@@ -4,8 +4,10 @@
 gateway Envoy config istiod would build from the rendered ServiceEntry, DestinationRule,
 Gateway and VirtualService (Istio's names, filter order, TLS origination, circuit breakers,
 stats matcher), applies the rendered EnvoyFilter patches the way istiod applies them, serves
-the two EXTENSION_CONFIG entries over extension config discovery (files instead of ADS), and
-gives the proxy the environment the rendered Deployment patch asks for from a Secret. Real
+the two EXTENSION_CONFIG entries over extension config discovery (files instead of ADS) with
+the module taken from the OCI image layout scripts/oci-image.sh builds (as istio-agent takes
+it from a registry), and gives the proxy the environment the rendered Deployment patch asks
+for from a Secret. Real
 Envoy 1.40 runs the result against TLS mock providers on 127.0.0.1.
 
 Not proved here: istiod's and istio-agent's own code (the patch semantics are reproduced from
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -62,9 +63,6 @@ def header(record, name):
     return [v for k, v in record["headers"] if k.lower() == name.lower()]
 
 
-def module_path() -> Path:
-    return Path(os.environ.get("LLM_FAILOVER_WASM") or REPO_ROOT / "dist/llm_failover.wasm")
-
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
@@ -77,6 +75,21 @@ def rendered(tmp_path_factory):
     manifests = ist.load_manifests(d / "out/manifests.yaml")
     (patch,) = ist.load_manifests(d / "out/gateway-deployment-patch.yaml")
     return manifests, patch
+
+
+@pytest.fixture(scope="module")
+def pulled_module(tmp_path_factory) -> Path:
+    """The module as istio-agent would get it: from the OCI image layout scripts/oci-image.sh
+    builds (compat variant), written to a local file."""
+    d = tmp_path_factory.mktemp("oci")
+    r = subprocess.run([str(REPO_ROOT / "scripts/oci-image.sh"), "--out", str(d / "layout"),
+                        "--tag", "test", "--wasm", str(ist.module_path())],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise HarnessError(f"scripts/oci-image.sh failed:\n{r.stderr}")
+    path = d / "plugin.wasm"
+    path.write_bytes(ist.wasm_from_layout(d / "layout", "test"))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +107,7 @@ class IstioGateway:
 
 
 @pytest.fixture
-def istio(rendered, wildcard_cert, envoy_factory, tmp_path, request):
+def istio(rendered, wildcard_cert, pulled_module, envoy_factory, tmp_path, request):
     """Mocks alpha/beta/gamma + Envoy on the Istio-shaped, patched gateway config."""
     manifests, patch = rendered
     ca, cert = wildcard_cert
@@ -108,7 +121,7 @@ def istio(rendered, wildcard_cert, envoy_factory, tmp_path, request):
             endpoints={h: (HOST, mocks[n].port) for n, h in HOSTS.items()}, ca_file=ca,
             workdir=tmp_path, override_json=ist.bootstrap_override(manifests, patch),
             stats_inclusion_regexps=ist.annotation_inclusion_regexps(patch))
-        applier = ist.Applier(bootstrap, tmp_path, module_path())
+        applier = ist.Applier(bootstrap, tmp_path, pulled_module)
         filters = ist.of_kind(manifests, "EnvoyFilter") if envoy_filters is None else envoy_filters
         unapplied = applier.apply(filters)
         assert unapplied == [], unapplied
@@ -286,7 +299,7 @@ def test_applier_reports_a_patch_that_matches_nothing(rendered, tmp_path):
         manifests, listen_port=1, admin_port=0,
         endpoints={h: (HOST, 1) for h in HOSTS.values()}, ca_file="/dev/null", workdir=tmp_path,
         override_json=None, stats_inclusion_regexps=[])
-    unapplied = ist.Applier(bootstrap, tmp_path, module_path()).apply([ef])
+    unapplied = ist.Applier(bootstrap, tmp_path, ist.module_path()).apply([ef])
     assert unapplied == [f"configPatches[{i}] VIRTUAL_HOST MERGE" for i, p in
                          enumerate(ef["spec"]["configPatches"]) if p["applyTo"] == "VIRTUAL_HOST"]
 
