@@ -40,6 +40,7 @@ from harness import REPO_ROOT
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 TEC_TYPE = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+RBAC_TYPE = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
 HPO_KEY = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 HCM = "envoy.filters.network.http_connection_manager"
 UINT32_MAX = 4294967295
@@ -270,10 +271,16 @@ def gateway_bootstrap(manifests: list[dict], *, listen_port: int, admin_port: in
 class Applier:
     """Applies EnvoyFilter configPatches to a gateway bootstrap (context GATEWAY)."""
 
-    def __init__(self, bootstrap: dict, workdir: Path, module_file: Path):
+    def __init__(self, bootstrap: dict, workdir: Path, module_file: Path,
+                 fetch_fails: dict[str, str] | None = None):
+        """`fetch_fails` {extension config name: how}: the module download fails for that entry
+        and istio-agent puts an RBAC filter in its place: "policy" as istio-agent does
+        (allow-all when the config fails open, deny-all otherwise), "allow" the allow-all one
+        whatever the config says."""
         self.b = bootstrap
         self.workdir = workdir
         self.module_file = module_file
+        self.fetch_fails = fetch_fails or {}
         self.unapplied: list[str] = []
         self.extension_files: dict[str, Path] = {}
 
@@ -428,8 +435,16 @@ class Applier:
             return False
         ec = copy.deepcopy(p["patch"]["value"])
         # istio-agent: fetch the module, hand Envoy a local file.
-        vm = ec["typed_config"]["config"]["vm_config"]
-        if "remote" in vm["code"]:
+        config = ec["typed_config"]["config"]
+        vm = config["vm_config"]
+        how = self.fetch_fails.get(ec["name"])
+        if "remote" in vm["code"] and how:
+            fail_open = (config.get("failure_policy") == "FAIL_OPEN" or config.get("fail_open")
+                         or how == "allow")
+            rbac = ({"rules_stat_prefix": "wasm-default-allow"} if fail_open
+                    else {"rules": {}, "rules_stat_prefix": "wasm-default-deny"})
+            ec["typed_config"] = {"@type": RBAC_TYPE, **rbac}
+        elif "remote" in vm["code"]:
             vm["code"] = {"local": {"filename": str(self.module_file)}}
         path = self.workdir / f"ecds-{ec['name']}.json"
         path.write_text(json.dumps({"version_info": "1",
