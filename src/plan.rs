@@ -250,7 +250,7 @@ pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usi
 
 // ---------------------------------------------------------------------------------------------
 // The plan as the upstream filter reads it from filter state, one line per field:
-//   chain index, request start (ms), body length, attempt log started (1/0), slots
+//   configuration fingerprint (16 hex digits), chain index, request start (ms), body length, attempt log started (1/0), slots
 //   ("entry[p][q]" comma separated, p = pristine, q = probe), original :path, original
 //   :authority, requested model.
 // Newlines cannot occur in header values, and the planner refuses models containing them.
@@ -258,6 +258,8 @@ pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usi
 /// What each attempt needs to know about its request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanRecord<'a> {
+    /// Fingerprint of the configuration the plan was made under (`Config::fingerprint`).
+    pub config: u64,
     pub chain: u8,
     pub start_ms: u64,
     pub body_len: u64,
@@ -281,7 +283,8 @@ impl PlanRecord<'_> {
             String::with_capacity(48 + self.path.len() + self.authority.len() + self.model.len());
         let _ = write!(
             out,
-            "{}\n{}\n{}\n{}\n",
+            "{:016x}\n{}\n{}\n{}\n{}\n",
+            self.config,
             self.chain,
             self.start_ms,
             self.body_len,
@@ -305,7 +308,8 @@ impl PlanRecord<'_> {
 
     /// Reads a record written by `encode`; `None` for anything else.
     pub fn decode(text: &str) -> Option<PlanRecord<'_>> {
-        let mut lines = text.splitn(8, '\n');
+        let mut lines = text.splitn(9, '\n');
+        let config = u64::from_str_radix(lines.next()?, 16).ok()?;
         let chain = lines.next()?.parse().ok()?;
         let start_ms = lines.next()?.parse().ok()?;
         let body_len = lines.next()?.parse().ok()?;
@@ -326,6 +330,7 @@ impl PlanRecord<'_> {
             });
         }
         Some(PlanRecord {
+            config,
             chain,
             start_ms,
             body_len,
@@ -636,6 +641,7 @@ mod tests {
     #[test]
     fn plan_record_round_trips() {
         let record = PlanRecord {
+            config: 0x0123_4567_89ab_cdef,
             chain: 3,
             start_ms: 1_700_000_000_123,
             body_len: 5 * 1024 * 1024,

@@ -139,6 +139,34 @@ impl Reply {
         }
     }
 
+    /// The upstream role refused to send an attempt Envoy routed elsewhere than the plan said
+    /// (SPEC section 7, fail closed): a deployment fault that retrying will not fix.
+    pub fn misrouted_attempt(attempt: usize, provider: &str, cluster: &str, actual: &str) -> Reply {
+        Reply {
+            status: 502,
+            kind: "server_error",
+            code: "misrouted_attempt",
+            message: format!(
+                "The gateway is misconfigured: attempt {attempt} was planned for provider {provider:?} (cluster {cluster:?}) but Envoy sent it to {actual}, so it was not sent and no credential left the gateway. Check that the route has refresh_cluster_on_retry: true (Envoy 1.39 or later) or render the configuration for this Envoy version."
+            ),
+            should_retry: false,
+        }
+    }
+
+    /// The two roles run different configurations (one was updated before the other): the
+    /// attempt was not sent. Usually brief, so a retry may succeed.
+    pub fn config_mismatch(planned: &str, running: &str) -> Reply {
+        Reply {
+            status: 502,
+            kind: "server_error",
+            code: "config_mismatch",
+            message: format!(
+                "The gateway's two llm-failover filters run different configurations (the request was planned under {planned}, the provider-side filter runs {running}), so the attempt was not sent. Update both filters' configuration together."
+            ),
+            should_retry: true,
+        }
+    }
+
     /// The JSON body: `{"error": {"type", "code", "message"}}`.
     pub fn body(&self) -> String {
         serde_json::json!({"error": {"type": self.kind, "code": self.code, "message": self.message}}).to_string()

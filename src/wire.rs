@@ -31,14 +31,23 @@ pub const PLAN_PROPERTY: &str = "llm_failover.plan";
 /// Filter-state property the upstream filters append each attempt's record to; also what
 /// access logs print: `%FILTER_STATE(wasm.llm_failover.attempts:PLAIN)%`.
 pub const ATTEMPTS_PROPERTY: &str = "llm_failover.attempts";
+/// Filter-state property the upstream role sets when it refuses to start an attempt, so the
+/// downstream role knows the answer is the gateway's own and that attempt reached no provider:
+/// [`REFUSED_FOR_BUDGET`] when the time budget was spent (SPEC section 5), otherwise the fail
+/// closed refusal's code (SPEC section 7).
+pub const REFUSED_PROPERTY: &str = "llm_failover.refused";
+pub const REFUSED_FOR_BUDGET: &str = "budget";
+/// Property path (NUL-joined) of the chosen host's provider in its endpoint metadata
+/// (`destination::HOST_METADATA_NAMESPACE` / `HOST_METADATA_PROVIDER_KEY`), which grouping
+/// clusters carry because their name is not a provider's.
+pub const HOST_PROVIDER_PROPERTY: &[u8] =
+    b"xds\0upstream_host_metadata\0filter_metadata\0llm_failover\0provider";
+/// Property path of the cluster Envoy picked for this attempt.
+pub const CLUSTER_NAME_PROPERTY: &[u8] = b"xds\0cluster_name";
 
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";
-/// Response header on the upstream filter's local reply to an attempt refused because the
-/// time budget was spent (SPEC section 5): tells the downstream filter that this attempt never
-/// reached its provider. Never reaches the caller.
-pub const BUDGET_REFUSED_HEADER: &str = "x-llm-failover-budget";
 /// Request header Envoy sets on each attempt (`include_request_attempt_count`).
 pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
 /// Envoy request headers a caller could use to change retries and timeouts (SPEC 2.6).
@@ -99,6 +108,15 @@ mod tests {
         ] {
             assert_eq!(with_health_key(name, str::to_string), health_key(name));
         }
+    }
+
+    #[test]
+    fn the_host_provider_path_names_the_metadata_destination_checks() {
+        use crate::destination::{HOST_METADATA_NAMESPACE, HOST_METADATA_PROVIDER_KEY};
+        let path = format!(
+            "xds\0upstream_host_metadata\0filter_metadata\0{HOST_METADATA_NAMESPACE}\0{HOST_METADATA_PROVIDER_KEY}"
+        );
+        assert_eq!(HOST_PROVIDER_PROPERTY, path.as_bytes());
     }
 
     #[test]

@@ -33,7 +33,9 @@ impl Config {
                 problem: e.into_inner().to_string(),
             }]
         })?;
-        Config::from_raw(raw, env)
+        let mut config = Config::from_raw(raw, env)?;
+        config.fingerprint = fingerprint(json);
+        Ok(config)
     }
 
     /// Validates an already parsed configuration (the CLI parses YAML into `RawConfig`).
@@ -78,7 +80,13 @@ impl Config {
             opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
             caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
             cleared_headers,
+            gateway_credential_headers: raw
+                .gateway_credential_headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
             status_path: raw.status_path,
+            fingerprint: 0,
             caller_chains,
         })
     }
@@ -86,6 +94,31 @@ impl Config {
     pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
         self.providers.iter().position(|p| p.name == name)
     }
+}
+
+/// A fingerprint of a plugin configuration, the same for both roles of one rendered
+/// configuration: the JSON bytes without the role member (`"role":"downstream"` or
+/// `"role":"upstream"`, as the renderer writes it). Any other difference between the two roles'
+/// texts counts as drift. FNV-1a: stable across builds and Rust versions, which std's hashers
+/// do not promise, so two module builds agree. (Hashing a parsed `serde_json::Value` instead
+/// would ignore formatting but adds 13 KB to the module.)
+pub fn fingerprint(json: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    let role = [&b"\"role\":\"downstream\""[..], b"\"role\":\"upstream\""]
+        .iter()
+        .find_map(|member| {
+            let at = json.windows(member.len()).position(|w| w == *member)?;
+            Some((at, at + member.len()))
+        });
+    match role.and_then(|(start, end)| Some((json.get(..start)?, json.get(end..)?))) {
+        Some((before, after)) => {
+            hasher.write(before);
+            hasher.write(after);
+        }
+        None => hasher.write(json),
+    }
+    hasher.finish()
 }
 
 #[cfg(test)]

@@ -121,7 +121,13 @@ pub struct Config {
     /// gateway credential: removed from each attempt before the provider's own are set, so
     /// nothing meant for one provider reaches another.
     pub cleared_headers: Vec<String>,
+    /// The caller's own gateway credential headers (lower case): the downstream role removes
+    /// them before routing, so no attempt carries them even where the upstream role is missing.
+    pub gateway_credential_headers: Vec<String>,
     pub status_path: Option<String>,
+    /// Identifies this configuration whatever the role (see [`super::fingerprint`]): the plan
+    /// carries it, and an upstream role running another configuration refuses the attempt.
+    pub fingerprint: u64,
     /// Some chain names callers: chain selection must look past the first generic match.
     pub caller_chains: bool,
 }

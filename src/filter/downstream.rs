@@ -59,16 +59,7 @@ impl Downstream {
     }
 
     fn send_reply(&self, reply: &Reply) {
-        let body = reply.body();
-        let should_retry = if reply.should_retry { "true" } else { "false" };
-        self.send_http_response(
-            u32::from(reply.status),
-            vec![
-                ("content-type", "application/json"),
-                (wire::SHOULD_RETRY_HEADER, should_retry),
-            ],
-            Some(body.as_bytes()),
-        );
+        envoy_host::send_reply(reply);
     }
 
     /// Answers a request for the status endpoint (SPEC section 10) when `status_path` is set and
@@ -249,6 +240,7 @@ impl Downstream {
             );
         }
         let record = PlanRecord {
+            config: config.fingerprint,
             chain: plan.chain,
             start_ms: now.0,
             body_len: body_len as u64,
@@ -323,6 +315,15 @@ impl HttpContext for Downstream {
                         // An undecodable identity is no identity: restricted providers are out.
                         self.caller = text().ok().map(str::to_string);
                     }
+                    // The caller's gateway key never travels past the gateway, even where no
+                    // upstream role runs on the provider's cluster (SPEC section 7).
+                    if let Some(h) = config
+                        .gateway_credential_headers
+                        .iter()
+                        .find(|h| h.as_bytes() == name)
+                    {
+                        self.set_http_request_header(h, None);
+                    }
                 }
             }
         }
@@ -370,14 +371,24 @@ impl HttpContext for Downstream {
         let mut attempts = usize::try_from(envoy_host::attempt_count())
             .unwrap_or(1)
             .clamp(1, plan.slots.len());
-        // An attempt refused for the time budget never reached its provider (only attempts
-        // after the first can be: a first-attempt answer pays no extra read).
-        let budget_refused = attempts > 1
-            && envoy_host::header(MapType::HttpResponseHeaders, wire::BUDGET_REFUSED_HEADER)
-                .is_some();
-        if budget_refused {
-            self.set_http_response_header(wire::BUDGET_REFUSED_HEADER, None);
+        // An attempt the upstream role refused (time budget spent, or fail closed) reached no
+        // provider: it is not counted, and the answer is the gateway's own.
+        let refused = envoy_host::property(wire::REFUSED_PROPERTY.as_bytes());
+        if refused.is_some() {
             attempts -= 1;
+        }
+        let budget_refused = refused.as_deref() == Some(wire::REFUSED_FOR_BUDGET.as_bytes());
+        if refused.is_some() && !budget_refused {
+            // Fail closed (SPEC section 7): say which provider was tried last, if any.
+            self.attempts = attempts;
+            self.set_http_response_header(wire::ATTEMPTS_HEADER, Some(&attempts.to_string()));
+            if let Some(slot) = plan.slot(attempts) {
+                let chain = &self.config.chains[usize::from(plan.chain)];
+                let provider =
+                    &self.config.providers[chain.entries[usize::from(slot.entry)].provider];
+                self.set_http_response_header(wire::PROVIDER_HEADER, Some(&provider.name));
+            }
+            return Action::Continue;
         }
         self.attempts = attempts;
         let mut exhausted = budget_refused

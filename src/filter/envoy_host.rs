@@ -177,3 +177,18 @@ pub fn status_code(map: MapType) -> u16 {
 pub fn header(map: MapType, name: &str) -> Option<Vec<u8>> {
     hostcalls::get_map_value_bytes(map, name).ok().flatten()
 }
+
+/// Answers the request with one of the filter's own replies (SPEC section 6): JSON error body
+/// and `x-should-retry`. Serves both roles.
+pub fn send_reply(reply: &crate::reply::Reply) {
+    let body = reply.body();
+    let should_retry = if reply.should_retry { "true" } else { "false" };
+    let _ = hostcalls::send_http_response(
+        u32::from(reply.status),
+        vec![
+            ("content-type", "application/json"),
+            (crate::wire::SHOULD_RETRY_HEADER, should_retry),
+        ],
+        Some(body.as_bytes()),
+    );
+}

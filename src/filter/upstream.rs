@@ -11,6 +11,7 @@ use super::metrics::Metrics;
 use crate::attempt_log;
 use crate::classify::{classify_no_response, classify_status, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
+use crate::destination::{self, Refusal};
 use crate::header_pairs::HeaderPairs;
 use crate::health::Report;
 use crate::host::FixedClock;
@@ -93,15 +94,28 @@ impl Upstream {
         (chain, entry, &self.config.providers[entry.provider])
     }
 
-    /// Reads the plan and this attempt's number; `None` when the request was not planned by
-    /// our downstream filter (then this filter leaves the attempt alone).
-    fn resolve(&self) -> Option<Attempt> {
+    /// Reads the plan and this attempt's number. `Ok(None)` when the request was not planned by
+    /// our downstream filter (then this filter leaves the attempt alone); a refusal when the
+    /// plan was made under another configuration than ours (SPEC section 7).
+    fn resolve(&self) -> Result<Option<Attempt>, Refusal> {
         let number = envoy_host::header(MapType::HttpRequestHeaders, wire::ATTEMPT_COUNT_HEADER)
             .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<usize>().ok())
             .unwrap_or(1);
-        let text = envoy_host::text_property(wire::PLAN_PROPERTY.as_bytes())?;
-        let mut record = PlanRecord::decode(&text)?;
-        let slot = *record.slot_for(number)?;
+        let Some(text) = envoy_host::text_property(wire::PLAN_PROPERTY.as_bytes()) else {
+            return Ok(None);
+        };
+        let running = self.config.fingerprint;
+        let Some(mut record) = PlanRecord::decode(&text) else {
+            return Err(Refusal::ConfigMismatch {
+                planned: None,
+                running,
+            });
+        };
+        destination::check_config(Some(record.config), running)?;
+        // Envoy retrying past the plan: the header map still holds the last provider's key.
+        let Some(slot) = record.slot_for(number).copied() else {
+            return Err(Refusal::Unplanned { attempt: number });
+        };
         let chain = usize::from(record.chain);
         let valid = self.config.chains.get(chain).is_some_and(|c| {
             record
@@ -110,7 +124,10 @@ impl Upstream {
                 .all(|s| usize::from(s.entry) < c.entries.len())
         });
         if !valid {
-            return None;
+            return Err(Refusal::ConfigMismatch {
+                planned: Some(record.config),
+                running,
+            });
         }
         // Where each text field sits in `text` (decode hands out subslices of it).
         let span = |field: &str| {
@@ -128,7 +145,7 @@ impl Upstream {
             record.log_started || number > 1,
             record.body_len,
         );
-        Some(Attempt {
+        Ok(Some(Attempt {
             number,
             chain,
             slot,
@@ -141,7 +158,18 @@ impl Upstream {
             path,
             authority,
             model,
-        })
+        }))
+    }
+
+    /// Refuses the attempt before anything is attached to it (SPEC section 7, fail closed):
+    /// the caller gets the gateway's own `502`, the attempt is not sent, counts toward no
+    /// provider's health, and the downstream role learns it from filter state.
+    fn refuse(&mut self, refusal: &Refusal) {
+        self.settled = true;
+        let reply = refusal.reply();
+        log::error!("llm_failover: attempt refused: {}", reply.message);
+        envoy_host::set_property(wire::REFUSED_PROPERTY, reply.code.as_bytes());
+        envoy_host::send_reply(&reply);
     }
 
     /// Settles the attempt: classification, marker header, breaker report, attempt log.
@@ -281,16 +309,8 @@ impl Upstream {
             attempt.number
         );
         let reply = Reply::budget_spent(last_provider, last_class, config.timeouts.budget_ms);
-        let body = reply.body();
-        self.send_http_response(
-            u32::from(reply.status),
-            vec![
-                ("content-type", "application/json"),
-                (wire::SHOULD_RETRY_HEADER, "true"),
-                (wire::BUDGET_REFUSED_HEADER, "1"),
-            ],
-            Some(body.as_bytes()),
-        );
+        envoy_host::set_property(wire::REFUSED_PROPERTY, wire::REFUSED_FOR_BUDGET.as_bytes());
+        envoy_host::send_reply(&reply);
     }
 
     /// The delay a failing answer asked for, read only on failures.
@@ -343,8 +363,13 @@ impl Context for Upstream {
 
 impl HttpContext for Upstream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some(attempt) = self.resolve() else {
-            return Action::Continue;
+        let attempt = match self.resolve() {
+            Ok(Some(attempt)) => attempt,
+            Ok(None) => return Action::Continue,
+            Err(refusal) => {
+                self.refuse(&refusal);
+                return Action::Pause;
+            }
         };
         let spent = attempt.start_ms.saturating_sub(attempt.request_start_ms);
         if attempt.number > 1 && !self.config.timeouts.room_for_attempt(spent) {
@@ -352,6 +377,14 @@ impl HttpContext for Upstream {
             return Action::Pause;
         }
         let (_, entry, provider) = self.entry(&attempt);
+        // Nothing of the provider's is attached before Envoy confirms where the attempt goes.
+        let cluster = envoy_host::property(wire::CLUSTER_NAME_PROPERTY).unwrap_or_default();
+        if let Err(refusal) = destination::confirm(provider, attempt.number, &cluster, || {
+            envoy_host::property(wire::HOST_PROVIDER_PROPERTY)
+        }) {
+            self.refuse(&refusal);
+            return Action::Pause;
+        }
         // Credentials: drop every provider's and the caller's, then set this provider's own.
         for header in &self.config.cleared_headers {
             self.set_http_request_header(header, None);
