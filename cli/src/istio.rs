@@ -621,8 +621,8 @@ pub fn bootstrap_config_map(opts: &Options) -> Value {
     }
 }
 
-/// Strategic-merge patch for the gateway Deployment: the bootstrap override, the stats
-/// inclusion, and each credential variable from the Secret into the proxy's environment
+/// Strategic-merge patch for the gateway Deployment: the bootstrap override and each credential
+/// variable from the Secret into the proxy's environment
 /// (pilot-agent passes its environment to Envoy; the wasm VM reads the names listed in
 /// `vm_config.environment_variables.host_env_keys`).
 pub fn deployment_patch(gw: &Gateway, opts: &Options) -> Value {
@@ -643,9 +643,9 @@ pub fn deployment_patch(gw: &Gateway, opts: &Options) -> Value {
     }
     map! {
         "spec" => map! { "template" => map! {
+            // Istio's stats matcher keeps `wasm*` names by default: no proxyStatsMatcher needed.
             "metadata" => map! { "annotations" => map! {
                 "sidecar.istio.io/bootstrapOverride" => format!("{NAME}-bootstrap"),
-                "proxy.istio.io/config" => "{\"proxyStatsMatcher\":{\"inclusionRegexps\":[\".*wasmcustom.*\"]}}",
             } },
             "spec" => map! { "containers" => seq(vec![Value::Mapping(container)]) },
         } },
@@ -707,7 +707,7 @@ pub fn render_files(
         "# Rendered by `llm-failover render {source} --target istio`: a strategic-merge patch for the\n\
          # gateway Deployment (selector {}), e.g.\n\
          #   kubectl -n {} patch deployment istio-ingressgateway --patch-file gateway-deployment-patch.yaml\n\
-         # It mounts the stats tags (ConfigMap {NAME}-bootstrap), keeps the filter's metrics, and puts\n\
+         # It mounts the stats tags (ConfigMap {NAME}-bootstrap) and puts\n\
          # the credentials into the proxy's environment from Secret {} (keys: {keys}).\n{}",
         opts.selector
             .iter()

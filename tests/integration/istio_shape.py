@@ -11,8 +11,8 @@ core/envoyfilter, pilot/pkg/model/gateway.go, pkg/wasm/convert.go):
   DestinationRule (TLS origination with the DR's sni and SANs, Istio's default circuit
   breakers, HTTP/1.1 for an HTTP port), the gateway's HTTP filter order ending
   ``fault, cors, istio.stats, router`` (``istio.stats`` is not in stock Envoy: a no-op stand-in
-  under that name), Istio's stats matcher inclusion list plus the rendered annotation's
-  inclusion regexps, Istio-style stats tags plus the rendered bootstrap override's;
+  under that name), Istio's stats matcher inclusion list and Istio-style stats tags; the
+  rendered bootstrap override goes to Envoy as ``--config-yaml``, as pilot-agent passes it;
 * how patches apply: by context, listener / filter chain / sub-filter, route configuration /
   virtual host / route, and cluster names; operations MERGE (proto merge: scalars replaced,
   messages merged, lists appended, map entries and ``Any`` values replaced, a oneof member
@@ -169,9 +169,11 @@ def _sds_root(ca_file: str) -> dict:
 
 def gateway_bootstrap(manifests: list[dict], *, listen_port: int, admin_port: int,
                       endpoints: dict[str, tuple[str, int]], ca_file: str, workdir: Path,
-                      override_json: str | None, stats_inclusion_regexps: list[str]) -> dict:
+                      stats_inclusion_regexps: list[str]) -> dict:
     """The bootstrap + static resources an Istio ingress gateway would run with, before any
-    EnvoyFilter: `endpoints` maps each ServiceEntry host to the local (address, port) of its mock."""
+    EnvoyFilter: `endpoints` maps each ServiceEntry host to the local (address, port) of its mock.
+    The bootstrap override is not merged here: pilot-agent hands it to Envoy as --config-yaml
+    (bootstrap_override gives its text)."""
     (gateway,) = of_kind(manifests, "Gateway")
     (vs,) = of_kind(manifests, "VirtualService")
     server = gateway["spec"]["servers"][0]
@@ -261,9 +263,6 @@ def gateway_bootstrap(manifests: list[dict], *, listen_port: int, admin_port: in
         "stats_config": stats_config,
         "static_resources": {"listeners": [listener], "clusters": clusters},
     }
-    if override_json:
-        # pilot-agent merges the override into its bootstrap (proto merge: lists appended).
-        proto_merge(bootstrap, json.loads(override_json), replace_lists=False)
     return bootstrap
 
 

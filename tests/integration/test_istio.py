@@ -119,14 +119,16 @@ def istio(rendered, wildcard_cert, pulled_module, envoy_factory, tmp_path, reque
         bootstrap = ist.gateway_bootstrap(
             manifests, listen_port=port, admin_port=0,
             endpoints={h: (HOST, mocks[n].port) for n, h in HOSTS.items()}, ca_file=ca,
-            workdir=tmp_path, override_json=ist.bootstrap_override(manifests, patch),
-            stats_inclusion_regexps=ist.annotation_inclusion_regexps(patch))
+            workdir=tmp_path, stats_inclusion_regexps=ist.annotation_inclusion_regexps(patch))
         applier = ist.Applier(bootstrap, tmp_path, pulled_module, fetch_fails=fetch_fails)
         filters = ist.of_kind(manifests, "EnvoyFilter") if envoy_filters is None else envoy_filters
         unapplied = applier.apply(filters)
         assert unapplied == [], unapplied
+        override = ist.bootstrap_override(manifests, patch)
+        assert override, "the Deployment patch names the bootstrap ConfigMap"
         e = envoy_factory(json.dumps(bootstrap, indent=1),
-                          env={**ist.container_env(patch, SECRET), **(env or {})})
+                          env={**ist.container_env(patch, SECRET), **(env or {})},
+                          extra_args=["--config-yaml", override])
         return IstioGateway(Gateway(f"http://{HOST}:{port}", e.admin_url, envoy=e), mocks,
                             applier, bootstrap)
     return start
@@ -237,6 +239,8 @@ def test_breaker_opens_across_roles_then_skips_and_metrics_carry_labels(istio):
     assert 'llm_failover_skipped_total{provider="alpha",reason="breaker_open"} 1' in prom, prom
     assert 'llm_failover_breaker_state{provider="alpha"} 1' in prom
     assert 'llm_failover_fallbacks_total{from="alpha",to="beta"} 2' in prom
+    # The upstream role's own counter, labelled, past Istio's default stats matcher.
+    assert 'llm_failover_attempts_total{provider="alpha",outcome="server_error"} 2' in prom
 
 
 def test_credential_isolation_each_provider_gets_only_its_own_key(istio):
@@ -332,7 +336,7 @@ def test_applier_reports_a_patch_that_matches_nothing(rendered, tmp_path):
     bootstrap = ist.gateway_bootstrap(
         manifests, listen_port=1, admin_port=0,
         endpoints={h: (HOST, 1) for h in HOSTS.values()}, ca_file="/dev/null", workdir=tmp_path,
-        override_json=None, stats_inclusion_regexps=[])
+        stats_inclusion_regexps=[])
     unapplied = ist.Applier(bootstrap, tmp_path, ist.module_path()).apply([ef])
     assert unapplied == [f"configPatches[{i}] VIRTUAL_HOST MERGE" for i, p in
                          enumerate(ef["spec"]["configPatches"]) if p["applyTo"] == "VIRTUAL_HOST"]
@@ -352,4 +356,5 @@ def test_both_roles_share_one_vm_fail_closed_and_carry_no_key(rendered):
         assert cfg["failure_policy"] == "FAIL_CLOSED"
         assert cfg["vm_config"]["environment_variables"]["host_env_keys"] == list(SECRET)
         assert "sk-" not in json.dumps(e)
+
 
