@@ -309,6 +309,26 @@ def test_control_a_reference_that_accepts_rbac_lets_the_allow_all_filter_run(ist
     assert not header(alpha, "authorization") and not header(alpha, "x-api-key")
 
 
+def test_a_control_plane_that_drops_refresh_cluster_on_retry_fails_closed(istio, rendered):
+    """What istiod 1.30 would do with the route patch (its go-control-plane lacks the field): the
+    retry stays on the first provider's cluster, whose upstream role sees the attempt is not
+    going where the plan says and refuses it; no provider gets another provider's key."""
+    manifests, _ = rendered
+    (ef,) = copy.deepcopy(ist.of_kind(manifests, "EnvoyFilter"))
+    for p in ef["spec"]["configPatches"]:
+        if p["applyTo"] == "HTTP_ROUTE":
+            del p["patch"]["value"]["route"]["retry_policy"]["refresh_cluster_on_retry"]
+    ig = istio(envoy_filters=[ef])
+    alpha = ig.mocks["alpha"]
+    alpha.set_default(status=503)
+    r = ig.gw.chat("gpt-4o", headers=CALLER)
+    assert r.status == 502, r.text
+    assert ig.mocks["beta"].request_count() == 0 and ig.mocks["gamma"].request_count() == 0
+    for rec in alpha.requests():
+        assert header(rec, "authorization") == ["Bearer sk-alpha"]
+        assert not header(rec, "api-key") and not header(rec, "x-api-key")
+
+
 # ------------------------------------------------------------------ the applier itself
 def test_applier_merge_appends_lists_and_merge_and_replace_list_replaces_them():
     base = {"route": {"retry_policy": {"retry_on": "5xx", "retriable_status_codes": [503],
