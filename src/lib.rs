@@ -14,6 +14,7 @@ pub mod header_pairs;
 pub mod health;
 pub mod host;
 pub mod metrics;
+pub mod models;
 pub mod plan;
 pub mod reply;
 pub mod retry_after;

@@ -40,6 +40,19 @@ impl Reply {
         }
     }
 
+    /// `GET /v1/models/{id}` for a model no chain serves.
+    pub fn unknown_model(id: &str) -> Reply {
+        Reply {
+            status: 404,
+            kind: "invalid_request_error",
+            code: "model_not_found",
+            message: format!(
+                "The model {id:?} is not served by this gateway: GET /v1/models lists the models it serves."
+            ),
+            should_retry: false,
+        }
+    }
+
     pub fn no_provider_configured(chain: &str) -> Reply {
         Reply {
             status: 400,
@@ -127,6 +140,36 @@ impl Reply {
         }
     }
 
+    /// Envoy's own answer when the walk's last attempt could not reach its provider (refused,
+    /// reset, closed before answering); served through Envoy's `local_reply_config`.
+    pub fn upstream_unreachable() -> Reply {
+        Reply {
+            status: 503,
+            kind: "service_unavailable",
+            code: "upstream_unreachable",
+            message: "The last provider tried could not be reached (connection refused, reset or closed before it answered). Retry later.".into(),
+            should_retry: true,
+        }
+    }
+
+    /// Envoy's own answer when the walk's last attempt got no answer in time.
+    pub fn upstream_timeout() -> Reply {
+        Reply {
+            status: 504,
+            kind: "timeout",
+            code: "upstream_timeout",
+            message: "The last provider tried did not answer in time. Retry later.".into(),
+            should_retry: true,
+        }
+    }
+
+    /// Whether a caller should retry an answer with this status that the gateway passes on
+    /// from a provider after its chain is exhausted: 5xx, 429 and 408 can pass, other client
+    /// errors will fail the same way again.
+    pub fn status_is_retriable(status: u16) -> bool {
+        status >= 500 || status == 429 || status == 408
+    }
+
     pub fn body_too_large(limit: usize) -> Reply {
         Reply {
             status: 413,
@@ -169,7 +212,20 @@ impl Reply {
 
     /// The JSON body: `{"error": {"type", "code", "message"}}`.
     pub fn body(&self) -> String {
-        serde_json::json!({"error": {"type": self.kind, "code": self.code, "message": self.message}}).to_string()
+        self.body_value().to_string()
+    }
+
+    /// The body as a JSON value (the renderer turns it into Envoy's `json_format`).
+    pub fn body_value(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"type": self.kind, "code": self.code, "message": self.message}})
+    }
+
+    pub fn should_retry_header(&self) -> &'static str {
+        if self.should_retry {
+            "true"
+        } else {
+            "false"
+        }
     }
 }
 
@@ -200,6 +256,27 @@ mod tests {
         assert!(r.message.contains("secondary") && r.message.contains("budget"));
         let r = Reply::budget_spent("secondary", Class::ConnectionError, 3000);
         assert_eq!((r.status, r.code), (503, "connection_error"));
+    }
+
+    #[test]
+    fn retriable_statuses_are_5xx_429_and_408() {
+        for (status, retry) in [
+            (500, true),
+            (503, true),
+            (529, true),
+            (429, true),
+            (408, true),
+            (400, false),
+            (401, false),
+            (404, false),
+            (413, false),
+            (422, false),
+        ] {
+            assert_eq!(Reply::status_is_retriable(status), retry, "{status}");
+        }
+        assert!(Reply::upstream_unreachable().should_retry);
+        assert_eq!(Reply::upstream_timeout().status, 504);
+        assert!(!Reply::body_too_large(10).should_retry);
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub const HOST_PROVIDER_PROPERTY: &[u8] =
 /// Property path of the cluster Envoy picked for this attempt.
 pub const CLUSTER_NAME_PROPERTY: &[u8] = b"xds\0cluster_name";
 
+/// Filter-state property naming the chain that served the request, for access logs:
+/// `%FILTER_STATE(wasm.llm_failover.chain:PLAIN)%`. Written only when the configuration has
+/// more than one chain (with one, it can only be that one).
+pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
+
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";

@@ -44,8 +44,8 @@ enum Command {
         /// The wasm module path Envoy loads (overrides the file's module:)
         #[arg(long, value_name = "PATH")]
         module: Option<String>,
-        /// Also write http_filters.yaml, route.yaml, clusters.yaml and stats_config.yaml to
-        /// DIR, for merging into an existing Envoy configuration
+        /// Also write http_filters.yaml, route.yaml, clusters.yaml, stats_config.yaml and
+        /// local_reply_config.yaml to DIR, for merging into an existing Envoy configuration
         #[arg(long, value_name = "DIR")]
         pieces: Option<String>,
         /// What to render for: a standalone Envoy bootstrap, or Kubernetes manifests for an

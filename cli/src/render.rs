@@ -240,10 +240,51 @@ pub fn access_log_format() -> String {
     format!(
         "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% \
          %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% cluster=%UPSTREAM_CLUSTER% \
-         llm_failover=%FILTER_STATE({}{}:PLAIN)% request_id=%REQ(X-REQUEST-ID)%\n",
-        wire::ENVOY_WASM_STATE_PREFIX,
-        wire::ATTEMPTS_PROPERTY
+         chain=%FILTER_STATE({p}{}:PLAIN)% llm_failover=%FILTER_STATE({p}{}:PLAIN)% request_id=%REQ(X-REQUEST-ID)%\n",
+        wire::CHAIN_PROPERTY,
+        wire::ATTEMPTS_PROPERTY,
+        p = wire::ENVOY_WASM_STATE_PREFIX,
     )
+}
+
+/// Envoy's own error answers in the filter's JSON error shape (SPEC 6), with `x-should-retry`:
+/// a request body over the limit (Envoy's plain-text 413), and a walk whose last attempt got
+/// no response (Envoy's 503 `upstream connect error...` / 504 `upstream request timeout`).
+/// Mappers apply to local replies only, never to a provider's answer; the filter's own
+/// replies carry no status or flag these match.
+pub fn local_reply_config(gw: &Gateway) -> Value {
+    use llm_failover::reply::Reply;
+    let mapper = |filter: Value, reply: &Reply| {
+        map! {
+            "filter" => filter,
+            "headers_to_add" => seq(vec![map! {
+                "header" => map! { "key" => wire::SHOULD_RETRY_HEADER, "value" => reply.should_retry_header() },
+                "append_action" => "OVERWRITE_IF_EXISTS_OR_ADD",
+            }]),
+            "body_format_override" => map! {
+                "json_format" => serde_yaml_ng::to_value(reply.body_value()).unwrap_or_default(),
+            },
+        }
+    };
+    let status = |code: u64| {
+        map! { "status_code_filter" => map! { "comparison" => map! {
+            "op" => "EQ",
+            "value" => map! { "default_value" => code, "runtime_key" => format!("{NAME}.local_reply_status_{code}") },
+        } } }
+    };
+    let flags = |list: &[&str]| {
+        map! { "response_flag_filter" => map! {
+            "flags" => seq(list.iter().map(|f| Value::from(*f)).collect()),
+        } }
+    };
+    let limit = usize::try_from(gw.max_request_body).unwrap_or(usize::MAX);
+    map! {
+        "mappers" => seq(vec![
+            mapper(status(413), &Reply::body_too_large(limit)),
+            mapper(flags(&["UT"]), &Reply::upstream_timeout()),
+            mapper(flags(&["UF", "UH", "UC", "UR", "URX", "UO", "LR"]), &Reply::upstream_unreachable()),
+        ]),
+    }
 }
 
 fn socket_address(address: &str, port: u16) -> Value {
@@ -269,6 +310,7 @@ fn listener(gw: &Gateway) -> Value {
                         }),
                     }]),
                     "route_config" => map! { "name" => NAME, "virtual_hosts" => seq(vec![virtual_host(gw)]) },
+                    "local_reply_config" => local_reply_config(gw),
                     "http_filters" => seq(vec![downstream_filter(gw), router_filter()]),
                 }),
             }]),
@@ -464,10 +506,17 @@ pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
          # once): labels for the llm_failover_* metrics in /stats/prometheus.\n{}",
         to_yaml(&map! { "stats_config" => stats_config() })
     );
+    let local_replies = format!(
+        "{origin}# Goes in your HttpConnectionManager as local_reply_config (merge mappers with yours):\n\
+         # Envoy's own error answers (body over the limit, last attempt without a response) in the\n\
+         # filter's JSON error shape with x-should-retry, so SDKs can show and act on them.\n{}",
+        to_yaml(&map! { "local_reply_config" => local_reply_config(gw) })
+    );
     vec![
         ("http_filters.yaml", filters),
         ("route.yaml", route),
         ("clusters.yaml", clusters),
         ("stats_config.yaml", stats),
+        ("local_reply_config.yaml", local_replies),
     ]
 }

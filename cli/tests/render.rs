@@ -357,7 +357,8 @@ fn pieces_are_the_same_parts_as_the_bootstrap() {
             "http_filters.yaml",
             "route.yaml",
             "clusters.yaml",
-            "stats_config.yaml"
+            "stats_config.yaml",
+            "local_reply_config.yaml"
         ]
     );
     for (name, text) in &pieces {
@@ -372,6 +373,10 @@ fn pieces_are_the_same_parts_as_the_bootstrap() {
     assert_eq!(parse(&pieces[1].1)[0], *route(&b));
     assert_eq!(parse(&pieces[2].1), b["static_resources"]["clusters"]);
     assert_eq!(parse(&pieces[3].1)["stats_config"], b["stats_config"]);
+    assert_eq!(
+        parse(&pieces[4].1)["local_reply_config"],
+        hcm(&b)["local_reply_config"]
+    );
     assert!(pieces[1].1.contains("include_request_attempt_count: true"));
 }
 

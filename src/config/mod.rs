@@ -70,25 +70,32 @@ impl Config {
         let dead_marks = policies::dead_marks(&raw.dead_marks);
         let cleared_headers = providers.cleared_headers;
         let providers = providers.list;
-        problems.into_result(|| Config {
-            role: raw.role,
-            providers,
-            chains,
-            breaker,
-            dead_marks,
-            timeouts,
-            opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
-            caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
-            cleared_headers,
-            gateway_credential_headers: raw
-                .gateway_credential_headers
-                .iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
-            status_path: raw.status_path,
-            fingerprint: 0,
-            caller_chains,
-        })
+        let models_path = raw.models_path;
+        problems
+            .into_result(|| Config {
+                role: raw.role,
+                providers,
+                chains,
+                breaker,
+                dead_marks,
+                timeouts,
+                opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
+                caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
+                cleared_headers,
+                gateway_credential_headers: raw
+                    .gateway_credential_headers
+                    .iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+                status_path: raw.status_path,
+                fingerprint: 0,
+                caller_chains,
+                model_list: Default::default(),
+            })
+            .map(|mut config| {
+                config.model_list = crate::models::ModelList::build(&config, Some(&models_path));
+                config
+            })
     }
 
     pub fn provider_id(&self, name: &str) -> Option<ProviderId> {

@@ -130,6 +130,8 @@ pub struct Config {
     pub fingerprint: u64,
     /// Some chain names callers: chain selection must look past the first generic match.
     pub caller_chains: bool,
+    /// The answers to `GET <models_path>`, built once from the chains.
+    pub model_list: crate::models::ModelList,
 }
 
 /// Limits that keep per-request work and shared-data records small.

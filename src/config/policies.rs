@@ -55,7 +55,7 @@ pub fn timeouts(t: &RawTimeouts, problems: &mut Problems) -> Timeouts {
     }
 }
 
-/// `opt_out_header`, `caller_header` and `status_path`.
+/// `opt_out_header`, `caller_header`, `status_path` and `models_path`.
 pub fn request_settings(raw: &RawConfig, problems: &mut Problems) {
     if !is_header_name(&raw.opt_out_header.to_ascii_lowercase()) {
         problems.field(
@@ -72,5 +72,12 @@ pub fn request_settings(raw: &RawConfig, problems: &mut Problems) {
         if !p.starts_with('/') {
             problems.field("status_path", format!("{p:?} must start with '/'"));
         }
+    }
+    let p = &raw.models_path;
+    if !p.is_empty() && (!p.starts_with('/') || p.ends_with('/')) {
+        problems.field(
+            "models_path",
+            format!("{p:?} must start with '/' and not end with one (\"\" turns it off)"),
+        );
     }
 }

@@ -49,11 +49,18 @@ pub struct RawConfig {
     /// Path answered by the filter itself with the providers' health (off when absent).
     #[serde(default)]
     pub status_path: Option<String>,
+    /// Path answered by the filter itself with the models the chains serve (OpenAI's
+    /// `GET /v1/models`, and `/{id}` below it); `""` turns it off.
+    #[serde(default = "RawConfig::default_models_path")]
+    pub models_path: String,
 }
 
 impl RawConfig {
     fn default_opt_out_header() -> String {
         "x-llm-fallback".to_string()
+    }
+    fn default_models_path() -> String {
+        "/v1/models".to_string()
     }
     fn default_gateway_credential_headers() -> Vec<String> {
         vec!["authorization".into(), "x-api-key".into(), "api-key".into()]

@@ -99,6 +99,32 @@ impl Downstream {
         true
     }
 
+    /// Answers `GET /v1/models` (and `/{id}`) from the list built with the configuration.
+    /// Returns whether it answered.
+    fn answer_models(&self, method: &str) -> bool {
+        if method != "GET" && method != "HEAD" {
+            return false;
+        }
+        let anthropic =
+            || envoy_host::header(MapType::HttpRequestHeaders, "anthropic-version").is_some();
+        let Some(answer) = self.config.model_list.answer(&self.path, anthropic) else {
+            return false;
+        };
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(retry) = answer.should_retry {
+            headers.push((
+                wire::SHOULD_RETRY_HEADER,
+                if retry { "true" } else { "false" },
+            ));
+        }
+        self.send_http_response(
+            u32::from(answer.status),
+            headers,
+            (method == "GET").then_some(answer.body.as_bytes()),
+        );
+        true
+    }
+
     /// True when the answer is Envoy's own after the last planned attempt got no response
     /// (refused, reset, timed out) and that class falls over in `chain`: such attempts leave no
     /// marker header, yet the chain is exhausted just the same. Reads a property only for 5xx
@@ -139,6 +165,14 @@ impl Downstream {
             }
         }
         envoy_host::set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+    }
+
+    /// Names the chain in filter state for access logs, when there is more than one.
+    fn log_chain(&self, chain: usize) {
+        if self.config.chains.len() > 1 {
+            let name = &self.config.chains[chain].name;
+            envoy_host::set_property(wire::CHAIN_PROPERTY, name.as_bytes());
+        }
     }
 
     /// Counts the entries planning left out (`llm_failover_skipped_total`). With `try_last` an
@@ -214,6 +248,7 @@ impl Downstream {
                 if let (Some(chain), "circuit_open") = (refusal.chain, refusal.reply.code) {
                     self.count_skips(usize::from(chain), &refusal.skipped, None);
                     self.log_skips(usize::from(chain), &refusal.skipped);
+                    self.log_chain(usize::from(chain));
                 }
                 self.send_reply(&refusal.reply);
                 return false;
@@ -251,6 +286,7 @@ impl Downstream {
             model: &model,
         };
         envoy_host::set_property(wire::PLAN_PROPERTY, record.encode().as_bytes());
+        self.log_chain(usize::from(plan.chain));
         self.log_skips(usize::from(plan.chain), &plan.skipped);
         let retries = plan.slots.len().saturating_sub(1);
         self.set_http_request_header(wire::MAX_RETRIES_HEADER, Some(&retries.to_string()));
@@ -334,7 +370,7 @@ impl HttpContext for Downstream {
             self.answered = true;
             return Action::Pause;
         }
-        if self.answer_status(method) {
+        if self.answer_status(method) || self.answer_models(method) {
             self.answered = true;
             return Action::Pause;
         }
@@ -431,6 +467,16 @@ impl HttpContext for Downstream {
                 self.set_http_response_header("content-length", None);
                 self.set_http_response_header(wire::SHOULD_RETRY_HEADER, Some("true"));
                 self.exhausted_body = Some(reply.body());
+            } else {
+                // The caller gets the last provider's answer: tell its SDK whether trying
+                // again can help (providers' own advice is about one provider, not the chain).
+                let status = envoy_host::status_code(MapType::HttpResponseHeaders);
+                let retry = if Reply::status_is_retriable(status) {
+                    "true"
+                } else {
+                    "false"
+                };
+                self.set_http_response_header(wire::SHOULD_RETRY_HEADER, Some(retry));
             }
         }
         Action::Continue

@@ -40,6 +40,12 @@ When the request JSON has ``"stream": true`` the answer is SSE instead:
 ``chunks`` events ``data: {chat.completion.chunk}\\n\\n`` (event *i* carries the
 delta content ``"<name>:<i> "``; the first also carries ``role``, the last has
 ``finish_reason: "stop"``), then ``data: [DONE]\\n\\n``; one HTTP chunk per event.
+The shape follows the request path's API: ``.../messages`` answers as Anthropic
+(a ``message``; SSE ``message_start`` ... ``message_stop``; errors
+``{"type": "error", "error": {...}}``), ``.../responses`` as the Responses API (a
+``response``; typed SSE events ``response.created``, ``response.output_text.delta``,
+``response.completed``), ``.../embeddings`` and ``.../completions`` as OpenAI's; anything
+else as chat completions. Streamed content event *i* always carries ``"<name>:<i> "``.
 Every answer carries ``x-mock-provider: <name>`` and ``x-mock-request-id: <id>``.
 Error statuses (>= 400) get an OpenAI error body
 ``{"error": {"message", "type", "code", "param": null}}`` (JSON even when the
@@ -126,6 +132,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from itertools import count as itertools_count
 from typing import Any
 
 __all__ = ["MockProvider", "BehaviourError", "BEHAVIOUR_FIELDS"]
@@ -729,13 +736,14 @@ class MockProvider:
         no_body = req.method == "HEAD" or status in (204, 304) or status < 200
 
         if not stream:
+            api = _api_of(req.path)
             if "body" in b:
                 body = b["body"]
                 payload = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode()
             elif status >= 400:
-                payload = json.dumps(self._error_body(status, b, model)).encode()
+                payload = json.dumps(self._error_body(status, b, model, api)).encode()
             else:
-                payload = json.dumps(self._completion(rec["id"], model, b)).encode()
+                payload = json.dumps(self._answer(api, rec["id"], model, b)).encode()
             if not has_ct:
                 head.append(f"content-type: {b.get('content_type', 'application/json')}")
             head += [f"{k}: {v}" for k, v in extra]
@@ -759,8 +767,7 @@ class MockProvider:
         n = int(b.get("chunks", 3))
         abort_after = b.get("abort_after_chunks")
         interval = b.get("chunk_interval_ms", 0) / 1000.0
-        created = int(time.time())
-        cid = f"chatcmpl-mock-{self.name}-{rec['id']}"
+        events, trailer = _stream_events(_api_of(req.path), self.name, rec["id"], model, n)
         if b.get("first_chunk_delay_ms"):
             conn.wait(b["first_chunk_delay_ms"] / 1000.0, self._stop)
         for i in range(n + 1):
@@ -778,19 +785,33 @@ class MockProvider:
                 break
             if i > 0 and interval:
                 conn.wait(interval, self._stop)
-            delta: dict[str, Any] = {"content": f"{self.name}:{i} "}
-            if i == 0:
-                delta["role"] = "assistant"
-            event = {"id": cid, "object": "chat.completion.chunk", "created": created,
-                     "model": model, "system_fingerprint": f"mock-{self.name}",
-                     "choices": [{"index": 0, "delta": delta,
-                                  "finish_reason": "stop" if i == n - 1 else None}]}
-            conn.send(_chunk(b"data: " + json.dumps(event).encode() + b"\n\n"))
-        conn.send(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            conn.send(_chunk(events[i]))
+        conn.send(b"".join(_chunk(t) for t in trailer) + b"0\r\n\r\n")
         self._finish(rec, "streamed")
         if close:
             conn.close()
         return not close
+
+    def _answer(self, api: str, rid: int, model: Any, b: dict) -> dict:
+        content = b.get("content", f"Hello from {self.name} (model {model})")
+        if api == "messages":
+            return {"id": f"msg_mock_{self.name}_{rid}", "type": "message", "role": "assistant",
+                    "model": model, "content": [{"type": "text", "text": content}],
+                    "stop_reason": "end_turn", "stop_sequence": None,
+                    "usage": {"input_tokens": 5, "output_tokens": 7}}
+        if api == "responses":
+            return _response_object(self.name, rid, model, content, "completed")
+        if api == "embeddings":
+            return {"object": "list", "model": model,
+                    "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 1.0]}],
+                    "usage": {"prompt_tokens": 5, "total_tokens": 5}}
+        if api == "completions":
+            return {"id": f"cmpl-mock-{self.name}-{rid}", "object": "text_completion",
+                    "created": int(time.time()), "model": model,
+                    "choices": [{"text": content, "index": 0, "logprobs": None,
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}}
+        return self._completion(rid, model, b)
 
     def _completion(self, rid: int, model: Any, b: dict) -> dict:
         content = b.get("content", f"Hello from {self.name} (model {model})")
@@ -803,13 +824,106 @@ class MockProvider:
             "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
         }
 
-    def _error_body(self, status: int, b: dict, model: Any) -> dict:
+    def _error_body(self, status: int, b: dict, model: Any, api: str = "chat") -> dict:
         etype, code = ERROR_DEFAULTS.get(
             status, ("server_error" if status >= 500 else "invalid_request_error", f"http_{status}"))
-        err = {"message": f"mock {self.name}: HTTP {status} ({code}) for model {model}",
-               "type": etype, "param": None, "code": code}
+        message = f"mock {self.name}: HTTP {status} ({code}) for model {model}"
+        if api == "messages":  # Anthropic's error shape
+            err = {"type": etype, "message": message}
+            err.update(b.get("error", {}))
+            return {"type": "error", "error": err}
+        err = {"message": message, "type": etype, "param": None, "code": code}
         err.update(b.get("error", {}))
         return {"error": err}
+
+
+def _api_of(path: str) -> str:
+    """Which API a request path is for: the answer's shape follows it."""
+    p = path.split("?", 1)[0].rstrip("/")
+    for suffix, api in (("/messages", "messages"), ("/responses", "responses"),
+                        ("/embeddings", "embeddings"), ("/chat/completions", "chat"),
+                        ("/completions", "completions")):
+        if p.endswith(suffix):
+            return api
+    return "chat"
+
+
+def _sse(event: str | None, data: Any) -> bytes:
+    head = f"event: {event}\n".encode() if event else b""
+    body = data if isinstance(data, bytes) else json.dumps(data).encode()
+    return head + b"data: " + body + b"\n\n"
+
+
+def _response_object(name: str, rid: int, model: Any, text: str, status: str) -> dict:
+    output = [] if status != "completed" else [{
+        "type": "message", "id": f"msg_mock_{name}_{rid}", "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]}]
+    return {"id": f"resp_mock_{name}_{rid}", "object": "response", "created_at": int(time.time()),
+            "status": status, "model": model, "output": output, "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+def _stream_events(api: str, name: str, rid: int, model: Any, n: int) -> tuple[list[bytes], list[bytes]]:
+    """The SSE frames of a streamed answer in the API's own dialect: ``n`` content events
+    (event *i* carries the text ``"<name>:<i> "``; abort_after_chunks counts these) and the
+    closing frames."""
+    texts = [f"{name}:{i} " for i in range(n)]
+    if api == "messages":
+        msg_id = f"msg_mock_{name}_{rid}"
+        events = [_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                               "delta": {"type": "text_delta", "text": t}})
+                  for t in texts]
+        if events:
+            start = _sse("message_start", {"type": "message_start", "message": {
+                "id": msg_id, "type": "message", "role": "assistant", "model": model,
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 5, "output_tokens": 0}}})
+            block = _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                                 "content_block": {"type": "text", "text": ""}})
+            events[0] = start + block + events[0]
+        trailer = [_sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                   _sse("message_delta", {"type": "message_delta",
+                                          "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                          "usage": {"output_tokens": 7}}),
+                   _sse("message_stop", {"type": "message_stop"})]
+        return events, trailer
+    if api == "responses":
+        item = f"msg_mock_{name}_{rid}"
+        seq = itertools_count()
+        events = [_sse("response.output_text.delta", {
+            "type": "response.output_text.delta", "item_id": item, "output_index": 0,
+            "content_index": 0, "delta": t, "sequence_number": next(seq)}) for t in texts]
+        if events:
+            events[0] = _sse("response.created", {
+                "type": "response.created", "sequence_number": next(seq),
+                "response": _response_object(name, rid, model, "", "in_progress")}) + events[0]
+        trailer = [_sse("response.completed", {
+            "type": "response.completed", "sequence_number": next(seq),
+            "response": _response_object(name, rid, model, "".join(texts), "completed")})]
+        return events, trailer
+    created = int(time.time())
+    if api == "completions":
+        events = [_sse(None, {"id": f"cmpl-mock-{name}-{rid}", "object": "text_completion",
+                              "created": created, "model": model,
+                              "choices": [{"text": t, "index": 0, "logprobs": None,
+                                           "finish_reason": "stop" if i == n - 1 else None}]})
+                  for i, t in enumerate(texts)]
+        return events, [b"data: [DONE]\n\n"]
+    cid = f"chatcmpl-mock-{name}-{rid}"
+    events = []
+    for i, t in enumerate(texts):
+        delta: dict[str, Any] = {"content": t}
+        if i == 0:
+            delta["role"] = "assistant"
+        events.append(_sse(None, {"id": cid, "object": "chat.completion.chunk", "created": created,
+                                  "model": model, "system_fingerprint": f"mock-{name}",
+                                  "choices": [{"index": 0, "delta": delta,
+                                               "finish_reason": "stop" if i == n - 1 else None}]}))
+    return events, [b"data: [DONE]\n\n"]
 
 
 def _remember_sni(sock, server_name, _ctx) -> None:

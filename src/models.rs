@@ -1,0 +1,228 @@
+//! `GET /v1/models` and `GET /v1/models/{id}` answered from the configuration (SPEC 12), so
+//! SDK calls such as `models.list()` work without contacting a provider. The answers are built
+//! once, when the configuration loads: a request costs a path comparison and a copy.
+//!
+//! Listed: every concrete model name a chain serves, that is, exact names in chains' and
+//! providers' `models`, and the models chain entries rewrite to, kept when a chain's patterns
+//! match the name and one of that chain's providers serves it. A pattern (`gpt-*`) lists
+//! nothing by itself. Two dialects: OpenAI's list (the default) and, for requests carrying
+//! `anthropic-version`, Anthropic's.
+
+use crate::config::{any_matches, Chain, Config, ModelPattern};
+use crate::reply::Reply;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// The prebuilt answers.
+#[derive(Debug, Clone, Default)]
+pub struct ModelList {
+    /// Path that lists the models (`models_path`); `None` when turned off.
+    path: Option<String>,
+    /// Model name -> (OpenAI object, Anthropic object), sorted by name.
+    models: BTreeMap<String, (String, String)>,
+    openai_list: String,
+    anthropic_list: String,
+}
+
+/// A local answer: status and JSON body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer<'a> {
+    pub status: u16,
+    pub body: std::borrow::Cow<'a, str>,
+    /// `x-should-retry` for error answers.
+    pub should_retry: Option<bool>,
+}
+
+/// The first provider of `chain` that serves `model` (after the entry's rewrite).
+fn first_server<'c>(config: &'c Config, chain: &Chain, model: &str) -> Option<&'c str> {
+    chain.entries.iter().find_map(|e| {
+        let provider = &config.providers[e.provider];
+        any_matches(&provider.models, e.model.as_deref().unwrap_or(model))
+            .then_some(provider.name.as_str())
+    })
+}
+
+impl ModelList {
+    /// Builds the answers for `config`; `path` is where they are served (`None`: nowhere).
+    pub fn build(config: &Config, path: Option<&str>) -> ModelList {
+        let exact = |patterns: &[ModelPattern]| -> Vec<String> {
+            patterns
+                .iter()
+                .filter_map(|p| match p {
+                    ModelPattern::Exact(name) => Some(name.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut candidates: Vec<String> = Vec::new();
+        for chain in &config.chains {
+            candidates.extend(exact(&chain.models));
+            candidates.extend(chain.entries.iter().filter_map(|e| e.model.clone()));
+        }
+        for provider in &config.providers {
+            candidates.extend(exact(&provider.models));
+        }
+        let mut models = BTreeMap::new();
+        for name in candidates {
+            if models.contains_key(&name) {
+                continue;
+            }
+            let owner = config
+                .chains
+                .iter()
+                .filter(|c| any_matches(&c.models, &name))
+                .find_map(|c| first_server(config, c, &name));
+            let Some(owner) = owner else { continue };
+            let openai = json!({"id": name, "object": "model", "created": 0, "owned_by": owner});
+            let anthropic = json!({"type": "model", "id": name, "display_name": name,
+                "created_at": "1970-01-01T00:00:00Z"});
+            models.insert(name, (openai.to_string(), anthropic.to_string()));
+        }
+        let joined = |pick: fn(&(String, String)) -> &str| -> String {
+            models.values().map(pick).collect::<Vec<_>>().join(",")
+        };
+        let openai_list = format!(r#"{{"object":"list","data":[{}]}}"#, joined(|m| &m.0));
+        let anthropic_list = format!(
+            r#"{{"data":[{}],"has_more":false,"first_id":{},"last_id":{}}}"#,
+            joined(|m| &m.1),
+            json!(models.keys().next()),
+            json!(models.keys().next_back()),
+        );
+        ModelList {
+            path: path.filter(|p| !p.is_empty()).map(str::to_string),
+            models,
+            openai_list,
+            anthropic_list,
+        }
+    }
+
+    /// The model names listed, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
+    /// The answer to a request for `path` (query ignored), or `None` when the path is not the
+    /// models path or one of its items. `anthropic` tells whether the request carries
+    /// `anthropic-version` (asked only for the models path).
+    pub fn answer(&self, path: &str, anthropic: impl FnOnce() -> bool) -> Option<Answer<'_>> {
+        let base = self.path.as_deref()?;
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        let rest = path.strip_prefix(base)?;
+        if !rest.is_empty() && !rest.starts_with('/') {
+            return None;
+        }
+        let anthropic = anthropic();
+        if rest.is_empty() || rest == "/" {
+            let list = if anthropic {
+                &self.anthropic_list
+            } else {
+                &self.openai_list
+            };
+            return Some(Answer {
+                status: 200,
+                body: list.as_str().into(),
+                should_retry: None,
+            });
+        }
+        let id = &rest[1..];
+        Some(match self.models.get(id) {
+            Some((openai, anthropic_object)) => Answer {
+                status: 200,
+                body: if anthropic { anthropic_object } else { openai }
+                    .as_str()
+                    .into(),
+                should_retry: None,
+            },
+            None => {
+                let reply = Reply::unknown_model(id);
+                Answer {
+                    status: reply.status,
+                    body: reply.body().into(),
+                    should_retry: Some(reply.should_retry),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(json: &str) -> ModelList {
+        let c = Config::from_json(json.as_bytes(), &|_| None).expect("test config is valid");
+        ModelList::build(&c, Some("/v1/models"))
+    }
+
+    const GW: &str = r#"{"providers":[
+          {"name":"openai","models":["gpt-*","o3"]},
+          {"name":"anthropic","models":["claude-*"]},
+          {"name":"local","models":["llama-3"]}],
+        "chains":[
+          {"name":"gpt","models":["gpt-*","o3"],"providers":["openai",{"provider":"anthropic","model":"claude-sonnet-4-5"},{"provider":"openai","model":"gpt-4.1"}]},
+          {"name":"claude","models":["claude-*"],"providers":["anthropic"]}]}"#;
+
+    #[test]
+    fn lists_the_concrete_names_chains_serve_in_openai_format() {
+        let l = list(GW);
+        // llama-3: a provider declares it, but no chain serves it.
+        assert_eq!(
+            l.names().collect::<Vec<_>>(),
+            vec!["claude-sonnet-4-5", "gpt-4.1", "o3"]
+        );
+        let a = l.answer("/v1/models", || false).unwrap();
+        assert_eq!(a.status, 200);
+        let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(v["object"], "list");
+        assert_eq!(v["data"][0]["id"], "claude-sonnet-4-5");
+        assert_eq!(v["data"][0]["object"], "model");
+        assert_eq!(v["data"][0]["owned_by"], "anthropic");
+        assert_eq!(v["data"][1]["owned_by"], "openai");
+        assert_eq!(
+            l.answer("/v1/models?limit=5", || false).unwrap().body,
+            a.body
+        );
+    }
+
+    #[test]
+    fn one_model_and_unknown_ones() {
+        let l = list(GW);
+        let a = l.answer("/v1/models/gpt-4.1", || false).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!((a.status, v["id"].as_str()), (200, Some("gpt-4.1")));
+        let a = l.answer("/v1/models/nope", || false).unwrap();
+        assert_eq!((a.status, a.should_retry), (404, Some(false)));
+        let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert!(l.answer("/v1/chat/completions", || false).is_none());
+        assert!(l.answer("/v1/modelsx", || false).is_none());
+    }
+
+    #[test]
+    fn anthropic_clients_get_anthropic_pages() {
+        let l = list(GW);
+        let v: serde_json::Value =
+            serde_json::from_str(&l.answer("/v1/models", || true).unwrap().body).unwrap();
+        assert_eq!(v["data"][0]["type"], "model");
+        assert_eq!(v["has_more"], false);
+        assert_eq!(v["first_id"], "claude-sonnet-4-5");
+        assert_eq!(v["last_id"], "o3");
+        let v: serde_json::Value =
+            serde_json::from_str(&l.answer("/v1/models/o3", || true).unwrap().body).unwrap();
+        assert_eq!(v["display_name"], "o3");
+    }
+
+    #[test]
+    fn off_when_no_path() {
+        let c = Config::from_json(GW.as_bytes(), &|_| None).unwrap();
+        assert!(ModelList::build(&c, None)
+            .answer("/v1/models", || false)
+            .is_none());
+        let empty =
+            list(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}]}"#);
+        assert_eq!(
+            empty.answer("/v1/models", || false).unwrap().body,
+            r#"{"object":"list","data":[]}"#
+        );
+    }
+}
