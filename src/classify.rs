@@ -16,10 +16,17 @@ pub enum Class {
     SetupFault = 7,
     InvalidRequest = 8,
     ClientDisconnect = 9,
+    /// A 400/413 whose error says the prompt is too long for the model (SPEC 3a).
+    ContextWindowExceeded = 10,
+    /// A 400 whose error is the provider's safety refusal (SPEC 3a).
+    ContentFiltered = 11,
+    /// A 429/402/403 (or Anthropic's 400) whose error says the account is out of credit.
+    QuotaExhausted = 12,
 }
 
 impl Class {
-    pub const ALL: [Class; 10] = [
+    /// Every class, in discriminant order (`from_u8` indexes it; health records store the byte).
+    pub const ALL: [Class; 13] = [
         Class::Ok,
         Class::ConnectionError,
         Class::Timeout,
@@ -30,6 +37,9 @@ impl Class {
         Class::SetupFault,
         Class::InvalidRequest,
         Class::ClientDisconnect,
+        Class::ContextWindowExceeded,
+        Class::ContentFiltered,
+        Class::QuotaExhausted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +54,9 @@ impl Class {
             Class::SetupFault => "setup_fault",
             Class::InvalidRequest => "invalid_request",
             Class::ClientDisconnect => "client_disconnect",
+            Class::ContextWindowExceeded => "context_window_exceeded",
+            Class::ContentFiltered => "content_filtered",
+            Class::QuotaExhausted => "quota_exhausted",
         }
     }
 
@@ -71,9 +84,20 @@ impl Class {
         )
     }
 
-    /// Classes that fall over unless a chain says otherwise.
+    /// Classes that fall over unless a chain says otherwise. `content_filtered` falls over only
+    /// to a chain's `content_policy` list (config adds it then).
     pub fn falls_over_by_default(self) -> bool {
-        self.may_fall_over() && self != Class::SetupFault
+        self.may_fall_over() && !matches!(self, Class::SetupFault | Class::ContentFiltered)
+    }
+
+    /// Every class name, comma separated (for error messages).
+    pub fn names_that_may_fall_over() -> String {
+        let names: Vec<&str> = Class::ALL
+            .into_iter()
+            .filter(|c| c.may_fall_over())
+            .map(Class::as_str)
+            .collect();
+        names.join(", ")
     }
 }
 
@@ -272,12 +296,15 @@ mod tests {
             Class::ServerError,
             Class::Overloaded,
             Class::ModelNotFound,
+            Class::ContextWindowExceeded,
+            Class::QuotaExhausted,
         ] {
             assert!(set.falls_over(c, None), "{c:?}");
         }
         for c in [
             Class::Ok,
             Class::SetupFault,
+            Class::ContentFiltered,
             Class::InvalidRequest,
             Class::ClientDisconnect,
         ] {
@@ -303,8 +330,23 @@ mod tests {
     }
 
     #[test]
+    fn body_classes_never_count_toward_the_breaker() {
+        for c in [
+            Class::ContextWindowExceeded,
+            Class::ContentFiltered,
+            Class::QuotaExhausted,
+        ] {
+            assert!(!c.counts_toward_breaker(), "{c:?}");
+            assert!(c.may_fall_over(), "{c:?}");
+        }
+        assert!(Class::names_that_may_fall_over().contains("content_filtered"));
+        assert!(!Class::names_that_may_fall_over().contains("invalid_request"));
+    }
+
+    #[test]
     fn class_names_round_trip() {
-        for c in Class::ALL {
+        for (i, c) in Class::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i, "ALL is in discriminant order");
             assert_eq!(Class::parse(c.as_str()), Some(c));
             assert_eq!(Class::from_u8(c as u8), Some(c));
         }

@@ -8,6 +8,7 @@ pub mod attempt_log;
 pub mod classify;
 pub mod config;
 pub mod destination;
+pub mod dialects;
 pub mod duration;
 pub mod explain;
 pub mod header_pairs;

@@ -2,7 +2,8 @@
 //! text form of that plan that the downstream filter hands to every attempt's upstream filter
 //! through Envoy filter state.
 
-use crate::config::{any_matches, Chain, Config, ProviderId};
+use crate::classify::Class;
+use crate::config::{any_matches, AltList, Chain, Config, ProviderId};
 use crate::health::Admission;
 use crate::reply::Reply;
 use std::borrow::Cow;
@@ -64,9 +65,27 @@ pub struct Plan {
     pub slots: Vec<Slot>,
     /// Entries left out before the first attempt, in chain order.
     pub skipped: Vec<(u8, SkipReason)>,
+    /// Entries of the chain's `context_window` list this request may use (model and caller
+    /// checked; health is read only if the walk goes there).
+    pub context_window: Vec<u8>,
+    /// The same for the `content_policy` list.
+    pub content_policy: Vec<u8>,
 }
 
 impl Plan {
+    /// Attempts Envoy may make for this request (`x-envoy-max-retries` + 1): the planned slots,
+    /// or, when the request may switch to an alternative list, room for the longest list
+    /// after the last slot, within `max_attempts`.
+    pub fn attempt_limit(&self, chain: &Chain) -> usize {
+        let longest = self.context_window.len().max(self.content_policy.len());
+        if longest == 0 {
+            return self.slots.len();
+        }
+        (self.slots.len() + longest)
+            .min(chain.max_attempts)
+            .max(self.slots.len())
+    }
+
     /// The provider planned for attempt `attempt` (1-based, as Envoy counts).
     pub fn slot(&self, attempt: usize) -> Option<&Slot> {
         slot_for_attempt(&self.slots, attempt)
@@ -134,7 +153,7 @@ pub fn plan_or_refuse(
     let mut deferred = Vec::new();
     let mut eligible = 0usize;
 
-    for (i, entry) in chain.entries.iter().enumerate() {
+    for (i, entry) in chain.main_entries().iter().enumerate() {
         let index = i as u8;
         let provider = &config.providers[entry.provider];
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
@@ -193,11 +212,68 @@ pub fn plan_or_refuse(
             skipped,
         });
     }
+    let usable = |list: &[u8]| -> Vec<u8> {
+        if facts.no_fallback {
+            return Vec::new();
+        }
+        list.iter()
+            .copied()
+            .filter(|&e| {
+                chain.entries.get(usize::from(e)).is_some_and(|entry| {
+                    let provider = &config.providers[entry.provider];
+                    let sent_model = entry.model.as_deref().unwrap_or(facts.model);
+                    (provider.callers.is_empty()
+                        || facts
+                            .caller
+                            .is_some_and(|c| provider.callers.iter().any(|a| a == c)))
+                        && any_matches(&provider.models, sent_model)
+                })
+            })
+            .collect()
+    };
     Ok(Plan {
         chain: chain_index as u8,
         slots,
         skipped,
+        context_window: usable(&chain.context_window),
+        content_policy: usable(&chain.content_policy),
     })
+}
+
+/// After attempt `number` (1-based) ended with `class`: the walk from then on, when the class
+/// sends it to one of the chain's alternative lists (SPEC 3a). The attempts made so far are
+/// kept; then come the list's entries this request may use (`record`'s candidates) that no
+/// earlier attempt used with the same provider and model, admitted by `gate` (health), up to
+/// the record's attempt limit. Walking a list and failing the same way again moves on within
+/// that list. `None` when the class has no list in this chain or the request none to use.
+pub fn reroute(
+    chain: &Chain,
+    record: &PlanRecord,
+    number: usize,
+    class: Class,
+    gate: &mut dyn FnMut(u8) -> Option<Slot>,
+) -> Option<Vec<Slot>> {
+    let list = AltList::for_class(class)?;
+    let candidates = record.list(list);
+    if chain.list(list).is_empty() || candidates.is_empty() {
+        return None;
+    }
+    let tried = record.slots.get(..number).unwrap_or(&record.slots);
+    let entry = |e: u8| chain.entries.get(usize::from(e));
+    let mut walk: Vec<Slot> = tried.to_vec();
+    for &candidate in candidates.iter() {
+        if walk.len() >= record.limit() {
+            break;
+        }
+        let used = walk.iter().any(|s| entry(s.entry) == entry(candidate));
+        if used {
+            continue;
+        }
+        if let Some(slot) = gate(candidate) {
+            walk.push(slot);
+        }
+    }
+    Some(walk)
 }
 
 /// Slot of attempt `attempt`, counted from 1 as Envoy's `x-envoy-attempt-count` does.
@@ -250,9 +326,11 @@ pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usi
 
 // ---------------------------------------------------------------------------------------------
 // The plan as the upstream filter reads it from filter state, one line per field:
-//   configuration fingerprint (16 hex digits), chain index, request start (ms), body length, attempt log started (1/0), slots
-//   ("entry[p][q]" comma separated, p = pristine, q = probe), original :path, original
-//   :authority, requested model.
+//   configuration fingerprint (16 hex digits), chain index, request start (ms), body length,
+//   flags (1 = attempt log started, 2 = the caller asked for a stream, added), slots
+//   ("entry[p][q]" comma separated, p = pristine, q = probe), alternative lists (empty, or
+//   "limit;context_window entries;content_policy entries" with entries comma separated),
+//   original :path, original :authority, requested model.
 // Newlines cannot occur in header values, and the planner refuses models containing them.
 
 /// What each attempt needs to know about its request.
@@ -266,7 +344,15 @@ pub struct PlanRecord<'a> {
     /// Planning already wrote skips to the attempt log: the first attempt must append to it
     /// rather than start it (saves a read on the common path).
     pub log_started: bool,
+    /// The caller asked for a stream (`"stream": true`): a `200` may be an SSE answer whose
+    /// first event must be read before it is released.
+    pub stream: bool,
     pub slots: Cow<'a, [Slot]>,
+    /// Attempts Envoy may make ([`Plan::attempt_limit`]); 0 means `slots.len()`.
+    pub limit: u8,
+    /// Candidates of the chain's alternative lists ([`Plan::context_window`]).
+    pub context_window: Cow<'a, [u8]>,
+    pub content_policy: Cow<'a, [u8]>,
     pub path: &'a str,
     pub authority: &'a str,
     pub model: &'a str,
@@ -275,6 +361,23 @@ pub struct PlanRecord<'a> {
 impl PlanRecord<'_> {
     pub fn slot_for(&self, attempt: usize) -> Option<&Slot> {
         slot_for_attempt(&self.slots, attempt)
+    }
+
+    /// Attempts Envoy may make for this request.
+    pub fn limit(&self) -> usize {
+        if self.limit == 0 {
+            self.slots.len()
+        } else {
+            usize::from(self.limit)
+        }
+    }
+
+    /// The candidates of one alternative list.
+    pub fn list(&self, list: AltList) -> &[u8] {
+        match list {
+            AltList::ContextWindow => &self.context_window,
+            AltList::ContentPolicy => &self.content_policy,
+        }
     }
 
     pub fn encode(&self) -> String {
@@ -288,7 +391,7 @@ impl PlanRecord<'_> {
             self.chain,
             self.start_ms,
             self.body_len,
-            u8::from(self.log_started)
+            u8::from(self.log_started) | u8::from(self.stream) << 1
         );
         for (i, s) in self.slots.iter().enumerate() {
             if i > 0 {
@@ -302,20 +405,26 @@ impl PlanRecord<'_> {
                 out.push('q');
             }
         }
+        out.push('\n');
+        if self.limit != 0 || !self.context_window.is_empty() || !self.content_policy.is_empty() {
+            let _ = write!(out, "{};", self.limit);
+            push_entries(&mut out, &self.context_window);
+            out.push(';');
+            push_entries(&mut out, &self.content_policy);
+        }
         let _ = write!(out, "\n{}\n{}\n{}", self.path, self.authority, self.model);
         out
     }
 
     /// Reads a record written by `encode`; `None` for anything else.
     pub fn decode(text: &str) -> Option<PlanRecord<'_>> {
-        let mut lines = text.splitn(9, '\n');
+        let mut lines = text.splitn(10, '\n');
         let config = u64::from_str_radix(lines.next()?, 16).ok()?;
         let chain = lines.next()?.parse().ok()?;
         let start_ms = lines.next()?.parse().ok()?;
         let body_len = lines.next()?.parse().ok()?;
-        let log_started = match lines.next()? {
-            "1" => true,
-            "0" => false,
+        let flags: u8 = match lines.next()? {
+            f if f.len() == 1 => f.parse().ok().filter(|&f| f <= 3)?,
             _ => return None,
         };
         let slots_text = lines.next()?;
@@ -329,18 +438,52 @@ impl PlanRecord<'_> {
                 probe: flags.contains('q'),
             });
         }
+        let (limit, context_window, content_policy) = match lines.next()? {
+            "" => (0, Vec::new(), Vec::new()),
+            lists => {
+                let mut parts = lists.split(';');
+                let limit = parts.next()?.parse().ok()?;
+                let cw = parse_entries(parts.next()?)?;
+                let cp = parse_entries(parts.next()?)?;
+                if parts.next().is_some() {
+                    return None;
+                }
+                (limit, cw, cp)
+            }
+        };
         Some(PlanRecord {
             config,
             chain,
             start_ms,
             body_len,
-            log_started,
+            log_started: flags & 1 != 0,
+            stream: flags & 2 != 0,
             slots: Cow::Owned(slots),
+            limit,
+            context_window: Cow::Owned(context_window),
+            content_policy: Cow::Owned(content_policy),
             path: lines.next()?,
             authority: lines.next()?,
             model: lines.next()?,
         })
     }
+}
+
+fn push_entries(out: &mut String, entries: &[u8]) {
+    use std::fmt::Write;
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{e}");
+    }
+}
+
+fn parse_entries(text: &str) -> Option<Vec<u8>> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -646,6 +789,7 @@ mod tests {
             start_ms: 1_700_000_000_123,
             body_len: 5 * 1024 * 1024,
             log_started: true,
+            stream: false,
             slots: Cow::Owned(vec![
                 Slot {
                     entry: 0,
@@ -663,14 +807,164 @@ mod tests {
                     probe: false,
                 },
             ]),
+            limit: 0,
+            context_window: Cow::Owned(Vec::new()),
+            content_policy: Cow::Owned(Vec::new()),
             path: "/v1/chat/completions?x=1",
             authority: "gateway.local:10000",
             model: "gpt-4o|weird name",
         };
         let text = record.encode();
-        assert_eq!(PlanRecord::decode(&text), Some(record));
+        assert_eq!(PlanRecord::decode(&text), Some(record.clone()));
+        assert_eq!(record.limit(), 3);
+        let with_lists = PlanRecord {
+            stream: true,
+            limit: 5,
+            context_window: Cow::Owned(vec![4, 5]),
+            content_policy: Cow::Owned(vec![]),
+            ..record
+        };
+        let text = with_lists.encode();
+        assert_eq!(PlanRecord::decode(&text), Some(with_lists.clone()));
+        assert_eq!(with_lists.limit(), 5);
+        assert_eq!(with_lists.list(AltList::ContextWindow), &[4, 5]);
+        assert_eq!(PlanRecord::decode("1\n2\n3\n4\n0\n\n/\na\nm"), None);
+        assert_eq!(PlanRecord::decode("1\n2\n3\n0\n0\n3;1;2;9\n/\na\nm"), None);
         assert_eq!(PlanRecord::decode("garbage"), None);
-        assert_eq!(PlanRecord::decode("1\n2\n3\n0\nx,y\n/\na\nm"), None);
-        assert_eq!(PlanRecord::decode("1\n2\n3\n7\n0\n/\na\nm"), None);
+        assert_eq!(PlanRecord::decode("1\n2\n3\n0\nx,y\n\n/\na\nm"), None);
+        assert_eq!(PlanRecord::decode("1\n2\n3\n7\n0\n\n/\na\nm"), None);
+    }
+
+    const LISTS: &str = r#"{"caller_header":"x-team","providers":[{"name":"a"},{"name":"b"},
+        {"name":"big"},{"name":"huge"},{"name":"safe"},{"name":"private","callers":["x"]}],
+        "chains":[{"name":"main","providers":["a","b"],"max_attempts":3,
+          "context_window":["big","private","huge"],"content_policy":["safe"]}]}"#;
+
+    fn record_of<'a>(plan: &'a Plan, chain: &Chain) -> PlanRecord<'a> {
+        PlanRecord {
+            config: 0,
+            chain: plan.chain,
+            start_ms: 0,
+            body_len: 0,
+            log_started: false,
+            stream: false,
+            slots: Cow::Borrowed(&plan.slots),
+            limit: plan.attempt_limit(chain) as u8,
+            context_window: Cow::Borrowed(&plan.context_window),
+            content_policy: Cow::Borrowed(&plan.content_policy),
+            path: "/",
+            authority: "a",
+            model: "m",
+        }
+    }
+
+    fn open(entry: u8) -> Option<Slot> {
+        Some(Slot {
+            entry,
+            pristine: true,
+            probe: false,
+        })
+    }
+
+    #[test]
+    fn lists_are_planned_by_model_and_caller_and_widen_the_attempt_limit() {
+        let c = config(LISTS);
+        let chain = &c.chains[0];
+        let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 1]);
+        assert_eq!(
+            p.context_window,
+            vec![2, 4],
+            "the caller may not use `private`"
+        );
+        assert_eq!(p.content_policy, vec![5]);
+        assert_eq!(p.attempt_limit(chain), 3, "within max_attempts");
+        let alone = plan(
+            &c,
+            &RequestFacts {
+                no_fallback: true,
+                ..facts("m")
+            },
+            &FakeHealth::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            alone.attempt_limit(chain),
+            1,
+            "x-llm-fallback: off keeps one attempt"
+        );
+        // A chain without lists allows exactly its slots, as before.
+        let plain = config(THREE);
+        let p = plan(&plain, &facts("m"), &FakeHealth::default()).unwrap();
+        assert_eq!(p.attempt_limit(&plain.chains[0]), 3);
+        assert!(p.context_window.is_empty() && p.content_policy.is_empty());
+    }
+
+    #[test]
+    fn reroute_continues_with_the_list_instead_of_the_next_entry() {
+        let c = config(LISTS);
+        let chain = &c.chains[0];
+        let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
+        let record = record_of(&p, chain);
+        let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
+        assert_eq!(
+            walk.iter().map(|s| s.entry).collect::<Vec<_>>(),
+            vec![0, 2, 4]
+        );
+        let walk = reroute(chain, &record, 1, Class::ContentFiltered, &mut open).unwrap();
+        assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 5]);
+        // Classes without a list do not reroute.
+        assert_eq!(
+            reroute(chain, &record, 1, Class::Overloaded, &mut open),
+            None
+        );
+        // Health decides: a closed-off list entry is passed over.
+        let mut gate = |e: u8| (e != 2).then(|| open(e)).flatten();
+        let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut gate).unwrap();
+        assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 4]);
+    }
+
+    #[test]
+    fn reroute_inside_a_list_moves_on_and_respects_the_limit() {
+        let c = config(
+            r#"{"providers":[{"name":"a"},{"name":"big"},{"name":"huge"}],
+            "chains":[{"name":"main","providers":["a"],"max_attempts":2,
+              "context_window":["a","big","huge"]}]}"#,
+        );
+        let chain = &c.chains[0];
+        let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
+        assert_eq!(
+            p.attempt_limit(chain),
+            2,
+            "one provider plus room for the list"
+        );
+        let record = record_of(&p, chain);
+        // `a` with the same model was tried already: skipped in the list; the limit keeps one.
+        let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
+        assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 2]);
+        // Failing the same way inside the list: the limit is reached, nothing follows.
+        let second = PlanRecord {
+            slots: Cow::Owned(walk),
+            ..record
+        };
+        let walk = reroute(chain, &second, 2, Class::ContextWindowExceeded, &mut open).unwrap();
+        assert_eq!(walk.len(), 2);
+    }
+
+    #[test]
+    fn reroute_without_a_list_or_candidates_is_none() {
+        let c = config(THREE);
+        let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
+        let record = record_of(&p, &c.chains[0]);
+        assert_eq!(
+            reroute(
+                &c.chains[0],
+                &record,
+                1,
+                Class::ContextWindowExceeded,
+                &mut open
+            ),
+            None
+        );
     }
 }

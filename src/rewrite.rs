@@ -65,6 +65,8 @@ pub struct BodyScan {
     /// comma (the one before it, or the one after it when it is the first member), so that
     /// cutting the span out leaves valid JSON.
     pub fallbacks: Option<Span>,
+    /// The top-level `stream` member is the literal `true` (the caller asked for SSE).
+    pub stream: bool,
 }
 
 /// Why a request body cannot be used. `Display` is a message a person can act on.
@@ -236,6 +238,10 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
                     };
                     scan.fallbacks = Some(Span { start, end: s.i });
                 }
+                Member::Stream => {
+                    s.value()?;
+                    scan.stream = body.get(value_start..s.i) == Some(b"true");
+                }
                 Member::Other => s.value()?,
             }
             s.skip_ws();
@@ -353,6 +359,7 @@ fn string_contents(body: &[u8], span: Span) -> Option<&str> {
 enum Member {
     Model,
     Fallbacks,
+    Stream,
     Other,
 }
 
@@ -364,6 +371,7 @@ impl Member {
             return match raw {
                 b"model" => Member::Model,
                 b"fallbacks" => Member::Fallbacks,
+                b"stream" => Member::Stream,
                 _ => Member::Other,
             };
         }
@@ -374,6 +382,8 @@ impl Member {
             Member::Model
         } else if decoded_eq(raw, "fallbacks") {
             Member::Fallbacks
+        } else if decoded_eq(raw, "stream") {
+            Member::Stream
         } else {
             Member::Other
         }

@@ -99,7 +99,7 @@ fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
 /// A chain entry whose provider declares no model the chain serves is always skipped.
 fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
     for (j, chain) in config.chains.iter().enumerate() {
-        for (k, entry) in chain.entries.iter().enumerate() {
+        for (k, entry) in chain.main_entries().iter().enumerate() {
             let Some(p) = config.providers.get(entry.provider) else {
                 continue;
             };

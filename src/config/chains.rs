@@ -67,8 +67,32 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
             );
         }
     }
-    let entries = entries(&c.providers, providers, at);
-    let fallback_on = match &c.fallback_on {
+    let mut entries = Vec::with_capacity(c.providers.len());
+    resolve("providers", &c.providers, providers, at, &mut entries);
+    let main_len = entries.len();
+    let context_window = resolve(
+        "context_window",
+        &c.context_window,
+        providers,
+        at,
+        &mut entries,
+    );
+    let content_policy = resolve(
+        "content_policy",
+        &c.content_policy,
+        providers,
+        at,
+        &mut entries,
+    );
+    for (field, list) in [
+        ("context_window", &c.context_window),
+        ("content_policy", &c.content_policy),
+    ] {
+        if list.len() > MAX_CHAIN_LEN {
+            at.field(field, format!("at most {MAX_CHAIN_LEN} entries per list"));
+        }
+    }
+    let mut fallback_on = match &c.fallback_on {
         None => FailoverSet::default(),
         Some(triggers) => {
             let mut set = FailoverSet::empty();
@@ -80,6 +104,13 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
             set
         }
     };
+    // A list is there to be used: its class falls over (SPEC 3a).
+    if !context_window.is_empty() {
+        fallback_on.add_class(Class::ContextWindowExceeded);
+    }
+    if !content_policy.is_empty() {
+        fallback_on.add_class(Class::ContentFiltered);
+    }
     Chain {
         name: c.name.clone(),
         models: c.models.iter().map(|m| ModelPattern::parse(m)).collect(),
@@ -87,6 +118,9 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
         paths: c.paths.iter().map(|p| ModelPattern::parse(p)).collect(),
         callers: c.callers.clone(),
         entries,
+        main_len,
+        context_window,
+        content_policy,
         max_attempts: (c.max_attempts as usize).clamp(1, MAX_CHAIN_LEN),
         fallback_on,
         try_last: c.try_last,
@@ -94,14 +128,19 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
     }
 }
 
-fn entries(
+/// Appends the entries of one list (`providers`, `context_window` or `content_policy`) to
+/// `entries` and returns their indices there. A duplicate is refused within its own list only.
+fn resolve(
+    list: &str,
     raw: &[RawChainEntry],
     providers: &HashMap<&str, ProviderId>,
     at: &mut At,
-) -> Vec<ChainEntry> {
-    let mut entries: Vec<ChainEntry> = Vec::with_capacity(raw.len());
+    entries: &mut Vec<ChainEntry>,
+) -> Vec<u8> {
+    let first = entries.len();
+    let mut indices = Vec::with_capacity(raw.len());
     for (j, e) in raw.iter().enumerate() {
-        let field = format!("providers[{j}]");
+        let field = format!("{list}[{j}]");
         let (name, model) = match e {
             RawChainEntry::Name(n) => (n, None),
             RawChainEntry::Entry { provider, model } => (provider, model.clone()),
@@ -114,13 +153,19 @@ fn entries(
             continue;
         };
         let entry = ChainEntry { provider, model };
-        if entries.contains(&entry) {
-            at.field(&field, format!("provider {name:?} with the same model appears twice in this chain: remove the duplicate"));
+        if entries[first..].contains(&entry) {
+            let place = if list == "providers" {
+                "this chain"
+            } else {
+                "this list"
+            };
+            at.field(&field, format!("provider {name:?} with the same model appears twice in {place}: remove the duplicate"));
             continue;
         }
+        indices.push(u8::try_from(entries.len()).unwrap_or(u8::MAX));
         entries.push(entry);
     }
-    entries
+    indices
 }
 
 fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String> {
@@ -150,7 +195,8 @@ fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String
                 }
                 Some(class) => Err(format!("{:?} can never fall over", class.as_str())),
                 None => Err(format!(
-                    "unknown failure class {name:?}: use one of connection_error, timeout, rate_limited, server_error, overloaded, model_not_found, setup_fault, a status code, or \"4xx\"/\"5xx\""
+                    "unknown failure class {name:?}: use one of {}, a status code, or \"4xx\"/\"5xx\"",
+                    Class::names_that_may_fall_over()
                 )),
             }
         }

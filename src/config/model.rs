@@ -1,7 +1,7 @@
 //! The validated configuration the filter uses: ready-to-use types, no serde.
 
 use super::Role;
-use crate::classify::FailoverSet;
+use crate::classify::{Class, FailoverSet};
 use std::collections::BTreeMap;
 
 /// A model name pattern: `*`, `prefix*` or an exact name.
@@ -59,6 +59,24 @@ pub struct ChainEntry {
     pub model: Option<String>,
 }
 
+/// An alternative list a chain names for one class (SPEC 3a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AltList {
+    ContextWindow,
+    ContentPolicy,
+}
+
+impl AltList {
+    /// The list a class sends the walk to, if any.
+    pub fn for_class(class: Class) -> Option<AltList> {
+        match class {
+            Class::ContextWindowExceeded => Some(AltList::ContextWindow),
+            Class::ContentFiltered => Some(AltList::ContentPolicy),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Chain {
     pub name: String,
@@ -68,11 +86,39 @@ pub struct Chain {
     pub paths: Vec<ModelPattern>,
     /// Callers this chain is for; empty = a generic chain.
     pub callers: Vec<String>,
+    /// The chain's providers (`..main_len`), then its alternative lists' entries, so every
+    /// entry a walk can reach has one index (a plan slot's `entry`).
     pub entries: Vec<ChainEntry>,
+    /// How many of `entries` are the chain's own providers, walked in order.
+    pub main_len: usize,
+    /// Indices into `entries` of the `context_window` list, in order.
+    pub context_window: Vec<u8>,
+    /// Indices into `entries` of the `content_policy` list, in order.
+    pub content_policy: Vec<u8>,
     pub max_attempts: usize,
     pub fallback_on: FailoverSet,
     pub try_last: bool,
     pub fallbacks_exhausted: bool,
+}
+
+impl Chain {
+    /// The chain's own providers, in walk order.
+    pub fn main_entries(&self) -> &[ChainEntry] {
+        self.entries.get(..self.main_len).unwrap_or(&self.entries)
+    }
+
+    /// Entry indices of an alternative list.
+    pub fn list(&self, list: AltList) -> &[u8] {
+        match list {
+            AltList::ContextWindow => &self.context_window,
+            AltList::ContentPolicy => &self.content_policy,
+        }
+    }
+
+    /// Does this chain name any alternative list?
+    pub fn has_lists(&self) -> bool {
+        !self.context_window.is_empty() || !self.content_policy.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +133,7 @@ pub struct BreakerPolicy {
 pub struct DeadMarkPolicy {
     pub model_not_found_ms: u64,
     pub setup_fault_ms: u64,
+    pub quota_exhausted_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,6 +33,7 @@ pub fn dead_marks(d: &RawDeadMarks) -> DeadMarkPolicy {
     DeadMarkPolicy {
         model_not_found_ms: d.model_not_found,
         setup_fault_ms: d.setup_fault,
+        quota_exhausted_ms: d.quota_exhausted,
     }
 }
 

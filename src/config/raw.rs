@@ -142,6 +142,13 @@ pub struct RawChain {
     /// When every attempt failed: answer `503 fallbacks_exhausted` instead of the last error.
     #[serde(default)]
     pub fallbacks_exhausted: bool,
+    /// Larger-context entries: a `context_window_exceeded` answer continues the walk here
+    /// instead of at the next provider (SPEC 3a).
+    #[serde(default)]
+    pub context_window: Vec<RawChainEntry>,
+    /// Entries for a `content_filtered` answer; without them that answer goes to the caller.
+    #[serde(default)]
+    pub content_policy: Vec<RawChainEntry>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -192,6 +199,9 @@ pub struct RawDeadMarks {
     pub model_not_found: u64,
     #[serde(deserialize_with = "serde_duration::deserialize")]
     pub setup_fault: u64,
+    /// How long a spent quota marks the provider dead when the answer names no reset time.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub quota_exhausted: u64,
 }
 
 impl Default for RawDeadMarks {
@@ -199,6 +209,7 @@ impl Default for RawDeadMarks {
         RawDeadMarks {
             model_not_found: 6 * 3_600_000,
             setup_fault: 3_600_000,
+            quota_exhausted: 3_600_000,
         }
     }
 }

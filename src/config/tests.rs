@@ -134,6 +134,54 @@ fn failure_classes_and_statuses_are_checked() {
 }
 
 #[test]
+fn alternative_lists_follow_the_chain_entries_and_turn_their_class_on() {
+    let c = load(
+        r#"{"providers":[{"name":"a"},{"name":"b"},{"name":"big"}],
+        "chains":[{"name":"c","providers":["a","b"],
+          "context_window":[{"provider":"big","model":"long"},"a"],
+          "content_policy":["b"]}]}"#,
+    )
+    .unwrap();
+    let chain = &c.chains[0];
+    assert_eq!(chain.main_len, 2);
+    assert_eq!(chain.main_entries().len(), 2);
+    assert_eq!(chain.context_window, vec![2, 3]);
+    assert_eq!(chain.content_policy, vec![4]);
+    assert_eq!(chain.entries[2].model.as_deref(), Some("long"));
+    assert_eq!(chain.list(AltList::ContentPolicy), &[4]);
+    assert!(chain.has_lists());
+    assert!(chain
+        .fallback_on
+        .falls_over(Class::ContentFiltered, Some(400)));
+    assert!(chain
+        .fallback_on
+        .falls_over(Class::ContextWindowExceeded, Some(400)));
+    // Without lists: context windows fall over, content filters go back to the caller.
+    let plain = load(MINIMAL).unwrap();
+    assert!(!plain.chains[0].has_lists());
+    assert!(plain.chains[0]
+        .fallback_on
+        .falls_over(Class::ContextWindowExceeded, Some(400)));
+    assert!(!plain.chains[0]
+        .fallback_on
+        .falls_over(Class::ContentFiltered, Some(400)));
+    assert_eq!(plain.dead_marks.quota_exhausted_ms, 3_600_000);
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],
+        "context_window":["nope","a","a"]}]}"#,
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("chains[0].context_window[0]: unknown provider"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("chains[0].context_window[2]:") && e[1].contains("twice in this list"),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn unknown_fields_are_refused_with_their_path() {
     let e = errors_of(
         r#"{"providers":[{"name":"a","modles":["x"]}],"chains":[{"name":"c","providers":["a"]}]}"#,

@@ -110,7 +110,7 @@ impl Record {
             return effect;
         }
 
-        // Not counted: rate_limited, model_not_found, setup_fault.
+        // Not counted: rate_limited, model_not_found, setup_fault, and the body classes.
         self.release_probe_claim(now, &mut effect);
         if !report.falls_over {
             return effect;
@@ -127,19 +127,33 @@ impl Record {
                 }
             }
             Class::SetupFault if dead.setup_fault_ms > 0 => {
-                let until = now
-                    .saturating_add(dead.setup_fault_ms)
-                    .max(self.provider_dead_until);
-                self.provider_dead_until = until;
-                effect.dead_mark = Some(DeadMarkSet {
-                    scope: DeadScope::Provider,
-                    until_ms: until,
-                    class,
-                });
+                effect.dead_mark = Some(self.mark_provider(now, dead.setup_fault_ms, class));
+            }
+            // A spent quota: the provider is dead until its reset when the answer named one,
+            // else for `dead_marks.quota_exhausted`; never longer than a day.
+            Class::QuotaExhausted => {
+                let period = report
+                    .retry_after_ms
+                    .unwrap_or(dead.quota_exhausted_ms)
+                    .min(MAX_RATE_LIMIT_MARK_MS);
+                if period > 0 {
+                    effect.dead_mark = Some(self.mark_provider(now, period, class));
+                }
             }
             _ => {}
         }
         effect
+    }
+
+    /// Marks the whole provider dead for `period` ms from now (keeping a later existing end).
+    fn mark_provider(&mut self, now: u64, period: u64, class: Class) -> DeadMarkSet {
+        let until = now.saturating_add(period).max(self.provider_dead_until);
+        self.provider_dead_until = until;
+        DeadMarkSet {
+            scope: DeadScope::Provider,
+            until_ms: until,
+            class,
+        }
     }
 
     /// Opens the breaker from `now`; returns `open_until`.

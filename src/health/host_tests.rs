@@ -20,6 +20,7 @@ fn policies(failures: u32) -> (BreakerPolicy, DeadMarkPolicy) {
     let dead = DeadMarkPolicy {
         model_not_found_ms: 1,
         setup_fault_ms: 1,
+        quota_exhausted_ms: 1,
     };
     (breaker, dead)
 }
@@ -80,7 +81,7 @@ proptest! {
         let store = MemoryStore::default();
         let clock = ManualClock::at(now);
         let (breaker, dead) = (BreakerPolicy { failures: 2, window_ms: 1000, cooldown_ms: 10, max_cooldown_ms: 100 },
-            DeadMarkPolicy { model_not_found_ms: 5, setup_fault_ms: 5 });
+            DeadMarkPolicy { model_not_found_ms: 5, setup_fault_ms: 5, quota_exhausted_ms: 5 });
         store.set(&health_key("p"), &bytes, None).map_err(|_| TestCaseError::fail("set"))?;
         let h = Health::new(&store, &clock, &breaker, &dead);
         let _ = h.admit("p", "m", 0);

@@ -26,6 +26,9 @@
 //! Set only when the reported class falls over in the request's chain (`Report::falls_over`):
 //! - `model_not_found`: (provider, model) dead for `dead_marks.model_not_found`;
 //! - `setup_fault`: the whole provider dead for `dead_marks.setup_fault`;
+//! - `quota_exhausted`: the whole provider dead until the answer's reset (`Retry-After`,
+//!   `X-RateLimit-Reset*`), else for `dead_marks.quota_exhausted`, at most
+//!   [`MAX_RATE_LIMIT_MARK_MS`];
 //! - `rate_limited` whose reset delay (`Report::retry_after_ms`) is longer than the breaker's
 //!   cooldown: (provider, model) dead until then (capped at [`MAX_RATE_LIMIT_MARK_MS`]).
 //!

@@ -22,6 +22,7 @@ fn spec_dead() -> DeadMarkPolicy {
     DeadMarkPolicy {
         model_not_found_ms: 6 * H,
         setup_fault_ms: H,
+        quota_exhausted_ms: H,
     }
 }
 
@@ -314,9 +315,55 @@ fn setup_fault_marks_the_provider_dead_for_an_hour() {
 }
 
 #[test]
+fn a_spent_quota_marks_the_provider_dead_until_its_reset_at_most_a_day() {
+    let f = Fixture::new();
+    // Reset named by the answer (Retry-After / X-RateLimit-Reset): dead until then, any model.
+    let e = f.report(Report::new(Class::QuotaExhausted, true).retry_after(Some(3 * H)));
+    assert_eq!(
+        e.dead_mark,
+        Some(DeadMarkSet {
+            scope: DeadScope::Provider,
+            until_ms: T0 + 3 * H,
+            class: Class::QuotaExhausted,
+        })
+    );
+    assert!(!e.counted, "a spent quota never counts toward the breaker");
+    assert_eq!(
+        f.health().admit("p", "other", PROBE_TIMEOUT),
+        Admission::Dead
+    );
+    assert_eq!(f.snapshot().state, BreakerState::Closed);
+    assert_eq!(f.snapshot().last_failure, Some((Class::QuotaExhausted, T0)));
+    // A reset further than a day is capped at a day.
+    let g = Fixture::new();
+    let e = g.report(Report::new(Class::QuotaExhausted, true).retry_after(Some(90 * H)));
+    assert_eq!(
+        e.dead_mark.map(|m| m.until_ms),
+        Some(T0 + MAX_RATE_LIMIT_MARK_MS)
+    );
+    // No reset named: dead_marks.quota_exhausted.
+    let h = Fixture::new();
+    let e = h.fail(Class::QuotaExhausted);
+    assert_eq!(e.dead_mark.map(|m| m.until_ms), Some(T0 + H));
+    h.clock.advance(H);
+    assert_eq!(h.admit(), AVAILABLE);
+    // Many of them never open the breaker.
+    let k = Fixture::new();
+    for _ in 0..20 {
+        k.report(Report::new(Class::QuotaExhausted, false));
+    }
+    assert_eq!(k.snapshot().state, BreakerState::Closed);
+    assert_eq!(k.snapshot().failures_in_window, 0);
+}
+
+#[test]
 fn no_dead_mark_when_the_class_does_not_fall_over() {
     let f = Fixture::new();
-    for class in [Class::ModelNotFound, Class::SetupFault] {
+    for class in [
+        Class::ModelNotFound,
+        Class::SetupFault,
+        Class::QuotaExhausted,
+    ] {
         assert_eq!(f.report(Report::new(class, false)).dead_mark, None);
     }
     let r429 = Report::new(Class::RateLimited, false).retry_after(Some(5 * H));

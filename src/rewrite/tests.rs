@@ -466,15 +466,17 @@ fn rewrite_with_a_foreign_scan_never_panics() {
     for scan in [
         BodyScan {
             model: Some(Span { start: 5, end: 500 }),
-            fallbacks: None,
+            ..Default::default()
         },
         BodyScan {
             model: Some(Span { start: 9, end: 3 }),
             fallbacks: Some(Span { start: 0, end: 13 }),
+            ..Default::default()
         },
         BodyScan {
             model: None,
             fallbacks: Some(Span { start: 12, end: 2 }),
+            ..Default::default()
         },
         BodyScan {
             model: Some(Span {
@@ -485,9 +487,22 @@ fn rewrite_with_a_foreign_scan_never_panics() {
                 start: usize::MAX - 1,
                 end: usize::MAX,
             }),
+            ..Default::default()
         },
     ] {
         let _ = rewrite(body, &scan, Some("x"), true);
         let _ = model_value(body, &scan);
     }
+}
+
+#[test]
+fn notes_a_top_level_stream_true_only() {
+    let stream = |body: &str| scan_top_level(body.as_bytes()).unwrap().stream;
+    assert!(stream(r#"{"model":"m","stream":true}"#));
+    assert!(stream(r#"{"stream" : true ,"model":"m"}"#));
+    assert!(stream(r#"{"str\u0065am":true}"#));
+    assert!(!stream(r#"{"model":"m","stream":false}"#));
+    assert!(!stream(r#"{"model":"m","stream":"true"}"#));
+    assert!(!stream(r#"{"model":"m","options":{"stream":true}}"#));
+    assert!(!stream(r#"{"model":"m"}"#));
 }

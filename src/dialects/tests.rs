@@ -1,0 +1,269 @@
+//! Each rule against a realistic body of its dialect, and near misses that must not match.
+
+use super::*;
+use crate::classify::Class::*;
+
+fn is(status: u16, body: &str) -> Class {
+    refine(status, body.as_bytes())
+}
+
+#[test]
+fn openai_bodies() {
+    let context = r#"{
+  "error": {
+    "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 8215 tokens. Please reduce the length of the messages.",
+    "type": "invalid_request_error",
+    "param": "messages",
+    "code": "context_length_exceeded"
+  }
+}"#;
+    assert_eq!(is(400, context), ContextWindowExceeded);
+    let responses = r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#;
+    assert_eq!(is(400, responses), ContextWindowExceeded);
+    let quota = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+    assert_eq!(is(429, quota), QuotaExhausted);
+    let safety = r#"{"error":{"message":"Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system.","type":"invalid_request_error","param":null,"code":"content_policy_violation"}}"#;
+    assert_eq!(is(400, safety), ContentFiltered);
+    let flagged = r#"{"error":{"message":"Invalid prompt: your prompt was flagged as potentially violating our usage policy. Please try again with a different prompt: https://platform.openai.com/docs/guides/reasoning#advice-on-prompting","type":"invalid_request_error","param":null,"code":"invalid_prompt"}}"#;
+    assert_eq!(is(400, flagged), ContentFiltered);
+}
+
+#[test]
+fn openai_near_misses_keep_their_status_class() {
+    // An ordinary rate limit is not a spent quota.
+    let rate = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+    assert_eq!(is(429, rate), RateLimited);
+    // A bad parameter whose text talks about context and quota, in no rule's words.
+    let param = r#"{"error":{"message":"Invalid value for 'max_tokens': the context of this request is fine but 'quota' is not a parameter.","type":"invalid_request_error","param":"max_tokens","code":"invalid_value"}}"#;
+    assert_eq!(is(400, param), InvalidRequest);
+    // The code word quoted inside the message is not the code member.
+    let quoted = r#"{"error":{"message":"unknown parameter \"code\": \"context_length_exceeded\"","type":"invalid_request_error","code":"unknown_parameter"}}"#;
+    assert_eq!(is(400, quoted), InvalidRequest);
+    // A code that only starts like a rule's.
+    let longer = r#"{"error":{"message":"x","code":"context_length_exceeded_soon"}}"#;
+    assert_eq!(is(400, longer), InvalidRequest);
+    // A context-length body under a status the rule is not for stays that status's class.
+    let context = r#"{"error":{"message":"m","code":"context_length_exceeded"}}"#;
+    assert_eq!(is(500, context), ServerError);
+    assert_eq!(is(422, context), InvalidRequest);
+}
+
+#[test]
+fn azure_content_filter_with_a_typographic_apostrophe() {
+    // As Azure sends it (openai/openai-python#331): "Azure OpenAI’s", U+2019.
+    let raw = "{\"error\":{\"message\":\"The response was filtered due to the prompt triggering Azure OpenAI\u{2019}s content management policy. Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766\",\"type\":null,\"param\":\"prompt\",\"code\":\"content_filter\",\"status\":400}}";
+    assert_eq!(is(400, raw), ContentFiltered);
+    // Re-wrapped by a gateway without the code, apostrophe escaped as \u2019.
+    let wrapped = r#"{"error":{"message":"AzureException - The response was filtered due to the prompt triggering Azure OpenAI\u2019s content management policy.","type":null,"param":null,"code":"400"}}"#;
+    assert_eq!(is(400, wrapped), ContentFiltered);
+    let plain = r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"code":"400"}}"#;
+    assert_eq!(is(400, plain), ContentFiltered);
+    let inner = r#"{"error":{"message":"filtered","code":"400","innererror":{"code":"ResponsibleAIPolicyViolation","content_filter_result":{"hate":{"filtered":true,"severity":"high"}}}}}"#;
+    assert_eq!(is(400, inner), ContentFiltered);
+    let context = r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded","status":400}}"#;
+    assert_eq!(is(400, context), ContextWindowExceeded);
+}
+
+#[test]
+fn azure_near_misses() {
+    // A per-minute token limit is a rate limit.
+    let tpm = r#"{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-02-01 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds."}}"#;
+    assert_eq!(is(429, tpm), RateLimited);
+    // A successful answer's filter annotations are not an error (and 200 is never refined).
+    let annotations = r#"{"choices":[{"content_filter_results":{"hate":{"filtered":false}}}],"prompt_filter_results":[]}"#;
+    assert_eq!(is(200, annotations), Ok);
+    // "content_filter" as a parameter name, not the code.
+    let param = r#"{"error":{"message":"Unrecognized request argument supplied: content_filter","type":"invalid_request_error","param":"content_filter","code":null}}"#;
+    assert_eq!(is(400, param), InvalidRequest);
+}
+
+#[test]
+fn anthropic_bodies() {
+    let long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#;
+    assert_eq!(is(400, long), ContextWindowExceeded);
+    let limit = r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 197000 + 8192 > 200000, decrease input length or `max_tokens` and try again"}}"#;
+    assert_eq!(is(400, limit), ContextWindowExceeded);
+    let credit = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}"#;
+    assert_eq!(is(400, credit), QuotaExhausted);
+    let billing = r#"{"type":"error","error":{"type":"billing_error","message":"Your account has a billing issue."}}"#;
+    assert_eq!(is(402, billing), QuotaExhausted);
+    let usage = r#"{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits. You will regain access on 2026-12-01 at 00:00 UTC."}}"#;
+    assert_eq!(is(400, usage), QuotaExhausted);
+    let blocked = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Output blocked by content filtering policy"}}"#;
+    assert_eq!(is(400, blocked), ContentFiltered);
+}
+
+#[test]
+fn anthropic_near_misses() {
+    // 413 is about bytes, not tokens.
+    let bytes = r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#;
+    assert_eq!(is(413, bytes), InvalidRequest);
+    let rate = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+    assert_eq!(is(429, rate), RateLimited);
+    let perm = r#"{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}"#;
+    assert_eq!(is(403, perm), SetupFault);
+    // A prompt that talks about being too long, in a field no rule reads.
+    let other = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.0.content: Field required","detail":"prompt is too long"}}"#;
+    assert_eq!(is(400, other), InvalidRequest);
+}
+
+#[test]
+fn vllm_and_sglang_bodies() {
+    let vllm = r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
+    assert_eq!(is(400, vllm), ContextWindowExceeded);
+    let vllm_new = r#"{"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum context length is 4096 tokens and your request has 100 input tokens (5000 > 4096 - 100).","type":"BadRequestError","param":null,"code":400}}"#;
+    assert_eq!(is(400, vllm_new), ContextWindowExceeded);
+    let decoder = r#"{"object":"error","message":"The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that `max_model_len` is no smaller than the number of text tokens.","type":"BadRequestError","param":null,"code":400}"#;
+    assert_eq!(is(400, decoder), ContextWindowExceeded);
+    let sglang = r#"{"object":"error","message":"The input (5000 tokens) is longer than the model's context length (4096 tokens).","type":"BadRequestError","param":null,"code":400}"#;
+    assert_eq!(is(400, sglang), ContextWindowExceeded);
+    let sglang2 = r#"{"object":"error","message":"Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a total of 5000 tokens: 4000 tokens from the input messages and 1000 tokens for the completion.","type":"BadRequestError","param":null,"code":400}"#;
+    assert_eq!(is(400, sglang2), ContextWindowExceeded);
+}
+
+#[test]
+fn vllm_near_misses() {
+    let bad = r#"{"object":"error","message":"[{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required'}]","type":"BadRequestError","param":null,"code":400}"#;
+    assert_eq!(is(400, bad), InvalidRequest);
+    let model = r#"{"object":"error","message":"The model `llama-3` does not exist.","type":"NotFoundError","param":null,"code":404}"#;
+    assert_eq!(is(404, model), ModelNotFound);
+}
+
+#[test]
+fn gemini_bodies_and_near_misses() {
+    let long = r#"[{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}]"#;
+    assert_eq!(is(400, long), ContextWindowExceeded);
+    let daily = r#"[{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}]}}]"#;
+    assert_eq!(is(429, daily), QuotaExhausted);
+    // The same words for a per-minute limit: a rate limit, not a spent quota.
+    let minute = r#"[{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"36s"}]}}]"#;
+    assert_eq!(is(429, minute), RateLimited);
+}
+
+#[test]
+fn bodies_that_are_not_json_or_cut_short() {
+    assert_eq!(is(400, ""), InvalidRequest);
+    assert_eq!(
+        is(400, "<html><body>400 Bad Request</body></html>"),
+        InvalidRequest
+    );
+    assert_eq!(is(429, "\u{0}\u{ff}garbage\"code\":"), RateLimited);
+    // A body cut inside the message still matches what was read.
+    let cut = r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your mess"#;
+    assert_eq!(is(400, cut), ContextWindowExceeded);
+    // Only the first BODY_PREFIX_LIMIT bytes count.
+    let late = format!(
+        r#"{{"error":{{"message":"{}","code":"context_length_exceeded"}}}}"#,
+        "x".repeat(BODY_PREFIX_LIMIT)
+    );
+    assert_eq!(is(400, &late), InvalidRequest);
+}
+
+#[test]
+fn refinable_statuses_are_those_some_rule_is_for() {
+    for s in [400, 402, 403, 413, 429] {
+        assert!(refinable(s), "{s}");
+    }
+    for s in [200, 401, 404, 422, 500, 503, 529] {
+        assert!(!refinable(s), "{s}");
+    }
+}
+
+#[test]
+fn every_rule_is_held_by_a_test_body() {
+    // Guard against a table entry no test exercises: each rule must match at least one of the
+    // bodies above (collected here by the text each rule looks for).
+    for (dialect, rules) in TABLES {
+        for r in *rules {
+            let text = match r.test {
+                Test::Is(t) | Test::Has(t) => t,
+            };
+            let body = format!(r#"{{"{}":"{}"}}"#, r.key, text);
+            assert_eq!(
+                match_rules(r.statuses.first().copied(), body.as_bytes()),
+                Some(r.class),
+                "{} rule {:?}",
+                dialect.as_str(),
+                r
+            );
+        }
+    }
+}
+
+// ---- streams
+
+const OPENAI_CHUNK: &str = "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+
+#[test]
+fn healthy_first_events_are_released_at_once() {
+    assert_eq!(
+        first_event(OPENAI_CHUNK.as_bytes(), false),
+        StreamStart::Healthy
+    );
+    let anthropic = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\n";
+    assert_eq!(
+        first_event(anthropic.as_bytes(), false),
+        StreamStart::Healthy
+    );
+    // A keep-alive comment first.
+    assert_eq!(
+        first_event(b": OPENROUTER PROCESSING\n\n", false),
+        StreamStart::Healthy
+    );
+    // CRLF line endings.
+    assert_eq!(
+        first_event(b"data: {\"id\":\"1\"}\r\n\r\n", false),
+        StreamStart::Healthy
+    );
+    // Content that quotes the word error is still content.
+    let quoted =
+        "data: {\"choices\":[{\"delta\":{\"content\":\"an \\\"error\\\" happened\"}}]}\n\n";
+    assert_eq!(first_event(quoted.as_bytes(), false), StreamStart::Healthy);
+    let member =
+        "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"error\":0}}\n\n";
+    assert_eq!(first_event(member.as_bytes(), false), StreamStart::Healthy);
+}
+
+#[test]
+fn an_incomplete_first_event_waits_but_never_past_the_limit() {
+    let half = &OPENAI_CHUNK.as_bytes()[..40];
+    assert_eq!(first_event(half, false), StreamStart::NeedMore);
+    assert_eq!(first_event(half, true), StreamStart::Healthy);
+    let long = vec![b'x'; BODY_PREFIX_LIMIT];
+    assert_eq!(first_event(&long, false), StreamStart::Healthy);
+    assert_eq!(first_event(b"", false), StreamStart::NeedMore);
+    assert_eq!(first_event(b"", true), StreamStart::Healthy);
+}
+
+#[test]
+fn error_first_events_fail_over() {
+    let anthropic = "event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n";
+    assert_eq!(
+        first_event(anthropic.as_bytes(), false),
+        StreamStart::Error(Overloaded)
+    );
+    let openai = "data: {\"error\": {\"message\": \"The server had an error while processing your request.\", \"type\": \"server_error\", \"code\": null}}\n\n";
+    assert_eq!(
+        first_event(openai.as_bytes(), false),
+        StreamStart::Error(Overloaded)
+    );
+    let vllm = "data: {\"object\":\"error\",\"message\":\"CUDA out of memory\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}\n\n";
+    assert_eq!(
+        first_event(vllm.as_bytes(), false),
+        StreamStart::Error(Overloaded)
+    );
+    // An error event the rules recognise takes their class.
+    let context = "data: {\"error\":{\"message\":\"This model's maximum context length is 4096 tokens.\",\"type\":\"BadRequestError\",\"code\":400}}\n\n";
+    assert_eq!(
+        first_event(context.as_bytes(), false),
+        StreamStart::Error(ContextWindowExceeded)
+    );
+    // Only the first event counts: an error after healthy content is not looked at.
+    let later = format!("{OPENAI_CHUNK}event: error\ndata: {{\"type\":\"error\"}}\n\n");
+    assert_eq!(first_event(later.as_bytes(), false), StreamStart::Healthy);
+    // An error event cut by the end of the stream.
+    assert_eq!(
+        first_event(b"event: error\ndata: {\"type\":\"err", true),
+        StreamStart::Error(Overloaded)
+    );
+}
