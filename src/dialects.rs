@@ -263,7 +263,7 @@ pub fn match_rules(status: Option<u16>, body: &[u8]) -> Option<Class> {
     TABLES
         .iter()
         .flat_map(|(_, rules)| rules.iter())
-        .filter(|r| status.is_none_or(|s| r.statuses.contains(&s)))
+        .filter(|r| status.map_or(true, |s| r.statuses.contains(&s)))
         .find(|r| string_values(body, r.key).any(|v| passes(v, r.test)))
         .map(|r| r.class)
 }

@@ -53,6 +53,9 @@ pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";
+/// The marker's value that makes the route retry. An answer that falls over with no attempt
+/// left carries another value ("0"): the downstream filter still sees the chain exhausted.
+pub const RETRY_MARKER_RETRY: &str = "1";
 /// Request header Envoy sets on each attempt (`include_request_attempt_count`).
 pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
 /// Envoy request headers a caller could use to change retries and timeouts (SPEC 2.6).

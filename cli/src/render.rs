@@ -201,7 +201,7 @@ pub fn route(gw: &Gateway) -> Value {
     retry.insert(
         "retriable_headers".into(),
         seq(vec![
-            map! { "name" => wire::RETRY_MARKER_HEADER, "present_match" => true },
+            map! { "name" => wire::RETRY_MARKER_HEADER, "string_match" => map! { "exact" => wire::RETRY_MARKER_RETRY } },
         ]),
     );
     retry.insert("refresh_cluster_on_retry".into(), true.into());

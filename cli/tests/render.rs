@@ -132,7 +132,10 @@ fn route_retries_only_on_the_marker_and_connection_failures_with_the_configured_
     assert_eq!(p["per_try_timeout"], "45s");
     assert_eq!(p["per_try_idle_timeout"], "2.500s");
     assert_eq!(p["retriable_headers"][0]["name"], wire::RETRY_MARKER_HEADER);
-    assert_eq!(p["retriable_headers"][0]["present_match"], true);
+    assert_eq!(
+        p["retriable_headers"][0]["string_match"]["exact"],
+        wire::RETRY_MARKER_RETRY
+    );
     assert_eq!(p["refresh_cluster_on_retry"], true);
     assert_eq!(p["retry_back_off"]["base_interval"], "0.001s");
     let vh = &hcm(&b)["route_config"]["virtual_hosts"][0];

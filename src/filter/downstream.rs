@@ -274,13 +274,18 @@ impl Downstream {
                 config.providers[provider].cluster.as_bytes(),
             );
         }
+        let limit = plan.attempt_limit(chain);
         let record = PlanRecord {
             config: config.fingerprint,
             chain: plan.chain,
             start_ms: now.0,
             body_len: body_len as u64,
             log_started: !plan.skipped.is_empty(),
+            stream: scan.as_ref().is_some_and(|s| s.stream),
             slots: std::borrow::Cow::Borrowed(&plan.slots),
+            limit: if chain.has_lists() { limit as u8 } else { 0 },
+            context_window: std::borrow::Cow::Borrowed(&plan.context_window),
+            content_policy: std::borrow::Cow::Borrowed(&plan.content_policy),
             path: &self.path,
             authority: &self.authority,
             model: &model,
@@ -288,7 +293,7 @@ impl Downstream {
         envoy_host::set_property(wire::PLAN_PROPERTY, record.encode().as_bytes());
         self.log_chain(usize::from(plan.chain));
         self.log_skips(usize::from(plan.chain), &plan.skipped);
-        let retries = plan.slots.len().saturating_sub(1);
+        let retries = limit.saturating_sub(1);
         self.set_http_request_header(wire::MAX_RETRIES_HEADER, Some(&retries.to_string()));
         // The route's matcher must see the slot properties we just wrote.
         if hostcalls::call_foreign_function("clear_route_cache", Some(&[])).is_err()
@@ -401,12 +406,21 @@ impl HttpContext for Downstream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let attempts = usize::try_from(envoy_host::attempt_count()).unwrap_or(1);
+        let config = Rc::clone(&self.config);
+        if let Some(plan) = &mut self.plan {
+            if attempts > 1 && config.chains[usize::from(plan.chain)].has_lists() {
+                // An upstream filter may have moved the walk to an alternative list (SPEC 3a).
+                let text = envoy_host::text_property(wire::PLAN_PROPERTY.as_bytes());
+                if let Some(record) = text.as_deref().and_then(PlanRecord::decode) {
+                    plan.slots = record.slots.into_owned();
+                }
+            }
+        }
         let Some(plan) = &self.plan else {
             return Action::Continue;
         };
-        let mut attempts = usize::try_from(envoy_host::attempt_count())
-            .unwrap_or(1)
-            .clamp(1, plan.slots.len());
+        let mut attempts = attempts.clamp(1, plan.slots.len());
         // An attempt the upstream role refused (time budget spent, or fail closed) reached no
         // provider: it is not counted, and the answer is the gateway's own.
         let refused = envoy_host::property(wire::REFUSED_PROPERTY.as_bytes());

@@ -12,10 +12,12 @@ use crate::attempt_log;
 use crate::classify::{classify_no_response, classify_status, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
 use crate::destination::{self, Refusal};
+use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
 use crate::header_pairs::HeaderPairs;
+use crate::health::Admission;
 use crate::health::Report;
 use crate::host::FixedClock;
-use crate::plan::{PlanRecord, SkipReason, Slot};
+use crate::plan::{self, PlanRecord, SkipReason, Slot};
 use crate::reply::Reply;
 use crate::retry_after;
 use crate::rewrite;
@@ -33,6 +35,10 @@ struct Attempt {
     /// Every slot of the plan, in order (attempt n uses `slots[n - 1]`): tells whether another
     /// attempt follows and to which provider.
     slots: Vec<Slot>,
+    /// Attempts Envoy may make for this request (`PlanRecord::limit`).
+    limit: usize,
+    /// The caller asked for a stream: a `200` may be SSE to hold until its first event.
+    stream: bool,
     start_ms: u64,
     request_start_ms: u64,
     /// The attempt log already has entries (skips, or earlier attempts) to append to.
@@ -75,6 +81,19 @@ pub struct Upstream {
     rewrite_to: Option<String>,
     /// Response headers arrived (or the outcome was otherwise settled).
     settled: bool,
+    /// The response is held until the start of its body is read (SPEC 3a).
+    hold: Option<Hold>,
+    /// Bytes of the held body received so far.
+    held: usize,
+}
+
+/// Why a response is held.
+#[derive(Debug, Clone, Copy)]
+enum Hold {
+    /// A failing answer with this status whose body may refine its class.
+    Body(u16),
+    /// A `200` event stream, until its first complete event.
+    Stream,
 }
 
 impl Upstream {
@@ -85,6 +104,8 @@ impl Upstream {
             attempt: None,
             rewrite_to: None,
             settled: false,
+            hold: None,
+            held: 0,
         }
     }
 
@@ -139,17 +160,21 @@ impl Upstream {
             span(record.authority),
             span(record.model),
         );
+        let limit = record.limit();
         let slots = std::mem::take(&mut record.slots).into_owned();
-        let (request_start_ms, log_started, body_len) = (
+        let (request_start_ms, log_started, body_len, stream) = (
             record.start_ms,
             record.log_started || number > 1,
             record.body_len,
+            record.stream,
         );
         Ok(Some(Attempt {
             number,
             chain,
             slot,
             slots,
+            limit,
+            stream,
             start_ms: envoy_host::now_ms(),
             request_start_ms,
             log_started,
@@ -186,18 +211,24 @@ impl Upstream {
         let metrics = &self.metrics;
         let now = envoy_host::now_ms();
         metrics.attempt(config, entry.provider, class);
+        let mut falls_over = chain.fallback_on.falls_over(class, status);
+        let timeouts = &config.timeouts;
+        let room = timeouts.room_for_attempt(now.saturating_sub(attempt.request_start_ms));
+        // A class with an alternative list continues the walk there (SPEC 3a).
+        let rerouted = if falls_over && room && chain.has_lists() {
+            reroute(config, chain, attempt, class, now)
+        } else {
+            None
+        };
+        let slots = rerouted.as_deref().unwrap_or(&attempt.slots);
         // Providers of the slots after this one, in order.
-        let later = attempt
-            .slots
+        let later = slots
             .get(attempt.number..)
             .unwrap_or_default()
             .iter()
             .filter_map(|s| chain.entries.get(usize::from(s.entry)))
             .map(|e| e.provider);
-        let mut falls_over = chain.fallback_on.falls_over(class, status);
         let mut budget_skips: Vec<ProviderId> = Vec::new();
-        let timeouts = &config.timeouts;
-        let room = timeouts.room_for_attempt(now.saturating_sub(attempt.request_start_ms));
         if falls_over && !room {
             log::debug!(
                 "{}: {} but the time budget is spent; not falling over",
@@ -214,7 +245,10 @@ impl Upstream {
             // The route's retry policy retries answers carrying this header; the downstream
             // filter removes it when no attempt is left. Only we set it: a provider's copy
             // goes (a remove is one cheap hostcall, no read).
-            let marker = falls_over.then_some("1");
+            // "1" retries; "0" marks an answer that falls over with no attempt left (the
+            // route retries only on "1"; the downstream filter reads either as exhausted).
+            let next = attempt.number < attempt.limit && later.clone().next().is_some();
+            let marker = falls_over.then_some(if next { wire::RETRY_MARKER_RETRY } else { "0" });
             self.set_http_response_header(wire::RETRY_MARKER_HEADER, marker);
         }
         // Without response headers Envoy retries by itself (connect-failure, reset, per-try
@@ -313,10 +347,53 @@ impl Upstream {
         envoy_host::send_reply(&reply);
     }
 
+    /// Settles an answer with this status as `class`, reading the delay it asked for.
+    fn settle_status(&mut self, status: u16, class: Class) {
+        let delay = if class == Class::Ok {
+            None
+        } else {
+            self.requested_delay(class)
+        };
+        self.settle(class, Some(status), delay);
+    }
+
+    fn is_event_stream(&self) -> bool {
+        envoy_host::header(MapType::HttpResponseHeaders, "content-type").is_some_and(|v| {
+            v.get(..17)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
+        })
+    }
+
+    /// A held answer: decides once enough of its body is here (the start of a failing body,
+    /// bounded by [`BODY_PREFIX_LIMIT`]; a stream's first complete event), then releases it,
+    /// with the retry marker when it falls over. Until then the router buffers it; Envoy's
+    /// per-try timers still run, so a body that never comes ends as a timeout.
+    fn decide_held(&mut self, end_of_stream: bool) -> Action {
+        let Some(hold) = self.hold else {
+            return Action::Continue;
+        };
+        let enough = end_of_stream || self.held >= BODY_PREFIX_LIMIT;
+        if matches!(hold, Hold::Body(_)) && !enough {
+            return Action::Pause;
+        }
+        let len = self.held.min(BODY_PREFIX_LIMIT);
+        let body = self.get_http_response_body(0, len).unwrap_or_default();
+        match hold {
+            Hold::Body(status) => self.settle_status(status, dialects::refine(status, &body)),
+            Hold::Stream => match dialects::first_event(&body, end_of_stream) {
+                StreamStart::NeedMore => return Action::Pause,
+                StreamStart::Healthy => self.settle(Class::Ok, Some(200), None),
+                StreamStart::Error(class) => self.settle(class, Some(200), None),
+            },
+        }
+        self.hold = None;
+        Action::Continue
+    }
+
     /// The delay a failing answer asked for, read only on failures.
     fn requested_delay(&self, class: Class) -> Option<u64> {
         match class {
-            Class::RateLimited => {
+            Class::RateLimited | Class::QuotaExhausted => {
                 // A provider's header values may hold any bytes: skip what is not text.
                 let map = envoy_host::header_map(MapType::HttpResponseHeaders);
                 let headers = HeaderPairs::new(&map).into_iter().filter_map(|(k, v)| {
@@ -335,6 +412,48 @@ impl Upstream {
             _ => None,
         }
     }
+}
+
+/// Moves the walk to the chain's alternative list for `class` (SPEC 3a): computes the new
+/// walk in the core, then publishes it before the router retries: the route's matcher reads
+/// the next attempts' clusters from the slot properties (filter state is the request's, shared
+/// by the downstream and upstream filters), the next upstream filter its slot from the plan.
+/// Slots past the new walk are emptied, so no stale cluster is reached. Health is read only
+/// here, on the failure path.
+fn reroute(
+    config: &Config,
+    chain: &Chain,
+    attempt: &Attempt,
+    class: Class,
+    now: u64,
+) -> Option<Vec<Slot>> {
+    let mut record = PlanRecord::decode(&attempt.record)?;
+    let clock = FixedClock(now);
+    let health = envoy_host::health_at(config, &clock);
+    let mut gate = |e: u8| {
+        let entry = chain.entries.get(usize::from(e))?;
+        let model = entry.model.as_deref().unwrap_or(attempt.model());
+        let name = &config.providers[entry.provider].name;
+        match health.admit(name, model, config.timeouts.attempt_ms) {
+            Admission::Available { pristine, probe } => Some(Slot {
+                entry: e,
+                pristine,
+                probe,
+            }),
+            Admission::BreakerOpen | Admission::Dead => None,
+        }
+    };
+    let walk = plan::reroute(chain, &record, attempt.number, class, &mut gate)?;
+    for k in attempt.number..attempt.limit.min(wire::SLOT_PROPERTIES.len()) {
+        let cluster = walk
+            .get(k)
+            .and_then(|s| chain.entries.get(usize::from(s.entry)))
+            .map_or("", |e| config.providers[e.provider].cluster.as_str());
+        envoy_host::set_property(wire::SLOT_PROPERTIES[k], cluster.as_bytes());
+    }
+    record.slots = std::borrow::Cow::Borrowed(&walk);
+    envoy_host::set_property(wire::PLAN_PROPERTY, record.encode().as_bytes());
+    Some(walk)
 }
 
 impl Context for Upstream {
@@ -453,18 +572,34 @@ impl HttpContext for Upstream {
         Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if self.attempt.is_none() {
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let Some(attempt) = &self.attempt else {
             return Action::Continue;
-        }
-        let status = envoy_host::status_code(MapType::HttpResponseHeaders);
-        let class = classify_status(status);
-        let delay = if class == Class::Ok {
-            None
-        } else {
-            self.requested_delay(class)
         };
-        self.settle(class, Some(status), delay);
+        let status = envoy_host::status_code(MapType::HttpResponseHeaders);
+        // SPEC 3a: hold what the body may refine. The healthy non-streaming path reads nothing
+        // more; a streamed request's 200 reads its content type.
+        if !end_of_stream {
+            let hold = if status == 200 {
+                (attempt.stream && self.is_event_stream()).then_some(Hold::Stream)
+            } else {
+                dialects::refinable(status).then_some(Hold::Body(status))
+            };
+            if hold.is_some() {
+                self.hold = hold;
+                return Action::Pause;
+            }
+        }
+        self.settle_status(status, classify_status(status));
         Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.held = body_size;
+        self.decide_held(end_of_stream)
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        self.decide_held(true)
     }
 }

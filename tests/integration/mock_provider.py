@@ -76,6 +76,13 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
 ``abort``                   ``reset`` (default, RST) | ``close`` (FIN without the
                             last chunk) | ``hang`` (stall until client leaves)
 ``close_connection``        answer with ``Connection: close`` and close after
+``events``                  SSE: send these raw strings as the events (one HTTP
+                            chunk each, ``chunk_interval_ms`` apart) instead of
+                            the generated chunks and ``[DONE]``
+``preset``                  a provider's real error answer by name (see
+                            ``PRESETS``: ``openai_context_length``,
+                            ``azure_content_filter``, ...); fields given next to
+                            it override the preset's
 ``times``                   (``/enqueue`` only) repeat this behaviour N times
 ==========================  ==================================================
 
@@ -140,7 +147,7 @@ __all__ = ["MockProvider", "BehaviourError", "BEHAVIOUR_FIELDS"]
 BEHAVIOUR_FIELDS = {
     "status", "headers", "body", "content_type", "error", "content", "delay_ms",
     "action", "stream", "chunks", "first_chunk_delay_ms", "chunk_interval_ms",
-    "abort_after_chunks", "abort", "close_connection", "times",
+    "abort_after_chunks", "abort", "close_connection", "times", "events", "preset",
 }
 ACTIONS = {"respond", "hang", "close", "reset"}
 ABORTS = {"reset", "close", "hang"}
@@ -162,6 +169,36 @@ ERROR_DEFAULTS = {
     503: ("server_error", "overloaded"),
     504: ("server_error", "gateway_timeout"),
     529: ("overloaded_error", "overloaded"),
+}
+
+
+# Providers' own error answers, as their APIs send them (SPEC 3a): the gateway must recognise
+# these by their bodies. Azure's message carries a typographic apostrophe (U+2019).
+PRESETS: dict[str, dict] = {
+    "openai_context_length": {"status": 400, "body": {"error": {
+        "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                   "resulted in 8215 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error", "param": "messages",
+        "code": "context_length_exceeded"}}},
+    "anthropic_prompt_too_long": {"status": 400, "body": {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 208310 tokens > 200000 maximum"}}},
+    "azure_content_filter": {"status": 400, "body": json.dumps({"error": {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI\u2019s "
+                   "content management policy. Please modify your prompt and retry.",
+        "type": None, "param": "prompt", "code": "content_filter", "status": 400,
+        "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": {
+            "violence": {"filtered": True, "severity": "medium"}}}}}, ensure_ascii=False)},
+    "openai_insufficient_quota": {"status": 429, "body": {"error": {
+        "message": "You exceeded your current quota, please check your plan and billing "
+                   "details.", "type": "insufficient_quota", "param": None,
+        "code": "insufficient_quota"}}},
+    "anthropic_overloaded_stream": {"status": 200, "stream": True, "events": [
+        'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
+        '"message": "Overloaded"}}\n\n']},
+    "openai_error_stream": {"status": 200, "stream": True, "events": [
+        'data: {"error": {"message": "The server had an error while processing your request.",'
+        ' "type": "server_error", "param": null, "code": null}}\n\n']},
 }
 
 
@@ -195,6 +232,11 @@ def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
         raise BehaviourError("stream must be true, false or null")
     if "error" in b and not isinstance(b["error"], dict):
         raise BehaviourError("error must be an object")
+    if "preset" in b and b["preset"] not in PRESETS:
+        raise BehaviourError(f"preset must be one of {sorted(PRESETS)}")
+    ev = b.get("events")
+    if ev is not None and not (isinstance(ev, list) and all(isinstance(e, str) for e in ev)):
+        raise BehaviourError("events must be a list of strings")
     normalise_headers(b.get("headers"))
     return dict(b)
 
@@ -715,6 +757,8 @@ class MockProvider:
 
     def _respond(self, conn: _Conn, req: _Request, rec: dict, b: dict,
                  model: Any, wants_stream: bool) -> bool:
+        if "preset" in b:
+            b = {**PRESETS[b["preset"]], **{k: v for k, v in b.items() if k != "preset"}}
         status = int(b.get("status", 200))
         stream = b.get("stream")
         if stream is None:
@@ -770,6 +814,16 @@ class MockProvider:
         events, trailer = _stream_events(_api_of(req.path), self.name, rec["id"], model, n)
         if b.get("first_chunk_delay_ms"):
             conn.wait(b["first_chunk_delay_ms"] / 1000.0, self._stop)
+        if b.get("events") is not None:
+            for i, event in enumerate(b["events"]):
+                if i > 0 and interval:
+                    conn.wait(interval, self._stop)
+                conn.send(_chunk(event.encode()))
+            conn.send(b"0\r\n\r\n")
+            self._finish(rec, "streamed")
+            if close:
+                conn.close()
+            return not close
         for i in range(n + 1):
             if abort_after is not None and i == abort_after:
                 mode = b.get("abort", "reset")
