@@ -150,7 +150,8 @@ def test_patches_land_on_istios_names_and_the_retry_policy_is_the_failover_one(i
     rp = route["route"]["retry_policy"]
     assert rp["retry_on"] == "retriable-headers,connect-failure,reset,refused-stream"
     assert rp["refresh_cluster_on_retry"] is True
-    assert rp["retriable_headers"] == [{"name": "x-llm-failover-retry", "present_match": True}]
+    assert rp["retriable_headers"] == [
+        {"name": "x-llm-failover-retry", "string_match": {"exact": "1"}}]
     assert vhost["include_request_attempt_count"] is True
     for c in b["static_resources"]["clusters"][:3]:
         assert c["name"].startswith("outbound|443||")
