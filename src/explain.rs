@@ -217,6 +217,8 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
                     config.providers[entry.provider].name,
                     if facts.no_fallback {
                         "fallback is off for this request".to_string()
+                    } else if facts.model.is_empty() {
+                        "a request without a model goes to one provider".to_string()
                     } else {
                         format!("max_attempts {}", chain.max_attempts)
                     }

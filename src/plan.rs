@@ -143,7 +143,9 @@ pub fn plan_or_refuse(
     if chain.entries.is_empty() {
         return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
     }
-    let limit = if facts.no_fallback {
+    // A request without a model (a GET for a stored object, say) goes to the first provider
+    // that can take it: another provider would not know what it asks about (SPEC 12).
+    let limit = if facts.no_fallback || facts.model.is_empty() {
         1
     } else {
         chain.max_attempts
@@ -734,6 +736,19 @@ mod tests {
         let err = plan(&c, &f, &FakeHealth::default()).unwrap_err();
         assert_eq!((err.status, err.code), (404, "route_not_found"));
         assert!(err.message.contains("/v1/files"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_request_without_a_model_goes_to_one_provider() {
+        let c = config(THREE);
+        let mut health = FakeHealth::default();
+        health.gates.insert(0, Admission::BreakerOpen);
+        let p = plan(&c, &facts(""), &health).unwrap();
+        assert_eq!(
+            entries(&p),
+            vec![1],
+            "the first provider that can take it, no fallback"
+        );
     }
 
     #[test]

@@ -270,3 +270,91 @@ def test_a_body_over_the_limit_is_a_json_413(api):
                        body=json.dumps({"model": "gpt-4o", "pad": "y" * 100_000}),
                        headers={"content-type": "application/json"})
     assert raw.status == 413 and raw.json()["error"]["code"] == "body_too_large"
+
+
+NODE_RETRIES = """
+import OpenAI from "openai";
+let sent = 0;
+const client = new OpenAI({
+  baseURL: process.env.GATEWAY_URL + "/v1", apiKey: "gw-key",
+  maxRetries: Number(process.env.MAX_RETRIES),
+  fetch: (url, init) => { sent += 1; return fetch(url, init); },
+});
+try {
+  await client.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "hi" }],
+                                         stream: process.env.STREAM === "1" });
+  console.log(JSON.stringify({ sent, ok: true }));
+} catch (e) {
+  console.log(JSON.stringify({ sent, status: e.status, code: e.code,
+                               retry: e.headers?.get?.("x-should-retry") ?? null }));
+}
+"""
+
+
+def node_retries(gw, max_retries, stream=False):
+    node_dir = EXAMPLES / "node"
+    if not (shutil.which("node") and (node_dir / "node_modules" / "openai").is_dir()):
+        if external_mode():
+            pytest.skip("no Node SDK in this runner")
+        pytest.fail("the Node SDK is missing: scripts/setup.sh runs npm ci in examples/node")
+    env = {**os.environ, "GATEWAY_URL": gw.url, "MAX_RETRIES": str(max_retries),
+           "STREAM": "1" if stream else "0"}
+    p = subprocess.run(["node", "--input-type=module", "-e", NODE_RETRIES], env=env, cwd=node_dir,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_node_sdk_gives_up_on_circuit_open_and_obeys_the_gateways_advice(api):
+    gateway, primary, secondary, tertiary = api
+    for m in (primary, secondary, tertiary):
+        m.set_default(status=404, headers={"x-should-retry": "true"})
+    gw = gateway.start(API, env={"BREAKER_FAILURES": "1"})
+    out = node_retries(gw, 2)
+    assert out == {"sent": 1, "status": 404, "code": "model_not_found", "retry": "false"}, out
+    for m in (primary, secondary, tertiary):
+        m.set_default(status=503)
+    out = node_retries(gw, 0, stream=True)  # opens every breaker (one failure each)
+    assert (out["status"], out["retry"]) == (503, "true"), out
+    out = node_retries(gw, 2, stream=True)
+    assert out == {"sent": 3, "status": 503, "code": "circuit_open", "retry": "true"}, out
+
+
+def test_anthropic_sdk_retries_on_and_off_during_an_outage(api):
+    gateway, primary, secondary, tertiary = api
+    primary.set_default(status=503)
+    gw = gateway.start(API, env={"BREAKER_FAILURES": "1"})
+    counter = Counter()
+    a = anthropic.Anthropic(base_url=gw.url, api_key="gw-key", max_retries=0,
+                            http_client=counter.client())
+    raw = a.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=16,
+                                               messages=MSG)
+    assert raw.headers["x-llm-provider"] == "secondary"
+    assert raw.parse().content[0].text == "Hello from secondary (model claude-sonnet-4-5)"
+    assert counter.n == 1
+    for m in (secondary, tertiary):
+        m.set_default(status=529)
+    with pytest.raises(anthropic.APIStatusError) as e:
+        a.messages.create(model="claude-sonnet-4-5", max_tokens=16, messages=MSG)
+    assert e.value.response.headers["x-should-retry"] == "true"
+    counter.n = 0
+    retrying = anthropic.Anthropic(base_url=gw.url, api_key="gw-key", max_retries=2,
+                                   http_client=counter.client())
+    with pytest.raises(anthropic.APIStatusError) as e:
+        with retrying.messages.stream(model="claude-sonnet-4-5", max_tokens=16,
+                                      messages=MSG) as s:
+            list(s.text_stream)
+    assert e.value.status_code == 503
+    assert e.value.body["error"]["code"] == "circuit_open"
+    assert counter.n == 3, "two retries, then the SDK gives up"
+
+
+def test_a_request_without_a_model_goes_to_one_provider(api):
+    gateway, primary, secondary, tertiary = api
+    primary.set_default(status=503)
+    gw = gateway.start("envoy/demo.failover.yaml")  # its chain takes every model, "" included
+    r = gw.request("GET", "/v1/files/file-abc")
+    assert r.status == 503, r.text
+    assert r.header("x-llm-provider") == "primary"
+    assert secondary.request_count() == 0, "another provider would not know file-abc"
+    assert primary.last_request()["path"] == "/v1/files/file-abc"
