@@ -271,15 +271,18 @@ class Applier:
     """Applies EnvoyFilter configPatches to a gateway bootstrap (context GATEWAY)."""
 
     def __init__(self, bootstrap: dict, workdir: Path, module_file: Path,
-                 fetch_fails: dict[str, str] | None = None):
+                 fetch_fails: dict[str, str] | None = None, withhold: set[str] = frozenset()):
         """`fetch_fails` {extension config name: how}: the module download fails for that entry
         and istio-agent puts an RBAC filter in its place: "policy" as istio-agent does
         (allow-all when the config fails open, deny-all otherwise), "allow" the allow-all one
-        whatever the config says."""
+        whatever the config says. `withhold`: extension configs whose discovery file starts
+        with no resource; `deliver(name)` puts the entry in place later."""
         self.b = bootstrap
         self.workdir = workdir
         self.module_file = module_file
         self.fetch_fails = fetch_fails or {}
+        self.withhold = withhold
+        self.withheld: dict[str, str] = {}
         self.unapplied: list[str] = []
         self.extension_files: dict[str, Path] = {}
 
@@ -446,10 +449,20 @@ class Applier:
         elif "remote" in vm["code"]:
             vm["code"] = {"local": {"filename": str(self.module_file)}}
         path = self.workdir / f"ecds-{ec['name']}.json"
-        path.write_text(json.dumps({"version_info": "1",
-                                    "resources": [{"@type": TEC_TYPE, **ec}]}))
+        response = json.dumps({"version_info": "1", "resources": [{"@type": TEC_TYPE, **ec}]})
+        if ec["name"] in self.withhold:
+            self.withheld[ec["name"]] = response
+            response = json.dumps({"version_info": "0", "resources": []})
+        path.write_text(response)
         self.extension_files[ec["name"]] = path
         return True
+
+    def deliver(self, name: str) -> None:
+        """Serve a withheld extension config now (an atomic replace Envoy's file watch sees)."""
+        path = self.extension_files[name]
+        tmp = path.with_suffix(".new")
+        tmp.write_text(self.withheld.pop(name))
+        os.replace(tmp, path)
 
     def _ecds_sources(self) -> None:
         """istiod serves EXTENSION_CONFIG over ADS; here each reference reads its file."""

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import HOST, REPO_ROOT, Gateway, HarnessError, cli_bin, external_mode, free_port
+from harness import (HOST, REPO_ROOT, Gateway, HarnessError, cli_bin, external_mode, free_port,
+                     wait_until)
 
 if external_mode():
     pytest.skip("builds its own Istio-shaped gateway", allow_module_level=True)
@@ -114,13 +115,14 @@ def istio(rendered, wildcard_cert, pulled_module, envoy_factory, tmp_path, reque
     mocks = {name: TlsMock(name, *cert) for name in HOSTS}
     request.addfinalizer(lambda: [m.stop() for m in mocks.values()])
 
-    def start(envoy_filters=None, env=None, fetch_fails=None, wait_ready=True) -> IstioGateway:
+    def start(envoy_filters=None, env=None, fetch_fails=None, withhold=frozenset()) -> IstioGateway:
         port = free_port()
         bootstrap = ist.gateway_bootstrap(
             manifests, listen_port=port, admin_port=0,
             endpoints={h: (HOST, mocks[n].port) for n, h in HOSTS.items()}, ca_file=ca,
             workdir=tmp_path, stats_inclusion_regexps=ist.annotation_inclusion_regexps(patch))
-        applier = ist.Applier(bootstrap, tmp_path, pulled_module, fetch_fails=fetch_fails)
+        applier = ist.Applier(bootstrap, tmp_path, pulled_module, fetch_fails=fetch_fails,
+                              withhold=withhold)
         filters = ist.of_kind(manifests, "EnvoyFilter") if envoy_filters is None else envoy_filters
         unapplied = applier.apply(filters)
         assert unapplied == [], unapplied
@@ -286,6 +288,24 @@ def test_a_failed_module_pull_never_runs_an_rbac_filter_in_the_modules_place(ist
     assert all(m.request_count() == 0 for m in ig.mocks.values())
     assert "has type URL envoy.extensions.filters.http.rbac.v3.RBAC but expect " \
            "envoy.extensions.filters.http.wasm.v3.Wasm" in ig.gw.envoy.log()
+
+
+def test_until_the_upstream_role_arrives_no_attempt_leaves_then_traffic_flows(istio):
+    """The clusters' upstream filter config comes by its own discovery stream: while it has not
+    arrived, an attempt is answered 500 (NFCF) by Envoy and no provider is contacted; once it
+    arrives, requests fail over as usual, with no restart."""
+    ig = istio(withhold={"llm-failover-upstream"})
+    r = ig.gw.chat("gpt-4o", headers=CALLER)
+    assert r.status == 500
+    assert all(m.request_count() == 0 for m in ig.mocks.values())
+    ig.mocks["alpha"].set_default(status=503)
+    ig.applier.deliver("llm-failover-upstream")
+    ok = wait_until(lambda: ig.gw.chat("gpt-4o", headers=CALLER).status == 200, 10,
+                    "the upstream role's config to arrive", interval=0.2)
+    assert ok
+    r = ig.gw.chat("gpt-4o", headers=CALLER)
+    assert r.status == 200 and r.header("x-llm-provider") == "beta"
+    assert header(ig.mocks["beta"].last_request(), "api-key") == ["sk-beta"]
 
 
 def test_control_a_reference_that_accepts_rbac_lets_the_allow_all_filter_run(istio, rendered):
