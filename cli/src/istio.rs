@@ -295,6 +295,32 @@ pub fn cluster_name(u: &Upstream) -> String {
 
 /// The gateway with every provider on its Istio cluster.
 pub fn istio_gateway(gw: &Gateway) -> Result<Gateway, Vec<Diag>> {
+    // Istio applies one DestinationRule per host: one host reached two ways (another port,
+    // TLS or not, another sni) cannot be expressed by per-host rules.
+    let mut errors = Vec::new();
+    for (i, u) in gw.upstreams.iter().enumerate() {
+        let host = service_host(u);
+        let same_way = |o: &Upstream| {
+            cluster_name(o) == cluster_name(u)
+                && (o.tls, &o.sni, o.connect_timeout_ms, o.http2)
+                    == (u.tls, &u.sni, u.connect_timeout_ms, u.http2)
+        };
+        if let Some(first) = gw.upstreams[..i]
+            .iter()
+            .find(|o| service_host(o) == host && !same_way(o))
+        {
+            errors.push(Diag::error(
+                format!("providers[{i}].endpoint"),
+                format!(
+                    "reaches host {host} like provider {:?} but with another port or TLS, sni, connect_timeout or http2 setting — Istio applies one DestinationRule per host: give both the same endpoint and settings",
+                    first.provider
+                ),
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     let names: Vec<String> = gw.upstreams.iter().map(cluster_name).collect();
     gw.with_clusters(&names)
 }
@@ -322,9 +348,18 @@ fn selector(opts: &Options) -> Value {
 /// `ServiceEntry` + `DestinationRule` for each provider cluster (TLS origination at the gateway).
 pub fn provider_resources(gw: &Gateway, opts: &Options) -> Vec<Value> {
     let mut out = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for u in render::clusters(gw) {
         let host = service_host(u);
-        let name = format!("{NAME}-{}", dns_label(&u.provider));
+        // Provider names map to DNS labels; two that map to the same label get numbered.
+        let base = format!("{NAME}-{}", dns_label(&u.provider));
+        let mut name = base.clone();
+        let mut n = 1;
+        while names.contains(&name) {
+            n += 1;
+            name = format!("{base}-{n}");
+        }
+        names.push(name.clone());
         let protocol = if u.http2 && !u.tls { "HTTP2" } else { "HTTP" };
         let mut se = Mapping::new();
         se.insert("hosts".into(), seq(vec![host.as_str().into()]));

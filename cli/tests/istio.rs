@@ -216,3 +216,51 @@ fn providers_land_on_istio_cluster_names_in_both_roles_and_the_route() {
     );
     assert!(!text.contains("default_config"));
 }
+
+#[test]
+fn one_host_reached_two_ways_is_refused_and_resource_names_stay_unique() {
+    let two_ports = example().replace(
+        "endpoint: api.anthropic.com:443",
+        "endpoint: api.openai.com:8443\n    tls: true",
+    );
+    let e = render(&two_ports, None).unwrap_err();
+    assert!(
+        e.contains("providers[2].endpoint")
+            && e.contains("reaches host api.openai.com like provider \\\"openai\\\""),
+        "{e}"
+    );
+    // Same host and settings: one cluster, one ServiceEntry, both providers on it.
+    let shared = example()
+        .replace(
+            "endpoint: api.anthropic.com:443",
+            "endpoint: api.openai.com:443",
+        )
+        .replace("    connect_timeout: 3s\n", "");
+    let files = render(&shared, None).unwrap();
+    let kinds: Vec<String> = docs(&files[0].1)
+        .iter()
+        .map(|m| m.get("kind").and_then(Value::as_str).unwrap().to_string())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "ServiceEntry").count(), 2);
+    // Provider names that map to the same DNS label get numbered resource names.
+    let clash = example()
+        .replace("name: openai", "name: open.ai")
+        .replace("name: azure", "name: open-ai")
+        .replace("- openai\n", "- open.ai\n")
+        .replace("- azure\n", "- open-ai\n")
+        .replace("provider: openai", "provider: open.ai");
+    let files = render(&clash, None).unwrap();
+    let names: Vec<String> = docs(&files[0].1)
+        .iter()
+        .filter(|m| m.get("kind").and_then(Value::as_str) == Some("ServiceEntry"))
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "llm-failover-open-ai",
+            "llm-failover-open-ai-2",
+            "llm-failover-anthropic"
+        ]
+    );
+}
