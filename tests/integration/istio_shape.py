@@ -531,18 +531,27 @@ def manifest_of(layout: Path, tag: str) -> dict:
     return json.loads(data)
 
 
+WASM_LAYER = "application/vnd.module.wasm.content.layer.v1+wasm"
+
+
 def wasm_from_layout(layout: Path, tag: str) -> bytes:
-    """What istio-agent's image fetcher takes from a "compat" image: the last layer must be an
-    OCI tar+gzip layer; its file named plugin.wasm is the module."""
+    """What istio-agent's image fetcher takes from an image, in its order: the "compat" variant
+    (the last layer an OCI tar+gzip layer; its file named plugin.wasm), else the "oci" variant
+    (exactly two layers, one of them the module with the Wasm content media type)."""
     manifest = manifest_of(layout, tag)
-    layer = manifest["layers"][-1]
-    if layer["mediaType"] != OCI_LAYER:
-        raise ValueError(f"last layer is {layer['mediaType']}, not {OCI_LAYER}")
-    data = blob(layout, layer["digest"])
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar:
-            if Path(member.name).name == "plugin.wasm":
-                f = tar.extractfile(member)
-                if f is not None:
-                    return f.read()
-    raise ValueError("plugin.wasm not found in the layer")
+    layers = manifest["layers"]
+    if layers and layers[-1]["mediaType"] == OCI_LAYER:
+        data = blob(layout, layers[-1]["digest"])
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for member in tar:
+                if Path(member.name).name == "plugin.wasm":
+                    f = tar.extractfile(member)
+                    if f is not None:
+                        return f.read()
+        raise ValueError("plugin.wasm not found in the layer")
+    if len(layers) != 2:
+        raise ValueError(f"number of layers must be 2 but got {len(layers)}")
+    for layer in layers:
+        if layer["mediaType"] == WASM_LAYER:
+            return blob(layout, layer["digest"])
+    raise ValueError(f"could not find the layer of type {WASM_LAYER}")

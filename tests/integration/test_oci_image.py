@@ -23,8 +23,8 @@ SCRIPT = REPO_ROOT / "scripts/oci-image.sh"
 
 
 
-def build(out: Path, tag: str = "test", wasm: Path | None = None) -> str:
-    r = subprocess.run([str(SCRIPT), "--out", str(out), "--tag", tag,
+def build(out: Path, tag: str = "test", wasm: Path | None = None, variant: str = "compat") -> str:
+    r = subprocess.run([str(SCRIPT), "--out", str(out), "--tag", tag, "--variant", variant,
                         "--wasm", str(wasm or ist.module_path())],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -65,6 +65,21 @@ def test_layout_index_manifest_digests_and_the_wasm_inside(tmp_path):
     assert ist.wasm_from_layout(out, "0.1.0") == ist.module_path().read_bytes()
 
 
+def test_oci_variant_has_the_runtime_config_and_the_module_as_its_two_layers(tmp_path):
+    out = tmp_path / "oci"
+    build(out, "0.1.0", variant="oci")
+    m = ist.manifest_of(out, "0.1.0")
+    assert [layer["mediaType"] for layer in m["layers"]] == [
+        "application/vnd.module.wasm.config.v1+json", ist.WASM_LAYER]
+    assert m["config"]["mediaType"] == "application/vnd.module.wasm.config.v1+json"
+    runtime = json.loads(ist.blob(out, m["layers"][0]["digest"]))
+    assert runtime == {"type": "envoy_proxy", "abiVersions": ["v0.2.1"],
+                       "config": {"rootIds": ["llm_failover"]}}
+    assert ist.blob(out, m["layers"][1]["digest"]) == ist.module_path().read_bytes()
+    assert ist.wasm_from_layout(out, "0.1.0") == ist.module_path().read_bytes()
+    assert "module.wasm.image/variant" not in m["annotations"]
+
+
 def test_same_module_same_digests_other_module_other_digests(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     build(a)
@@ -86,11 +101,12 @@ def test_a_missing_module_is_an_error_not_an_empty_image(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
-def test_skopeo_reads_and_copies_the_layout(tmp_path):
+@pytest.mark.parametrize("variant", ["compat", "oci"])
+def test_skopeo_reads_and_copies_the_layout(tmp_path, variant):
     """An independent OCI tool accepts the layout (skopeo verifies digests when copying)."""
-    build(tmp_path / "oci", "1.2.3")
+    build(tmp_path / "oci", "1.2.3", variant=variant)
     r = subprocess.run(["skopeo", "copy", "-q", f"oci:{tmp_path / 'oci'}:1.2.3", f"dir:{tmp_path / 'dir'}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     m = json.loads((tmp_path / "dir/manifest.json").read_text())
-    assert m["annotations"]["module.wasm.image/variant"] == "compat"
+    assert m == ist.manifest_of(tmp_path / "oci", "1.2.3")
