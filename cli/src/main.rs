@@ -272,6 +272,16 @@ fn validate(
     gw: &llm_failover_cli::Gateway,
     real_env: &dyn Fn(&str) -> Option<String>,
 ) -> ExitCode {
+    // A file with an istio: block is also checked for `render --target istio`.
+    if gw.istio.is_some() {
+        if let Err(errors) = istio::options(gw, None, None)
+            .and_then(|opts| istio::render_files(gw, file, &opts).map(|_| ()))
+        {
+            print(file, &errors);
+            eprintln!("{file}: {} error(s) for --target istio", errors.len());
+            return ExitCode::from(1);
+        }
+    }
     print(file, &env_warnings(gw, real_env));
     let providers = gw.config.providers.len();
     let chains = gw.config.chains.len();

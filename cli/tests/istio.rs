@@ -264,3 +264,46 @@ fn one_host_reached_two_ways_is_refused_and_resource_names_stay_unique() {
         ]
     );
 }
+
+#[test]
+fn the_command_renders_istio_to_a_directory_and_validate_checks_the_istio_block() {
+    let bin = env!("CARGO_BIN_EXE_llm-failover");
+    let dir = std::env::temp_dir().join(format!("llm-failover-istio-{}", std::process::id()));
+    let src = istio_dir().join("gateway.failover.yaml");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .env_clear()
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "render",
+        src.to_str().unwrap(),
+        "--target",
+        "istio",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    for (name, text) in render(&example(), None).unwrap() {
+        assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), text);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // Without --out there are two files to write and nowhere to put them.
+    let out = run(&["render", src.to_str().unwrap(), "--target", "istio"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["render", src.to_str().unwrap(), "--istio-version", "1.31"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let bad = dir.with_extension("bad.failover.yaml");
+    std::fs::write(
+        &bad,
+        example().replace("  module: oci://", "  module: xoci://"),
+    )
+    .unwrap();
+    let out = run(&["validate", bad.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&bad);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("istio.module:"));
+}
