@@ -11,6 +11,7 @@ pub mod destination;
 pub mod dialects;
 pub mod duration;
 pub mod explain;
+pub mod forward;
 pub mod header_pairs;
 pub mod health;
 pub mod host;

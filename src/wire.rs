@@ -50,6 +50,10 @@ pub const CLUSTER_NAME_PROPERTY: &[u8] = b"xds\0cluster_name";
 /// more than one chain (with one, it can only be that one).
 pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
 
+/// Filter-state property with the caller headers that only some providers take (header-map
+/// layout), written by the downstream filter when the providers' `forward_headers` differ.
+pub const FORWARD_PROPERTY: &str = "llm_failover.forward";
+
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";

@@ -70,6 +70,10 @@ impl Config {
         let dead_marks = policies::dead_marks(&raw.dead_marks);
         let cleared_headers = providers.cleared_headers;
         let providers = providers.list;
+        let forwarding = crate::forward::HeaderPolicy::new(
+            providers.iter().map(|p| p.forward.clone()).collect(),
+            cleared_headers.clone(),
+        );
         let models_path = raw.models_path;
         problems
             .into_result(|| Config {
@@ -91,6 +95,7 @@ impl Config {
                 fingerprint: 0,
                 caller_chains,
                 model_list: Default::default(),
+                forwarding,
             })
             .map(|mut config| {
                 config.model_list = crate::models::ModelList::build(&config, Some(&models_path));

@@ -50,6 +50,8 @@ pub struct Provider {
     pub path_prefix: Option<String>,
     pub callers: Vec<String>,
     pub labels: BTreeMap<String, String>,
+    /// Which of the caller's headers this provider receives (SPEC section 7).
+    pub forward: crate::forward::Forward,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +181,8 @@ pub struct Config {
     pub caller_chains: bool,
     /// The answers to `GET <models_path>`, built once from the chains.
     pub model_list: crate::models::ModelList,
+    /// Which caller headers reach which provider (from each provider's `forward`).
+    pub forwarding: crate::forward::HeaderPolicy,
 }
 
 /// Limits that keep per-request work and shared-data records small.

@@ -2,8 +2,9 @@
 //! headers in the list every attempt clears).
 
 use super::problems::{is_header_name, is_token, At, Problems};
-use super::raw::{RawCredential, RawProvider};
+use super::raw::{RawCredential, RawForward, RawProvider};
 use super::{ModelPattern, Provider, ProviderId, MAX_PROVIDERS};
+use crate::forward::Forward;
 use std::collections::HashMap;
 
 /// The validated providers, their ids by name, and the headers every attempt clears.
@@ -120,6 +121,7 @@ fn validate_one(
             at.field("authority", format!("{authority:?} is not a host[:port]"));
         }
     }
+    let forward = forward_rule(p.forward_headers.as_ref(), at);
     Provider {
         name: p.name.clone(),
         cluster,
@@ -129,6 +131,35 @@ fn validate_one(
         path_prefix: p.path_prefix.clone(),
         callers: p.callers.clone(),
         labels: p.labels.clone(),
+        forward,
+    }
+}
+
+/// `forward_headers`: extra header names or `prefix*` patterns, or `all`.
+fn forward_rule(raw: Option<&RawForward>, at: &mut At) -> Forward {
+    match raw {
+        None => Forward::default(),
+        Some(RawForward::Word(w)) if w == "all" => Forward::All,
+        Some(RawForward::Word(w)) => {
+            at.field(
+                "forward_headers",
+                format!("{w:?}: give a list of header names (or \"prefix*\"), or the word all"),
+            );
+            Forward::default()
+        }
+        Some(RawForward::Names(names)) => {
+            for (j, name) in names.iter().enumerate() {
+                let lower = name.to_ascii_lowercase();
+                let bare = lower.strip_suffix('*').unwrap_or(&lower);
+                if !is_header_name(bare) || bare.starts_with(':') {
+                    at.field(
+                        &format!("forward_headers[{j}]"),
+                        format!("{name:?} is not a header name or \"prefix*\" pattern"),
+                    );
+                }
+            }
+            Forward::with_extra(names.iter().map(String::as_str))
+        }
     }
 }
 

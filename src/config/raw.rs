@@ -93,6 +93,18 @@ pub struct RawProvider {
     pub callers: Vec<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Caller headers this provider receives besides the default list (names or `prefix*`),
+    /// or `all`.
+    #[serde(default)]
+    pub forward_headers: Option<RawForward>,
+}
+
+/// `forward_headers`: a list of extra names, or the word `all`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawForward {
+    Names(Vec<String>),
+    Word(String),
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -290,3 +290,29 @@ fn no_attempt_starts_with_less_than_min_remaining_of_the_budget() {
         "a budget of 0 is no budget"
     );
 }
+
+#[test]
+fn forward_headers_take_names_patterns_or_all() {
+    let c = load(
+        r#"{"providers":[{"name":"a","forward_headers":["X-Tenant","x-org-*"]},{"name":"b","forward_headers":"all"},{"name":"c"}],
+        "chains":[{"name":"main","providers":["a","b","c"]}]}"#,
+    )
+    .unwrap();
+    assert!(c.forwarding.allows(0, b"x-tenant") && c.forwarding.allows(0, b"x-org-id"));
+    assert!(c.forwarding.allows(1, b"cookie") && !c.forwarding.allows(2, b"cookie"));
+    assert!(
+        !c.forwarding.allows(1, b"authorization"),
+        "the caller's gateway key never goes on"
+    );
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","forward_headers":"everything"},{"name":"b","forward_headers":["bad header",":path"]}],
+        "chains":[{"name":"main","providers":["a","b"]}]}"#,
+    );
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(
+        e[0].starts_with("providers[0].forward_headers: \"everything\""),
+        "{e:?}"
+    );
+    assert!(e[1].starts_with("providers[1].forward_headers[0]"), "{e:?}");
+    assert!(e[2].starts_with("providers[1].forward_headers[1]"), "{e:?}");
+}

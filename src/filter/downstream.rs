@@ -7,6 +7,7 @@ use super::metrics::Metrics;
 use crate::attempt_log;
 use crate::classify::Class;
 use crate::config::{Chain, Config};
+use crate::forward::{self, Verdict};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
 use crate::plan::{self, Plan, PlanRecord, RequestFacts, SkipReason};
@@ -330,6 +331,8 @@ impl HttpContext for Downstream {
         let map = envoy_host::header_map(MapType::HttpRequestHeaders);
         let mut method = "";
         let mut readable = true;
+        // Caller headers only some providers take, for their attempts to put back.
+        let mut kept: Vec<(&[u8], &[u8])> = Vec::new();
         for (name, value) in HeaderPairs::new(&map) {
             // Only the values we use are decoded; names are compared as bytes.
             let text = || std::str::from_utf8(value);
@@ -349,9 +352,11 @@ impl HttpContext for Downstream {
                         .find(|h| h.as_bytes() == name)
                     {
                         self.set_http_request_header(h, None);
+                        continue;
                     } else if name == config.opt_out_header.as_bytes() {
                         self.no_fallback = value.eq_ignore_ascii_case(b"off");
                         self.set_http_request_header(&config.opt_out_header, None);
+                        continue;
                     } else if config.caller_header.as_deref().map(str::as_bytes) == Some(name) {
                         // An undecodable identity is no identity: restricted providers are out.
                         self.caller = text().ok().map(str::to_string);
@@ -364,9 +369,23 @@ impl HttpContext for Downstream {
                         .find(|h| h.as_bytes() == name)
                     {
                         self.set_http_request_header(h, None);
+                        continue;
+                    }
+                    // Providers are third parties: only the headers they take go on.
+                    let verdict = config.forwarding.verdict(name);
+                    if verdict != Verdict::Keep {
+                        if let Ok(n) = std::str::from_utf8(name) {
+                            self.set_http_request_header(n, None);
+                        }
+                    }
+                    if verdict == Verdict::PerProvider {
+                        kept.push((name, value));
                     }
                 }
             }
+        }
+        if !kept.is_empty() {
+            envoy_host::set_property(wire::FORWARD_PROPERTY, &forward::encode_kept(&kept));
         }
         if !readable {
             self.send_reply(&Reply::invalid_request(

@@ -22,6 +22,7 @@ use crate::reply::Reply;
 use crate::retry_after;
 use crate::rewrite;
 use crate::wire;
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
 use std::ops::Range;
@@ -507,6 +508,18 @@ impl HttpContext for Upstream {
         // Credentials: drop every provider's and the caller's, then set this provider's own.
         for header in &self.config.cleared_headers {
             self.set_http_request_header(header, None);
+        }
+        if !self.config.forwarding.uniform() {
+            // Caller headers only some providers take: exactly this provider's share.
+            if let Some(kept) = envoy_host::property(wire::FORWARD_PROPERTY.as_bytes()) {
+                for edit in self.config.forwarding.attempt_edits(entry.provider, &kept) {
+                    let map = MapType::HttpRequestHeaders;
+                    let _ = match (edit.value, edit.append) {
+                        (Some(v), true) => hostcalls::add_map_value_bytes(map, edit.name, v),
+                        (value, _) => hostcalls::set_map_value_bytes(map, edit.name, value),
+                    };
+                }
+            }
         }
         for (name, value) in &provider.set_headers {
             self.set_http_request_header(name, Some(value));

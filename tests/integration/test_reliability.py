@@ -92,3 +92,128 @@ def test_a_budget_with_room_left_still_falls_over(three, tmp_path):
     assert r.status == 200, r.text
     assert r.header("x-llm-provider") == "tertiary"
     assert r.header("x-llm-attempts") == "3"
+
+
+# ------------------------------------------------------------------ provider-bound headers
+PRIVATE = {
+    "cookie": "session=s3cret",
+    "x-client-secret": "internal-only",
+    "x-tenant": "acme",
+    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "x-b3-traceid": "80f198ee56343ba864fe8b2a57d3eff7",
+    "x-internal-user": "alice@example.com",
+}
+PUBLIC = {
+    "user-agent": "OpenAI/Python 3.57.0",
+    "accept": "application/json",
+    "openai-organization": "org-123",
+    "openai-project": "proj-9",
+    "anthropic-beta": "tools-2024-05-16",
+    "x-stainless-lang": "python",
+    "x-stainless-retry-count": "0",
+    "idempotency-key": "idem-42",
+    "x-client-request-id": "req-7",
+}
+TENANT_FOR_TERTIARY = """
+  - name: spare
+    endpoint: "127.0.0.1:${TERTIARY_PORT}"
+"""
+
+
+def names(record):
+    return {k.lower() for k, _ in record["headers"]}
+
+
+def value(record, name):
+    got = [v for k, v in record["headers"] if k.lower() == name]
+    return got[0] if len(got) == 1 else got
+
+
+def test_only_the_api_headers_reach_providers_fallbacks_included(three, tmp_path):
+    """Cookies, internal secrets, tenant and tracing headers reach no provider, on the first
+    attempt or the fallbacks; the API headers SDKs send reach every one unchanged. A provider
+    that lists x-tenant in forward_headers gets that one too, and only it."""
+    gateway, primary, secondary, tertiary = three
+    primary.set_default(status=503)
+    secondary.set_default(status=500)
+    path = tmp_path / "gateway.failover.yaml"
+    path.write_text(CHAIN_OF_THREE.format(extra="", chain_extra="").replace(
+        "    credential: {header: x-api-key, value: sk-tertiary}",
+        "    credential: {header: x-api-key, value: sk-tertiary}\n"
+        "    forward_headers: [x-tenant, \"x-b3-*\"]"))
+    gw = gateway.start(path)
+    r = gw.chat("gpt-4o", headers={**PRIVATE, **PUBLIC, "authorization": "Bearer gw-caller-key"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "tertiary"
+    recs = [primary.last_request(), secondary.last_request(), tertiary.last_request()]
+    for rec in recs:
+        for name, v in PUBLIC.items():
+            assert value(rec, name) == v, (rec["provider"], name, rec["headers"])
+        assert value(rec, "content-type") == "application/json"
+        for leaked in ("cookie", "x-client-secret", "traceparent", "x-internal-user",
+                       "x-forwarded-for", "x-llm-fallback"):
+            assert leaked not in names(rec), (rec["provider"], leaked)
+    for rec in recs[:2]:
+        assert "x-tenant" not in names(rec) and "x-b3-traceid" not in names(rec), rec["provider"]
+    assert value(recs[2], "x-tenant") == "acme"
+    assert value(recs[2], "x-b3-traceid") == PRIVATE["x-b3-traceid"]
+    # Each provider's own credential, never the caller's.
+    assert value(recs[0], "authorization") == "Bearer sk-primary"
+    assert value(recs[1], "authorization") == "Bearer sk-secondary"
+    assert "authorization" not in names(recs[2]) and value(recs[2], "x-api-key") == "sk-tertiary"
+
+
+def test_forward_headers_all_opens_a_provider(three, tmp_path):
+    gateway, primary, secondary, _ = three
+    primary.set_default(status=503)
+    path = tmp_path / "gateway.failover.yaml"
+    path.write_text(CHAIN_OF_THREE.format(extra="", chain_extra="").replace(
+        "    credential: {header: authorization, prefix: \"Bearer \", value: sk-secondary}",
+        "    credential: {header: authorization, prefix: \"Bearer \", value: sk-secondary}\n"
+        "    forward_headers: all"))
+    gw = gateway.start(path)
+    r = gw.chat("gpt-4o", headers={**PRIVATE, "authorization": "Bearer gw-caller-key"})
+    assert r.status == 200, r.text
+    first, second = primary.last_request(), secondary.last_request()
+    assert not names(first) & set(PRIVATE)
+    for name, v in PRIVATE.items():
+        assert value(second, name) == v
+    assert value(second, "authorization") == "Bearer sk-secondary", "never the caller's key"
+
+
+def test_the_openai_sdk_loses_nothing_it_sends(three, tmp_path):
+    """The real openai SDK, pointed once at a mock directly and once at the gateway (whose
+    first provider fails): every header it sends reaches the providers unchanged, except the
+    caller's key (replaced by the provider's), accept-encoding (not forwarded: see README) and
+    what the connection itself carries."""
+    openai = pytest.importorskip("openai")
+    gateway, primary, secondary, tertiary = three
+    primary.set_default(status=503)
+    gw = gateway.start(failover_file(tmp_path))
+    extra = {"cookie": "session=s3cret", "x-client-secret": "internal-only"}
+
+    def ask(base_url):
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="gw-caller-key",
+                               max_retries=0, default_headers=extra)
+        out = client.chat.completions.create(model="gpt-4o",
+                                             messages=[{"role": "user", "content": "hi"}])
+        assert out.choices[0].message.content
+        stream = client.chat.completions.create(model="gpt-4o", stream=True,
+                                                messages=[{"role": "user", "content": "hi"}])
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    ask(tertiary.url)
+    direct = tertiary.requests()[-2:]
+    assert {"x-stainless-lang", "user-agent", "accept"} <= names(direct[0]), direct[0]["headers"]
+    ask(gw.url)
+    pairs = list(zip(direct * 2, primary.requests()[-2:] + secondary.requests()[-2:]))
+    transport = {"host", "content-length", "connection", "transfer-encoding"}
+    not_forwarded = {"authorization", "accept-encoding"} | set(extra)
+    for sent, got in pairs:
+        for name in names(sent) - transport - not_forwarded:
+            if name in ("x-stainless-read-timeout", "x-stainless-timeout"):
+                assert name in names(got), (got["provider"], name)
+            else:
+                assert value(got, name) == value(sent, name), (got["provider"], name)
+        assert not names(got) & set(extra)
+        assert value(got, "authorization") == f"Bearer sk-{got['provider']}"
