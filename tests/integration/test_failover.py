@@ -418,15 +418,18 @@ def test_header_values_that_are_not_utf8_pass_through_and_break_nothing(demo):
                                              "retry-after": "\u00ff"})
     gw = gateway.start(DEMO)
     for i in range(3):
-        r = gw.chat("gpt-4o", headers={"x-note": "caf\u00e9", "x-request-id": f"latin-{i}"})
+        r = gw.chat("gpt-4o", headers={"openai-note": "caf\u00e9", "x-note": "caf\u00e9",
+                                       "x-request-id": f"latin-{i}"})
         assert r.status == 200, r.text
         assert r.header("x-llm-provider") == "secondary"
         assert r.header("x-llm-fallback-reason") == "rate_limited"
-    # The bytes reach the providers unchanged (the mock reads headers as latin-1).
+    # The bytes reach the providers unchanged (the mock reads headers as latin-1) in a header
+    # providers take; a header they do not take is removed, bytes and all.
     for mock in (primary, secondary):
         records = mock.requests(bodies=False)
         assert len(records) == 3
-        assert all(header(rec, "x-note") == ["caf\u00e9"] for rec in records)
+        assert all(header(rec, "openai-note") == ["caf\u00e9"] for rec in records)
+        assert all(header(rec, "x-note") == [] for rec in records)
 
 
 def test_a_provider_cannot_trigger_a_failover_by_sending_the_internal_marker(demo):
