@@ -32,6 +32,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,20 @@ MAP_FIELDS = {"typed_extension_protocol_options", "map", "filter_metadata",
 def module_path() -> Path:
     """The module the tests run (LLM_FAILOVER_WASM, else dist/llm_failover.wasm)."""
     return Path(os.environ.get("LLM_FAILOVER_WASM") or REPO_ROOT / "dist/llm_failover.wasm")
+
+
+def envoy_minor() -> tuple[int, int]:
+    """(major, minor) of the Envoy the suite runs (harness.envoy_bin())."""
+    import subprocess
+
+    from harness import envoy_bin
+
+    out = subprocess.run([envoy_bin(), "--version"], capture_output=True, text=True,
+                         timeout=30).stdout
+    m = re.search(r"/(\d+)\.(\d+)\.\d+/", out)
+    if not m:
+        raise RuntimeError(f"cannot read the Envoy version from {out!r}")
+    return int(m.group(1)), int(m.group(2))
 
 
 def load_manifests(path: Path) -> list[dict]:
