@@ -99,8 +99,8 @@ def test_anthropic_quickstart_snippet_during_a_primary_outage(api):
     gateway, primary, secondary, tertiary = api
     primary.set_default(status=529)
     gw = gateway.start(API)
-    out = run_snippet(SNIPPETS[1], gw, "claude-sonnet-4-5").splitlines()
-    assert out == ["Hello from secondary (model claude-sonnet-4-5)",
+    out = run_snippet(SNIPPETS[1], gw, "claude-sonnet-5-5").splitlines()
+    assert out == ["Hello from secondary (model claude-sonnet-5-5)",
                    "secondary:0 secondary:1 secondary:2 "], out
     for r in secondary.requests():
         assert r["path"] == "/v1/messages"
@@ -147,7 +147,7 @@ def test_chains_are_limited_to_their_paths_and_model_less_requests_get_a_json_40
     gw = gateway.start(API)
     # claude-* is served on the Messages API only.
     with pytest.raises(openai.BadRequestError) as e:
-        oai(gw).chat.completions.create(model="claude-sonnet-4-5", messages=MSG)
+        oai(gw).chat.completions.create(model="claude-sonnet-5-5", messages=MSG)
     assert e.value.code == "model_not_recognized"
     r = gw.request("GET", "/v1/files")
     assert r.status == 404, r.text
@@ -327,21 +327,21 @@ def test_anthropic_sdk_retries_on_and_off_during_an_outage(api):
     counter = Counter()
     a = anthropic.Anthropic(base_url=gw.url, api_key="gw-key", max_retries=0,
                             http_client=counter.client())
-    raw = a.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=16,
+    raw = a.messages.with_raw_response.create(model="claude-sonnet-5-5", max_tokens=16,
                                                messages=MSG)
     assert raw.headers["x-llm-provider"] == "secondary"
-    assert raw.parse().content[0].text == "Hello from secondary (model claude-sonnet-4-5)"
+    assert raw.parse().content[0].text == "Hello from secondary (model claude-sonnet-5-5)"
     assert counter.n == 1
     for m in (secondary, tertiary):
         m.set_default(status=529)
     with pytest.raises(anthropic.APIStatusError) as e:
-        a.messages.create(model="claude-sonnet-4-5", max_tokens=16, messages=MSG)
+        a.messages.create(model="claude-sonnet-5-5", max_tokens=16, messages=MSG)
     assert e.value.response.headers["x-should-retry"] == "true"
     counter.n = 0
     retrying = anthropic.Anthropic(base_url=gw.url, api_key="gw-key", max_retries=2,
                                    http_client=counter.client())
     with pytest.raises(anthropic.APIStatusError) as e:
-        with retrying.messages.stream(model="claude-sonnet-4-5", max_tokens=16,
+        with retrying.messages.stream(model="claude-sonnet-5-5", max_tokens=16,
                                       messages=MSG) as s:
             list(s.text_stream)
     assert e.value.status_code == 503
