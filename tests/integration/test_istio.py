@@ -271,6 +271,7 @@ def test_credential_isolation_each_provider_gets_only_its_own_key(istio):
     for rec in (a, b, g):
         for v in (v for _, v in rec["headers"]):
             assert "gateway-key" not in v and "caller" not in v
+        assert not header(rec, "cookie")          # not on the provider-bound allow-list
 
 
 def test_a_credential_missing_from_the_environment_refuses_the_config_fail_closed(istio):
