@@ -4,6 +4,8 @@
 //! The decision core (everything but `filter`) is plain Rust with no proxy-wasm types: it is
 //! unit-tested on the host and inside wasm. `filter` is the thin proxy-wasm glue.
 
+pub mod answer;
+pub mod attempt;
 pub mod attempt_log;
 pub mod classify;
 pub mod config;
@@ -12,15 +14,18 @@ pub mod dialects;
 pub mod duration;
 pub mod explain;
 pub mod forward;
+pub mod handoff;
 pub mod header_pairs;
 pub mod health;
 pub mod host;
+pub mod intake;
 pub mod metrics;
 pub mod models;
 pub mod plan;
 pub mod reply;
 pub mod retry_after;
 pub mod rewrite;
+pub mod roles;
 pub mod status;
 pub mod wire;
 

@@ -1,12 +1,10 @@
-//! Building one request's chain before its first attempt (SPEC section 2), and the compact
-//! text form of that plan that the downstream filter hands to every attempt's upstream filter
-//! through Envoy filter state.
+//! Building one request's chain before its first attempt (SPEC section 2). The form the plan
+//! travels in to every attempt is `handoff::PlanRecord`.
 
 use crate::classify::Class;
 use crate::config::{any_matches, AltList, Chain, Config, ProviderId};
 use crate::health::Admission;
 use crate::reply::Reply;
-use std::borrow::Cow;
 
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
 pub trait Gatekeeper {
@@ -250,7 +248,7 @@ pub fn plan_or_refuse(
 /// that list. `None` when the class has no list in this chain or the request none to use.
 pub fn reroute(
     chain: &Chain,
-    record: &PlanRecord,
+    record: &Walk,
     number: usize,
     class: Class,
     gate: &mut dyn FnMut(u8) -> Option<Slot>,
@@ -260,7 +258,7 @@ pub fn reroute(
     if chain.list(list).is_empty() || candidates.is_empty() {
         return None;
     }
-    let tried = record.slots.get(..number).unwrap_or(&record.slots);
+    let tried = record.slots.get(..number).unwrap_or(record.slots);
     let entry = |e: u8| chain.entries.get(usize::from(e));
     let mut walk: Vec<Slot> = tried.to_vec();
     for &candidate in candidates.iter() {
@@ -326,166 +324,31 @@ pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usi
     generic
 }
 
-// ---------------------------------------------------------------------------------------------
-// The plan as the upstream filter reads it from filter state, one line per field:
-//   configuration fingerprint (16 hex digits), chain index, request start (ms), body length,
-//   flags (1 = attempt log started, 2 = the caller asked for a stream, added), slots
-//   ("entry[p][q]" comma separated, p = pristine, q = probe), alternative lists (empty, or
-//   "limit;context_window entries;content_policy entries" with entries comma separated),
-//   original :path, original :authority, requested model.
-// Newlines cannot occur in header values, and the planner refuses models containing them.
-
-/// What each attempt needs to know about its request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanRecord<'a> {
-    /// Fingerprint of the configuration the plan was made under (`Config::fingerprint`).
-    pub config: u64,
-    pub chain: u8,
-    pub start_ms: u64,
-    pub body_len: u64,
-    /// Planning already wrote skips to the attempt log: the first attempt must append to it
-    /// rather than start it (saves a read on the common path).
-    pub log_started: bool,
-    /// The caller asked for a stream (`"stream": true`): a `200` may be an SSE answer whose
-    /// first event must be read before it is released.
-    pub stream: bool,
-    pub slots: Cow<'a, [Slot]>,
-    /// Attempts Envoy may make ([`Plan::attempt_limit`]); 0 means `slots.len()`.
-    pub limit: u8,
+/// What rerouting needs from a request's plan as the attempts see it (`handoff::PlanView`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walk<'a> {
+    /// The walk so far (attempt n uses `slots[n - 1]`).
+    pub slots: &'a [Slot],
+    /// Attempts Envoy may make for this request ([`Plan::attempt_limit`]).
+    pub limit: usize,
     /// Candidates of the chain's alternative lists ([`Plan::context_window`]).
-    pub context_window: Cow<'a, [u8]>,
-    pub content_policy: Cow<'a, [u8]>,
-    pub path: &'a str,
-    pub authority: &'a str,
-    pub model: &'a str,
+    pub context_window: &'a [u8],
+    pub content_policy: &'a [u8],
 }
 
-impl PlanRecord<'_> {
-    pub fn slot_for(&self, attempt: usize) -> Option<&Slot> {
-        slot_for_attempt(&self.slots, attempt)
-    }
-
+impl Walk<'_> {
     /// Attempts Envoy may make for this request.
     pub fn limit(&self) -> usize {
-        if self.limit == 0 {
-            self.slots.len()
-        } else {
-            usize::from(self.limit)
-        }
+        self.limit
     }
 
     /// The candidates of one alternative list.
     pub fn list(&self, list: AltList) -> &[u8] {
         match list {
-            AltList::ContextWindow => &self.context_window,
-            AltList::ContentPolicy => &self.content_policy,
+            AltList::ContextWindow => self.context_window,
+            AltList::ContentPolicy => self.content_policy,
         }
     }
-
-    pub fn encode(&self) -> String {
-        use std::fmt::Write;
-        let mut out =
-            String::with_capacity(48 + self.path.len() + self.authority.len() + self.model.len());
-        let _ = write!(
-            out,
-            "{:016x}\n{}\n{}\n{}\n{}\n",
-            self.config,
-            self.chain,
-            self.start_ms,
-            self.body_len,
-            u8::from(self.log_started) | u8::from(self.stream) << 1
-        );
-        for (i, s) in self.slots.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{}", s.entry);
-            if s.pristine {
-                out.push('p');
-            }
-            if s.probe {
-                out.push('q');
-            }
-        }
-        out.push('\n');
-        if self.limit != 0 || !self.context_window.is_empty() || !self.content_policy.is_empty() {
-            let _ = write!(out, "{};", self.limit);
-            push_entries(&mut out, &self.context_window);
-            out.push(';');
-            push_entries(&mut out, &self.content_policy);
-        }
-        let _ = write!(out, "\n{}\n{}\n{}", self.path, self.authority, self.model);
-        out
-    }
-
-    /// Reads a record written by `encode`; `None` for anything else.
-    pub fn decode(text: &str) -> Option<PlanRecord<'_>> {
-        let mut lines = text.splitn(10, '\n');
-        let config = u64::from_str_radix(lines.next()?, 16).ok()?;
-        let chain = lines.next()?.parse().ok()?;
-        let start_ms = lines.next()?.parse().ok()?;
-        let body_len = lines.next()?.parse().ok()?;
-        let flags: u8 = match lines.next()? {
-            f if f.len() == 1 => f.parse().ok().filter(|&f| f <= 3)?,
-            _ => return None,
-        };
-        let slots_text = lines.next()?;
-        let mut slots = Vec::with_capacity(4);
-        for item in slots_text.split(',').filter(|s| !s.is_empty()) {
-            let digits = item.trim_end_matches(['p', 'q']);
-            let flags = &item[digits.len()..];
-            slots.push(Slot {
-                entry: digits.parse().ok()?,
-                pristine: flags.contains('p'),
-                probe: flags.contains('q'),
-            });
-        }
-        let (limit, context_window, content_policy) = match lines.next()? {
-            "" => (0, Vec::new(), Vec::new()),
-            lists => {
-                let mut parts = lists.split(';');
-                let limit = parts.next()?.parse().ok()?;
-                let cw = parse_entries(parts.next()?)?;
-                let cp = parse_entries(parts.next()?)?;
-                if parts.next().is_some() {
-                    return None;
-                }
-                (limit, cw, cp)
-            }
-        };
-        Some(PlanRecord {
-            config,
-            chain,
-            start_ms,
-            body_len,
-            log_started: flags & 1 != 0,
-            stream: flags & 2 != 0,
-            slots: Cow::Owned(slots),
-            limit,
-            context_window: Cow::Owned(context_window),
-            content_policy: Cow::Owned(content_policy),
-            path: lines.next()?,
-            authority: lines.next()?,
-            model: lines.next()?,
-        })
-    }
-}
-
-fn push_entries(out: &mut String, entries: &[u8]) {
-    use std::fmt::Write;
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{e}");
-    }
-}
-
-fn parse_entries(text: &str) -> Option<Vec<u8>> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().ok())
-        .collect()
 }
 
 #[cfg(test)]
@@ -796,80 +659,17 @@ mod tests {
         );
     }
 
-    #[test]
-    fn plan_record_round_trips() {
-        let record = PlanRecord {
-            config: 0x0123_4567_89ab_cdef,
-            chain: 3,
-            start_ms: 1_700_000_000_123,
-            body_len: 5 * 1024 * 1024,
-            log_started: true,
-            stream: false,
-            slots: Cow::Owned(vec![
-                Slot {
-                    entry: 0,
-                    pristine: true,
-                    probe: false,
-                },
-                Slot {
-                    entry: 12,
-                    pristine: false,
-                    probe: true,
-                },
-                Slot {
-                    entry: 2,
-                    pristine: false,
-                    probe: false,
-                },
-            ]),
-            limit: 0,
-            context_window: Cow::Owned(Vec::new()),
-            content_policy: Cow::Owned(Vec::new()),
-            path: "/v1/chat/completions?x=1",
-            authority: "gateway.local:10000",
-            model: "gpt-4o|weird name",
-        };
-        let text = record.encode();
-        assert_eq!(PlanRecord::decode(&text), Some(record.clone()));
-        assert_eq!(record.limit(), 3);
-        let with_lists = PlanRecord {
-            stream: true,
-            limit: 5,
-            context_window: Cow::Owned(vec![4, 5]),
-            content_policy: Cow::Owned(vec![]),
-            ..record
-        };
-        let text = with_lists.encode();
-        assert_eq!(PlanRecord::decode(&text), Some(with_lists.clone()));
-        assert_eq!(with_lists.limit(), 5);
-        assert_eq!(with_lists.list(AltList::ContextWindow), &[4, 5]);
-        assert_eq!(PlanRecord::decode("1\n2\n3\n4\n0\n\n/\na\nm"), None);
-        assert_eq!(PlanRecord::decode("1\n2\n3\n0\n0\n3;1;2;9\n/\na\nm"), None);
-        assert_eq!(PlanRecord::decode("garbage"), None);
-        assert_eq!(PlanRecord::decode("1\n2\n3\n0\nx,y\n\n/\na\nm"), None);
-        assert_eq!(PlanRecord::decode("1\n2\n3\n7\n0\n\n/\na\nm"), None);
-    }
-
     const LISTS: &str = r#"{"caller_header":"x-team","providers":[{"name":"a"},{"name":"b"},
         {"name":"big"},{"name":"huge"},{"name":"safe"},{"name":"private","callers":["x"]}],
         "chains":[{"name":"main","providers":["a","b"],"max_attempts":3,
           "context_window":["big","private","huge"],"content_policy":["safe"]}]}"#;
 
-    fn record_of<'a>(plan: &'a Plan, chain: &Chain) -> PlanRecord<'a> {
-        PlanRecord {
-            config: 0,
-            chain: plan.chain,
-            start_ms: 0,
-            body_len: 0,
-            log_started: false,
-            stream: false,
-            slots: Cow::Borrowed(&plan.slots),
-            limit: plan.attempt_limit(chain) as u8,
-            context_window: Cow::Borrowed(&plan.context_window),
-            content_policy: Cow::Borrowed(&plan.content_policy),
-            path: "/",
-            authority: "a",
-            model: "m",
+    fn record_of<'a>(plan: &'a Plan, chain: &Chain) -> Walk<'a> {
+        Walk {
+            slots: &plan.slots,
+            limit: plan.attempt_limit(chain),
+            context_window: &plan.context_window,
+            content_policy: &plan.content_policy,
         }
     }
 
@@ -958,8 +758,8 @@ mod tests {
         let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
         assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 2]);
         // Failing the same way inside the list: the limit is reached, nothing follows.
-        let second = PlanRecord {
-            slots: Cow::Owned(walk),
+        let second = Walk {
+            slots: &walk,
             ..record
         };
         let walk = reroute(chain, &second, 2, Class::ContextWindowExceeded, &mut open).unwrap();

@@ -26,17 +26,9 @@ pub const SLOT_PROPERTIES: [&str; 16] = [
 ];
 /// Envoy stores wasm-set properties under this prefix in filter state.
 pub const ENVOY_WASM_STATE_PREFIX: &str = "wasm.";
-/// Filter-state property with the request's plan, read by the upstream filter on each attempt.
-pub const PLAN_PROPERTY: &str = "llm_failover.plan";
 /// Filter-state property the upstream filters append each attempt's record to; also what
 /// access logs print: `%FILTER_STATE(wasm.llm_failover.attempts:PLAIN)%`.
 pub const ATTEMPTS_PROPERTY: &str = "llm_failover.attempts";
-/// Filter-state property the upstream role sets when it refuses to start an attempt, so the
-/// downstream role knows the answer is the gateway's own and that attempt reached no provider:
-/// [`REFUSED_FOR_BUDGET`] when the time budget was spent (SPEC section 5), otherwise the fail
-/// closed refusal's code (SPEC section 7).
-pub const REFUSED_PROPERTY: &str = "llm_failover.refused";
-pub const REFUSED_FOR_BUDGET: &str = "budget";
 /// Property path (NUL-joined) of the chosen host's provider in its endpoint metadata
 /// (`destination::HOST_METADATA_NAMESPACE` / `HOST_METADATA_PROVIDER_KEY`), which grouping
 /// clusters carry because their name is not a provider's.
@@ -49,10 +41,6 @@ pub const CLUSTER_NAME_PROPERTY: &[u8] = b"xds\0cluster_name";
 /// `%FILTER_STATE(wasm.llm_failover.chain:PLAIN)%`. Written only when the configuration has
 /// more than one chain (with one, it can only be that one).
 pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
-
-/// Filter-state property with the caller headers that only some providers take (header-map
-/// layout), written by the downstream filter when the providers' `forward_headers` differ.
-pub const FORWARD_PROPERTY: &str = "llm_failover.forward";
 
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.

@@ -1,17 +1,15 @@
-//! The proxy-wasm glue: thin adapters between Envoy's callbacks and the decision core.
-//! One module serves both roles; the plugin configuration's `role` picks which context a
-//! plugin instance creates (DESIGN section 1, router mode).
+//! The proxy-wasm glue: Envoy's callbacks handed to the roles (`crate::roles`), which run
+//! against [`EnvoyHost`]. One module serves both roles; the plugin configuration's `role` picks
+//! which context a plugin instance creates (DESIGN section 1, router mode).
 
-mod downstream;
 mod envoy_host;
-mod metrics;
-mod upstream;
 
 use crate::config::{Config, Role};
-use metrics::Metrics;
+use crate::roles::{self, Downstream, Flow, Metrics, Upstream};
+use envoy_host::EnvoyHost;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{ContextType, LogLevel};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -43,9 +41,9 @@ impl RootContext for Root {
         let raw = self.get_plugin_configuration().unwrap_or_default();
         match Config::from_json(&raw, &|name| std::env::var(name).ok()) {
             Ok(config) => {
-                envoy_host::init_health_records(&config);
-                let metrics = Metrics::new(&config);
-                metrics.refresh_breaker_states(&config);
+                roles::init_health_records(&config, &EnvoyHost);
+                let metrics = Metrics::new(&config, &EnvoyHost);
+                metrics.refresh_breaker_states(&config, &EnvoyHost);
                 if config.role == Role::Downstream {
                     self.set_tick_period(GAUGE_REFRESH);
                 }
@@ -66,7 +64,7 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
-            metrics.refresh_breaker_states(config);
+            metrics.refresh_breaker_states(config, &EnvoyHost);
         }
     }
 
@@ -74,12 +72,79 @@ impl RootContext for Root {
         let config = Rc::clone(self.config.as_ref()?);
         let metrics = Rc::clone(self.metrics.as_ref()?);
         Some(match config.role {
-            Role::Downstream => Box::new(downstream::Downstream::new(config, metrics)),
-            Role::Upstream => Box::new(upstream::Upstream::new(config, metrics)),
+            Role::Downstream => Box::new(DownstreamContext(Downstream::new(
+                EnvoyHost, config, metrics,
+            ))),
+            Role::Upstream => Box::new(UpstreamContext(Upstream::new(EnvoyHost, config, metrics))),
         })
     }
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
+    }
+}
+
+fn action(flow: Flow) -> Action {
+    match flow {
+        Flow::Continue => Action::Continue,
+        Flow::Pause => Action::Pause,
+    }
+}
+
+struct DownstreamContext(Downstream<EnvoyHost>);
+
+impl Context for DownstreamContext {
+    fn on_done(&mut self) -> bool {
+        self.0.on_done();
+        true
+    }
+}
+
+impl HttpContext for DownstreamContext {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_request_headers(end_of_stream))
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_request_body(body_size, end_of_stream))
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        action(self.0.on_response_headers())
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_body(body_size, end_of_stream))
+    }
+}
+
+struct UpstreamContext(Upstream<EnvoyHost>);
+
+impl Context for UpstreamContext {
+    fn on_done(&mut self) -> bool {
+        self.0.on_done();
+        true
+    }
+}
+
+impl HttpContext for UpstreamContext {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_request_headers(end_of_stream))
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_request_body(body_size, end_of_stream))
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_headers(end_of_stream))
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_body(body_size, end_of_stream))
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        action(self.0.on_response_trailers())
     }
 }

@@ -1,4 +1,4 @@
-//! The SPEC section 8 metrics over proxy-wasm: each (metric, labels) combination is defined once
+//! The SPEC section 8 metrics over the [`Host`]: each (metric, labels) combination is defined once
 //! per VM, the first time it is needed, and its id cached by provider/class/chain index, so the
 //! hot path never formats a name it has seen (a success costs one `increment_metric`).
 //! Names and the Envoy tag rules that turn them into labels live in [`crate::metrics`].
@@ -8,14 +8,12 @@
 //! is one gauge that every worker sets to the state it reads from shared data, which is the same
 //! for all of them (see [`Metrics::refresh_breaker_states`]).
 
-use super::envoy_host;
+use super::{health, Host, MetricKind};
 use crate::classify::Class;
 use crate::config::{Config, ProviderId};
 use crate::health::BreakerState;
 use crate::metrics as names;
 use crate::plan::SkipReason;
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::MetricType;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
@@ -45,31 +43,30 @@ pub struct Metrics {
     breaker: Vec<Option<u32>>,
 }
 
-fn define(kind: MetricType, name: &str) -> Option<u32> {
-    // Envoy refuses only an unknown metric type.
-    hostcalls::define_metric(kind, name).ok()
-}
-
-fn increment(id: Option<u32>) {
+fn increment(host: &impl Host, id: Option<u32>) {
     if let Some(id) = id {
-        let _ = hostcalls::increment_metric(id, 1);
+        host.increment_metric(id);
     }
 }
 
-/// The cached id in `slot`, defining `name()` on first use.
-fn cached(slot: Option<&Cell<Option<u32>>>, name: impl FnOnce() -> String) -> Option<u32> {
+/// The cached id in `slot`, defining counter `name()` on first use.
+fn cached(
+    host: &impl Host,
+    slot: Option<&Cell<Option<u32>>>,
+    name: impl FnOnce() -> String,
+) -> Option<u32> {
     let slot = slot?;
     if let Some(id) = slot.get() {
         return Some(id);
     }
-    let id = define(MetricType::Counter, &name());
+    let id = host.define_metric(MetricKind::Counter, &name());
     slot.set(id);
     id
 }
 
 impl Metrics {
     /// Sizes the caches for `config` and defines the breaker-state gauges.
-    pub fn new(config: &Config) -> Metrics {
+    pub fn new(config: &Config, host: &impl Host) -> Metrics {
         let providers = config.providers.len();
         Metrics {
             attempts: (0..providers * CLASSES).map(|_| Cell::new(None)).collect(),
@@ -79,63 +76,78 @@ impl Metrics {
             breaker: config
                 .providers
                 .iter()
-                .map(|p| define(MetricType::Gauge, &names::breaker_state(&p.name)))
+                .map(|p| host.define_metric(MetricKind::Gauge, &names::breaker_state(&p.name)))
                 .collect(),
         }
     }
 
     /// `llm_failover_attempts_total{provider, outcome}` += 1.
-    pub fn attempt(&self, config: &Config, provider: ProviderId, class: Class) {
+    pub fn attempt(&self, host: &impl Host, config: &Config, provider: ProviderId, class: Class) {
         let slot = self.attempts.get(provider * CLASSES + class as usize);
-        increment(cached(slot, || {
-            names::attempts(&config.providers[provider].name, class)
-        }));
+        increment(
+            host,
+            cached(host, slot, || {
+                names::attempts(&config.providers[provider].name, class)
+            }),
+        );
     }
 
     /// `llm_failover_skipped_total{provider, reason}` += 1.
-    pub fn skipped(&self, config: &Config, provider: ProviderId, reason: SkipReason) {
+    pub fn skipped(
+        &self,
+        host: &impl Host,
+        config: &Config,
+        provider: ProviderId,
+        reason: SkipReason,
+    ) {
         let slot = self.skipped.get(provider * REASONS + reason_index(reason));
-        increment(cached(slot, || {
-            names::skipped(&config.providers[provider].name, reason.as_str())
-        }));
+        increment(
+            host,
+            cached(host, slot, || {
+                names::skipped(&config.providers[provider].name, reason.as_str())
+            }),
+        );
     }
 
     /// `llm_failover_exhausted_total{chain}` += 1.
-    pub fn exhausted(&self, config: &Config, chain: usize) {
-        increment(cached(self.exhausted.get(chain), || {
-            names::exhausted(&config.chains[chain].name)
-        }));
+    pub fn exhausted(&self, host: &impl Host, config: &Config, chain: usize) {
+        increment(
+            host,
+            cached(host, self.exhausted.get(chain), || {
+                names::exhausted(&config.chains[chain].name)
+            }),
+        );
     }
 
     /// `llm_failover_fallbacks_total{from, to}` += 1.
-    pub fn fallback(&self, config: &Config, from: ProviderId, to: ProviderId) {
+    pub fn fallback(&self, host: &impl Host, config: &Config, from: ProviderId, to: ProviderId) {
         let key = (from as u16, to as u16);
         let known = self.fallbacks.borrow().get(&key).copied();
         let id = known.or_else(|| {
-            let id = define(
-                MetricType::Counter,
+            let id = host.define_metric(
+                MetricKind::Counter,
                 &names::fallbacks(&config.providers[from].name, &config.providers[to].name),
             )?;
             self.fallbacks.borrow_mut().insert(key, id);
             Some(id)
         });
-        increment(id);
+        increment(host, id);
     }
 
     /// Sets `llm_failover_breaker_state{provider}`.
-    pub fn breaker_state(&self, provider: ProviderId, state: BreakerState) {
+    pub fn breaker_state(&self, host: &impl Host, provider: ProviderId, state: BreakerState) {
         if let Some(Some(id)) = self.breaker.get(provider) {
-            let _ = hostcalls::record_metric(*id, u64::from(state.metric_value()));
+            host.record_metric(*id, u64::from(state.metric_value()));
         }
     }
 
     /// Sets every provider's breaker gauge from the shared health records (one shared-data read
     /// each). Called at configure and from the downstream root's tick, so the gauge also follows
     /// changes nobody reports, such as a cooldown ending (open -> half-open) with no traffic.
-    pub fn refresh_breaker_states(&self, config: &Config) {
-        let health = envoy_host::health(config);
+    pub fn refresh_breaker_states(&self, config: &Config, host: &impl Host) {
+        let health = health(config, host, host);
         for (id, provider) in config.providers.iter().enumerate() {
-            self.breaker_state(id, health.snapshot(&provider.name).state);
+            self.breaker_state(host, id, health.snapshot(&provider.name).state);
         }
     }
 }

@@ -1,0 +1,198 @@
+//! The downstream role's response-side decisions (SPEC sections 5 and 6), as pure functions over
+//! facts: the public headers from the attempts made, whether the chain was exhausted (and with
+//! `fallbacks_exhausted`, the `503` that replaces the last answer), and the probes to give back.
+
+use crate::classify::Class;
+use crate::config::{Chain, Config, ProviderId};
+use crate::handoff::Refused;
+use crate::plan::Plan;
+use crate::reply::Reply;
+
+/// What the downstream role knows about the final answer without extra reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerFacts {
+    /// Envoy's `upstream.request_attempt_count` (0 when absent).
+    pub attempt_count: u64,
+    /// The answer carries the retry marker: its attempt fell over, and no attempt was left.
+    pub marker: bool,
+    /// The answer's `:status` (0 when unreadable).
+    pub status: u16,
+}
+
+/// What the downstream role reads only when a decision needs it (each is a hostcall).
+pub trait AnswerReads {
+    /// Envoy's `response.code_details` (`via_upstream` for a provider's own answer).
+    fn code_details(&self) -> Option<String>;
+    /// The recorded class of failed attempt `attempt` (1-based), see [`crate::handoff::Outcomes`].
+    fn outcome(&self, attempt: usize) -> Option<Class>;
+    /// The upstream role refused to start the last attempt ([`crate::handoff::REFUSED`]).
+    fn refused(&self) -> Option<Refused>;
+}
+
+/// The caller's view of the request's attempts, to write on the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer<'a> {
+    /// Provider calls made.
+    pub attempts: usize,
+    /// `x-llm-attempts`, when the answer shows it.
+    pub attempts_header: Option<usize>,
+    /// The provider that answered, or was tried last (`x-llm-provider`); `None` when the attempt
+    /// count names no planned slot (the public headers are then left off).
+    pub provider: Option<&'a str>,
+    /// `x-llm-fallback-count`, present only when at least 1.
+    pub fallback_count: Option<usize>,
+    /// `x-llm-fallback-reason`.
+    pub fallback_reason: Option<&'static str>,
+    /// Every planned attempt failed: count `llm_failover_exhausted_total{chain}` (this names
+    /// the chain).
+    pub exhausted: Option<&'a str>,
+    /// With `fallbacks_exhausted`, the answer to send instead of the last provider's.
+    pub replace: Option<Reply>,
+    /// `x-should-retry` on an exhausted chain's last answer, which the caller gets as it is:
+    /// whether trying again can help (a provider's own advice is about one provider, not the
+    /// chain).
+    pub should_retry: Option<bool>,
+}
+
+/// Whether an upstream role may have moved the walk to an alternative list (SPEC 3a), so the
+/// plan must be read back before answering (only after a fallback, only for chains with lists).
+pub fn may_have_rerouted(config: &Config, plan: &Plan, attempt_count: u64) -> bool {
+    attempt_count > 1
+        && config
+            .chains
+            .get(usize::from(plan.chain))
+            .is_some_and(Chain::has_lists)
+}
+
+/// The public view of a planned request's final answer.
+pub fn answer<'a>(
+    config: &'a Config,
+    plan: &Plan,
+    facts: AnswerFacts,
+    reads: &dyn AnswerReads,
+) -> Answer<'a> {
+    let mut attempts = usize::try_from(facts.attempt_count)
+        .unwrap_or(1)
+        .clamp(1, plan.slots.len().max(1));
+    // An attempt the upstream role refused (time budget spent, or fail closed) reached no
+    // provider: it is not counted, and the answer is the gateway's own. Refusals answer 5xx,
+    // so a success pays no extra read.
+    let refused = if facts.status >= 500 {
+        reads.refused()
+    } else {
+        None
+    };
+    if refused.is_some() {
+        attempts -= 1;
+    }
+    let budget_refused = refused == Some(Refused::Budget);
+    let Some(chain) = config.chains.get(usize::from(plan.chain)) else {
+        return Answer::none(attempts);
+    };
+    let provider_of = |attempt: usize| {
+        plan.slot(attempt)
+            .and_then(|slot| chain.entries.get(usize::from(slot.entry)))
+            .and_then(|entry| config.providers.get(entry.provider))
+            .map(|p| p.name.as_str())
+    };
+    if refused == Some(Refused::FailClosed) {
+        // Fail closed (SPEC section 7): say how many providers were called and which was last.
+        return Answer {
+            attempts_header: Some(attempts),
+            provider: provider_of(attempts),
+            ..Answer::none(attempts)
+        };
+    }
+    let exhausted = budget_refused
+        || facts.marker
+        || (attempts == plan.slots.len() && ended_without_response(chain, facts, attempts, reads));
+    let Some(provider) = provider_of(attempts) else {
+        return Answer::none(attempts);
+    };
+    let (fallback_count, fallback_reason) = if attempts > 1 {
+        (
+            Some(attempts - 1),
+            reads.outcome(attempts - 1).map(Class::as_str),
+        )
+    } else if plan.starts_after_skip() {
+        (None, Some("breaker_open"))
+    } else {
+        (None, None)
+    };
+    let replace = (exhausted && chain.fallbacks_exhausted)
+        .then(|| Reply::fallbacks_exhausted(&chain.name, attempts));
+    let should_retry =
+        (exhausted && !chain.fallbacks_exhausted).then(|| Reply::status_is_retriable(facts.status));
+    Answer {
+        attempts,
+        attempts_header: Some(attempts),
+        provider: Some(provider),
+        fallback_count,
+        fallback_reason,
+        exhausted: exhausted.then_some(chain.name.as_str()),
+        replace,
+        should_retry,
+    }
+}
+
+impl Answer<'_> {
+    fn none(attempts: usize) -> Self {
+        Answer {
+            attempts,
+            attempts_header: None,
+            provider: None,
+            fallback_count: None,
+            fallback_reason: None,
+            exhausted: None,
+            replace: None,
+            should_retry: None,
+        }
+    }
+}
+
+/// True when the answer is Envoy's own after the last planned attempt got no response
+/// (refused, reset, timed out) and that class falls over in `chain`: such attempts leave no
+/// marker header, yet the chain is exhausted just the same. Reads only for 5xx answers, so the
+/// healthy path pays nothing.
+fn ended_without_response(
+    chain: &Chain,
+    facts: AnswerFacts,
+    attempts: usize,
+    reads: &dyn AnswerReads,
+) -> bool {
+    if facts.status < 500 {
+        return false;
+    }
+    let details = reads.code_details().unwrap_or_default();
+    if details.is_empty() || details == "via_upstream" {
+        return false;
+    }
+    // The last attempt's own record when its upstream filter has settled it already, else what
+    // Envoy says happened.
+    let class = reads
+        .outcome(attempts)
+        .unwrap_or(if details.contains("timeout") {
+            Class::Timeout
+        } else {
+            Class::ConnectionError
+        });
+    chain.fallback_on.falls_over(class, None)
+}
+
+/// Providers whose half-open probe this request claimed but never used (it made `attempts`
+/// calls): give each probe back so the next request can probe.
+pub fn unused_probes<'a>(
+    config: &'a Config,
+    plan: &'a Plan,
+    attempts: usize,
+) -> impl Iterator<Item = ProviderId> + 'a {
+    let entries = config
+        .chains
+        .get(usize::from(plan.chain))
+        .map_or(&[][..], |c| &c.entries[..]);
+    plan.slots
+        .iter()
+        .enumerate()
+        .filter(move |(i, slot)| slot.probe && *i >= attempts)
+        .filter_map(move |(_, slot)| Some(entries.get(usize::from(slot.entry))?.provider))
+}

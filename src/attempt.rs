@@ -1,0 +1,608 @@
+//! One attempt's decisions in the upstream role (SPEC sections 3, 4, 5 and 7), as pure functions
+//! over facts: what to change on the request for attempt k, and, given its outcome, what to
+//! report, whether to mark the answer for a retry, which fallback and budget skips to count, and
+//! what to log. The glue reads the facts from Envoy and applies the results.
+//!
+//! Envoy shares one request header map across attempts, so every attempt overwrites whatever an
+//! earlier attempt set (credentials, authority, path, content-length) instead of assuming it sees
+//! the caller's original headers.
+
+use crate::attempt_log;
+use crate::classify::{classify_no_response, Class, NoResponse};
+use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
+use crate::destination::{self, Refusal};
+use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
+use crate::handoff::{PlanRecord, PlanText, PlanView};
+use crate::health::Report;
+use crate::health::{Admission, Health};
+use crate::plan::{self, Walk};
+use crate::plan::{SkipReason, Slot};
+use crate::reply::Reply;
+use crate::rewrite;
+use std::borrow::Cow;
+
+/// What this attempt is: its number, the plan it belongs to, and the chain entry it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'c, 'p> {
+    /// 1-based, as Envoy counts (`x-envoy-attempt-count`).
+    pub number: usize,
+    pub plan: PlanView<'p>,
+    pub slot: Slot,
+    pub chain: &'c Chain,
+    pub entry: &'c ChainEntry,
+    pub provider_id: ProviderId,
+    pub provider: &'c Provider,
+}
+
+/// Attempt `number` of the plan read from filter state (`None`: it was there but unreadable),
+/// or why it must be refused before anything is attached to it (SPEC section 7, fail closed):
+/// a plan from another configuration, an attempt the plan has no slot for (Envoy retrying past
+/// the plan: the header map still holds the last provider's key), or entries this
+/// configuration does not have.
+pub fn admit<'c, 'p>(
+    config: &'c Config,
+    plan: Option<&'p PlanText>,
+    number: usize,
+) -> Result<Attempt<'c, 'p>, Refusal> {
+    let running = config.fingerprint;
+    let Some(plan) = plan.map(PlanText::view) else {
+        return Err(Refusal::ConfigMismatch {
+            planned: None,
+            running,
+        });
+    };
+    destination::check_config(Some(plan.config), running)?;
+    if plan.slot(number).is_none() {
+        return Err(Refusal::Unplanned { attempt: number });
+    }
+    resolve(config, plan, number).ok_or(Refusal::ConfigMismatch {
+        planned: Some(plan.config),
+        running,
+    })
+}
+
+/// Attempt `number` of `plan` under `config`; `None` when the plan has no such attempt or names
+/// entries this configuration does not have.
+pub fn resolve<'c, 'p>(
+    config: &'c Config,
+    plan: PlanView<'p>,
+    number: usize,
+) -> Option<Attempt<'c, 'p>> {
+    let slot = plan.slot(number)?;
+    let chain = config.chains.get(usize::from(plan.chain))?;
+    if !plan
+        .slots()
+        .all(|s| usize::from(s.entry) < chain.entries.len())
+    {
+        return None;
+    }
+    let entry = chain.entries.get(usize::from(slot.entry))?;
+    let provider = config.providers.get(entry.provider)?;
+    Some(Attempt {
+        number,
+        plan,
+        slot,
+        chain,
+        entry,
+        provider_id: entry.provider,
+        provider,
+    })
+}
+
+impl<'c, 'p> Attempt<'c, 'p> {
+    /// The model this provider is sent (the chain entry's, else the one the caller asked for).
+    pub fn model(&self) -> &'p str
+    where
+        'c: 'p,
+    {
+        self.entry.model.as_deref().unwrap_or(self.plan.model)
+    }
+
+    /// Providers of the planned attempts after this one, in order.
+    pub fn later(&self) -> impl Iterator<Item = ProviderId> + '_ {
+        self.plan
+            .slots()
+            .skip(self.number)
+            .filter_map(|s| self.chain.entries.get(usize::from(s.entry)))
+            .map(|e| e.provider)
+    }
+
+    /// The attempt log already has entries (skips, or earlier attempts) to append to.
+    pub fn log_started(&self) -> bool {
+        self.plan.log_started || self.number > 1
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The request side.
+
+/// What happens to the request body of this attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEdit<'a> {
+    /// Forward it as it is.
+    Keep,
+    /// An earlier attempt may have rewritten the body and its length: restore the planned length.
+    RestoreLength(u64),
+    /// Hold the headers until the whole body is here, then write this model into it
+    /// ([`rewrite_body`]) and set the new length.
+    RewriteModel(&'a str),
+}
+
+/// Everything attempt k changes on its request, in the order to apply it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestEdits<'a> {
+    /// Removed first: every provider's credential and extra headers, and the caller's.
+    pub clear: &'a [String],
+    /// Then, when providers take different caller headers: put back this provider's share of
+    /// them (`handoff::FORWARD`, applied with `forward::HeaderPolicy::attempt_edits`).
+    pub forwarded: bool,
+    /// Then set: this provider's own.
+    pub set: &'a [(String, String)],
+    /// New `:authority`, if any.
+    pub authority: Option<&'a str>,
+    /// New `:path`, if any.
+    pub path: Option<Cow<'a, str>>,
+    /// Remove `x-envoy-max-retries` (the router consumed it before the first attempt).
+    pub drop_max_retries: bool,
+    pub body: BodyEdit<'a>,
+}
+
+/// What to change on the request of attempt `a` (`end_of_stream`: the request has no body).
+pub fn request_edits<'a>(
+    config: &'a Config,
+    a: &Attempt<'a, 'a>,
+    end_of_stream: bool,
+) -> RequestEdits<'a> {
+    let later = a.number > 1;
+    let authority = match &a.provider.authority {
+        Some(authority) => Some(authority.as_str()),
+        None if later => Some(a.plan.authority),
+        None => None,
+    };
+    let path = match &a.provider.path_prefix {
+        Some(prefix) => Some(Cow::Owned(format!("{prefix}{}", a.plan.path))),
+        None if later => Some(Cow::Borrowed(a.plan.path)),
+        None => None,
+    };
+    let rewrite_to = a
+        .entry
+        .model
+        .as_deref()
+        .filter(|m| *m != a.plan.model && a.plan.body_len > 0 && !end_of_stream);
+    let body = match rewrite_to {
+        Some(model) => BodyEdit::RewriteModel(model),
+        None if later => BodyEdit::RestoreLength(a.plan.body_len),
+        None => BodyEdit::Keep,
+    };
+    RequestEdits {
+        clear: &config.cleared_headers,
+        forwarded: !config.forwarding.uniform(),
+        set: &a.provider.set_headers,
+        authority,
+        path,
+        drop_max_retries: a.number == 1,
+        body,
+    }
+}
+
+/// The body to send with `model` written in: `(new body, None when unchanged; content length)`.
+/// A body that is not a JSON object is forwarded as it is.
+pub fn rewrite_body(body: &[u8], model: &str) -> (Option<Vec<u8>>, usize) {
+    let new_body = rewrite::scan_top_level(body)
+        .ok()
+        .and_then(|scan| rewrite::rewrite(body, &scan, Some(model), false));
+    let len = new_body.as_ref().map_or(body.len(), Vec::len);
+    (new_body, len)
+}
+
+/// An attempt Envoy started by itself (after a refused connection, a reset or a per-try
+/// timeout) with less than `min_remaining` of the budget left: it never reaches its provider
+/// (SPEC section 5). Nothing is attached and no health is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastBudget {
+    /// The answer instead: the last attempt's failure.
+    pub reply: Reply,
+    /// This attempt's provider and every later planned one: skips for budget.
+    pub skipped: Vec<ProviderId>,
+}
+
+/// Whether attempt `a`, starting at `now_ms`, must be refused for the time budget.
+/// `last_class` reads the previous attempt's recorded class (`handoff::Outcomes`); it is called
+/// only for a refusal.
+pub fn past_budget(
+    config: &Config,
+    a: &Attempt<'_, '_>,
+    now_ms: u64,
+    last_class: impl FnOnce() -> Option<Class>,
+) -> Option<PastBudget> {
+    let spent = now_ms.saturating_sub(a.plan.start_ms);
+    if a.number <= 1 || config.timeouts.room_for_attempt(spent) {
+        return None;
+    }
+    let previous = a.number - 1;
+    let last_provider = a
+        .plan
+        .slot(previous)
+        .and_then(|s| a.chain.entries.get(usize::from(s.entry)))
+        .and_then(|e| config.providers.get(e.provider))
+        .map_or("", |p| p.name.as_str());
+    let skipped = a
+        .plan
+        .slots()
+        .skip(previous)
+        .filter_map(|s| a.chain.entries.get(usize::from(s.entry)))
+        .map(|e| e.provider)
+        .collect();
+    let reply = Reply::budget_spent(
+        last_provider,
+        last_class().unwrap_or(Class::Timeout),
+        config.timeouts.budget_ms,
+    );
+    Some(PastBudget { reply, skipped })
+}
+
+impl PastBudget {
+    /// Appends the budget skips to the access log's attempt record.
+    pub fn write_log(&self, config: &Config, log: &mut String) {
+        for &skipped in &self.skipped {
+            if let Some(p) = config.providers.get(skipped) {
+                attempt_log::push_skip(log, &p.name, SkipReason::Budget.as_str());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The response side.
+
+/// What an attempt's answer (or its absence) says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub class: Class,
+    /// The response status; `None` when no response headers came.
+    pub status: Option<u16>,
+    /// The delay the answer asked for (see [`delay_source`]).
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Which response headers tell how long a failing provider wants to be left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelaySource {
+    /// Read nothing (successes, and classes no delay applies to).
+    Nothing,
+    /// `Retry-After` and the `X-RateLimit-Reset*` family (`retry_after::rate_limit_delay`).
+    RateLimitHeaders,
+    /// `Retry-After` alone (`retry_after::parse_retry_after`).
+    RetryAfter,
+}
+
+pub fn delay_source(class: Class) -> DelaySource {
+    match class {
+        Class::RateLimited | Class::QuotaExhausted => DelaySource::RateLimitHeaders,
+        Class::Overloaded | Class::ServerError => DelaySource::RetryAfter,
+        _ => DelaySource::Nothing,
+    }
+}
+
+/// The class of an attempt that ended without response headers, from what Envoy says about it.
+pub fn no_response_class(
+    config: &Config,
+    transport_failure: bool,
+    client_gone: bool,
+    elapsed_ms: u64,
+) -> Class {
+    classify_no_response(&NoResponse {
+        transport_failure,
+        client_gone,
+        elapsed_ms,
+        attempt_timeout_ms: config.timeouts.attempt_ms,
+        stall_timeout_ms: config.timeouts.stall_ms,
+    })
+}
+
+/// What to do with the retry marker response header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// No response headers to mark.
+    Untouched,
+    /// Set it to `wire::RETRY_MARKER_RETRY`: the route's retry policy moves the request to the
+    /// next planned provider.
+    Set,
+    /// Set it to "0": the answer falls over but no attempt is left (the route does not retry;
+    /// the downstream role reads the chain as exhausted).
+    Exhausted,
+    /// Remove it: only the gateway marks answers, never a provider.
+    Remove,
+}
+
+impl Marker {
+    /// The header's value, or `None` to remove it; `Untouched` is not applied at all.
+    pub fn value(self) -> Option<&'static str> {
+        match self {
+            Marker::Set => Some(crate::wire::RETRY_MARKER_RETRY),
+            Marker::Exhausted => Some("0"),
+            Marker::Untouched | Marker::Remove => None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Holding an answer to read the start of its body (SPEC 3a).
+
+/// Why a response is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// A failing answer with this status whose body may refine its class.
+    Body(u16),
+    /// A `200` event stream, until its first complete event.
+    Stream,
+}
+
+/// Whether to hold an answer with `status` to read the start of its body. The healthy
+/// non-streaming path reads nothing more; a streamed request's `200` reads its content type
+/// (`event_stream`).
+pub fn hold(
+    a: &Attempt<'_, '_>,
+    status: u16,
+    end_of_stream: bool,
+    event_stream: impl FnOnce() -> bool,
+) -> Option<Hold> {
+    if end_of_stream {
+        return None;
+    }
+    if status == 200 {
+        (a.plan.stream && event_stream()).then_some(Hold::Stream)
+    } else {
+        dialects::refinable(status).then_some(Hold::Body(status))
+    }
+}
+
+/// What a held answer's body decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    pub class: Class,
+    pub status: u16,
+    /// Read the delay the answer asked for (see [`delay_source`]).
+    pub read_delay: bool,
+}
+
+impl Hold {
+    /// How many bytes of the held body (`held` so far) to read now; `None` to wait for more
+    /// (the start of a failing body, bounded by [`BODY_PREFIX_LIMIT`]). Until then the router
+    /// buffers the answer; Envoy's per-try timers still run, so a body that never comes ends
+    /// as a timeout.
+    pub fn read_now(self, held: usize, end_of_stream: bool) -> Option<usize> {
+        let enough = end_of_stream || held >= BODY_PREFIX_LIMIT;
+        if matches!(self, Hold::Body(_)) && !enough {
+            return None;
+        }
+        Some(held.min(BODY_PREFIX_LIMIT))
+    }
+
+    /// What the start of the body says; `None` to keep holding (a stream's first event is not
+    /// complete yet).
+    pub fn decide(self, body: &[u8], end_of_stream: bool) -> Option<Decided> {
+        match self {
+            Hold::Body(status) => Some(Decided {
+                class: dialects::refine(status, body),
+                status,
+                read_delay: true,
+            }),
+            Hold::Stream => {
+                let class = match dialects::first_event(body, end_of_stream) {
+                    StreamStart::NeedMore => return None,
+                    StreamStart::Healthy => Class::Ok,
+                    StreamStart::Error(class) => class,
+                };
+                Some(Decided {
+                    class,
+                    status: 200,
+                    read_delay: false,
+                })
+            }
+        }
+    }
+}
+
+/// Everything an attempt's outcome leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement<'a> {
+    pub provider: ProviderId,
+    pub class: Class,
+    /// The class falls over in this chain and the time budget allows another attempt.
+    pub falls_over: bool,
+    pub marker: Marker,
+    /// `llm_failover_fallbacks_total{from, to}` to count, when the request moves on.
+    pub fallback: Option<(ProviderId, ProviderId)>,
+    /// The health report to make (for this model), or `None` when it would change nothing
+    /// (a success from a provider with nothing recorded: the hot path writes nothing).
+    pub report: Option<(&'a str, Report)>,
+    /// Planned providers that will not be tried because the budget is spent (`budget` skips).
+    pub budget_skips: Vec<ProviderId>,
+    pub duration_ms: u64,
+    /// The walk moved to an alternative list (SPEC 3a): publish it before the router retries
+    /// ([`rerouted_slots`], [`rerouted_plan`]).
+    pub reroute: Option<Vec<Slot>>,
+}
+
+/// Settles attempt `a` given its outcome, the time now and when the attempt started. `gate`
+/// admits an alternative list's entry (health, read only when the walk moves to a list; see
+/// [`health_gate`]).
+pub fn settle<'a>(
+    config: &Config,
+    a: &Attempt<'a, 'a>,
+    outcome: Outcome,
+    now_ms: u64,
+    attempt_start_ms: u64,
+    gate: &mut dyn FnMut(u8) -> Option<Slot>,
+) -> Settlement<'a> {
+    let Outcome {
+        class,
+        status,
+        retry_after_ms,
+    } = outcome;
+    let mut falls_over = a.chain.fallback_on.falls_over(class, status);
+    let mut budget_skips = Vec::new();
+    let room = config
+        .timeouts
+        .room_for_attempt(now_ms.saturating_sub(a.plan.start_ms));
+    // A class with an alternative list continues the walk there (SPEC 3a).
+    let reroute = if falls_over && room && a.chain.has_lists() {
+        let slots: Vec<Slot> = a.plan.slots().collect();
+        let (context_window, content_policy) = a.plan.lists();
+        let walk = Walk {
+            slots: &slots,
+            limit: a.plan.limit(),
+            context_window: &context_window,
+            content_policy: &content_policy,
+        };
+        plan::reroute(a.chain, &walk, a.number, class, gate)
+    } else {
+        None
+    };
+    let later: Vec<ProviderId> = match &reroute {
+        Some(walk) => walk
+            .get(a.number..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| a.chain.entries.get(usize::from(s.entry)))
+            .map(|e| e.provider)
+            .collect(),
+        None => a.later().collect(),
+    };
+    if falls_over && !room {
+        falls_over = false;
+        if status.is_some() {
+            // Without the marker no later slot is tried: each is skipped for budget.
+            budget_skips = later.clone();
+        }
+    }
+    let next = a.number < a.plan.limit() && !later.is_empty();
+    let marker = match (status, falls_over) {
+        (None, _) => Marker::Untouched,
+        (Some(_), true) if next => Marker::Set,
+        (Some(_), true) => Marker::Exhausted,
+        (Some(_), false) => Marker::Remove,
+    };
+    // Without response headers Envoy retries by itself (connect-failure, reset, per-try
+    // timeout: see README "Known limits"), so count what happens, not what the chain says.
+    // (When the budget is spent Envoy's own retry is refused as it starts: [`past_budget`].)
+    let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
+    let fallback = if moves_on {
+        later.first().map(|&next| (a.provider_id, next))
+    } else {
+        None
+    };
+    let unchanged = class == Class::Ok && a.slot.pristine && !a.slot.probe;
+    let report = (!unchanged).then(|| {
+        (
+            a.model(),
+            Report {
+                class,
+                falls_over,
+                retry_after_ms,
+            },
+        )
+    });
+    Settlement {
+        provider: a.provider_id,
+        class,
+        falls_over,
+        marker,
+        fallback,
+        report,
+        budget_skips,
+        duration_ms: now_ms.saturating_sub(attempt_start_ms),
+        reroute,
+    }
+}
+
+/// Admits an alternative list's entry for attempt `a`'s request by its provider's health.
+pub fn health_gate<'h>(
+    config: &'h Config,
+    a: &'h Attempt<'h, 'h>,
+    health: &'h Health<'h>,
+) -> impl FnMut(u8) -> Option<Slot> + 'h {
+    move |e: u8| {
+        let entry = a.chain.entries.get(usize::from(e))?;
+        let model = entry.model.as_deref().unwrap_or(a.plan.model);
+        let name = &config.providers.get(entry.provider)?.name;
+        match health.admit(name, model, config.timeouts.attempt_ms) {
+            Admission::Available { pristine, probe } => Some(Slot {
+                entry: e,
+                pristine,
+                probe,
+            }),
+            Admission::BreakerOpen | Admission::Dead => None,
+        }
+    }
+}
+
+/// The slot properties to rewrite for a rerouted walk, from attempt `a` on: the route's matcher
+/// reads the next attempts' clusters there. Slots past the new walk are emptied, so no stale
+/// cluster is reached.
+pub fn rerouted_slots<'c>(
+    config: &'c Config,
+    a: &Attempt<'c, '_>,
+    walk: &[Slot],
+) -> Vec<(&'static str, &'c str)> {
+    let end = a.plan.limit().min(crate::wire::SLOT_PROPERTIES.len());
+    (a.number..end)
+        .filter_map(|k| {
+            let property = crate::wire::SLOT_PROPERTIES.get(k)?;
+            let cluster = walk
+                .get(k)
+                .and_then(|s| a.chain.entries.get(usize::from(s.entry)))
+                .and_then(|e| config.providers.get(e.provider))
+                .map_or("", |p| p.cluster.as_str());
+            Some((*property, cluster))
+        })
+        .collect()
+}
+
+/// The plan record with the rerouted walk, for the next attempts (and the downstream role).
+pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
+    let (context_window, content_policy) = a.plan.lists();
+    let p = a.plan;
+    PlanRecord {
+        config: p.config,
+        chain: p.chain,
+        start_ms: p.start_ms,
+        body_len: p.body_len,
+        log_started: p.log_started,
+        stream: p.stream,
+        slots: walk,
+        limit: u8::try_from(p.limit()).unwrap_or(u8::MAX),
+        context_window: &context_window,
+        content_policy: &content_policy,
+        path: p.path,
+        authority: p.authority,
+        model: p.model,
+    }
+    .encode()
+}
+
+impl Settlement<'_> {
+    /// Appends this attempt, then its budget skips, to the access log's attempt record.
+    pub fn write_log(&self, config: &Config, log: &mut String) {
+        let name = |id: ProviderId| config.providers.get(id).map_or("", |p| p.name.as_str());
+        attempt_log::push_attempt(
+            log,
+            name(self.provider),
+            self.class.as_str(),
+            self.duration_ms,
+        );
+        for &skipped in &self.budget_skips {
+            attempt_log::push_skip(log, name(skipped), SkipReason::Budget.as_str());
+        }
+    }
+
+    /// Whether the downstream role may need this attempt's class back (only failures are
+    /// recorded in `handoff::OUTCOMES`: a fallback reason, or an exhausted chain's last class).
+    pub fn records_outcome(&self) -> bool {
+        self.class != Class::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests;

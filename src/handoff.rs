@@ -1,0 +1,532 @@
+//! Every record the two roles hand each other through Envoy filter state, with its filter-state
+//! name: typed, versioned, and cheap to write and read on the per-request path.
+//!
+//! - [`PLAN`]: the downstream role's plan, read by every attempt's upstream role
+//!   ([`PlanRecord`] writes it, [`PlanText`] reads it).
+//! - [`OUTCOMES`]: the class of each failed attempt, written by the upstream roles and read by
+//!   the downstream role for `x-llm-fallback-reason` and to tell an exhausted chain
+//!   ([`Outcomes`]). Successes are not written: nothing reads them back, and the success path
+//!   stays one property write shorter.
+//! - [`FORWARD`]: the caller headers that only some providers take (`forward::encode_kept`,
+//!   header-map layout), written by the downstream role when the providers' `forward_headers`
+//!   differ; each attempt puts back its provider's share (`forward::HeaderPolicy`).
+//! - [`REFUSED`]: the upstream role refused to start an attempt ([`Refused`]): the answer is the
+//!   gateway's own and that attempt reached no provider.
+//!
+//! The attempt log (`wire::ATTEMPTS_PROPERTY`) is output only: access logs print it, no role
+//! reads it back for a decision.
+
+use crate::classify::Class;
+use crate::plan::Slot;
+use std::ops::Range;
+
+/// Filter-state name of the plan (`wasm.llm_failover.plan` in Envoy).
+pub const PLAN: &str = "llm_failover.plan";
+/// Filter-state name of the failed attempts' classes.
+pub const OUTCOMES: &str = "llm_failover.outcomes";
+
+/// Filter-state name of the caller headers only some providers take.
+pub const FORWARD: &str = "llm_failover.forward";
+/// Filter-state name of an attempt's refusal.
+pub const REFUSED: &str = "llm_failover.refused";
+
+/// Version of the plan record's text format (its first line).
+pub const PLAN_VERSION: &str = "1";
+/// Version of the outcomes record (its first byte).
+pub const OUTCOMES_VERSION: u8 = 1;
+
+// ---------------------------------------------------------------------------------------------
+// The plan, one line per field:
+//   version, configuration fingerprint (16 hex digits), chain index, request start (ms), body
+//   length, flags (1 = attempt log started, 2 = the caller asked for a stream, added), slots
+//   ("entry[p][q]" comma separated, p = pristine, q = probe), alternative lists (empty, or
+//   "limit;context_window entries;content_policy entries" with entries comma separated),
+//   original :path, original :authority, requested model.
+// Newlines cannot occur in header values, and the planner refuses models containing them.
+
+/// What each attempt needs to know about its request, as the downstream role writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanRecord<'a> {
+    /// Fingerprint of the configuration the plan was made under.
+    pub config: u64,
+    pub chain: u8,
+    pub start_ms: u64,
+    pub body_len: u64,
+    /// Planning already wrote skips to the attempt log: the first attempt must append to it
+    /// rather than start it (saves a read on the common path).
+    pub log_started: bool,
+    /// The caller asked for a stream (`"stream": true`): a `200` may be an SSE answer whose
+    /// first event must be read before it is released.
+    pub stream: bool,
+    pub slots: &'a [Slot],
+    /// Attempts Envoy may make (`Plan::attempt_limit`); 0 means `slots.len()`.
+    pub limit: u8,
+    /// Candidates of the chain's alternative lists (`Plan::context_window`).
+    pub context_window: &'a [u8],
+    pub content_policy: &'a [u8],
+    pub path: &'a str,
+    pub authority: &'a str,
+    pub model: &'a str,
+}
+
+fn push_entries(out: &mut String, entries: &[u8]) {
+    use std::fmt::Write;
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{e}");
+    }
+}
+
+impl PlanRecord<'_> {
+    /// The record's text: one allocation, sized up front.
+    pub fn encode(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::with_capacity(
+            80 + 4 * self.slots.len() + self.path.len() + self.authority.len() + self.model.len(),
+        );
+        let _ = write!(
+            out,
+            "{PLAN_VERSION}\n{:016x}\n{}\n{}\n{}\n{}\n",
+            self.config,
+            self.chain,
+            self.start_ms,
+            self.body_len,
+            u8::from(self.log_started) | u8::from(self.stream) << 1
+        );
+        for (i, s) in self.slots.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{}", s.entry);
+            if s.pristine {
+                out.push('p');
+            }
+            if s.probe {
+                out.push('q');
+            }
+        }
+        out.push('\n');
+        if self.limit != 0 || !self.context_window.is_empty() || !self.content_policy.is_empty() {
+            let _ = write!(out, "{};", self.limit);
+            push_entries(&mut out, self.context_window);
+            out.push(';');
+            push_entries(&mut out, self.content_policy);
+        }
+        let _ = write!(out, "\n{}\n{}\n{}", self.path, self.authority, self.model);
+        out
+    }
+}
+
+/// A plan record as read back: owns the text it was read from and hands out views of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanText {
+    text: String,
+    config: u64,
+    chain: u8,
+    start_ms: u64,
+    body_len: u64,
+    log_started: bool,
+    stream: bool,
+    limit: u8,
+    slots: Range<usize>,
+    context_window: Range<usize>,
+    content_policy: Range<usize>,
+    path: Range<usize>,
+    authority: Range<usize>,
+    model: Range<usize>,
+}
+
+/// The fields of a read plan, borrowed from its [`PlanText`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanView<'a> {
+    pub config: u64,
+    pub chain: u8,
+    pub start_ms: u64,
+    pub body_len: u64,
+    pub log_started: bool,
+    pub stream: bool,
+    limit: u8,
+    slots: &'a str,
+    context_window: &'a str,
+    content_policy: &'a str,
+    pub path: &'a str,
+    pub authority: &'a str,
+    pub model: &'a str,
+}
+
+fn parse_slot(item: &str) -> Option<Slot> {
+    let digits = item.trim_end_matches(['p', 'q']);
+    let flags = item.get(digits.len()..)?;
+    Some(Slot {
+        entry: digits.parse().ok()?,
+        pristine: flags.contains('p'),
+        probe: flags.contains('q'),
+    })
+}
+
+impl PlanText {
+    /// Reads a record written by [`PlanRecord::encode`] (this version only); `None` for
+    /// anything else. Allocates nothing: the fields are ranges of `text`.
+    pub fn decode(text: String) -> Option<PlanText> {
+        let mut at = 0usize;
+        let mut line = |last: bool| -> Option<Range<usize>> {
+            let rest = text.get(at..)?;
+            let len = if last { rest.len() } else { rest.find('\n')? };
+            let range = at..at + len;
+            at += len + 1;
+            Some(range)
+        };
+        let version = line(false)?;
+        let config = line(false)?;
+        let chain = line(false)?;
+        let start = line(false)?;
+        let body = line(false)?;
+        let flags = line(false)?;
+        let slots = line(false)?;
+        let lists = line(false)?;
+        let path = line(false)?;
+        let authority = line(false)?;
+        let model = line(true)?;
+        let field = |r: &Range<usize>| text.get(r.clone());
+        if field(&version)? != PLAN_VERSION {
+            return None;
+        }
+        let flags: u8 = match field(&flags)? {
+            f if f.len() == 1 => f.parse().ok().filter(|&f| f <= 3)?,
+            _ => return None,
+        };
+        // "limit;context_window;content_policy", each list's entries comma separated.
+        let (limit, context_window, content_policy) = if lists.is_empty() {
+            (0, lists.clone(), lists.clone())
+        } else {
+            let text = field(&lists)?;
+            let first = text.find(';')?;
+            let second = first + 1 + text.get(first + 1..)?.find(';')?;
+            let limit = text.get(..first)?.parse().ok()?;
+            let cw = lists.start + first + 1..lists.start + second;
+            let cp = lists.start + second + 1..lists.end;
+            for list in [&cw, &cp] {
+                if !field(list)?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .all(|e| e.parse::<u8>().is_ok())
+                {
+                    return None;
+                }
+            }
+            (limit, cw, cp)
+        };
+        let slots_text = field(&slots)?;
+        if !slots_text
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .all(|s| parse_slot(s).is_some())
+        {
+            return None;
+        }
+        Some(PlanText {
+            config: u64::from_str_radix(field(&config)?, 16).ok()?,
+            chain: field(&chain)?.parse().ok()?,
+            start_ms: field(&start)?.parse().ok()?,
+            body_len: field(&body)?.parse().ok()?,
+            log_started: flags & 1 != 0,
+            stream: flags & 2 != 0,
+            limit,
+            slots,
+            context_window,
+            content_policy,
+            path,
+            authority,
+            model,
+            text,
+        })
+    }
+
+    pub fn view(&self) -> PlanView<'_> {
+        let field = |r: &Range<usize>| self.text.get(r.clone()).unwrap_or_default();
+        PlanView {
+            config: self.config,
+            chain: self.chain,
+            start_ms: self.start_ms,
+            body_len: self.body_len,
+            log_started: self.log_started,
+            stream: self.stream,
+            limit: self.limit,
+            slots: field(&self.slots),
+            context_window: field(&self.context_window),
+            content_policy: field(&self.content_policy),
+            path: field(&self.path),
+            authority: field(&self.authority),
+            model: field(&self.model),
+        }
+    }
+}
+
+impl<'a> PlanView<'a> {
+    /// The planned slots, in attempt order.
+    pub fn slots(&self) -> impl Iterator<Item = Slot> + 'a {
+        self.slots
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .filter_map(parse_slot)
+    }
+
+    /// The slot of attempt `attempt` (1-based, as Envoy counts).
+    pub fn slot(&self, attempt: usize) -> Option<Slot> {
+        self.slots().nth(attempt.checked_sub(1)?)
+    }
+
+    /// How many attempts were planned.
+    pub fn len(&self) -> usize {
+        self.slots().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Attempts Envoy may make for this request.
+    pub fn limit(&self) -> usize {
+        if self.limit == 0 {
+            self.len()
+        } else {
+            usize::from(self.limit)
+        }
+    }
+
+    /// The candidates of the chain's alternative lists (context window, content policy).
+    pub fn lists(&self) -> (Vec<u8>, Vec<u8>) {
+        let entries = |text: &str| text.split(',').filter_map(|e| e.parse().ok()).collect();
+        (entries(self.context_window), entries(self.content_policy))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The outcomes: byte 0 the version, byte n the class of attempt n (`Class as u8`), 0xFF where
+// nothing was recorded (a success, or an attempt whose filter never settled).
+
+const NO_OUTCOME: u8 = 0xFF;
+
+/// The failed attempts' classes, as the upstream roles record them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcomes<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Outcomes<'a> {
+    /// Reads the record; anything of another version reads as empty.
+    pub fn new(bytes: &'a [u8]) -> Outcomes<'a> {
+        let bytes = if bytes.first() == Some(&OUTCOMES_VERSION) {
+            bytes
+        } else {
+            &[]
+        };
+        Outcomes { bytes }
+    }
+
+    /// The class recorded for attempt `attempt` (1-based), if any.
+    pub fn of(&self, attempt: usize) -> Option<Class> {
+        if attempt == 0 {
+            return None;
+        }
+        self.bytes
+            .get(attempt)
+            .filter(|b| **b != NO_OUTCOME)
+            .and_then(|b| Class::from_u8(*b))
+    }
+
+    /// The record with attempt `attempt`'s class set (earlier entries kept). `attempt` is at most
+    /// `config::MAX_CHAIN_LEN` in practice; larger numbers are not recorded.
+    pub fn with(&self, attempt: usize, class: Class) -> Vec<u8> {
+        let mut out = Vec::with_capacity(attempt.max(self.bytes.len()) + 1);
+        out.push(OUTCOMES_VERSION);
+        out.extend_from_slice(self.bytes.get(1..).unwrap_or_default());
+        if (1..=crate::config::MAX_CHAIN_LEN).contains(&attempt) {
+            if out.len() <= attempt {
+                out.resize(attempt + 1, NO_OUTCOME);
+            }
+            if let Some(b) = out.get_mut(attempt) {
+                *b = class as u8;
+            }
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The refusal: version byte, then 0 (time budget) or 1 (fail closed).
+
+/// Why the upstream role refused to start an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Less than `min_remaining` of the time budget was left (SPEC section 5): the answer is
+    /// the last attempt's failure.
+    Budget,
+    /// The attempt was not going where the plan put it, or the plan came from another
+    /// configuration (SPEC section 7): the answer is the gateway's `502`.
+    FailClosed,
+}
+
+const REFUSED_VERSION: u8 = 1;
+
+impl Refused {
+    pub fn encode(self) -> [u8; 2] {
+        [REFUSED_VERSION, self as u8]
+    }
+
+    /// A present record that is not a budget refusal of this version reads as fail closed.
+    pub fn decode(bytes: &[u8]) -> Refused {
+        if bytes == Refused::Budget.encode() {
+            Refused::Budget
+        } else {
+            Refused::FailClosed
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(entry: u8, pristine: bool, probe: bool) -> Slot {
+        Slot {
+            entry,
+            pristine,
+            probe,
+        }
+    }
+
+    #[test]
+    fn plan_record_round_trips() {
+        let slots = [
+            slot(2, true, false),
+            slot(0, false, true),
+            slot(1, false, false),
+        ];
+        let record = PlanRecord {
+            config: 0x0123_4567_89ab_cdef,
+            chain: 3,
+            start_ms: 1_700_000_000_123,
+            body_len: 5 * 1024 * 1024,
+            log_started: true,
+            stream: false,
+            slots: &slots,
+            limit: 0,
+            context_window: &[],
+            content_policy: &[],
+            path: "/v1/chat/completions?x=1",
+            authority: "gateway.example:8080",
+            model: "gpt-4o",
+        };
+        let text = PlanText::decode(record.encode()).expect("decodes");
+        let view = text.view();
+        assert_eq!(
+            (view.config, view.chain, view.start_ms, view.body_len),
+            (record.config, 3, record.start_ms, record.body_len)
+        );
+        assert!(view.log_started);
+        assert_eq!(view.slots().collect::<Vec<_>>(), slots);
+        assert_eq!(
+            (view.path, view.authority, view.model),
+            (record.path, record.authority, record.model)
+        );
+        assert_eq!(view.slot(1), Some(slots[0]));
+        assert_eq!(view.slot(3), Some(slots[2]));
+        assert_eq!(view.slot(4), None);
+        assert_eq!(view.slot(0), None);
+        assert_eq!(view.len(), 3);
+        assert_eq!((view.limit(), view.stream), (3, false));
+        assert_eq!(view.lists(), (vec![], vec![]));
+        let with_lists = PlanRecord {
+            stream: true,
+            limit: 5,
+            context_window: &[4, 5],
+            content_policy: &[],
+            ..record
+        };
+        let text = PlanText::decode(with_lists.encode()).expect("decodes");
+        let view = text.view();
+        assert_eq!(
+            (view.limit(), view.stream, view.log_started),
+            (5, true, true)
+        );
+        assert_eq!(view.lists(), (vec![4, 5], vec![]));
+        assert_eq!(view.slots().collect::<Vec<_>>(), slots);
+        assert_eq!(view.model, record.model);
+        // An empty model, path or authority survives too.
+        let bare = PlanRecord {
+            model: "",
+            path: "",
+            authority: "",
+            ..record
+        };
+        let bare = PlanText::decode(bare.encode()).expect("decodes");
+        assert_eq!(bare.view().model, "");
+    }
+
+    #[test]
+    fn other_versions_and_garbage_are_refused() {
+        let slots = [slot(0, false, false)];
+        let record = PlanRecord {
+            config: 1,
+            chain: 0,
+            start_ms: 1,
+            body_len: 0,
+            log_started: false,
+            stream: false,
+            slots: &slots,
+            limit: 0,
+            context_window: &[],
+            content_policy: &[],
+            path: "/",
+            authority: "a",
+            model: "m",
+        };
+        let good = record.encode();
+        assert!(PlanText::decode(good.clone()).is_some());
+        assert_eq!(PlanText::decode(good.replacen('1', "2", 1)), None);
+        assert_eq!(PlanText::decode("garbage".into()), None);
+        // Line by line: 5 = flags, 6 = slots, 7 = lists.
+        let with_line = |n: usize, text: &str| {
+            let mut lines: Vec<&str> = good.split('\n').collect();
+            lines[n] = text;
+            lines.join("\n")
+        };
+        assert!(PlanText::decode(with_line(5, "3")).is_some());
+        assert_eq!(PlanText::decode(with_line(5, "7")), None);
+        assert_eq!(PlanText::decode(with_line(6, "x,y")), None);
+        assert_eq!(PlanText::decode(with_line(7, "3;1;x")), None);
+        assert_eq!(PlanText::decode(with_line(7, "3;1")), None);
+        // The previous, unversioned format is refused rather than misread.
+        assert_eq!(PlanText::decode("1\n2\n3\n0\n0\n/\na\nm".into()), None);
+    }
+
+    #[test]
+    fn refusals_read_back_and_anything_else_fails_closed() {
+        for r in [Refused::Budget, Refused::FailClosed] {
+            assert_eq!(Refused::decode(&r.encode()), r);
+        }
+        assert_eq!(Refused::decode(b"budget"), Refused::FailClosed);
+        assert_eq!(Refused::decode(b""), Refused::FailClosed);
+    }
+
+    #[test]
+    fn outcomes_record_each_failed_attempt() {
+        let empty = Outcomes::new(&[]);
+        assert_eq!(empty.of(1), None);
+        let one = empty.with(1, Class::ServerError);
+        let two = Outcomes::new(&one).with(3, Class::Timeout);
+        let read = Outcomes::new(&two);
+        assert_eq!(read.of(1), Some(Class::ServerError));
+        assert_eq!(read.of(2), None);
+        assert_eq!(read.of(3), Some(Class::Timeout));
+        assert_eq!(read.of(0), None);
+        assert_eq!(read.of(4), None);
+        // Another version reads as nothing recorded.
+        assert_eq!(Outcomes::new(&[9, 4]).of(1), None);
+        // Out-of-range attempts are not recorded (and do not panic).
+        assert_eq!(Outcomes::new(&empty.with(1000, Class::Ok)).of(1000), None);
+    }
+}

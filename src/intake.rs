@@ -1,0 +1,297 @@
+//! The downstream role's request-side decisions (SPEC section 2), as pure functions over facts:
+//! what each request header means, whether the request is for the status endpoint, what the
+//! body asks for, and, once planned, everything to publish for the route and the attempts.
+
+use crate::config::{Config, ProviderId};
+use crate::handoff::PlanRecord;
+use crate::plan::{Plan, Refusal, SkipReason};
+use crate::reply::Reply;
+use crate::rewrite::{self, BodyScan};
+use crate::{attempt_log, wire};
+use std::borrow::Cow;
+
+/// What a request header is to the downstream role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestHeader {
+    /// `:path`, `:authority`: kept for attempts that must restore them (values must be UTF-8).
+    Path,
+    Authority,
+    Method,
+    /// Envoy honours these from "internal" callers (loopback included): never from ours
+    /// (SPEC 2.6). Remove.
+    Steering,
+    /// The opt-out header (SPEC 2.5): read with [`opts_out`], then remove.
+    OptOut,
+    /// The caller's identity (`caller_header`): an undecodable one is no identity. `remove`:
+    /// it is also a gateway credential header.
+    Caller {
+        remove: bool,
+    },
+    /// The caller's own gateway credential: removed before routing, so no attempt carries it
+    /// even where the upstream role is missing (SPEC section 7).
+    GatewayCredential,
+    /// Anything else: left alone.
+    Other,
+}
+
+pub fn request_header(config: &Config, name: &[u8]) -> RequestHeader {
+    match name {
+        b":path" => RequestHeader::Path,
+        b":authority" => RequestHeader::Authority,
+        b":method" => RequestHeader::Method,
+        _ if wire::ENVOY_STEERING_HEADERS
+            .iter()
+            .any(|h| h.as_bytes() == name) =>
+        {
+            RequestHeader::Steering
+        }
+        _ if name == config.opt_out_header.as_bytes() => RequestHeader::OptOut,
+        _ => {
+            let credential = config
+                .gateway_credential_headers
+                .iter()
+                .any(|h| h.as_bytes() == name);
+            if config.caller_header.as_deref().map(str::as_bytes) == Some(name) {
+                RequestHeader::Caller { remove: credential }
+            } else if credential {
+                RequestHeader::GatewayCredential
+            } else {
+                RequestHeader::Other
+            }
+        }
+    }
+}
+
+/// The opt-out header's value limits the request to its first provider.
+pub fn opts_out(value: &[u8]) -> bool {
+    value.eq_ignore_ascii_case(b"off")
+}
+
+/// The request could not be read well enough to route it.
+pub fn unreadable_request() -> Reply {
+    Reply::invalid_request("the request's :path or :authority is not valid UTF-8")
+}
+
+/// How the status endpoint (SPEC section 10) answers a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusRequest {
+    /// Not for the status endpoint (or it is off).
+    No,
+    /// `405`: the endpoint answers GET and HEAD only.
+    MethodNotAllowed,
+    /// `200` with the health JSON; without the body for HEAD.
+    Report { with_body: bool },
+}
+
+pub fn status_request(config: &Config, path: &str, method: &str) -> StatusRequest {
+    let Some(status_path) = &config.status_path else {
+        return StatusRequest::No;
+    };
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    if path != status_path {
+        return StatusRequest::No;
+    }
+    match method {
+        "GET" => StatusRequest::Report { with_body: true },
+        "HEAD" => StatusRequest::Report { with_body: false },
+        _ => StatusRequest::MethodNotAllowed,
+    }
+}
+
+/// The `GET <models_path>` answer for this request, if it is one (GET or HEAD; `anthropic`
+/// reads whether the caller speaks Anthropic's API), and whether to send its body.
+pub fn models_request<'c>(
+    config: &'c Config,
+    path: &str,
+    method: &str,
+    anthropic: impl FnOnce() -> bool,
+) -> Option<(crate::models::Answer<'c>, bool)> {
+    if method != "GET" && method != "HEAD" {
+        return None;
+    }
+    let answer = config.model_list.answer(path, anthropic)?;
+    Some((answer, method == "GET"))
+}
+
+/// The chain's name for access logs (filter state), when the configuration has more than one.
+pub fn chain_log(config: &Config, chain: u8) -> Option<&str> {
+    if config.chains.len() > 1 {
+        config
+            .chains
+            .get(usize::from(chain))
+            .map(|c| c.name.as_str())
+    } else {
+        None
+    }
+}
+
+/// What the request body asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestBody<'b> {
+    /// The requested model ("" for a request without a body).
+    pub model: Cow<'b, str>,
+    scan: Option<BodyScan>,
+}
+
+/// Reads the requested model from the body (empty: no body); a reply when it cannot be used.
+pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
+    if body.is_empty() {
+        return Ok(RequestBody {
+            model: Cow::Borrowed(""),
+            scan: None,
+        });
+    }
+    let scan = rewrite::scan_top_level(body).map_err(|e| Reply::invalid_body(&e.to_string()))?;
+    let model = match rewrite::model_value(body, &scan) {
+        Ok(Some(model)) => model,
+        Ok(None) => return Err(Reply::invalid_body("it has no \"model\" field")),
+        Err(e) => return Err(Reply::invalid_body(&e.to_string())),
+    };
+    if model.chars().any(char::is_control) {
+        return Err(Reply::invalid_body(
+            "the model name contains control characters",
+        ));
+    }
+    Ok(RequestBody {
+        model,
+        scan: Some(scan),
+    })
+}
+
+impl RequestBody<'_> {
+    /// The caller asked for a stream (`"stream": true`).
+    pub fn stream(&self) -> bool {
+        self.scan.as_ref().is_some_and(|s| s.stream)
+    }
+
+    /// The body without a client-sent `fallbacks` field (SPEC 2.6), or `None` when it has none.
+    pub fn without_fallbacks(&self, body: &[u8]) -> Option<Vec<u8>> {
+        rewrite::rewrite(body, self.scan.as_ref()?, None, true)
+    }
+}
+
+/// Whether planning needs the route's name (some chain is limited to routes).
+pub fn needs_route(config: &Config) -> bool {
+    config.chains.iter().any(|c| !c.routes.is_empty())
+}
+
+/// The chain entries left out that `llm_failover_skipped_total` counts, as (provider, reason).
+/// With `try_last` an open or dead provider moved to the end of the walk is not skipped: it is
+/// still planned.
+pub fn counted_skips<'a>(
+    config: &'a Config,
+    chain: u8,
+    skipped: &'a [(u8, SkipReason)],
+    plan: Option<&'a Plan>,
+) -> impl Iterator<Item = (ProviderId, SkipReason)> + 'a {
+    let entries = config
+        .chains
+        .get(usize::from(chain))
+        .map_or(&[][..], |c| &c.entries[..]);
+    skipped
+        .iter()
+        .filter(move |(entry, _)| !plan.is_some_and(|p| p.slots.iter().any(|s| s.entry == *entry)))
+        .filter_map(move |(entry, reason)| {
+            Some((entries.get(usize::from(*entry))?.provider, *reason))
+        })
+}
+
+/// The skips a refused request counts and logs: only when every provider was open or dead
+/// (`circuit_open`); a caller asking for a model no provider serves is not a skip worth counting.
+pub fn refusal_skips(refusal: &Refusal) -> Option<(u8, &[(u8, SkipReason)])> {
+    match (refusal.chain, refusal.reply.code) {
+        (Some(chain), "circuit_open") => Some((chain, &refusal.skipped)),
+        _ => None,
+    }
+}
+
+/// The attempt log's start (filter state, printed by access logs): the entries planning left
+/// out. `None` when there are none (the first attempt then starts the log).
+pub fn skip_log(config: &Config, chain: u8, skipped: &[(u8, SkipReason)]) -> Option<String> {
+    if skipped.is_empty() {
+        return None;
+    }
+    let chain = config.chains.get(usize::from(chain))?;
+    let mut log = String::new();
+    for (entry, reason) in skipped {
+        if let Some(provider) = chain
+            .entries
+            .get(usize::from(*entry))
+            .and_then(|e| config.providers.get(e.provider))
+        {
+            attempt_log::push_skip(&mut log, &provider.name, reason.as_str());
+        }
+    }
+    Some(log)
+}
+
+/// The filter-state slot properties the route's matcher reads: (property, cluster) per attempt.
+pub fn slot_clusters<'a>(
+    config: &'a Config,
+    plan: &'a Plan,
+) -> impl Iterator<Item = (&'static str, &'a str)> + 'a {
+    let entries = config
+        .chains
+        .get(usize::from(plan.chain))
+        .map_or(&[][..], |c| &c.entries[..]);
+    plan.slots
+        .iter()
+        .zip(wire::SLOT_PROPERTIES)
+        .filter_map(move |(slot, property)| {
+            let entry = entries.get(usize::from(slot.entry))?;
+            Some((
+                property,
+                config.providers.get(entry.provider)?.cluster.as_str(),
+            ))
+        })
+}
+
+/// What the request tells every attempt (see [`crate::handoff`]).
+pub struct Published<'a> {
+    pub plan: &'a Plan,
+    pub stream: bool,
+    pub start_ms: u64,
+    pub body_len: usize,
+    pub path: &'a str,
+    pub authority: &'a str,
+    pub model: &'a str,
+}
+
+impl<'a> Published<'a> {
+    pub fn record(&self, config: &Config) -> PlanRecord<'a> {
+        let lists = self
+            .chain(config)
+            .is_some_and(|c| c.has_lists())
+            .then(|| self.attempt_limit(config));
+        PlanRecord {
+            config: config.fingerprint,
+            chain: self.plan.chain,
+            start_ms: self.start_ms,
+            body_len: self.body_len as u64,
+            log_started: !self.plan.skipped.is_empty(),
+            stream: self.stream,
+            slots: &self.plan.slots,
+            limit: lists.map_or(0, |l| u8::try_from(l).unwrap_or(u8::MAX)),
+            context_window: &self.plan.context_window,
+            content_policy: &self.plan.content_policy,
+            path: self.path,
+            authority: self.authority,
+            model: self.model,
+        }
+    }
+
+    fn chain<'c>(&self, config: &'c Config) -> Option<&'c crate::config::Chain> {
+        config.chains.get(usize::from(self.plan.chain))
+    }
+
+    /// Attempts Envoy may make: the planned slots, or room for an alternative list.
+    fn attempt_limit(&self, config: &Config) -> usize {
+        self.chain(config)
+            .map_or(self.plan.slots.len(), |c| self.plan.attempt_limit(c))
+    }
+
+    /// `x-envoy-max-retries`: one retry per attempt Envoy may make after the first.
+    pub fn max_retries(&self, config: &Config) -> usize {
+        self.attempt_limit(config).saturating_sub(1)
+    }
+}

@@ -1,0 +1,461 @@
+//! The downstream role (before the router): strips what callers could steer with, plans the
+//! chain once the body's `model` is known, publishes the plan in filter state for the route's
+//! matcher and the upstream roles, and writes the public response headers.
+
+use super::{
+    health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
+};
+use crate::answer::{self, AnswerFacts, AnswerReads};
+use crate::classify::Class;
+use crate::config::{Config, ProviderId};
+use crate::forward::{self, Verdict};
+use crate::handoff::{self, Outcomes, PlanText, Refused};
+use crate::header_pairs::HeaderPairs;
+use crate::health::{Admission, BreakerState, Health};
+use crate::host::FixedClock;
+use crate::intake::{self, Published, RequestHeader, StatusRequest};
+use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
+use crate::status;
+use crate::wire;
+use std::cell::Cell;
+use std::rc::Rc;
+
+thread_local! {
+    /// A missing `clear_route_cache` is a deployment problem: say so once per VM, not per request.
+    static WARNED_ROUTE_CACHE: Cell<bool> = const { Cell::new(false) };
+}
+
+pub struct Downstream<H: Host> {
+    host: H,
+    config: Rc<Config>,
+    metrics: Rc<Metrics>,
+    no_fallback: bool,
+    caller: Option<String>,
+    /// The caller's `:path` and `:authority`, for attempts that must restore them.
+    path: String,
+    authority: String,
+    plan: Option<Plan>,
+    /// Provider calls made, from the final answer's attempt count.
+    attempts: usize,
+    /// Replacement body when an exhausted chain answers `503 fallbacks_exhausted`.
+    exhausted_body: Option<String>,
+    /// The filter answered this request itself (status endpoint, unreadable request).
+    answered: bool,
+}
+
+/// Planning's view of health: one shared-data read per provider considered.
+struct SharedGatekeeper<'a, H: Host> {
+    host: &'a H,
+    config: &'a Config,
+    health: Health<'a>,
+    metrics: &'a Metrics,
+}
+
+impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
+    fn gate(&self, provider: ProviderId, model: &str) -> Admission {
+        let Some(name) = self.config.providers.get(provider).map(|p| p.name.as_str()) else {
+            return Admission::Dead;
+        };
+        let admission = self
+            .health
+            .admit(name, model, self.config.timeouts.attempt_ms);
+        if let Admission::Available { probe: true, .. } = admission {
+            // This request claimed the probe after the cooldown: half-open.
+            self.metrics
+                .breaker_state(self.host, provider, BreakerState::HalfOpen);
+        }
+        admission
+    }
+}
+
+/// The answer-side reads, made only when a decision asks for them.
+struct Reads<'a, H: Host>(&'a H);
+
+impl<H: Host> AnswerReads for Reads<'_, H> {
+    fn code_details(&self) -> Option<String> {
+        text_property(self.0, b"response\0code_details")
+    }
+
+    fn outcome(&self, attempt: usize) -> Option<Class> {
+        let bytes = self.0.property(handoff::OUTCOMES.as_bytes())?;
+        Outcomes::new(&bytes).of(attempt)
+    }
+
+    fn refused(&self) -> Option<Refused> {
+        let bytes = self.0.property(handoff::REFUSED.as_bytes())?;
+        Some(Refused::decode(&bytes))
+    }
+}
+
+impl<H: Host> Downstream<H> {
+    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
+        Downstream {
+            host,
+            config,
+            metrics,
+            no_fallback: false,
+            caller: None,
+            path: String::new(),
+            authority: String::new(),
+            plan: None,
+            attempts: 0,
+            exhausted_body: None,
+            answered: false,
+        }
+    }
+
+    /// Providers are third parties: only the caller headers they take go on; those only some
+    /// take are kept for their attempts.
+    fn forward<'m>(&self, name: &'m [u8], value: &'m [u8], kept: &mut Vec<(&'m [u8], &'m [u8])>) {
+        let verdict = self.config.forwarding.verdict(name);
+        if verdict != Verdict::Keep {
+            self.remove_request_header(name);
+        }
+        if verdict == Verdict::PerProvider {
+            kept.push((name, value));
+        }
+    }
+
+    fn remove_request_header(&self, name: &[u8]) {
+        if let Ok(name) = std::str::from_utf8(name) {
+            self.host.set_header(Map::Request, name, None);
+        }
+    }
+
+    /// Answers a request for the status endpoint (SPEC section 10). Returns whether it answered.
+    fn answer_status(&self, method: &str) -> bool {
+        match intake::status_request(&self.config, &self.path, method) {
+            StatusRequest::No => false,
+            StatusRequest::MethodNotAllowed => {
+                self.host.send_response(
+                    405,
+                    &[("allow", "GET, HEAD"), ("content-type", "text/plain")],
+                    Some(b"the llm-failover status endpoint answers GET and HEAD only\n"),
+                );
+                true
+            }
+            StatusRequest::Report { with_body } => {
+                let now = self.host.now_ms();
+                let body = status::render(
+                    &self.config,
+                    &health(&self.config, &self.host, &FixedClock(now)),
+                    now,
+                );
+                self.host.send_response(
+                    200,
+                    &[
+                        ("content-type", "application/json"),
+                        ("cache-control", "no-store"),
+                    ],
+                    with_body.then_some(body.as_bytes()),
+                );
+                true
+            }
+        }
+    }
+
+    /// Answers `GET /v1/models` (and `/{id}`) from the list built with the configuration.
+    /// Returns whether it answered.
+    fn answer_models(&self, method: &str) -> bool {
+        let anthropic = || {
+            self.host
+                .header(Map::Request, "anthropic-version")
+                .is_some()
+        };
+        let Some((answer, with_body)) =
+            intake::models_request(&self.config, &self.path, method, anthropic)
+        else {
+            return false;
+        };
+        let retry = answer
+            .should_retry
+            .map(|r| if r { "true" } else { "false" });
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(retry) = retry {
+            headers.push((wire::SHOULD_RETRY_HEADER, retry));
+        }
+        self.host.send_response(
+            answer.status,
+            &headers,
+            with_body.then_some(answer.body.as_bytes()),
+        );
+        true
+    }
+
+    /// Names the chain in filter state for access logs.
+    fn log_chain(&self, chain: u8) {
+        if let Some(name) = intake::chain_log(&self.config, chain) {
+            self.host
+                .set_property(wire::CHAIN_PROPERTY, name.as_bytes());
+        }
+    }
+
+    fn count_skips(&self, chain: u8, skipped: &[(u8, SkipReason)], plan: Option<&Plan>) {
+        for (provider, reason) in intake::counted_skips(&self.config, chain, skipped, plan) {
+            self.metrics
+                .skipped(&self.host, &self.config, provider, reason);
+        }
+    }
+
+    fn log_skips(&self, chain: u8, skipped: &[(u8, SkipReason)]) {
+        if let Some(log) = intake::skip_log(&self.config, chain, skipped) {
+            self.host
+                .set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        }
+    }
+
+    /// Plans the request (body complete, or no body) and publishes the plan. Returns whether
+    /// the request goes on to the router.
+    fn plan_request(&mut self, body: &[u8]) -> bool {
+        let request = match intake::read_body(body) {
+            Ok(request) => request,
+            Err(reply) => {
+                send_reply(&self.host, &reply);
+                return false;
+            }
+        };
+        let route = if intake::needs_route(&self.config) {
+            text_property(&self.host, b"xds\0route_name")
+        } else {
+            None
+        };
+        let facts = RequestFacts {
+            model: &request.model,
+            route: route.as_deref(),
+            path: Some(&self.path),
+            caller: self.caller.as_deref(),
+            no_fallback: self.no_fallback,
+        };
+        let config = Rc::clone(&self.config);
+        let now = FixedClock(self.host.now_ms());
+        let gatekeeper = SharedGatekeeper {
+            host: &self.host,
+            config: &config,
+            health: health(&config, &self.host, &now),
+            metrics: &self.metrics,
+        };
+        let plan = match plan::plan_or_refuse(&config, &facts, &gatekeeper) {
+            Ok(plan) => plan,
+            Err(refusal) => {
+                log::debug!("refused model {:?}: {}", facts.model, refusal.reply.code);
+                if let Some((chain, skipped)) = intake::refusal_skips(&refusal) {
+                    self.count_skips(chain, skipped, None);
+                    self.log_skips(chain, skipped);
+                    self.log_chain(chain);
+                }
+                send_reply(&self.host, &refusal.reply);
+                return false;
+            }
+        };
+        self.count_skips(plan.chain, &plan.skipped, Some(&plan));
+
+        let mut body_len = body.len();
+        if let Some(clean) = request.without_fallbacks(body) {
+            body_len = clean.len();
+            self.host.set_body(Map::Request, body.len(), &clean);
+            self.host
+                .set_header(Map::Request, "content-length", Some(&body_len.to_string()));
+        }
+        for (property, cluster) in intake::slot_clusters(&config, &plan) {
+            self.host.set_property(property, cluster.as_bytes());
+        }
+        let published = Published {
+            plan: &plan,
+            stream: request.stream(),
+            start_ms: now.0,
+            body_len,
+            path: &self.path,
+            authority: &self.authority,
+            model: &request.model,
+        };
+        let record = published.record(&config).encode();
+        self.host.set_property(handoff::PLAN, record.as_bytes());
+        self.log_chain(plan.chain);
+        self.log_skips(plan.chain, &plan.skipped);
+        let retries = published.max_retries(&config).to_string();
+        self.host
+            .set_header(Map::Request, wire::MAX_RETRIES_HEADER, Some(&retries));
+        // The route's matcher must see the slot properties we just wrote.
+        if !self.host.clear_route_cache() && !WARNED_ROUTE_CACHE.with(|w| w.replace(true)) {
+            log::warn!("clear_route_cache is not available in this Envoy; the route may pick a stale cluster");
+        }
+        self.plan = Some(plan);
+        true
+    }
+
+    /// The request is over: a half-open probe this request held but never used goes back.
+    pub fn on_done(&mut self) {
+        if let Some(plan) = &self.plan {
+            let health = health(&self.config, &self.host, &self.host);
+            for provider in answer::unused_probes(&self.config, plan, self.attempts) {
+                if let Some(p) = self.config.providers.get(provider) {
+                    health.release_probe(&p.name);
+                }
+            }
+        }
+    }
+
+    pub fn on_request_headers(&mut self, end_of_stream: bool) -> Flow {
+        // One hostcall for the whole map instead of one per header we might need or remove,
+        // read in place: values are bytes (HTTP allows non-UTF-8 ones) until we need one.
+        let map = self.host.header_map(Map::Request);
+        let mut method = "";
+        let mut readable = true;
+        // Caller headers only some providers take, for their attempts to put back.
+        let mut kept: Vec<(&[u8], &[u8])> = Vec::new();
+        for (name, value) in HeaderPairs::new(&map) {
+            // Only the values we use are decoded; names are compared as bytes.
+            let text = || std::str::from_utf8(value);
+            match intake::request_header(&self.config, name) {
+                RequestHeader::Path | RequestHeader::Authority => match text() {
+                    Ok(v) if name == b":path" => self.path = v.to_string(),
+                    Ok(v) => self.authority = v.to_string(),
+                    Err(_) => readable = false,
+                },
+                RequestHeader::Method => method = text().unwrap_or(""),
+                RequestHeader::Steering => self.remove_request_header(name),
+                RequestHeader::OptOut => {
+                    self.no_fallback = intake::opts_out(value);
+                    self.host
+                        .set_header(Map::Request, &self.config.opt_out_header, None);
+                }
+                RequestHeader::Caller { remove } => {
+                    self.caller = text().ok().map(str::to_string);
+                    if remove {
+                        self.remove_request_header(name);
+                    } else {
+                        self.forward(name, value, &mut kept);
+                    }
+                }
+                RequestHeader::GatewayCredential => self.remove_request_header(name),
+                RequestHeader::Other => self.forward(name, value, &mut kept),
+            }
+        }
+        if !kept.is_empty() {
+            self.host
+                .set_property(handoff::FORWARD, &forward::encode_kept(&kept));
+        }
+        if !readable {
+            send_reply(&self.host, &intake::unreadable_request());
+            self.answered = true;
+            return Flow::Pause;
+        }
+        if self.answer_status(method) || self.answer_models(method) {
+            self.answered = true;
+            return Flow::Pause;
+        }
+        if end_of_stream {
+            return if self.plan_request(&[]) {
+                Flow::Continue
+            } else {
+                Flow::Pause
+            };
+        }
+        // Wait for the whole body: the model decides the chain.
+        Flow::Pause
+    }
+
+    pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        if self.answered || !end_of_stream {
+            return Flow::Pause;
+        }
+        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
+        if self.plan_request(&body) {
+            Flow::Continue
+        } else {
+            Flow::Pause
+        }
+    }
+
+    pub fn on_response_headers(&mut self) -> Flow {
+        let attempt_count = u64_property(&self.host, b"upstream\0request_attempt_count");
+        if let Some(plan) = &mut self.plan {
+            if answer::may_have_rerouted(&self.config, plan, attempt_count) {
+                let text = text_property(&self.host, handoff::PLAN.as_bytes());
+                if let Some(read) = text.and_then(PlanText::decode) {
+                    plan.slots = read.view().slots().collect();
+                }
+            }
+        }
+        let Some(plan) = &self.plan else {
+            return Flow::Continue;
+        };
+        let marker = self
+            .host
+            .header(Map::Response, wire::RETRY_MARKER_HEADER)
+            .is_some();
+        if marker {
+            // Internal: never reaches the caller.
+            self.host
+                .set_header(Map::Response, wire::RETRY_MARKER_HEADER, None);
+        }
+        let facts = AnswerFacts {
+            attempt_count,
+            marker,
+            status: status_code(&self.host, Map::Response),
+        };
+        let answer = answer::answer(&self.config, plan, facts, &Reads(&self.host));
+        self.attempts = answer.attempts;
+        let host = &self.host;
+        if let Some(provider) = answer.provider {
+            host.set_header(Map::Response, wire::PROVIDER_HEADER, Some(provider));
+        }
+        if let Some(attempts) = answer.attempts_header {
+            host.set_header(
+                Map::Response,
+                wire::ATTEMPTS_HEADER,
+                Some(&attempts.to_string()),
+            );
+        }
+        if let Some(count) = answer.fallback_count {
+            host.set_header(
+                Map::Response,
+                wire::FALLBACK_COUNT_HEADER,
+                Some(&count.to_string()),
+            );
+        }
+        if let Some(reason) = answer.fallback_reason {
+            host.set_header(Map::Response, wire::FALLBACK_REASON_HEADER, Some(reason));
+        }
+        if let Some(chain) = answer.exhausted {
+            self.metrics
+                .exhausted(host, &self.config, usize::from(plan.chain));
+            log::debug!(
+                "chain {} exhausted after {} attempts",
+                chain,
+                answer.attempts
+            );
+        }
+        if let Some(reply) = answer.replace {
+            host.set_header(Map::Response, ":status", Some(&reply.status.to_string()));
+            host.set_header(Map::Response, "content-type", Some("application/json"));
+            host.set_header(Map::Response, "content-length", None);
+            host.set_header(
+                Map::Response,
+                wire::SHOULD_RETRY_HEADER,
+                Some(if reply.should_retry { "true" } else { "false" }),
+            );
+            self.exhausted_body = Some(reply.body());
+        }
+        if let Some(retry) = answer.should_retry {
+            host.set_header(
+                Map::Response,
+                wire::SHOULD_RETRY_HEADER,
+                Some(if retry { "true" } else { "false" }),
+            );
+        }
+        Flow::Continue
+    }
+
+    pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        let Some(body) = &self.exhausted_body else {
+            return Flow::Continue;
+        };
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        self.host
+            .set_body(Map::Response, body_size, body.as_bytes());
+        Flow::Continue
+    }
+}

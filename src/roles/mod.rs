@@ -1,0 +1,129 @@
+//! The two roles' glue, written once against [`Host`]: each callback reads facts from the host,
+//! calls the decision core (`intake`, `plan`, `attempt`, `answer`, `health`), and applies the
+//! result. No branch here decides failover policy.
+//!
+//! In Envoy the host is `filter::envoy_host::EnvoyHost` (proxy-wasm hostcalls, a few lines per
+//! method); the unit tests drive both roles through whole requests against a recording host
+//! that plays Envoy's side (`tests`).
+
+mod downstream;
+mod metrics;
+mod upstream;
+
+pub use downstream::Downstream;
+pub use metrics::Metrics;
+pub use upstream::Upstream;
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::host::{Clock, SharedStore};
+use crate::reply::Reply;
+use crate::wire;
+
+/// Which header map (and body) of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Map {
+    Request,
+    Response,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+}
+
+/// What a callback tells the host to do with the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Pause,
+}
+
+/// Everything the roles need from Envoy: the stream's headers, bodies and filter state, local
+/// replies, metrics, the route cache, and (through the supertraits) shared data with
+/// compare-and-swap and the clock.
+pub trait Host: SharedStore + Clock {
+    /// One header's value, as bytes (values need not be UTF-8).
+    fn header(&self, map: Map, name: &str) -> Option<Vec<u8>>;
+    /// The whole map, serialized as `header_pairs::HeaderPairs` reads it.
+    fn header_map(&self, map: Map) -> Vec<u8>;
+    /// Sets a header, or removes it (`None`).
+    fn set_header(&self, map: Map, name: &str, value: Option<&str>);
+    /// Sets a header to a value that need not be UTF-8, or removes it (`None`).
+    fn set_header_bytes(&self, map: Map, name: &str, value: Option<&[u8]>);
+    /// Adds another value to a header (a repeated header).
+    fn add_header_bytes(&self, map: Map, name: &str, value: &[u8]);
+    /// A property by its serialized path (segments joined by NUL); `None` when absent.
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>>;
+    /// Writes one of our filter-state properties (a one-segment name).
+    fn set_property(&self, name: &str, value: &[u8]);
+    /// The first `size` bytes of the buffered body.
+    fn body(&self, map: Map, size: usize) -> Option<Vec<u8>>;
+    /// Replaces the first `size` bytes of the buffered body with `value`.
+    fn set_body(&self, map: Map, size: usize, value: &[u8]);
+    /// Answers the request locally (the stream goes no further).
+    fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>);
+    /// Defines (or finds) a metric; `None` when the host refuses.
+    fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32>;
+    fn increment_metric(&self, id: u32);
+    fn record_metric(&self, id: u32, value: u64);
+    /// Makes the route re-read filter state (Envoy's `clear_route_cache` foreign function);
+    /// `false` when the host has no such function.
+    fn clear_route_cache(&self) -> bool;
+}
+
+/// An integer property (Envoy hands them over as 8 little-endian bytes); 0 when absent.
+fn u64_property(host: &impl Host, path: &[u8]) -> u64 {
+    host.property(path)
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// A property holding text, as a `String`; `None` when absent or not UTF-8.
+fn text_property(host: &impl Host, path: &[u8]) -> Option<String> {
+    host.property(path).and_then(|b| String::from_utf8(b).ok())
+}
+
+/// The `:status` of a header map (0 when absent or unreadable).
+fn status_code(host: &impl Host, map: Map) -> u16 {
+    host.header(map, ":status")
+        .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Answers with one of the filter's own replies (SPEC section 6): JSON error body and
+/// `x-should-retry`.
+fn send_reply(host: &impl Host, reply: &Reply) {
+    let body = reply.body();
+    let should_retry = if reply.should_retry { "true" } else { "false" };
+    host.send_response(
+        reply.status,
+        &[
+            ("content-type", "application/json"),
+            (wire::SHOULD_RETRY_HEADER, should_retry),
+        ],
+        Some(body.as_bytes()),
+    );
+}
+
+/// Provider health over the host's shared data, read against `clock`.
+pub fn health<'a>(
+    config: &'a Config,
+    store: &'a dyn SharedStore,
+    clock: &'a dyn Clock,
+) -> Health<'a> {
+    Health::new(store, clock, &config.breaker, &config.dead_marks)
+}
+
+/// Creates each provider's health record if no worker has yet, so that every later update is
+/// a real compare-and-swap (Envoy cannot CAS on a key that does not exist).
+pub fn init_health_records(config: &Config, host: &impl Host) {
+    let health = health(config, host, host);
+    for provider in &config.providers {
+        health.ensure_record(&provider.name);
+    }
+}
+
+#[cfg(test)]
+mod tests;

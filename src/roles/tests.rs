@@ -1,0 +1,983 @@
+//! Glue-level tests without Envoy: a recording host plays Envoy's side of every call the roles
+//! make (headers, filter state, shared data with CAS, metrics, local replies, the clock), and a
+//! small router drives both roles through whole requests the way router mode does (DESIGN
+//! section 1): slot properties pick each attempt's cluster, the retry marker (or a missing
+//! response) makes the next attempt, one request header map is shared by every attempt.
+
+use super::*;
+use crate::classify::Class;
+use crate::host::{Cas, MemoryStore};
+use crate::metrics as names;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+const T0: u64 = 1_700_000_000_000;
+
+// ---------------------------------------------------------------------------------------------
+// The recording host.
+
+/// What every stream shares: shared data, the clock, metrics.
+#[derive(Default)]
+struct World {
+    store: MemoryStore,
+    now: Cell<u64>,
+    /// Metric id - 1 -> (name, value).
+    metrics: RefCell<Vec<(String, u64)>>,
+}
+
+impl World {
+    fn metric(&self, name: &str) -> u64 {
+        self.metrics
+            .borrow()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+    fn advance(&self, ms: u64) {
+        self.now.set(self.now.get() + ms);
+    }
+}
+
+type Headers = Vec<(String, Vec<u8>)>;
+/// A local reply: status, headers, body.
+type LocalReply = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// One HTTP stream as Envoy holds it.
+#[derive(Default)]
+struct Stream {
+    request: RefCell<Headers>,
+    response: RefCell<Headers>,
+    request_body: RefCell<Vec<u8>>,
+    response_body: RefCell<Vec<u8>>,
+    properties: RefCell<HashMap<Vec<u8>, Vec<u8>>>,
+    local_reply: RefCell<Option<LocalReply>>,
+    route_cache_cleared: Cell<usize>,
+}
+
+#[derive(Clone)]
+struct Recording {
+    world: Rc<World>,
+    stream: Rc<Stream>,
+}
+
+impl Recording {
+    fn map(&self, map: Map) -> &RefCell<Headers> {
+        match map {
+            Map::Request => &self.stream.request,
+            Map::Response => &self.stream.response,
+        }
+    }
+    fn buffer(&self, map: Map) -> &RefCell<Vec<u8>> {
+        match map {
+            Map::Request => &self.stream.request_body,
+            Map::Response => &self.stream.response_body,
+        }
+    }
+    fn set_envoy_property(&self, path: &[u8], value: Option<&[u8]>) {
+        let mut properties = self.stream.properties.borrow_mut();
+        match value {
+            Some(v) => properties.insert(path.to_vec(), v.to_vec()),
+            None => properties.remove(path),
+        };
+    }
+}
+
+impl SharedStore for Recording {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
+        self.world.store.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8], cas: Option<Cas>) -> Result<(), crate::host::SetError> {
+        self.world.store.set(key, value, cas)
+    }
+}
+
+impl Clock for Recording {
+    fn now_ms(&self) -> u64 {
+        self.world.now.get()
+    }
+}
+
+fn serialize(headers: &Headers) -> Vec<u8> {
+    let mut out = (headers.len() as u32).to_le_bytes().to_vec();
+    for (name, value) in headers {
+        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    }
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        out.extend_from_slice(value);
+        out.push(0);
+    }
+    out
+}
+
+impl Host for Recording {
+    fn header(&self, map: Map, name: &str) -> Option<Vec<u8>> {
+        let headers = self.map(map).borrow();
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+    fn header_map(&self, map: Map) -> Vec<u8> {
+        serialize(&self.map(map).borrow())
+    }
+    fn set_header(&self, map: Map, name: &str, value: Option<&str>) {
+        let mut headers = self.map(map).borrow_mut();
+        headers.retain(|(n, _)| n != name);
+        if let Some(v) = value {
+            headers.push((name.to_string(), v.as_bytes().to_vec()));
+        }
+    }
+    fn set_header_bytes(&self, map: Map, name: &str, value: Option<&[u8]>) {
+        let mut headers = self.map(map).borrow_mut();
+        headers.retain(|(n, _)| n != name);
+        if let Some(v) = value {
+            headers.push((name.to_string(), v.to_vec()));
+        }
+    }
+    fn add_header_bytes(&self, map: Map, name: &str, value: &[u8]) {
+        self.map(map)
+            .borrow_mut()
+            .push((name.to_string(), value.to_vec()));
+    }
+    fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
+        self.stream.properties.borrow().get(path).cloned()
+    }
+    fn set_property(&self, name: &str, value: &[u8]) {
+        self.set_envoy_property(name.as_bytes(), Some(value));
+    }
+    fn body(&self, map: Map, size: usize) -> Option<Vec<u8>> {
+        let body = self.buffer(map).borrow();
+        Some(body.get(..size.min(body.len()))?.to_vec())
+    }
+    fn set_body(&self, map: Map, size: usize, value: &[u8]) {
+        let mut body = self.buffer(map).borrow_mut();
+        let size = size.min(body.len());
+        body.splice(..size, value.iter().copied());
+    }
+    fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>) {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        *self.stream.local_reply.borrow_mut() =
+            Some((status, headers, body.unwrap_or_default().to_vec()));
+    }
+    fn define_metric(&self, _kind: MetricKind, name: &str) -> Option<u32> {
+        let mut metrics = self.world.metrics.borrow_mut();
+        let index = match metrics.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                metrics.push((name.to_string(), 0));
+                metrics.len() - 1
+            }
+        };
+        u32::try_from(index + 1).ok()
+    }
+    fn increment_metric(&self, id: u32) {
+        if let Some(m) = self.world.metrics.borrow_mut().get_mut(id as usize - 1) {
+            m.1 += 1;
+        }
+    }
+    fn record_metric(&self, id: u32, value: u64) {
+        if let Some(m) = self.world.metrics.borrow_mut().get_mut(id as usize - 1) {
+            m.1 = value;
+        }
+    }
+    fn clear_route_cache(&self) -> bool {
+        self.stream
+            .route_cache_cleared
+            .set(self.stream.route_cache_cleared.get() + 1);
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A router-mode Envoy around the two roles.
+
+/// What a provider does with one attempt.
+#[derive(Debug, Clone)]
+enum Provider {
+    Answer(u16, Vec<(&'static str, &'static str)>, &'static str),
+    /// Connection refused before any response (Envoy retries by itself).
+    Refused,
+    /// No response headers within the attempt timeout.
+    Timeout,
+    /// Answers with this status after this many milliseconds.
+    After(u64, u16),
+}
+
+fn ok() -> Provider {
+    Provider::Answer(200, vec![], r#"{"ok":true}"#)
+}
+fn status(code: u16) -> Provider {
+    Provider::Answer(code, vec![], r#"{"error":{}}"#)
+}
+
+/// What one provider was sent.
+#[derive(Debug, Clone)]
+struct Sent {
+    cluster: String,
+    headers: Headers,
+    body: Vec<u8>,
+}
+
+impl Sent {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+}
+
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Headers,
+    body: Vec<u8>,
+    /// The filter answered itself (no router involved).
+    local: bool,
+    sent: Vec<Sent>,
+    /// The attempt log as access logs print it.
+    log: Option<String>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+    fn body_json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_default()
+    }
+    fn clusters(&self) -> Vec<&str> {
+        self.sent.iter().map(|s| s.cluster.as_str()).collect()
+    }
+}
+
+struct Gateway {
+    world: Rc<World>,
+    config: Rc<Config>,
+    /// The upstream role's configuration (the same unless a test makes the roles drift).
+    up_config: Rc<Config>,
+    down_metrics: Rc<Metrics>,
+    up_metrics: Rc<Metrics>,
+    /// Every attempt goes to the first attempt's cluster (a route without
+    /// `refresh_cluster_on_retry`).
+    sticky_cluster: bool,
+}
+
+impl Gateway {
+    fn new(json: &str) -> Gateway {
+        let world = Rc::new(World::default());
+        world.now.set(T0);
+        let env = |name: &str| (name == "KEY_B").then(|| "sk-b".to_string());
+        let config = Rc::new(Config::from_json(json.as_bytes(), &env).expect("valid config"));
+        let root = Recording {
+            world: Rc::clone(&world),
+            stream: Rc::default(),
+        };
+        init_health_records(&config, &root);
+        let down_metrics = Rc::new(Metrics::new(&config, &root));
+        let up_metrics = Rc::new(Metrics::new(&config, &root));
+        Gateway {
+            world,
+            up_config: Rc::clone(&config),
+            config,
+            down_metrics,
+            up_metrics,
+            sticky_cluster: false,
+        }
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        self.world.metric(name)
+    }
+
+    fn chat(&self, model: &str, providers: &[Provider]) -> Response {
+        let body = format!(r#"{{"model":"{model}","messages":[]}}"#);
+        self.request(&[], &body, providers)
+    }
+
+    /// One request through the downstream role, the router and the upstream role of each
+    /// attempt. Attempt k is answered by `providers[k - 1]`.
+    fn request(&self, extra: &[(&str, &str)], body: &str, providers: &[Provider]) -> Response {
+        let host = Recording {
+            world: Rc::clone(&self.world),
+            stream: Rc::default(),
+        };
+        let mut request: Headers = vec![
+            (":method".into(), b"POST".to_vec()),
+            (":path".into(), b"/v1/chat/completions".to_vec()),
+            (":authority".into(), b"gateway.local".to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+            ("content-length".into(), body.len().to_string().into_bytes()),
+            ("authorization".into(), b"Bearer caller-key".to_vec()),
+        ];
+        for (k, v) in extra {
+            request.retain(|(n, _)| n != k);
+            request.push((k.to_string(), v.as_bytes().to_vec()));
+        }
+        *host.stream.request.borrow_mut() = request;
+        *host.stream.request_body.borrow_mut() = body.as_bytes().to_vec();
+        let mut down = Downstream::new(
+            host.clone(),
+            Rc::clone(&self.config),
+            Rc::clone(&self.down_metrics),
+        );
+        let mut flow = down.on_request_headers(body.is_empty());
+        if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
+            flow = down.on_request_body(body.len(), true);
+        }
+        if let Some((status, headers, body)) = host.stream.local_reply.borrow_mut().take() {
+            down.on_done();
+            return Response {
+                status,
+                headers: headers
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()))
+                    .collect(),
+                body,
+                local: true,
+                sent: Vec::new(),
+                log: self.log(&host),
+            };
+        }
+        assert_eq!(flow, Flow::Continue, "the request goes on to the router");
+        assert!(
+            host.stream.route_cache_cleared.get() > 0,
+            "route cache cleared"
+        );
+
+        let max_retries: usize = host
+            .header(Map::Request, "x-envoy-max-retries")
+            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(1);
+        // The router buffers the request body as the downstream role left it and replays that
+        // to every attempt; what one attempt's upstream role rewrites stays with that attempt.
+        let routed_body = host.stream.request_body.borrow().clone();
+        let mut sent = Vec::new();
+        let mut details;
+        let mut attempt = 0;
+        let timeout = self.config.timeouts.attempt_ms;
+        loop {
+            attempt += 1;
+            let k = if self.sticky_cluster { 1 } else { attempt };
+            let slot = format!("{}{k}", wire::SLOT_PROPERTY_PREFIX);
+            let cluster = host
+                .property(slot.as_bytes())
+                .expect("the matcher finds a slot");
+            let cluster = String::from_utf8(cluster).unwrap_or_default();
+            host.set_header(
+                Map::Request,
+                wire::ATTEMPT_COUNT_HEADER,
+                Some(&attempt.to_string()),
+            );
+            host.set_envoy_property(b"xds\0cluster_name", Some(cluster.as_bytes()));
+            host.set_envoy_property(b"upstream\0transport_failure_reason", None);
+            host.stream.response.borrow_mut().clear();
+            host.stream.response_body.borrow_mut().clear();
+            let mut up = Upstream::new(
+                host.clone(),
+                Rc::clone(&self.up_config),
+                Rc::clone(&self.up_metrics),
+            );
+            *host.stream.request_body.borrow_mut() = routed_body.clone();
+            let request_body = routed_body.clone();
+            if up.on_request_headers(request_body.is_empty()) == Flow::Pause {
+                if let Some((code, headers, body)) = host.stream.local_reply.borrow_mut().take() {
+                    // The upstream role answered the attempt itself: that is the response.
+                    let mut response: Headers =
+                        vec![(":status".into(), code.to_string().into_bytes())];
+                    response.extend(headers.into_iter().map(|(k, v)| (k, v.into_bytes())));
+                    *host.stream.response.borrow_mut() = response;
+                    *host.stream.response_body.borrow_mut() = body;
+                    up.on_done();
+                    details = "upstream_local_reply";
+                    break;
+                }
+                assert_eq!(up.on_request_body(request_body.len(), true), Flow::Continue);
+            }
+            sent.push(Sent {
+                cluster,
+                headers: host.stream.request.borrow().clone(),
+                body: host.stream.request_body.borrow().clone(),
+            });
+            let retries_left = attempt <= max_retries;
+            let mut answer = providers.get(attempt - 1).cloned().unwrap_or_else(ok);
+            if let Provider::After(ms, code) = answer {
+                self.world.advance(ms);
+                answer = status(code);
+            }
+            match answer {
+                Provider::After(..) => unreachable!("turned into an answer above"),
+                Provider::Answer(code, headers, body) => {
+                    let mut response: Headers =
+                        vec![(":status".into(), code.to_string().into_bytes())];
+                    response.extend(
+                        headers
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())),
+                    );
+                    *host.stream.response.borrow_mut() = response;
+                    *host.stream.response_body.borrow_mut() = body.as_bytes().to_vec();
+                    if up.on_response_headers(body.is_empty()) == Flow::Pause {
+                        // Held to read the start of the body (SPEC 3a): the router buffers.
+                        assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
+                    }
+                    up.on_done();
+                    let marked = host
+                        .header(Map::Response, wire::RETRY_MARKER_HEADER)
+                        .is_some();
+                    if marked && retries_left {
+                        continue;
+                    }
+                    details = "via_upstream";
+                    break;
+                }
+                Provider::Refused => {
+                    host.set_envoy_property(
+                        b"upstream\0transport_failure_reason",
+                        Some(b"delayed_connect_error:_111"),
+                    );
+                    up.on_done();
+                    details = "upstream_reset_before_response_started{remote_connection_failure}";
+                }
+                Provider::Timeout => {
+                    self.world.advance(timeout);
+                    up.on_done();
+                    details = "upstream_per_try_timeout";
+                }
+            }
+            if !retries_left {
+                let code = if details.contains("timeout") {
+                    "504"
+                } else {
+                    "503"
+                };
+                *host.stream.response.borrow_mut() =
+                    vec![(":status".into(), code.as_bytes().to_vec())];
+                *host.stream.response_body.borrow_mut() = b"upstream connect error".to_vec();
+                break;
+            }
+        }
+        host.set_envoy_property(
+            b"upstream\0request_attempt_count",
+            Some(&(attempt as u64).to_le_bytes()),
+        );
+        host.set_envoy_property(b"response\0code_details", Some(details.as_bytes()));
+        down.on_response_headers();
+        let len = host.stream.response_body.borrow().len();
+        down.on_response_body(len, true);
+        down.on_done();
+        let status = status_code(&host, Map::Response);
+        let headers = host.stream.response.borrow().clone();
+        let body = host.stream.response_body.borrow().clone();
+        Response {
+            status,
+            headers,
+            body,
+            local: false,
+            sent,
+            log: self.log(&host),
+        }
+    }
+
+    fn log(&self, host: &Recording) -> Option<String> {
+        text_property(host, wire::ATTEMPTS_PROPERTY.as_bytes())
+    }
+}
+
+const THREE: &str = r#"{
+    "providers": [
+        {"name": "a", "cluster": "ca", "credential": {"header": "authorization", "value": "sk-a", "prefix": "Bearer "}},
+        {"name": "b", "cluster": "cb", "credential": {"header": "x-api-key", "env": "KEY_B"},
+         "headers": {"anthropic-version": "2023-06-01"}, "authority": "api.b.example", "path_prefix": "/b"},
+        {"name": "c", "cluster": "cc", "credential": {"header": "api-key", "value": "sk-c"}}
+    ],
+    "chains": [
+        {"name": "main", "models": ["gpt-*"], "providers": ["a", {"provider": "b", "model": "b-large"}, "c"]}
+    ],
+    "breaker": {"failures": 2, "window": "30s", "cooldown": "60s"},
+    "status_path": "/llm-failover/status"
+}"#;
+
+fn with_chain_options(options: &str) -> String {
+    THREE.replace(
+        r#""providers": ["a", {"provider": "b", "model": "b-large"}, "c"]"#,
+        &format!(r#""providers": ["a", {{"provider": "b", "model": "b-large"}}, "c"], {options}"#),
+    )
+}
+
+fn attempts_metric(provider: &str, class: Class) -> String {
+    names::attempts(provider, class)
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 6 and 7 on the success path.
+
+#[test]
+fn a_success_goes_to_the_first_provider_with_its_own_credential_only() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["ca"]);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("a"));
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("1"));
+    assert_eq!(r.header(wire::FALLBACK_COUNT_HEADER), None);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), None);
+    assert_eq!(r.header(wire::RETRY_MARKER_HEADER), None);
+    let sent = &r.sent[0];
+    // The caller's gateway key is replaced by the provider's own; no other provider's key.
+    assert_eq!(sent.header("authorization"), Some("Bearer sk-a"));
+    assert_eq!(sent.header("x-api-key"), None);
+    assert_eq!(sent.header("api-key"), None);
+    assert_eq!(
+        sent.header(wire::MAX_RETRIES_HEADER),
+        None,
+        "consumed by the router"
+    );
+    assert_eq!(sent.header(":path"), Some("/v1/chat/completions"));
+    assert_eq!(sent.body, br#"{"model":"gpt-4o","messages":[]}"#);
+    assert_eq!(gw.metric(&attempts_metric("a", Class::Ok)), 1);
+    assert_eq!(r.log.as_deref(), Some("a:ok:0ms"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC sections 3, 6, 7: failover, what each attempt carries, what the caller sees.
+
+#[test]
+fn a_server_error_falls_over_with_the_next_providers_rewrites() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("b"));
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("2"));
+    assert_eq!(r.header(wire::FALLBACK_COUNT_HEADER), Some("1"));
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("server_error"));
+    let b = &r.sent[1];
+    assert_eq!(b.header("authorization"), None, "a's key never reaches b");
+    assert_eq!(b.header("x-api-key"), Some("sk-b"));
+    assert_eq!(b.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(b.header(":authority"), Some("api.b.example"));
+    assert_eq!(b.header(":path"), Some("/b/v1/chat/completions"));
+    assert_eq!(b.body, br#"{"model":"b-large","messages":[]}"#);
+    assert_eq!(
+        b.header("content-length"),
+        Some(b.body.len().to_string().as_str())
+    );
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 1);
+    assert_eq!(gw.metric(&attempts_metric("a", Class::ServerError)), 1);
+    assert_eq!(gw.metric(&attempts_metric("b", Class::Ok)), 1);
+    let log = r.log.unwrap_or_default();
+    assert!(
+        log.starts_with("a:server_error:") && log.contains(",b:ok:"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_third_attempt_restores_what_the_second_rewrote() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[status(503), status(429), ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb", "cc"]);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("rate_limited"));
+    assert_eq!(r.header(wire::FALLBACK_COUNT_HEADER), Some("2"));
+    let c = &r.sent[2];
+    assert_eq!(c.header("api-key"), Some("sk-c"));
+    assert_eq!(c.header("x-api-key"), None);
+    assert_eq!(c.header("anthropic-version"), None);
+    assert_eq!(c.header(":authority"), Some("gateway.local"));
+    assert_eq!(c.header(":path"), Some("/v1/chat/completions"));
+    // The body was rewritten for b; c gets the caller's model and the planned length back.
+    let planned = br#"{"model":"gpt-4o","messages":[]}"#;
+    assert_eq!(
+        c.header("content-length"),
+        Some(planned.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn an_answer_that_does_not_fall_over_is_the_answer() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[status(400), ok()]);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.clusters(), ["ca"]);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("a"));
+    assert_eq!(gw.metric(&attempts_metric("a", Class::InvalidRequest)), 1);
+}
+
+#[test]
+fn a_providers_own_retry_marker_cannot_make_the_gateway_fall_over() {
+    let gw = Gateway::new(THREE);
+    let forged = Provider::Answer(400, vec![(wire::RETRY_MARKER_HEADER, "1")], "{}");
+    let r = gw.chat("gpt-4o", &[forged, ok()]);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.clusters(), ["ca"]);
+    assert_eq!(r.header(wire::RETRY_MARKER_HEADER), None);
+}
+
+#[test]
+fn connection_failures_fall_over_and_name_their_class() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[Provider::Refused, Provider::Timeout, ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["ca", "cb", "cc"]);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("timeout"));
+    assert_eq!(gw.metric(&attempts_metric("a", Class::ConnectionError)), 1);
+    assert_eq!(gw.metric(&attempts_metric("b", Class::Timeout)), 1);
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 1);
+    assert_eq!(gw.metric(&names::fallbacks("b", "c")), 1);
+}
+
+#[test]
+fn an_exhausted_chain_answers_the_last_failure_and_is_counted() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[status(500), status(502), status(503)]);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("c"));
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("3"));
+    assert_eq!(
+        r.header(wire::RETRY_MARKER_HEADER),
+        None,
+        "never reaches the caller"
+    );
+    assert_eq!(gw.metric(&names::exhausted("main")), 1);
+}
+
+#[test]
+fn fallbacks_exhausted_replaces_the_last_failure() {
+    let gw = Gateway::new(&with_chain_options(r#""fallbacks_exhausted": true"#));
+    let r = gw.chat("gpt-4o", &[status(500), status(500), status(500)]);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body_json()["error"]["code"], "fallbacks_exhausted");
+    assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), Some("true"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    // Also when the last attempt got no response at all (no marker to see).
+    let refused = gw.chat("gpt-4o", &[status(500), status(500), Provider::Refused]);
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.body_json()["error"]["code"], "fallbacks_exhausted");
+    assert_eq!(gw.metric(&names::exhausted("main")), 2);
+}
+
+#[test]
+fn max_attempts_and_the_opt_out_header_cap_the_walk() {
+    let gw = Gateway::new(&with_chain_options(r#""max_attempts": 2"#));
+    let r = gw.chat("gpt-4o", &[status(500), status(500), ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(r.status, 500);
+    let gw = Gateway::new(THREE);
+    let body = r#"{"model":"gpt-4o"}"#;
+    let r = gw.request(&[("x-llm-fallback", "off")], body, &[status(500), ok()]);
+    assert_eq!(r.clusters(), ["ca"]);
+    assert_eq!(r.status, 500);
+    assert_eq!(r.sent[0].header("x-llm-fallback"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 2: planning, refusals and what callers cannot steer.
+
+#[test]
+fn refusals_contact_no_provider() {
+    let gw = Gateway::new(THREE);
+    let unknown = gw.chat("llama-3", &[]);
+    assert!(unknown.local);
+    assert_eq!(
+        (
+            unknown.status,
+            unknown.body_json()["error"]["code"].as_str()
+        ),
+        (400, Some("model_not_recognized"))
+    );
+    assert_eq!(unknown.header(wire::SHOULD_RETRY_HEADER), Some("false"));
+    let garbage = gw.request(&[], "not json", &[]);
+    assert_eq!(
+        (
+            garbage.status,
+            garbage.body_json()["error"]["code"].as_str()
+        ),
+        (400, Some("invalid_body"))
+    );
+    let no_model = gw.request(&[], r#"{"messages":[]}"#, &[]);
+    assert_eq!(no_model.body_json()["error"]["code"], "invalid_body");
+}
+
+#[test]
+fn callers_cannot_steer_routing_or_retries() {
+    let gw = Gateway::new(THREE);
+    let steering = [
+        ("x-envoy-retry-on", "5xx"),
+        ("x-envoy-max-retries", "10"),
+        ("x-envoy-upstream-rq-timeout-ms", "1"),
+    ];
+    let body = r#"{"model":"gpt-4o","fallbacks":["evil"],"messages":[]}"#;
+    let r = gw.request(&steering, body, &[ok()]);
+    let sent = &r.sent[0];
+    assert_eq!(sent.header("x-envoy-retry-on"), None);
+    assert_eq!(sent.header("x-envoy-upstream-rq-timeout-ms"), None);
+    assert_eq!(sent.body, br#"{"model":"gpt-4o","messages":[]}"#);
+    assert_eq!(
+        sent.header("content-length"),
+        Some(sent.body.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn an_unreadable_path_is_refused() {
+    let gw = Gateway::new(THREE);
+    let host = Recording {
+        world: Rc::clone(&gw.world),
+        stream: Rc::default(),
+    };
+    *host.stream.request.borrow_mut() = vec![(":path".into(), b"/caf\xe9".to_vec())];
+    let mut down = Downstream::new(
+        host.clone(),
+        Rc::clone(&gw.config),
+        Rc::clone(&gw.down_metrics),
+    );
+    assert_eq!(down.on_request_headers(true), Flow::Pause);
+    let reply = host.stream.local_reply.borrow().clone();
+    assert_eq!(reply.map(|r| r.0), Some(400));
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 4: the breaker and dead marks, across requests.
+
+#[test]
+fn a_breaker_opens_skips_its_provider_probes_once_and_closes() {
+    let gw = Gateway::new(THREE);
+    // Two counted failures of a (the configured threshold) open its breaker.
+    for _ in 0..2 {
+        gw.chat("gpt-4o", &[status(500), ok()]);
+    }
+    let state = names::breaker_state("a");
+    assert_eq!(gw.metric(&state), 1, "open");
+    let skipped = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(skipped.clusters(), ["cb"]);
+    assert_eq!(
+        skipped.header(wire::FALLBACK_REASON_HEADER),
+        Some("breaker_open")
+    );
+    assert_eq!(gw.metric(&names::skipped("a", "breaker_open")), 1);
+    assert!(skipped
+        .log
+        .unwrap_or_default()
+        .starts_with("a:skipped:breaker_open,b:ok:"));
+    // After the cooldown exactly one request probes a; its success closes the breaker.
+    gw.world.advance(60_000);
+    let probe = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(probe.clusters(), ["ca"]);
+    assert_eq!(gw.metric(&state), 0, "closed");
+    let after = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(after.clusters(), ["ca"]);
+}
+
+#[test]
+fn a_failed_probe_reopens_and_every_provider_open_is_circuit_open() {
+    let gw = Gateway::new(THREE);
+    for _ in 0..2 {
+        gw.chat("gpt-4o", &[status(500), status(500), status(500)]);
+    }
+    let r = gw.chat("gpt-4o", &[]);
+    assert!(r.local, "no provider contacted");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body_json()["error"]["code"], "circuit_open");
+    assert_eq!(gw.metric(&names::skipped("c", "breaker_open")), 1);
+    assert_eq!(
+        r.log.as_deref(),
+        Some("a:skipped:breaker_open,b:skipped:breaker_open,c:skipped:breaker_open")
+    );
+    gw.world.advance(60_000);
+    let probe = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(probe.clusters(), ["ca", "cb"]);
+    assert_eq!(gw.metric(&names::breaker_state("a")), 1, "reopened");
+}
+
+#[test]
+fn a_missing_model_is_marked_dead_on_that_provider_only() {
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[status(404), ok()]);
+    assert_eq!(
+        r.header(wire::FALLBACK_REASON_HEADER),
+        Some("model_not_found")
+    );
+    let next = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(next.clusters(), ["cb"]);
+    assert_eq!(gw.metric(&names::skipped("a", "dead")), 1);
+    let other = gw.chat("gpt-4o-mini", &[ok()]);
+    assert_eq!(other.clusters(), ["ca"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 5: the time budget.
+
+#[test]
+fn no_attempt_starts_past_the_budget() {
+    let gw = Gateway::new(&THREE.replace(
+        r#""status_path""#,
+        r#""timeouts": {"attempt": "100s", "budget": "150s", "min_remaining": "10s"}, "status_path""#,
+    ));
+    // The first attempt times out after 100 s: b's 500 leaves 50 s, enough for c.
+    let r = gw.chat("gpt-4o", &[Provider::Timeout, status(500), ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb", "cc"]);
+    // A 500 after 141 s leaves 9 s, less than the 10 s an attempt needs: it is the answer.
+    let gw = Gateway::new(&THREE.replace(
+        r#""status_path""#,
+        r#""timeouts": {"attempt": "145s", "budget": "150s", "min_remaining": "10s"}, "status_path""#,
+    ));
+    let r = gw.chat("gpt-4o", &[Provider::After(141_000, 500), ok()]);
+    assert_eq!(r.clusters(), ["ca"], "a's 500 goes back to the caller");
+    assert_eq!(r.status, 500);
+    assert_eq!(r.header(wire::RETRY_MARKER_HEADER), None);
+    assert_eq!(gw.metric(&names::skipped("b", "budget")), 1);
+    assert_eq!(gw.metric(&names::skipped("c", "budget")), 1);
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 0);
+    assert!(r
+        .log
+        .unwrap_or_default()
+        .ends_with(",b:skipped:budget,c:skipped:budget"));
+}
+
+#[test]
+fn an_attempt_envoy_starts_past_the_budget_never_reaches_its_provider() {
+    let gw = Gateway::new(&THREE.replace(
+        r#""status_path""#,
+        r#""timeouts": {"attempt": "145s", "budget": "150s", "min_remaining": "10s"}, "status_path""#,
+    ));
+    // a times out after 145 s; Envoy retries a per-try timeout by itself, but 5 s are left.
+    let r = gw.chat("gpt-4o", &[Provider::Timeout, ok()]);
+    assert_eq!(r.clusters(), ["ca"], "b is never contacted");
+    assert_eq!(r.status, 504);
+    assert_eq!(r.body_json()["error"]["code"], "timeout");
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("1"));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("a"));
+    assert!(
+        !r.headers
+            .iter()
+            .any(|(n, _)| n.starts_with("x-llm-failover")),
+        "internal headers stay inside"
+    );
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 0);
+    assert_eq!(gw.metric(&names::skipped("b", "budget")), 1);
+    assert_eq!(gw.metric(&names::exhausted("main")), 1);
+    let log = r.log.unwrap_or_default();
+    assert!(
+        log.starts_with("a:timeout:145000ms,b:skipped:budget,c:skipped:budget"),
+        "{log}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 10, through the downstream role.
+
+#[test]
+fn the_status_endpoint_answers_get_and_head_only() {
+    let gw = Gateway::new(THREE);
+    let get = gw.request(
+        &[(":method", "GET"), (":path", "/llm-failover/status?x=1")],
+        "",
+        &[],
+    );
+    assert!(get.local);
+    assert_eq!(get.status, 200);
+    assert!(get.body_json()["providers"].is_array() || get.body_json().is_object());
+    let post = gw.request(&[(":path", "/llm-failover/status")], "", &[]);
+    assert_eq!(post.status, 405);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 7: fail closed.
+
+#[test]
+fn an_attempt_sent_to_another_providers_cluster_is_refused_before_anything_is_attached() {
+    let mut gw = Gateway::new(THREE);
+    gw.sticky_cluster = true;
+    let r = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(r.clusters(), ["ca"], "b's attempt is never sent");
+    assert_eq!(r.status, 502);
+    assert_eq!(r.body_json()["error"]["code"], "misrouted_attempt");
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("1"));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("a"));
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), None);
+    assert_eq!(gw.metric(&attempts_metric("b", Class::Ok)), 0);
+}
+
+#[test]
+fn a_plan_made_under_another_configuration_is_refused() {
+    let mut gw = Gateway::new(THREE);
+    let drifted = THREE.replace(r#""failures": 2"#, r#""failures": 3"#);
+    gw.up_config =
+        Rc::new(Config::from_json(drifted.as_bytes(), &|_| Some("k".into())).expect("valid"));
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert!(r.sent.is_empty(), "no provider contacted");
+    assert_eq!(r.status, 502);
+    assert_eq!(r.body_json()["error"]["code"], "config_mismatch");
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("0"));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), None);
+}
+
+#[test]
+fn the_callers_gateway_credential_is_removed_before_routing() {
+    let gw = Gateway::new(THREE);
+    let r = gw.request(
+        &[("x-api-key", "caller-key")],
+        r#"{"model":"gpt-4o"}"#,
+        &[ok()],
+    );
+    // Planned, so the router runs: the downstream role already removed both caller keys.
+    assert_eq!(r.sent[0].header("x-api-key"), None);
+    assert_eq!(r.sent[0].header("authorization"), Some("Bearer sk-a"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC section 3a: classes read from the answer's body.
+
+#[test]
+fn a_failing_answers_body_refines_its_class_before_deciding() {
+    let gw = Gateway::new(THREE);
+    let too_long = Provider::Answer(
+        400,
+        vec![("content-type", "application/json")],
+        r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+    );
+    let r = gw.chat("gpt-4o", &[too_long, ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header(wire::FALLBACK_REASON_HEADER),
+        Some("context_window_exceeded")
+    );
+    // A plain 400 is still the caller's answer.
+    let plain = gw.chat("gpt-4o", &[status(400), ok()]);
+    assert_eq!(plain.clusters(), ["ca"]);
+}
+
+#[test]
+fn a_stream_whose_first_event_is_an_error_falls_over() {
+    let gw = Gateway::new(THREE);
+    let overloaded = Provider::Answer(
+        200,
+        vec![("content-type", "text/event-stream")],
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    );
+    let body = r#"{"model":"gpt-4o","stream":true,"messages":[]}"#;
+    let r = gw.request(&[], body, &[overloaded, ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("overloaded"));
+    // A healthy stream is released as it is.
+    let healthy = Provider::Answer(
+        200,
+        vec![("content-type", "text/event-stream")],
+        "data: {\"choices\":[]}\n\n",
+    );
+    let r = gw.request(&[], body, &[healthy]);
+    assert_eq!((r.status, r.clusters()), (200, vec!["ca"]));
+    assert_eq!(r.body, b"data: {\"choices\":[]}\n\n");
+}

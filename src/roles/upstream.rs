@@ -1,0 +1,385 @@
+//! The upstream role (on every provider cluster, once per attempt): applies what `attempt`
+//! decides for the request, classifies the outcome, and applies what `attempt::settle` decides
+//! for it (marker header, metrics, breaker report, attempt log, outcome record).
+
+use super::{
+    health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
+};
+use crate::attempt::{self, BodyEdit, DelaySource, Hold, Marker, Outcome};
+use crate::classify::{classify_status, Class};
+use crate::config::Config;
+use crate::destination::{self, Refusal};
+use crate::handoff::{self, Outcomes, PlanText, Refused};
+use crate::header_pairs::HeaderPairs;
+use crate::host::FixedClock;
+use crate::plan::SkipReason;
+use crate::retry_after;
+use crate::wire;
+use std::rc::Rc;
+
+/// Envoy's `DC` response flag: the downstream connection went away.
+const DOWNSTREAM_CONNECTION_TERMINATION: u64 = 0x4000;
+
+/// This attempt as read at its request headers.
+struct Current {
+    number: usize,
+    plan: PlanText,
+    start_ms: u64,
+}
+
+pub struct Upstream<H: Host> {
+    host: H,
+    config: Rc<Config>,
+    metrics: Rc<Metrics>,
+    current: Option<Current>,
+    /// Model name to write into the body for this provider, while waiting for the body.
+    rewrite_to: Option<String>,
+    /// Response headers arrived (or the outcome was otherwise settled).
+    settled: bool,
+    /// The response is held until the start of its body is read (SPEC 3a).
+    hold: Option<Hold>,
+    /// Bytes of the held body received so far.
+    held: usize,
+}
+
+impl<H: Host> Upstream<H> {
+    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
+        Upstream {
+            host,
+            config,
+            metrics,
+            current: None,
+            rewrite_to: None,
+            settled: false,
+            hold: None,
+            held: 0,
+        }
+    }
+
+    /// Reads this attempt's number and the plan; `None` when the request was not planned by
+    /// our downstream role (then this role leaves the attempt alone). The plan is `None` inside
+    /// when it is there but unreadable.
+    fn read_current(&self) -> Option<(usize, Option<PlanText>)> {
+        let number = self
+            .host
+            .header(Map::Request, wire::ATTEMPT_COUNT_HEADER)
+            .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<usize>().ok())
+            .unwrap_or(1);
+        let text = text_property(&self.host, handoff::PLAN.as_bytes())?;
+        Some((number, PlanText::decode(text)))
+    }
+
+    /// Settles the attempt: applies what `attempt::settle` decides.
+    fn settle(&mut self, class: Class, status: Option<u16>, retry_after_ms: Option<u64>) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let Some(current) = &self.current else {
+            return;
+        };
+        let config = &*self.config;
+        let Some(a) = attempt::resolve(config, current.plan.view(), current.number) else {
+            return;
+        };
+        let host = &self.host;
+        let metrics = &self.metrics;
+        let now = host.now_ms();
+        let outcome = Outcome {
+            class,
+            status,
+            retry_after_ms,
+        };
+        let clock = FixedClock(now);
+        let health = health(config, host, &clock);
+        let mut gate = attempt::health_gate(config, &a, &health);
+        let settled = attempt::settle(config, &a, outcome, now, current.start_ms, &mut gate);
+        metrics.attempt(host, config, settled.provider, class);
+        if let Some(walk) = &settled.reroute {
+            // Published before the router retries: the matcher reads the next clusters from
+            // the slot properties, the next upstream role its slot from the plan.
+            for (property, cluster) in attempt::rerouted_slots(config, &a, walk) {
+                host.set_property(property, cluster.as_bytes());
+            }
+            let record = attempt::rerouted_plan(&a, walk);
+            host.set_property(handoff::PLAN, record.as_bytes());
+        }
+        if settled.marker != Marker::Untouched {
+            // The route's retry policy retries answers marked "1"; a provider's own copy goes
+            // (a remove is one cheap hostcall, no read).
+            host.set_header(
+                Map::Response,
+                wire::RETRY_MARKER_HEADER,
+                settled.marker.value(),
+            );
+        }
+        if let Some((from, to)) = settled.fallback {
+            metrics.fallback(host, config, from, to);
+            // Debug, not info: during an outage this would be a log line per request,
+            // exactly when the gateway is busiest; metrics and access logs carry it.
+            log::debug!(
+                "{} answered {}; falling over to {}",
+                a.provider.name,
+                class.as_str(),
+                config.providers.get(to).map_or("", |p| p.name.as_str())
+            );
+        }
+        if let Some((model, report)) = &settled.report {
+            let effect = health.report(&a.provider.name, model, report);
+            metrics.breaker_state(host, settled.provider, effect.state);
+            log::debug!("{} {} -> {:?}", a.provider.name, class.as_str(), effect);
+        }
+        for &skipped in &settled.budget_skips {
+            metrics.skipped(host, config, skipped, SkipReason::Budget);
+        }
+        if settled.records_outcome() {
+            let previous = if current.number > 1 {
+                host.property(handoff::OUTCOMES.as_bytes())
+            } else {
+                None
+            };
+            let record =
+                Outcomes::new(previous.as_deref().unwrap_or_default()).with(current.number, class);
+            host.set_property(handoff::OUTCOMES, &record);
+        }
+        let mut log = if a.log_started() {
+            text_property(host, wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        settled.write_log(config, &mut log);
+        host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+    }
+
+    /// Answers an attempt refused for the time budget with the last attempt's failure; its
+    /// provider and the later ones are skips for budget.
+    fn refuse_past_budget(&mut self, refusal: &attempt::PastBudget) {
+        self.settled = true;
+        let (host, config) = (&self.host, &*self.config);
+        for &skipped in &refusal.skipped {
+            self.metrics
+                .skipped(host, config, skipped, SkipReason::Budget);
+        }
+        let mut log = text_property(host, wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default();
+        refusal.write_log(config, &mut log);
+        host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        log::debug!("attempt not started: the time budget is spent");
+        host.set_property(handoff::REFUSED, &Refused::Budget.encode());
+        send_reply(host, &refusal.reply);
+    }
+
+    /// Refuses the attempt before anything is attached to it (SPEC section 7, fail closed):
+    /// the caller gets the gateway's own `502`, the attempt is not sent, counts toward no
+    /// provider's health, and the downstream role learns it from filter state.
+    fn refuse(&mut self, refusal: &Refusal) {
+        self.settled = true;
+        let reply = refusal.reply();
+        log::error!("llm_failover: attempt refused: {}", reply.message);
+        self.host
+            .set_property(handoff::REFUSED, &Refused::FailClosed.encode());
+        send_reply(&self.host, &reply);
+    }
+
+    /// The delay a failing answer asked for, read only where `attempt::delay_source` says.
+    fn requested_delay(&self, class: Class) -> Option<u64> {
+        match attempt::delay_source(class) {
+            DelaySource::Nothing => None,
+            DelaySource::RateLimitHeaders => {
+                // A provider's header values may hold any bytes: skip what is not text.
+                let map = self.host.header_map(Map::Response);
+                let headers = HeaderPairs::new(&map).into_iter().filter_map(|(k, v)| {
+                    Some((std::str::from_utf8(k).ok()?, std::str::from_utf8(v).ok()?))
+                });
+                retry_after::rate_limit_delay(headers, self.host.now_ms())
+            }
+            DelaySource::RetryAfter => {
+                self.host
+                    .header(Map::Response, "retry-after")
+                    .and_then(|v| {
+                        retry_after::parse_retry_after(
+                            std::str::from_utf8(&v).ok()?,
+                            self.host.now_ms(),
+                        )
+                    })
+            }
+        }
+    }
+
+    /// The stream is over. Without response headers the connection failed, the attempt timed
+    /// out, or the caller went away (DESIGN section 1: these reach upstream filters only here).
+    pub fn on_done(&mut self) {
+        let Some(current) = self.current.as_ref().filter(|_| !self.settled) else {
+            return;
+        };
+        let transport_failure = self
+            .host
+            .property(b"upstream\0transport_failure_reason")
+            .is_some_and(|v| !v.is_empty());
+        let client_gone =
+            u64_property(&self.host, b"response\0flags") & DOWNSTREAM_CONNECTION_TERMINATION != 0;
+        let elapsed = self.host.now_ms().saturating_sub(current.start_ms);
+        let class =
+            attempt::no_response_class(&self.config, transport_failure, client_gone, elapsed);
+        self.settle(class, None, None);
+    }
+
+    pub fn on_request_headers(&mut self, end_of_stream: bool) -> Flow {
+        let Some((number, plan)) = self.read_current() else {
+            return Flow::Continue;
+        };
+        let config = Rc::clone(&self.config);
+        let start_ms = self.host.now_ms();
+        let a = match attempt::admit(&config, plan.as_ref(), number) {
+            Ok(a) => a,
+            Err(refusal) => {
+                self.refuse(&refusal);
+                return Flow::Pause;
+            }
+        };
+        let last_class = || {
+            let bytes = self.host.property(handoff::OUTCOMES.as_bytes())?;
+            Outcomes::new(&bytes).of(number - 1)
+        };
+        if let Some(refusal) = attempt::past_budget(&config, &a, start_ms, last_class) {
+            self.refuse_past_budget(&refusal);
+            return Flow::Pause;
+        }
+        // Nothing of the provider's is attached before Envoy confirms where the attempt goes.
+        let cluster = self
+            .host
+            .property(wire::CLUSTER_NAME_PROPERTY)
+            .unwrap_or_default();
+        let host_provider = || self.host.property(wire::HOST_PROVIDER_PROPERTY);
+        if let Err(refusal) = destination::confirm(a.provider, number, &cluster, host_provider) {
+            self.refuse(&refusal);
+            return Flow::Pause;
+        }
+        let edits = attempt::request_edits(&config, &a, end_of_stream);
+        let host = &self.host;
+        for header in edits.clear {
+            host.set_header(Map::Request, header, None);
+        }
+        if edits.forwarded {
+            if let Some(kept) = host.property(handoff::FORWARD.as_bytes()) {
+                for edit in config.forwarding.attempt_edits(a.provider_id, &kept) {
+                    match (edit.value, edit.append) {
+                        (Some(value), true) => {
+                            host.add_header_bytes(Map::Request, edit.name, value)
+                        }
+                        (value, _) => host.set_header_bytes(Map::Request, edit.name, value),
+                    }
+                }
+            }
+        }
+        for (name, value) in edits.set {
+            host.set_header(Map::Request, name, Some(value));
+        }
+        if let Some(authority) = edits.authority {
+            host.set_header(Map::Request, ":authority", Some(authority));
+        }
+        if let Some(path) = &edits.path {
+            host.set_header(Map::Request, ":path", Some(path));
+        }
+        if edits.drop_max_retries {
+            host.set_header(Map::Request, wire::MAX_RETRIES_HEADER, None);
+        }
+        let rewrite_to = match edits.body {
+            BodyEdit::Keep => None,
+            BodyEdit::RestoreLength(len) => {
+                host.set_header(Map::Request, "content-length", Some(&len.to_string()));
+                None
+            }
+            BodyEdit::RewriteModel(model) => Some(model.to_string()),
+        };
+        self.current = plan.map(|plan| Current {
+            number,
+            plan,
+            start_ms,
+        });
+        if rewrite_to.is_some() {
+            self.rewrite_to = rewrite_to;
+            // Hold the headers until the body is rewritten and its length known.
+            return Flow::Pause;
+        }
+        Flow::Continue
+    }
+
+    pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        let Some(model) = &self.rewrite_to else {
+            return Flow::Continue;
+        };
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
+        let (new_body, len) = attempt::rewrite_body(&body, model);
+        if let Some(new_body) = new_body {
+            self.host.set_body(Map::Request, body_size, &new_body);
+        }
+        self.host
+            .set_header(Map::Request, "content-length", Some(&len.to_string()));
+        self.rewrite_to = None;
+        Flow::Continue
+    }
+
+    pub fn on_response_headers(&mut self, end_of_stream: bool) -> Flow {
+        let Some(current) = &self.current else {
+            return Flow::Continue;
+        };
+        let status = status_code(&self.host, Map::Response);
+        let Some(a) = attempt::resolve(&self.config, current.plan.view(), current.number) else {
+            return Flow::Continue;
+        };
+        let event_stream = || {
+            self.host
+                .header(Map::Response, "content-type")
+                .is_some_and(|v| {
+                    v.get(..17)
+                        .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
+                })
+        };
+        if let Some(hold) = attempt::hold(&a, status, end_of_stream, event_stream) {
+            self.hold = Some(hold);
+            return Flow::Pause;
+        }
+        self.settle_status(status, classify_status(status));
+        Flow::Continue
+    }
+
+    pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        self.held = body_size;
+        self.decide_held(end_of_stream)
+    }
+
+    pub fn on_response_trailers(&mut self) -> Flow {
+        self.decide_held(true)
+    }
+
+    /// Settles an answer with this status as `class`, reading the delay it asked for.
+    fn settle_status(&mut self, status: u16, class: Class) {
+        let delay = self.requested_delay(class);
+        self.settle(class, Some(status), delay);
+    }
+
+    /// A held answer: decides once enough of its body is here, then releases it, with the
+    /// retry marker when it falls over.
+    fn decide_held(&mut self, end_of_stream: bool) -> Flow {
+        let Some(hold) = self.hold else {
+            return Flow::Continue;
+        };
+        let Some(len) = hold.read_now(self.held, end_of_stream) else {
+            return Flow::Pause;
+        };
+        let body = self.host.body(Map::Response, len).unwrap_or_default();
+        let Some(decided) = hold.decide(&body, end_of_stream) else {
+            return Flow::Pause;
+        };
+        if decided.read_delay {
+            self.settle_status(decided.status, decided.class);
+        } else {
+            self.settle(decided.class, Some(decided.status), None);
+        }
+        self.hold = None;
+        Flow::Continue
+    }
+}
