@@ -13,14 +13,17 @@ pub const DEFAULT_MODULE: &str = "dist/llm_failover.wasm";
 pub const DEFAULT_LISTEN_ADDRESS: &str = "127.0.0.1";
 pub const DEFAULT_LISTEN_PORT: u16 = 10000;
 pub const DEFAULT_ADMIN_PORT: u16 = 9901;
+/// The status endpoint's own listener, on loopback, unless `status_listen` says otherwise.
+pub const DEFAULT_STATUS_PORT: u16 = 9902;
 /// 10 MiB: above the 8 MiB bodies SPEC section 7 promises to replay.
 pub const DEFAULT_MAX_REQUEST_BODY: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
 /// Top-level fields only the renderer reads; everything else is plugin configuration.
-pub const RENDERER_KEYS: [&str; 6] = [
+pub const RENDERER_KEYS: [&str; 7] = [
     "listen",
+    "status_listen",
     "admin",
     "module",
     "max_request_body",
@@ -83,6 +86,20 @@ impl Upstream {
     }
 }
 
+/// Where the status endpoint is served (`status_path` set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatusListen {
+    /// Its own listener (the default: 127.0.0.1:9902), with its own copy of the downstream
+    /// filter that answers the status path and nothing else; the API listener does not answer it.
+    Own {
+        addr: Addr,
+        path: String,
+        json: String,
+    },
+    /// On the API listener (`status_listen: api`): anyone who reaches the gateway reads it.
+    Api,
+}
+
 /// A failover file, read and validated: everything the renderer needs.
 #[derive(Debug, Clone)]
 pub struct Gateway {
@@ -102,6 +119,8 @@ pub struct Gateway {
     /// the clusters' filters (`"role":"upstream"`): identical but for the role.
     pub downstream_json: String,
     pub upstream_json: String,
+    /// The status endpoint's listener, when `status_path` is set.
+    pub status: Option<StatusListen>,
     /// One per provider, in `config.providers` order.
     pub upstreams: Vec<Upstream>,
     /// Environment variables credentials are read from (`credential.env`), in file order.
@@ -137,6 +156,28 @@ pub fn load(
     let admin = root
         .shift_remove("admin")
         .map(|v| parse_addr(&v, "admin", DEFAULT_ADMIN_PORT, &mut errors));
+    // `api`, or an address (default 127.0.0.1:9902); read once status_path is known.
+    let status_listen = match root.shift_remove("status_listen") {
+        Some(Value::String(s)) if s == "api" => None,
+        Some(Value::Null) => Some(default_status_addr()),
+        Some(v) if v.is_string() => {
+            errors.push(Diag::error(
+                "status_listen",
+                format!(
+                    "{} — write api, or an address such as {{address: 127.0.0.1, port: 9902}}",
+                    show(&v)
+                ),
+            ));
+            None
+        }
+        Some(v) => Some(parse_addr(
+            &v,
+            "status_listen",
+            DEFAULT_STATUS_PORT,
+            &mut errors,
+        )),
+        None => Some(default_status_addr()),
+    };
     let file_module = root.shift_remove("module").and_then(|v| {
         non_empty_string(
             &v,
@@ -243,6 +284,30 @@ pub fn load(
     }
 
     add_default_authorities(&mut root, &resolved);
+    let status_path = root
+        .get("status_path")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    let status = match (status_path, status_listen) {
+        (None, _) => None,
+        (Some(_), None) => Some(StatusListen::Api),
+        (Some(path), Some(addr)) => {
+            // The status listener's filter answers the path; the API listener's and the
+            // clusters' filters never see it (and keep one configuration fingerprint).
+            let json = match plugin_json(&root, "downstream") {
+                Ok(json) => json,
+                Err(e) => {
+                    return Err(vec![Diag::error(
+                        "",
+                        format!("cannot be turned into the plugin's JSON: {e}"),
+                    )])
+                }
+            };
+            root.shift_remove("status_path");
+            Some(StatusListen::Own { addr, path, json })
+        }
+    };
     let (downstream_json, upstream_json) = match (
         plugin_json(&root, "downstream"),
         plugin_json(&root, "upstream"),
@@ -270,6 +335,7 @@ pub fn load(
         config,
         downstream_json,
         upstream_json,
+        status,
         upstreams: resolved,
         env_keys,
         warnings,
@@ -311,6 +377,13 @@ fn loaded_config(json: &str) -> Result<Config, Vec<Diag>> {
             .map(|e| Diag::error(e.field, e.problem))
             .collect()
     })
+}
+
+fn default_status_addr() -> Addr {
+    Addr {
+        address: DEFAULT_LISTEN_ADDRESS.into(),
+        port: DEFAULT_STATUS_PORT,
+    }
 }
 
 fn plugin_json(plugin: &Mapping, role: &str) -> Result<String, serde_json::Error> {

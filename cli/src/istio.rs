@@ -83,6 +83,12 @@ pub fn options(
     module: Option<&str>,
 ) -> Result<Options, Vec<Diag>> {
     let mut errors = Vec::new();
+    if let Some(crate::input::StatusListen::Own { .. }) = &gw.status {
+        errors.push(Diag::error(
+            "status_listen",
+            "the Istio target serves the status endpoint on the gateway's listener only: set status_listen: api and restrict the path (an AuthorizationPolicy), or remove status_path",
+        ));
+    }
     let empty = Mapping::new();
     let block = match &gw.istio {
         None => &empty,

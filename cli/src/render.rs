@@ -2,7 +2,7 @@
 //! the router, a route whose matcher cluster specifier reads the filter's per-attempt slots,
 //! and one cluster per provider with the upstream wasm filter.
 
-use crate::input::{Addr, Gateway, Host, Upstream};
+use crate::input::{Addr, Gateway, Host, StatusListen, Upstream};
 use llm_failover::wire;
 use serde_yaml_ng::{Mapping, Value};
 
@@ -318,6 +318,58 @@ fn listener(gw: &Gateway) -> Value {
     }
 }
 
+/// Name of the status endpoint's own listener, its route config and stat prefix.
+pub const STATUS_NAME: &str = "llm_failover_status";
+const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
+
+/// The status endpoint's own listener (`status_listen`, default 127.0.0.1:9902): its copy of
+/// the downstream filter answers `GET`/`HEAD` on the status path before any routing; every
+/// other path gets a plain 404 with the filter switched off for it, so nothing here is ever
+/// planned or sent to a provider.
+pub fn status_listener(gw: &Gateway, addr: &Addr, json: &str, path: &str) -> Value {
+    let not_found = |m: Value| {
+        map! {
+            "match" => m,
+            "direct_response" => map! { "status" => 404u64, "body" => map! { "inline_string" => "not found\n" } },
+        }
+    };
+    let mut other = not_found(map! { "prefix" => "/" });
+    if let Value::Mapping(m) = &mut other {
+        m.insert(
+            "typed_per_filter_config".into(),
+            map! { NAME => typed(FILTER_CONFIG, map! { "disabled" => true }) },
+        );
+    }
+    map! {
+        "name" => STATUS_NAME,
+        "address" => socket_address(&addr.address, addr.port),
+        "filter_chains" => seq(vec![map! {
+            "filters" => seq(vec![map! {
+                "name" => "envoy.filters.network.http_connection_manager",
+                "typed_config" => typed(HCM, map! {
+                    "stat_prefix" => STATUS_NAME,
+                    "codec_type" => "AUTO",
+                    "route_config" => map! { "name" => STATUS_NAME, "virtual_hosts" => seq(vec![map! {
+                        "name" => STATUS_NAME,
+                        "domains" => seq(vec!["*".into()]),
+                        "routes" => seq(vec![not_found(map! { "path" => path }), other]),
+                    }]) },
+                    "http_filters" => seq(vec![wasm_filter(gw, STATUS_NAME, json), router_filter()]),
+                }),
+            }]),
+        }]),
+    }
+}
+
+/// The listeners: the API's, and the status endpoint's own when it has one.
+fn listeners(gw: &Gateway) -> Value {
+    let mut out = vec![listener(gw)];
+    if let Some(StatusListen::Own { addr, path, json }) = &gw.status {
+        out.push(status_listener(gw, addr, json, path));
+    }
+    seq(out)
+}
+
 fn cluster(gw: &Gateway, u: &Upstream) -> Value {
     let mut c = Mapping::new();
     let address = u.endpoint.host.address();
@@ -458,7 +510,7 @@ pub fn bootstrap(gw: &Gateway) -> Value {
     }
     b.insert(
         "static_resources".into(),
-        map! { "listeners" => seq(vec![listener(gw)]), "clusters" => cluster_list(gw) },
+        map! { "listeners" => listeners(gw), "clusters" => cluster_list(gw) },
     );
     Value::Mapping(b)
 }
@@ -512,11 +564,23 @@ pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
          # filter's JSON error shape with x-should-retry, so SDKs can show and act on them.\n{}",
         to_yaml(&map! { "local_reply_config" => local_reply_config(gw) })
     );
-    vec![
+    let mut out = vec![
         ("http_filters.yaml", filters),
         ("route.yaml", route),
         ("clusters.yaml", clusters),
         ("stats_config.yaml", stats),
         ("local_reply_config.yaml", local_replies),
-    ]
+    ];
+    if let Some(StatusListen::Own { addr, path, json }) = &gw.status {
+        out.push((
+            "status_listener.yaml",
+            format!(
+                "{origin}# Goes in static_resources.listeners (or your LDS): the status endpoint's own listener.
+                 # Keep it on loopback or an internal address: it has no authentication of its own.
+{}",
+                to_yaml(&seq(vec![status_listener(gw, addr, json, path)]))
+            ),
+        ));
+    }
+    out
 }

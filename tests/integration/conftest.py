@@ -146,7 +146,8 @@ class GatewaySetup:
         gw_port = free_port()
         self.env: dict[str, str] = {"GATEWAY_PORT": str(gw_port), "LISTEN_PORT": str(gw_port),
                                     "LISTENER_PORT": str(gw_port),
-                                    "ADMIN_PORT": str(free_port()), "MOCK_HOST": harness.HOST}
+                                    "ADMIN_PORT": str(free_port()), "MOCK_HOST": harness.HOST,
+                                    "STATUS_PORT": str(free_port())}
 
     def mocks(self, *names: str, mode: str | None = None):
         got = self._mock_factory(*names, mode=mode)

@@ -22,6 +22,7 @@ providers:
   - {name: safe, endpoint: "127.0.0.1:${SAFE_PORT}",
      credential: {header: x-api-key, value: sk-safe}}
 status_path: /llm-failover/status
+status_listen: api   # this test reads it through the API listener
 chains:
   - name: lists
     models: ["gpt-*"]

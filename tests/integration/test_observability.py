@@ -12,10 +12,16 @@ import time
 import pytest
 
 import harness
-from harness import prometheus_samples, wait_until
+from harness import http_request, prometheus_samples, wait_until
 
 DEMO = "envoy/demo.failover.yaml"
 STATUS = "/llm-failover/status"
+
+
+def status_endpoint(gateway, method, path, **kw):
+    """The status endpoint, on its own loopback listener (STATUS_PORT)."""
+    env = getattr(gateway, "gateway", gateway).env
+    return http_request(f"http://127.0.0.1:{env['STATUS_PORT']}", method, path, **kw)
 
 pytestmark = pytest.mark.skipif(
     harness.external_mode(), reason="needs a fresh gateway with scripted knobs")
@@ -263,7 +269,7 @@ def test_breaker_state_gauge_moves_closed_open_half_open_closed(demo):
     probe.start()
     primary.wait_requests(3)
     assert breaker(gw)["primary"] == 2
-    status = json.loads(gw.request("GET", STATUS).text)
+    status = json.loads(status_endpoint(gateway, "GET", STATUS).text)
     p = status["providers"][0]
     assert (p["state"], p["state_value"], p["probe_in_flight"]) == ("half_open", 2, True)
     probe.join(10)
@@ -297,7 +303,7 @@ def test_status_endpoint_reports_breakers_failures_and_dead_marks(demo):
         assert gw.chat("gpt-4o").header("x-llm-provider") == "tertiary"
     requests_seen = [m.request_count() for m in (primary, secondary, tertiary)]
 
-    r = gw.request("GET", STATUS)
+    r = status_endpoint(gateway, "GET", STATUS)
     assert r.status == 200
     assert r.header("content-type") == "application/json"
     assert r.header("cache-control") == "no-store"
@@ -328,10 +334,10 @@ def test_status_endpoint_reports_breakers_failures_and_dead_marks(demo):
     assert (t["state"], t["last_failure"], t["failures_in_window"]) == ("closed", None, 0)
 
     # Query strings are ignored; only GET and HEAD are answered; providers never see any of it.
-    assert gw.request("GET", STATUS + "?pretty=1").json()["providers"][0]["name"] == "primary"
-    head = gw.request("HEAD", STATUS)
+    assert status_endpoint(gateway, "GET", STATUS + "?pretty=1").json()["providers"][0]["name"] == "primary"
+    head = status_endpoint(gateway, "HEAD", STATUS)
     assert head.status == 200 and head.body == b""
-    post = gw.post(STATUS, json={"model": "gpt-4o"})
+    post = status_endpoint(gateway, "POST", STATUS, json={"model": "gpt-4o"})
     assert post.status == 405 and post.header("allow") == "GET, HEAD"
     assert [m.request_count() for m in (primary, secondary, tertiary)] == requests_seen
 

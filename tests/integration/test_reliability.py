@@ -217,3 +217,39 @@ def test_the_openai_sdk_loses_nothing_it_sends(three, tmp_path):
                 assert value(got, name) == value(sent, name), (got["provider"], name)
         assert not names(got) & set(extra)
         assert value(got, "authorization") == f"Bearer sk-{got['provider']}"
+
+
+# ------------------------------------------------------------------ the status endpoint's listener
+STATUS = "/llm-failover/status"
+
+
+def test_the_status_endpoint_is_on_its_own_loopback_listener_by_default(three, tmp_path):
+    """status_path alone: the API listener does not answer it (the request is an ordinary one),
+    the status listener answers it and nothing else (other paths 404, no provider contacted)."""
+    from harness import http_request
+    gateway, primary, secondary, tertiary = three
+    path = failover_file(tmp_path, f"status_path: {STATUS}\n"
+                                   'status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}')
+    gw = gateway.start(path)
+    status_url = f"http://127.0.0.1:{gateway.env['STATUS_PORT']}"
+    r = http_request(status_url, "GET", STATUS)
+    assert r.status == 200, r.text
+    assert [p["name"] for p in r.json()["providers"]] == ["primary", "secondary", "tertiary"]
+    for other in ("/", "/v1/chat/completions", STATUS + "/x"):
+        assert http_request(status_url, "GET", other).status == 404
+    assert http_request(status_url, "POST", "/v1/chat/completions",
+                        json={"model": "gpt-4o", "messages": []}).status == 404
+    assert primary.request_count() == 0, "the status listener never routes to a provider"
+    api = gw.request("GET", STATUS)
+    assert "providers" not in api.text, "the API listener must not serve the status endpoint"
+    assert api.header("x-mock-provider") == "primary"
+
+
+def test_the_status_endpoint_on_the_api_listener_when_asked(three, tmp_path):
+    gateway, primary, _, _ = three
+    gw = gateway.start(failover_file(tmp_path, f"status_path: {STATUS}\nstatus_listen: api"))
+    r = gw.request("GET", STATUS)
+    assert r.status == 200 and r.json()["providers"][0]["name"] == "primary"
+    assert primary.request_count() == 0
+    listeners = json.loads(gw.envoy.admin("/listeners?format=json"))["listener_statuses"]
+    assert [l["name"] for l in listeners] == ["llm_failover"]
