@@ -128,7 +128,7 @@ pub fn chain_log(config: &Config, chain: u8) -> Option<&str> {
 /// What the request body asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestBody<'b> {
-    /// The requested model ("" for a request without a body).
+    /// The requested model ("" for a request without a body or without a `model`).
     pub model: Cow<'b, str>,
     scan: Option<BodyScan>,
 }
@@ -144,7 +144,9 @@ pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
     let scan = rewrite::scan_top_level(body).map_err(|e| Reply::invalid_body(&e.to_string()))?;
     let model = match rewrite::model_value(body, &scan) {
         Ok(Some(model)) => model,
-        Ok(None) => return Err(Reply::invalid_body("it has no \"model\" field")),
+        // A JSON request that names no model is planned like a GET: a chain that takes
+        // model-less requests, else 404 route_not_found (SPEC 12).
+        Ok(None) => Cow::Borrowed(""),
         Err(e) => return Err(Reply::invalid_body(&e.to_string())),
     };
     if model.chars().any(char::is_control) {

@@ -705,8 +705,10 @@ fn refusals_contact_no_provider() {
         ),
         (400, Some("invalid_body"))
     );
+    // A JSON body without a model is a request without a model: no chain here takes one.
     let no_model = gw.request(&[], r#"{"messages":[]}"#, &[]);
-    assert_eq!(no_model.body_json()["error"]["code"], "invalid_body");
+    assert_eq!(no_model.status, 404);
+    assert_eq!(no_model.body_json()["error"]["code"], "route_not_found");
 }
 
 #[test]

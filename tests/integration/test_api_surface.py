@@ -154,6 +154,11 @@ def test_chains_are_limited_to_their_paths_and_model_less_requests_get_a_json_40
     assert r.header("content-type") == "application/json"
     assert r.header("x-should-retry") == "false"
     assert r.json()["error"]["code"] == "route_not_found"
+    # A JSON body that names no model is a request without a model too.
+    r = http_request(gw.url, "POST", "/v1/threads", body=json.dumps({"metadata": {}}),
+                     headers={"content-type": "application/json"})
+    assert r.status == 404, r.text
+    assert r.json()["error"]["code"] == "route_not_found"
     assert primary.request_count() == 0
 
 
