@@ -301,9 +301,9 @@ class LocalMock(MockClient):
 class ProcessMock(MockClient):
     """A mock provider running as `python mock_provider.py` (as in a container)."""
 
-    def __init__(self, name: str, startup_timeout: float = 10.0):
+    def __init__(self, name: str, startup_timeout: float = 10.0, extra_args: Iterable[str] = ()):
         self.proc = _spawn([sys.executable, "-u", str(HERE / "mock_provider.py"),
-                            "--name", name, "--port", "0", "--control-port", "0"],
+                            "--name", name, "--port", "0", "--control-port", "0", *extra_args],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             r, _, _ = select.select([self.proc.stdout], [], [], startup_timeout)

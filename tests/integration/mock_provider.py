@@ -455,8 +455,11 @@ class MockProvider:
 
     def __init__(self, name: str = "mock", port: int = 0, control_port: int = 0,
                  host: str = "127.0.0.1", tls_cert: str | None = None,
-                 tls_key: str | None = None):
+                 tls_key: str | None = None, max_records: int = 0):
         self.name = name
+        # Keep only about the last max_records request records (0 = all): long soaks read
+        # them as they go (`since=`) and must not grow without bound.
+        self._max_records = max_records
         self._tls: ssl.SSLContext | None = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
@@ -714,6 +717,8 @@ class MockProvider:
             self._req_seq += 1
             rec["id"] = self._req_seq
             self._records.append(rec)
+            if self._max_records and len(self._records) > 2 * self._max_records:
+                del self._records[: len(self._records) - self._max_records]
         return rec
 
     def _finish(self, rec: dict, outcome: str, client_gone: bool = False) -> None:
@@ -1066,11 +1071,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--tls-cert", help="PEM certificate (chain): serve the provider port over TLS")
     p.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    p.add_argument("--max-records", type=int, default=0,
+                   help="keep only about the last N request records (0 = all)")
     a = p.parse_args(argv)
     if bool(a.tls_cert) != bool(a.tls_key):
         p.error("--tls-cert and --tls-key go together")
     mock = MockProvider(a.name, a.port, a.control_port, a.host,
-                        tls_cert=a.tls_cert, tls_key=a.tls_key).start()
+                        tls_cert=a.tls_cert, tls_key=a.tls_key,
+                        max_records=a.max_records).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

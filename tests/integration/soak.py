@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Soak with faults (issue 17): real Envoy running the built filter, three mock providers that
+misbehave at random, at least 200 concurrent callers (streaming and not), for a bounded time.
+
+Every request is checked:
+  * exactly one answer: a complete response, or a stream that ends early after its provider
+    failed mid-way (a clear end: the connection closes before the last chunk);
+  * no answer mixing two providers (every content chunk names the provider in x-llm-provider);
+  * no request at the same provider twice, nor at more providers than max_attempts;
+  * each provider sees only its own credential (never another's, never the caller's key or
+    cookie);
+  * the public headers match what the mocks saw (x-llm-provider answered it, x-llm-attempts
+    counts at least the attempts the mocks saw and at most max_attempts);
+and over the run: the filter's attempt counters (what feeds the breakers) match the failures
+the mocks served, Envoy's memory is flat after warm-up, and Envoy's log has no wasm panic.
+Prints a table; exits 1 on any violation. Run it with scripts/soak.sh.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
+from harness import (Envoy, ProcessMock, free_port, http_request,  # noqa: E402
+                     prometheus_samples, render_config)
+
+PROVIDERS = ["p1", "p2", "p3"]
+KEYS = {"p1": ("authorization", "Bearer sk-p1"), "p2": ("authorization", "Bearer sk-p2"),
+        "p3": ("x-api-key", "sk-p3")}
+MAX_ATTEMPTS = 3
+ATTEMPT_S = 1.0
+
+FAILOVER = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+providers:
+  - {name: p1, endpoint: "127.0.0.1:${P1_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p1}}
+  - {name: p2, endpoint: "127.0.0.1:${P2_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p2}}
+  - {name: p3, endpoint: "127.0.0.1:${P3_PORT}", credential: {header: x-api-key, value: sk-p3}}
+chains:
+  - name: soak
+    providers: [p1, p2, p3]
+    max_attempts: 3
+timeouts: {attempt: 1s, budget: 10s, min_remaining: 1s}
+breaker: {failures: 150, window: 5s, cooldown: 1s, max_cooldown: 2s}
+"""
+
+# What each provider does, drawn per request (weights). p1 is the sick one.
+FAULTS = {
+    "ok": {},
+    "500": {"status": 500},
+    "503": {"status": 503},
+    "429": {"status": 429, "headers": {"Retry-After": "1"}},
+    "reset": {"action": "reset"},
+    "hang": {"action": "hang"},
+    "abort0": {"abort_after_chunks": 0},
+    "abort1": {"abort_after_chunks": 1, "chunk_interval_ms": 20},
+    "slow": {"chunks": 5, "first_chunk_delay_ms": 100, "chunk_interval_ms": 150},
+}
+WEIGHTS = {
+    "p1": {"ok": 30, "500": 10, "503": 10, "429": 10, "reset": 10, "hang": 5, "abort0": 10,
+           "abort1": 10, "slow": 5},
+    "p2": {"ok": 60, "500": 5, "503": 5, "429": 5, "reset": 5, "hang": 3, "abort0": 5,
+           "abort1": 7, "slow": 5},
+    "p3": {"ok": 85, "500": 3, "429": 2, "reset": 2, "abort1": 3, "slow": 5},
+}
+PANIC = re.compile(r"panicked|wasm.*(crash|VM failed|failed to)|Function: proxy_on_\w+ failed",
+                   re.I)
+
+
+def is_stream(rid: str) -> bool:
+    """Callers alternate: request n of caller i streams when i + n is even."""
+    try:
+        _, i, n = rid.split("-")
+        return (int(i) + int(n)) % 2 == 0
+    except ValueError:
+        return False
+
+
+class Soak:
+    def __init__(self, seconds: float, callers: int, workdir: Path, seed: int):
+        self.seconds, self.callers, self.workdir = seconds, callers, workdir
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.results: list[dict] = []
+        self.violations: collections.Counter = collections.Counter()
+        self.examples: dict[str, str] = {}
+        self.mem: list[tuple[float, int, int]] = []
+        self.down_windows: list[tuple[float, float]] = []
+
+    def violation(self, kind: str, detail: str) -> None:
+        with self.lock:
+            self.violations[kind] += 1
+            self.examples.setdefault(kind, detail[:400])
+
+    # ------------------------------------------------------------------ set-up
+    def start(self) -> None:
+        self.mocks = {n: ProcessMock(n, extra_args=["--max-records", "20000"])
+                      for n in PROVIDERS}
+        self.harvested = {n: 0 for n in PROVIDERS}
+        self.seen: dict[str, list[str]] = collections.defaultdict(list)
+        self.served = {n: collections.Counter() for n in PROVIDERS}
+        env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port())}
+        env.update({f"{n.upper()}_PORT": str(m.port) for n, m in self.mocks.items()})
+        config = render_config(FAILOVER, env, out_dir=self.workdir / "rendered")
+        self.envoy = Envoy(config, self.workdir / "envoy", concurrency=2).start()
+        self.url = self.envoy.listener_url()
+
+    def close(self) -> None:
+        for m in self.mocks.values():
+            m.stop()
+        self.envoy.stop()
+
+    # ------------------------------------------------------------------ chaos
+    def feed(self) -> None:
+        """Keeps each mock's one-shot queue full of randomly drawn behaviours."""
+        names = {n: list(WEIGHTS[n]) for n in PROVIDERS}
+        while not self.stop.is_set():
+            for n, m in self.mocks.items():
+                try:
+                    if m.health()["queue_length"] < 300:
+                        picks = self.rng.choices(names[n], [WEIGHTS[n][k] for k in names[n]],
+                                                 k=600)
+                        m.enqueue(*[FAULTS[p] for p in picks])
+                except Exception as e:  # noqa: BLE001 - a control hiccup is reported, not fatal
+                    self.violation("harness", f"feeding {n}: {e!r}")
+            self.stop.wait(0.2)
+
+    def flap(self) -> None:
+        """p2 goes down (connections refused) for 2 s every 10 s."""
+        while not self.stop.wait(8.0):
+            t0 = time.monotonic()
+            self.mocks["p2"].down()
+            self.stop.wait(2.0)
+            self.mocks["p2"].up()
+            self.down_windows.append((t0, time.monotonic()))
+
+    def sample_memory(self) -> None:
+        pid = self.envoy.proc.pid
+        t0 = time.monotonic()
+        while not self.stop.wait(2.0):
+            try:
+                rss = int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+                          .group(1)) * 1024
+                heap = int(json.loads(self.envoy.admin("/memory"))["allocated"])
+                self.mem.append((time.monotonic() - t0, rss, heap))
+            except Exception as e:  # noqa: BLE001
+                self.violation("harness", f"memory sample: {e!r}")
+
+    # ------------------------------------------------------------------ callers
+    def caller(self, index: int) -> None:
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            rid = f"soak-{index}-{n}"
+            stream = (index + n) % 2 == 0
+            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": rid}]}
+            if stream:
+                body["stream"] = True
+            t0 = time.monotonic()
+            try:
+                r = http_request(self.url, "POST", "/v1/chat/completions", json=body, timeout=20,
+                                 headers={"x-request-id": rid, "authorization": "Bearer caller",
+                                          "cookie": "session=caller"})
+            except Exception as e:  # noqa: BLE001 - no answer at all is a violation
+                self.violation("no answer", f"{rid}: {e!r}")
+                continue
+            self.check_answer(rid, stream, r, time.monotonic() - t0)
+
+    def check_answer(self, rid: str, stream: bool, r, took: float) -> None:
+        provider = r.header("x-llm-provider")
+        attempts = int(r.header("x-llm-attempts") or 0)
+        mock = r.header("x-mock-provider")
+        kind = "error"
+        if r.status == 200:
+            if mock is None or mock != provider:
+                self.violation("answer not from x-llm-provider", f"{rid}: {provider} vs {mock}")
+            if stream:
+                names = set(re.findall(rb'"content": ?"(p\d):\d+ ', r.body))
+                if names - {(provider or "").encode()}:
+                    self.violation("mixed providers", f"{rid}: {names} header {provider}")
+                done = b"data: [DONE]" in r.body
+                kind = "stream" if r.complete and done else "stream cut"
+                if not r.complete and r.error is None:
+                    self.violation("stream ended unclearly", rid)
+            else:
+                try:
+                    content = json.loads(r.body)["choices"][0]["message"]["content"]
+                except Exception:  # noqa: BLE001
+                    self.violation("unreadable answer", f"{rid}: {r.body[:200]!r}")
+                    content = ""
+                if f"Hello from {provider} " not in content:
+                    self.violation("mixed providers", f"{rid}: {content!r} header {provider}")
+                kind = "json"
+                if not r.complete:
+                    self.violation("incomplete answer", rid)
+        else:
+            if not r.complete:
+                self.violation("incomplete error answer", f"{rid}: {r.status}")
+            try:
+                kind = f"{r.status} {json.loads(r.body)['error'].get('code')}"
+            except Exception:  # noqa: BLE001
+                self.violation("error answer without a JSON error", f"{rid}: {r.status} {r.body[:200]!r}")
+        if attempts > MAX_ATTEMPTS:
+            self.violation("more attempts than max_attempts", f"{rid}: {attempts}")
+        if took > 10 + ATTEMPT_S + 6:  # budget + one attempt + the slowest stream, with slack
+            self.violation("answer too late", f"{rid}: {took:.1f}s")
+        with self.lock:
+            self.results.append((rid, r.status, kind, provider, attempts, took))
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> int:
+        helpers = [threading.Thread(target=f, daemon=True)
+                   for f in (self.feed, self.flap, self.sample_memory, self.harvester)]
+        for t in helpers:
+            t.start()
+        time.sleep(0.5)
+        callers = [threading.Thread(target=self.caller, args=(i,), daemon=True)
+                   for i in range(self.callers)]
+        t0 = time.monotonic()
+        for t in callers:
+            t.start()
+        self.stop.wait(self.seconds)
+        self.stop.set()
+        for t in callers:
+            t.join(30)
+        self.elapsed = time.monotonic() - t0
+        for t in helpers:
+            t.join(5)
+        for m in self.mocks.values():
+            m.up()
+        time.sleep(1.5)  # the last attempts' reports land
+        self.check_providers()
+        self.check_metrics()
+        self.check_memory()
+        self.check_log()
+        return self.report()
+
+    def harvest(self) -> None:
+        """Reads the mocks' new request records (they keep only the last 20000) and checks
+        each one: credentials, private headers; remembers which providers saw which request."""
+        for n, m in self.mocks.items():
+            recs = m.requests(since=self.harvested[n], bodies=False)
+            if recs and recs[0]["id"] > self.harvested[n] + 1:
+                self.violation("harness", f"{n}: records {self.harvested[n] + 1}.. were dropped")
+            if recs:
+                self.harvested[n] = recs[-1]["id"]
+            self.check_records(n, recs)
+
+    def harvester(self) -> None:
+        while not self.stop.wait(2.0):
+            try:
+                self.harvest()
+            except Exception as e:  # noqa: BLE001
+                self.violation("harness", f"harvest: {e!r}")
+
+    def check_records(self, n: str, recs: list[dict]) -> None:
+        seen = self.seen
+        key_header, key = KEYS[n]
+        for rec in recs:
+            b = rec.get("behaviour") or {}
+            status = b.get("status", 200)
+            rid = next((v for k, v in rec["headers"] if k.lower() == "x-request-id"), "?")
+            if b.get("action") == "hang":
+                self.served[n]["timeout"] += 1
+            elif b.get("abort_after_chunks") == 0 and is_stream(rid):
+                # Reset before the first event: the filter holds the first event, so this is
+                # a connection error that falls over, not an answer.
+                self.served[n]["reset"] += 1
+            elif b.get("action") == "reset":
+                self.served[n]["reset"] += 1
+            elif status == 429:
+                self.served[n]["429"] += 1
+            elif status >= 500:
+                self.served[n]["5xx"] += 1
+            else:
+                self.served[n]["200"] += 1
+            h = collections.defaultdict(list)
+            for k, v in rec["headers"]:
+                h[k.lower()].append(v)
+            rid = (h.get("x-request-id") or ["?"])[0]
+            seen[rid].append(n)
+            if h.get(key_header) != [key]:
+                self.violation("wrong credential", f"{n} {rid}: {dict(h)}")
+            for other, (oh, ok) in KEYS.items():
+                if other != n and ok in h.get(oh, []):
+                    self.violation("another provider's key", f"{n} {rid} got {other}'s key")
+            if "cookie" in h or "Bearer caller" in h.get("authorization", []):
+                self.violation("caller's private header reached a provider", f"{n} {rid}")
+
+    def check_providers(self) -> None:
+        self.harvest()
+        seen = self.seen
+        for rid, providers in seen.items():
+            if len(providers) != len(set(providers)):
+                self.violation("same provider twice", f"{rid}: {providers}")
+            if len(providers) > MAX_ATTEMPTS:
+                self.violation("more providers than max_attempts", f"{rid}: {providers}")
+        for rid, status, _, provider, attempts, _ in self.results:
+            at = seen.get(rid, [])
+            if status == 200 and provider not in at:
+                self.violation("answer from a provider that never saw the request", rid)
+            if attempts < len(at):
+                self.violation("x-llm-attempts below the attempts providers saw",
+                               f"{rid}: {attempts} < {at}")
+
+    def check_metrics(self) -> None:
+        samples = prometheus_samples(self.envoy.admin("/stats/prometheus"),
+                                     "llm_failover_attempts_total")
+        got = collections.Counter()
+        for labels, v in samples:
+            got[(labels.get("provider"), labels.get("outcome"))] += int(v)
+        self.metric_rows = []
+        for n in PROVIDERS:
+            served = self.served[n]
+            m = {k: sum(v for (p, o), v in got.items() if p == n and o in outcomes)
+                 for k, outcomes in {"200": {"ok"}, "5xx": {"server_error", "overloaded"},
+                                     "429": {"rate_limited"}, "timeout": {"timeout"},
+                                     "reset": {"connection_error"}}.items()}
+            m["client_disconnect"] = got[(n, "client_disconnect")]
+            for k in ("5xx", "429"):
+                if m[k] != served[k]:
+                    self.violation("counters differ from what the mocks served",
+                                   f"{n} {k}: metric {m[k]} vs served {served[k]}")
+            flat = m["200"] + m["timeout"] + m["reset"]
+            want = served["200"] + served["timeout"] + served["reset"]
+            if n != "p2":
+                # Never down: every attempt reached the mock and ends as the mock served it.
+                exact = [(m[k], served[k], k) for k in ("200", "timeout", "reset")]
+            else:
+                # Going down drops open connections (a hang or a stream before its first event
+                # then ends as a connection error) and refuses new ones (unseen by the mock).
+                exact = [(min(m["200"], served["200"]), m["200"], "200"),
+                         (min(m["timeout"], served["timeout"]), m["timeout"], "timeout"),
+                         (max(flat, want), flat, "all")]
+            for metric, mock, k in exact:
+                if metric != mock:
+                    self.violation("counters differ from what the mocks served",
+                                   f"{n} {k}: metric {metric} vs served {mock} ({m} / {dict(served)})")
+            self.metric_rows.append((n, served, m))
+
+    def check_memory(self) -> None:
+        warm = [s for s in self.mem if s[0] >= max(10.0, 0.2 * self.seconds)]
+        self.mem_summary = None
+        if len(warm) < 6:
+            return
+        third = len(warm) // 3
+        first, last = warm[:third], warm[-third:]
+        rss0, rss1 = statistics.mean(s[1] for s in first), statistics.mean(s[1] for s in last)
+        heap0, heap1 = statistics.mean(s[2] for s in first), statistics.mean(s[2] for s in last)
+        self.mem_summary = (rss0, rss1, heap0, heap1, max(s[1] for s in self.mem))
+        allowed = max(0.10 * heap0, 16 * 2**20)
+        if heap1 - heap0 > allowed:
+            self.violation("memory grows after warm-up",
+                           f"heap {heap0 / 2**20:.1f} -> {heap1 / 2**20:.1f} MiB")
+
+    def check_log(self) -> None:
+        self.panics = [line for line in self.envoy.log().splitlines() if PANIC.search(line)]
+        for line in self.panics[:3]:
+            self.violation("wasm panic or VM failure in Envoy's log", line)
+
+    def report(self) -> int:
+        res = self.results
+        kinds = collections.Counter(r[2] for r in res)
+        errors = collections.Counter(r[2] for r in res if r[1] != 200)
+        took = sorted(r[5] for r in res) or [0.0]
+        pct = lambda q: took[min(len(took) - 1, int(q * len(took)))]  # noqa: E731
+        lines = [f"soak: {self.elapsed:.0f} s, {self.callers} concurrent callers, Envoy --concurrency 2",
+                 "",
+                 "| figure | value |", "|---|---|",
+                 f"| requests answered | {len(res)} ({len(res) / max(self.elapsed, 1):.0f}/s) |",
+                 f"| 200 JSON / 200 stream complete / stream cut mid-way | {kinds['json']} / {kinds['stream']} / {kinds['stream cut']} |",
+                 f"| error answers (status code: count) | {', '.join(f'{k}: {c}' for k, c in sorted(errors.items())) or '-'} |",
+                 f"| latency p50 / p99 / max | {pct(0.5) * 1000:.0f} / {pct(0.99) * 1000:.0f} / {took[-1] * 1000:.0f} ms |",
+                 f"| attempts at providers (mock records) | {sum(sum(c.values()) for c in self.served.values())} |",
+                 f"| p2 down windows | {len(self.down_windows)} |"]
+        if self.mem_summary:
+            rss0, rss1, heap0, heap1, rss_max = self.mem_summary
+            lines.append(f"| Envoy RSS after warm-up, first third -> last third (max) | {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB ({rss_max / 2**20:.1f}) |")
+            lines.append(f"| Envoy heap allocated, first third -> last third | {heap0 / 2**20:.1f} -> {heap1 / 2**20:.1f} MiB |")
+        lines.append(f"| wasm panics / VM failures in the log | {len(self.panics)} |")
+        lines += ["", "| provider | served 200 / 5xx / 429 / hang / reset | counted ok / 5xx / 429 / timeout / connection_error / client_disconnect |",
+                  "|---|---|---|"]
+        for n, served, m in self.metric_rows:
+            lines.append(f"| {n} | {served['200']} / {served['5xx']} / {served['429']} / {served['timeout']} / {served['reset']} "
+                         f"| {m['200']} / {m['5xx']} / {m['429']} / {m['timeout']} / {m['reset']} / {m['client_disconnect']} |")
+        lines += ["", "| violation | count | first example |", "|---|---|---|"]
+        if not self.violations:
+            lines.append("| none | 0 | |")
+        for kind, count in self.violations.most_common():
+            lines.append(f"| {kind} | {count} | {self.examples[kind]} |")
+        print("\n".join(lines))
+        if self.table_out:
+            Path(self.table_out).write_text("\n".join(lines) + "\n")
+        return 1 if self.violations else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--minutes", type=float)
+    ap.add_argument("--callers", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--table-out", help="also write the table to this file")
+    args = ap.parse_args(argv)
+    seconds = args.minutes * 60 if args.minutes else args.seconds
+    if args.callers < 1 or seconds <= 0 or seconds > 24 * 3600:
+        ap.error("--callers >= 1 and a duration up to 24 h")
+    with tempfile.TemporaryDirectory(prefix="llm-failover-soak-") as tmp:
+        soak = Soak(seconds, args.callers, Path(tmp), args.seed)
+        soak.table_out = args.table_out
+        soak.start()
+        try:
+            return soak.run()
+        finally:
+            soak.stop.set()
+            soak.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
