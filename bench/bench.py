@@ -43,6 +43,7 @@ NGINX_FAIL = PORT_BASE + 2
 LITELLM_PORT = PORT_BASE + 3
 NGINX_OK_H2 = PORT_BASE + 4    # the same answers over HTTP/2 (h2c, prior knowledge)
 NGINX_FAIL_H2 = PORT_BASE + 5
+NGINX_SSE = PORT_BASE + 6      # a healthy SSE answer (first event, more events, [DONE])
 MAX_REQUESTS = int(os.environ.get("BENCH_MAX_REQUESTS", "2000000"))
 CONCURRENCY = 2  # Envoy --concurrency
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -60,6 +61,11 @@ CHAT_COMPLETION = (
     '"completion_tokens":1,"total_tokens":11}}'
 )
 OVERLOADED = '{"error":{"message":"overloaded (benchmark)","type":"server_error"}}'
+# A healthy chat.completion stream as a provider sends it (nginx config string: \n is a newline).
+SSE_EVENT = ('data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+             '"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant",'
+             '"content":"ok"},"finish_reason":null}]}')
+SSE_STREAM = SSE_EVENT + "\\n\\n" + SSE_EVENT + "\\n\\ndata: [DONE]\\n\\n"
 
 PROCS = []  # (name, Popen, own_process_group)
 
@@ -218,6 +224,10 @@ http {{
     # Counts the failing primary's attempts (lines), buffered so it costs next to nothing.
     access_log {tmp}/fail.log combined buffer=256k flush=200ms;
     location / {{ return 503 '{OVERLOADED}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_SSE} backlog=4096;
+    location / {{ default_type text/event-stream; return 200 '{SSE_STREAM}'; }}
   }}
   server {{
     listen 127.0.0.1:{NGINX_OK_H2} http2 backlog=4096;
@@ -542,9 +552,73 @@ TARGETS = {
                               secondary=NGINX_OK_H2),
 }
 EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2"]
+# Streaming first byte (SPEC 3a: a 200 stream is held until its first event): a healthy SSE
+# answer through the plain route and through the filter, timed per request on one connection.
+STREAM_KEYS = ["plain_sse", "success_sse"]
+TARGETS["plain_sse"] = lambda: Target("plain_sse", "Envoy plain route (no filter), SSE answer",
+                                      NGINX_SSE, plain_route)
+TARGETS["success_sse"] = lambda: Target("success_sse", "llm-failover, SSE answer", NGINX_SSE,
+                                        expect_provider="primary", expect_attempts="1")
 # nginx over h2 answers `return` before reading a large body and then resets the stream, which
 # Envoy reports as 503 UR: the HTTP/2 experiments use the 1 KB body only.
 ONE_KB_ONLY = {"plain_h2", "failover_h2"}
+
+
+def first_byte_ms(port, body, n):
+    """Milliseconds from sending each request to the first byte of its response body, `n`
+    requests one after another on one keep-alive connection (each response read whole)."""
+    head = (f"POST {PATH} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer sk-bench\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    out = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(n):
+            buf = b""
+            t0 = time.perf_counter()
+            s.sendall(head + body)
+            while b"\r\n\r\n" not in buf:
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise SystemExit("bench: connection closed during the first-byte run")
+                buf += chunk
+            header, _, rest = buf.partition(b"\r\n\r\n")
+            while not rest:
+                rest += s.recv(65536)
+            out.append((time.perf_counter() - t0) * 1000)
+            if not header.startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"bench: first-byte run answered {header[:40]!r}")
+            m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", header)
+            if m:
+                while len(rest) < int(m.group(1)):
+                    rest += s.recv(65536)
+            else:  # chunked: read to the last chunk
+                while not rest.endswith(b"0\r\n\r\n"):
+                    rest += s.recv(65536)
+    return out
+
+
+def first_byte_rows(envoys, n, rounds):
+    """Median and p90 time to the first body byte, per configuration: the plain route, the
+    filter holding the stream until its first event, and the filter on the same answer for a
+    request that did not ask to stream (nothing held: isolates the hold)."""
+    stream_req = json.dumps({"model": "gpt-4o-mini", "stream": True,
+                             "messages": [{"role": "user", "content": "hi"}]}).encode()
+    plain_req = json.dumps({"model": "gpt-4o-mini",
+                            "messages": [{"role": "user", "content": "hi"}]}).encode()
+    cells = [("plain_sse", stream_req, "plain route"),
+             ("success_sse", plain_req, "llm-failover, not held (request without stream)"),
+             ("success_sse", stream_req, "llm-failover, held until the first event")]
+    for key, body, _ in cells:
+        first_byte_ms(envoys[key].port, body, min(n, 200))  # warm-up
+    samples = [[] for _ in cells]
+    for _ in range(rounds):  # rounds interleave the cells, so drift on a shared machine is shared
+        for i, (key, body, _) in enumerate(cells):
+            samples[i] += first_byte_ms(envoys[key].port, body, n)
+    rows = []
+    for (_, _, label), xs in zip(cells, samples):
+        xs.sort()
+        rows.append((label, statistics.median(xs), xs[int(0.9 * len(xs))]))
+    return rows
 
 
 def start_envoy(t, index, envoy_bin):
@@ -862,10 +936,10 @@ def main():
             f"needed): skipping the do-nothing experiments\n{problem}")
         EXPERIMENTS = [k for k in EXPERIMENTS if "noop" not in k]
 
-    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 6)) +
-                     list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * (len(ENVOY_KEYS) + len(EXPERIMENTS)))))
+    keys = list(ENVOY_KEYS) + STREAM_KEYS + (EXPERIMENTS if experiments else [])
+    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 7)) +
+                     list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(keys))))
     fail_log = start_nginx(nginx_cpus)
-    keys = list(ENVOY_KEYS) + (EXPERIMENTS if experiments else [])
     envoys = {}
     for i, key in enumerate(keys):
         envoys[key] = TARGETS[key]()
@@ -898,6 +972,8 @@ def main():
             results.setdefault((key, body, conns), []).append(r)
     for t in envoys.values():
         t.rss_loaded = rss_kib(t.pids)
+    log("streaming first byte")
+    fb_rows = first_byte_rows(envoys, 200 if args.smoke else 2000, rounds)
 
     peer = None
     if args.with_litellm:
@@ -953,6 +1029,15 @@ def main():
         print("\nExperiments, failover path:\n")
         print(table(rows, labels, ["plain", "plain503", "x_fo_route", "x_fo_noop2", "failover",
                                    "plain_h2", "failover_h2"], bodies, [32]))
+    print("\nStreaming first byte (healthy SSE answer, 1 connection, requests one after another; "
+          "time from sending the request to the first body byte):\n")
+    print("| configuration | p50 ms | p90 ms | p50 over plain route |")
+    print("|---|---|---|---|")
+    for label, p50, p90 in fb_rows:
+        print(f"| {label} | {p50:.3f} | {p90:.3f} | {p50 - fb_rows[0][1]:+.3f} ms |")
+    held = fb_rows[2][1] - fb_rows[0][1]
+    print(f"\nTarget (issue 13): a healthy stream held until its first event adds <= ~1 ms p50 to "
+          f"its first byte over the plain route: {held:+.3f} ms: {'PASS' if held <= 1.0 else 'MISS'}")
     print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
           "new primary connections per request, errors:\n")
     for (key, body, conns), r in sorted(rows.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], -kv[0][2])):
@@ -987,7 +1072,9 @@ def main():
         "machine": m, "rounds": rounds, "duration": duration, "warmup": warmup,
         "rows": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in rows.items()},
         "runs": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in results.items()},
-        "module_bytes": size, "peer": peer}, indent=1))
+        "module_bytes": size, "peer": peer,
+        "first_byte_ms": [{"configuration": label, "p50": p50, "p90": p90}
+                          for label, p50, p90 in fb_rows]}, indent=1))
 
     # The harness is broken if a configuration answered anything but its expected status.
     bad = [k for k, r in rows.items() if (k[0] != "plain503" and r["non_2xx"]) or

@@ -4,6 +4,8 @@
 # ratios to the plain route (see BENCHMARKS.md).
 #
 #   scripts/bench.sh                  full run (3 rounds x (1 s warm-up + 5 s) per cell, experiments; ~7 min)
+#   (every run ends with the streaming first-byte row: a healthy SSE answer through the plain
+#   route and through the filter, which holds it until its first event)
 #   scripts/bench.sh --smoke          CI smoke: 1 KB only, 1 s per cell, no experiments; checks
 #                                     that the harness works and prints the table (~25 s)
 #   scripts/bench.sh --with-litellm   also the LiteLLM proxy peer (installed from PyPI into
@@ -30,7 +32,7 @@ for a in "$@"; do
     --no-build) build=0 ;;
     --profile) profile=1; args+=("$a") ;;
     --with-litellm) litellm=1; args+=("$a") ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) args+=("$a") ;;
   esac
 done

@@ -71,21 +71,22 @@ pub fn answer<'a>(
     facts: AnswerFacts,
     reads: &dyn AnswerReads,
 ) -> Answer<'a> {
-    let mut attempts = usize::try_from(facts.attempt_count)
-        .unwrap_or(1)
-        .clamp(1, plan.slots.len().max(1));
-    // An attempt the upstream role refused (time budget spent, or fail closed) reached no
-    // provider: it is not counted, and the answer is the gateway's own. Refusals answer 5xx,
-    // so a success pays no extra read.
+    // An attempt the upstream role refused (time budget spent, walk ended, or fail closed)
+    // reached no provider: it is not counted, and the answer is the gateway's own. Refusals
+    // answer 5xx, so a success pays no extra read.
     let refused = if facts.status >= 500 {
         reads.refused()
     } else {
         None
     };
-    if refused.is_some() {
-        attempts -= 1;
-    }
-    let budget_refused = refused == Some(Refused::Budget);
+    // (Counted before capping at the plan: a walk-ended refusal comes past the plan's end.)
+    let attempts = usize::try_from(facts.attempt_count)
+        .unwrap_or(1)
+        .max(1)
+        .saturating_sub(usize::from(refused.is_some()))
+        .min(plan.slots.len().max(1));
+    // A spent budget, or a walk that ended before Envoy's own retries did: exhausted.
+    let budget_refused = matches!(refused, Some(Refused::Budget | Refused::WalkEnded));
     let Some(chain) = config.chains.get(usize::from(plan.chain)) else {
         return Answer::none(attempts);
     };

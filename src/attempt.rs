@@ -53,7 +53,15 @@ pub fn admit<'c, 'p>(
     };
     destination::check_config(Some(plan.config), running)?;
     if plan.slot(number).is_none() {
-        return Err(Refusal::Unplanned { attempt: number });
+        // Past a walk that had room for an alternative list it did not take: the walk is over.
+        let chain = config.chains.get(usize::from(plan.chain));
+        return Err(match chain {
+            Some(c) if number > plan.len() && number <= plan.limit() => Refusal::WalkEnded {
+                attempt: number,
+                chain: c.name.clone(),
+            },
+            _ => Refusal::Unplanned { attempt: number },
+        });
     }
     resolve(config, plan, number).ok_or(Refusal::ConfigMismatch {
         planned: Some(plan.config),

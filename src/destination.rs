@@ -30,6 +30,9 @@ pub enum Refusal {
     },
     /// Envoy started an attempt the plan has no slot for.
     Unplanned { attempt: usize },
+    /// Envoy retried by itself (after no response) past the end of a walk that had room for an
+    /// alternative list it did not take (SPEC 3a): not a misconfiguration, the walk is over.
+    WalkEnded { attempt: usize, chain: String },
 }
 
 impl Refusal {
@@ -57,6 +60,9 @@ impl Refusal {
                     None => format!("cluster {actual_cluster:?}"),
                 };
                 Reply::misrouted_attempt(*attempt, provider, cluster, &actual)
+            }
+            Refusal::WalkEnded { attempt, chain } => {
+                Reply::fallbacks_exhausted(chain, attempt.saturating_sub(1))
             }
             Refusal::Unplanned { attempt } => Reply::misrouted_attempt(
                 *attempt,
@@ -164,6 +170,18 @@ mod tests {
         let reply = Refusal::Unplanned { attempt: 4 }.reply();
         assert_eq!((reply.status, reply.code), (502, "misrouted_attempt"));
         assert!(reply.message.contains("attempt 4"), "{}", reply.message);
+        // Past a walk that had room for an alternative list: exhausted, not misrouted.
+        let ended = Refusal::WalkEnded {
+            attempt: 2,
+            chain: "solo".into(),
+        }
+        .reply();
+        assert_eq!((ended.status, ended.code), (503, "fallbacks_exhausted"));
+        assert!(
+            ended.message.contains("All 1 attempts"),
+            "{}",
+            ended.message
+        );
     }
 
     #[test]

@@ -367,6 +367,9 @@ pub enum Refused {
     /// The attempt was not going where the plan put it, or the plan came from another
     /// configuration (SPEC section 7): the answer is the gateway's `502`.
     FailClosed,
+    /// Envoy retried by itself past a walk that had room for an alternative list it did not
+    /// take (SPEC 3a): the chain is exhausted, the answer is `503 fallbacks_exhausted`.
+    WalkEnded,
 }
 
 const REFUSED_VERSION: u8 = 1;
@@ -380,6 +383,8 @@ impl Refused {
     pub fn decode(bytes: &[u8]) -> Refused {
         if bytes == Refused::Budget.encode() {
             Refused::Budget
+        } else if bytes == Refused::WalkEnded.encode() {
+            Refused::WalkEnded
         } else {
             Refused::FailClosed
         }
@@ -505,7 +510,7 @@ mod tests {
 
     #[test]
     fn refusals_read_back_and_anything_else_fails_closed() {
-        for r in [Refused::Budget, Refused::FailClosed] {
+        for r in [Refused::Budget, Refused::FailClosed, Refused::WalkEnded] {
             assert_eq!(Refused::decode(&r.encode()), r);
         }
         assert_eq!(Refused::decode(b"budget"), Refused::FailClosed);

@@ -174,9 +174,14 @@ impl<H: Host> Upstream<H> {
     fn refuse(&mut self, refusal: &Refusal) {
         self.settled = true;
         let reply = refusal.reply();
-        log::error!("llm_failover: attempt refused: {}", reply.message);
-        self.host
-            .set_property(handoff::REFUSED, &Refused::FailClosed.encode());
+        let refused = if let Refusal::WalkEnded { .. } = refusal {
+            log::debug!("attempt not started: {}", reply.message);
+            Refused::WalkEnded
+        } else {
+            log::error!("llm_failover: attempt refused: {}", reply.message);
+            Refused::FailClosed
+        };
+        self.host.set_property(handoff::REFUSED, &refused.encode());
         send_reply(&self.host, &reply);
     }
 

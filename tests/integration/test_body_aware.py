@@ -29,6 +29,10 @@ chains:
     providers: [primary, secondary]
     context_window: [{provider: big, model: big-context-model}]
     content_policy: [safe]
+  - name: solo
+    models: ["solo-*"]
+    providers: [primary]
+    context_window: [big]
   - name: plain
     providers: [primary, secondary]
 """
@@ -62,14 +66,20 @@ def test_context_window_moves_to_the_larger_context_list_with_only_the_model_cha
     assert not [v for k, v in sent["headers"] if k.lower() == "authorization"]
 
 
-def test_context_window_without_a_list_falls_over_to_the_next_entry(body_gw):
+@pytest.mark.parametrize("preset,model,served_by", [
+    # Without a list: the next chain entry.
+    ("anthropic_prompt_too_long", "llama-3", "secondary"),
+    # A one-provider chain with a list: Envoy was given room for it.
+    ("openai_context_length", "solo-1", "big"),
+])
+def test_context_window_moves_on(body_gw, preset, model, served_by):
     gw, primary, secondary, big, _ = body_gw
-    primary.set_default(preset="anthropic_prompt_too_long")
-    r = gw.chat("llama-3")
+    primary.set_default(preset=preset)
+    r = gw.chat(model)
     assert r.status == 200, r.text
-    assert r.header("x-llm-provider") == "secondary"
+    assert r.header("x-llm-provider") == served_by
     assert r.header("x-llm-fallback-reason") == "context_window_exceeded"
-    assert big.request_count() == 0
+    assert secondary.request_count() + big.request_count() == 1
 
 
 def test_content_filter_goes_back_to_the_caller_without_a_list(body_gw):
@@ -172,3 +182,17 @@ def test_a_stream_that_is_not_sse_or_a_request_that_did_not_ask_is_not_held(body
     primary.set_default(stream=False, content="fine")
     r = gw.chat("llama-3", stream=True)
     assert r.status == 200 and r.json()["choices"][0]["message"]["content"] == "fine"
+
+
+def test_no_response_at_the_end_of_a_walk_with_lists_reaches_no_provider(body_gw):
+    """Envoy was given room for the list; the walk ended without it, and Envoy retries a
+    refused connection by itself into a slot no plan filled: no provider is called."""
+    gw, primary, secondary, big, safe = body_gw
+    primary.down()
+    r = gw.chat("solo-1")
+    assert r.status == 503, r.text
+    assert r.json()["error"]["code"] == "fallbacks_exhausted"
+    assert r.header("x-llm-provider") == "primary"
+    assert r.header("x-llm-attempts") == "1"
+    assert big.request_count() == 0 and secondary.request_count() == 0
+    assert safe.request_count() == 0
