@@ -48,6 +48,12 @@ enum Command {
         /// local_reply_config.yaml to DIR, for merging into an existing Envoy configuration
         #[arg(long, value_name = "DIR")]
         pieces: Option<String>,
+        /// Deliver both roles' plugin configuration from files in DIR that Envoy watches
+        /// (extension config discovery): render again with the same DIR and a running Envoy
+        /// takes the change without a restart (README "Changing the configuration under
+        /// traffic")
+        #[arg(long, value_name = "DIR")]
+        reloadable: Option<String>,
         /// What to render for: a standalone Envoy bootstrap, or Kubernetes manifests for an
         /// Istio gateway (written to --out DIR: manifests.yaml and
         /// gateway-deployment-patch.yaml; the file's istio: block says where, README "Istio")
@@ -212,6 +218,18 @@ fn run(command: Command) -> ExitCode {
             eprintln!("llm-failover: --istio-version needs --target istio\n{USAGE}");
             return ExitCode::from(2);
         }
+        Command::Render {
+            out,
+            pieces,
+            reloadable: Some(dir),
+            ..
+        } => {
+            if pieces.is_some() {
+                eprintln!("llm-failover: --pieces and --reloadable do not go together\n{USAGE}");
+                return ExitCode::from(2);
+            }
+            return render_reloadable(&gw, &source, out.as_deref(), dir);
+        }
         Command::Render { out, pieces, .. } => (out, pieces),
         Command::Validate { .. } => return validate(file, &gw, &real_env),
         Command::Explain {
@@ -292,6 +310,39 @@ fn validate(
         render::slot_count(gw),
         if render::slot_count(gw) == 1 { "" } else { "s" },
     );
+    ExitCode::SUCCESS
+}
+
+/// `render --reloadable DIR`: the plugin configurations go to DIR first (each written to a
+/// temporary file and renamed, so Envoy never reads half a file), then the bootstrap.
+fn render_reloadable(
+    gw: &llm_failover_cli::Gateway,
+    source: &str,
+    out: Option<&str>,
+    dir: &str,
+) -> ExitCode {
+    let Ok(abs) = std::fs::create_dir_all(dir).and_then(|_| std::fs::canonicalize(dir)) else {
+        eprintln!("{dir}: cannot create");
+        return ExitCode::from(1);
+    };
+    for (name, text) in render::extension_files(gw) {
+        let tmp = abs.join(format!(".{name}.tmp"));
+        let path = abs.join(name);
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)) {
+            eprintln!("{}: cannot write: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    let text = render::reloadable_bootstrap_text(gw, source, &abs.to_string_lossy());
+    match out {
+        None => print!("{text}"),
+        Some(out) => {
+            if let Err(e) = std::fs::write(out, &text) {
+                eprintln!("{out}: cannot write: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     ExitCode::SUCCESS
 }
 

@@ -239,6 +239,44 @@ fn render_writes_out_module_and_pieces() {
 }
 
 #[test]
+fn render_reloadable_writes_the_watched_plugin_configurations() {
+    let dir = Scratch::new("reloadable");
+    let file = dir.file("gw.failover.yaml", OK);
+    let out = dir.path("envoy.yaml");
+    let ecds = dir.path("ecds");
+    let (code, _, stderr) =
+        run(bin().args(["render", &file, "--out", &out, "--reloadable", &ecds]));
+    assert_eq!(code, 0, "{stderr}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let clusters = text
+        .matches("name: envoy.filters.http.upstream_codec")
+        .count();
+    assert!(clusters >= 1);
+    assert_eq!(text.matches("config_discovery:").count(), 1 + clusters);
+    assert!(
+        !text.contains("\"role\":"),
+        "no inline plugin configuration is left"
+    );
+    for (name, role) in [
+        ("llm_failover.yaml", "downstream"),
+        ("llm_failover_upstream.yaml", "upstream"),
+    ] {
+        let path = std::fs::canonicalize(PathBuf::from(&ecds).join(name)).unwrap();
+        assert!(
+            text.contains(&format!("path: {}", path.display())),
+            "{name}"
+        );
+        let resource = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            resource.contains(&format!("\"role\":\"{role}\"")),
+            "{resource}"
+        );
+    }
+    let (code, _, _) = run(bin().args(["render", &file, "--reloadable", &ecds, "--pieces", &ecds]));
+    assert_eq!(code, 2);
+}
+
+#[test]
 fn usage_errors_exit_2_and_unreadable_files_exit_1() {
     for args in [
         vec![],

@@ -47,8 +47,10 @@ impl RootContext for Root {
                 if config.role == Role::Downstream {
                     self.set_tick_period(GAUGE_REFRESH);
                 }
-                self.metrics = Some(Rc::new(metrics));
-                self.config = Some(Rc::new(config));
+                let (config, metrics) = (Rc::new(config), Rc::new(metrics));
+                roles::registry::register(&config, &metrics);
+                self.metrics = Some(metrics);
+                self.config = Some(config);
                 true
             }
             Err(problems) => {

@@ -8,6 +8,7 @@
 
 mod downstream;
 mod metrics;
+pub mod registry;
 mod upstream;
 
 pub use downstream::Downstream;

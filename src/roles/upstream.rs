@@ -2,6 +2,7 @@
 //! decides for the request, classifies the outcome, and applies what `attempt::settle` decides
 //! for it (marker header, metrics, breaker report, attempt log, outcome record).
 
+use super::registry;
 use super::{
     health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
 };
@@ -232,6 +233,16 @@ impl<H: Host> Upstream<H> {
         let Some((number, plan)) = self.read_current() else {
             return Flow::Continue;
         };
+        // Planned under another configuration still alive in this VM (a change under traffic):
+        // this attempt is resolved under that one, keys, models and chain alike.
+        if let Some(planned) = plan.as_ref().map(|p| p.view().config) {
+            if planned != self.config.fingerprint {
+                if let Some((config, metrics)) = registry::lookup(planned) {
+                    self.config = config;
+                    self.metrics = metrics;
+                }
+            }
+        }
         let config = Rc::clone(&self.config);
         let start_ms = self.host.now_ms();
         let a = match attempt::admit(&config, plan.as_ref(), number) {

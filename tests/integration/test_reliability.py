@@ -2,6 +2,8 @@
 provider-bound headers, the status endpoint's listener. Real Envoy, mock providers on real
 sockets; each scenario writes its own small failover file."""
 import json
+import os
+import threading
 import time
 
 import pytest
@@ -253,3 +255,97 @@ def test_the_status_endpoint_on_the_api_listener_when_asked(three, tmp_path):
     assert primary.request_count() == 0
     listeners = json.loads(gw.envoy.admin("/listeners?format=json"))["listener_statuses"]
     assert [l["name"] for l in listeners] == ["llm_failover"]
+
+
+# ------------------------------------------------------------------ configuration changes under traffic
+RELOADABLE = """
+listen: {{address: 127.0.0.1, port: "${{LISTEN_PORT}}"}}
+admin: {{address: 127.0.0.1, port: "${{ADMIN_PORT}}"}}
+providers:
+  - {{name: primary, endpoint: "127.0.0.1:${{PRIMARY_PORT}}", credential: {{header: authorization, prefix: "Bearer ", value: sk-primary}}}}
+  - {{name: secondary, endpoint: "127.0.0.1:${{SECONDARY_PORT}}", credential: {{header: authorization, prefix: "Bearer ", value: sk-secondary}}}}
+  - {{name: tertiary, endpoint: "127.0.0.1:${{TERTIARY_PORT}}", credential: {{header: x-api-key, value: sk-tertiary}}}}
+breaker: {{failures: 2, window: 30s, cooldown: 60s}}
+status_path: /llm-failover/status
+status_listen: {{address: 127.0.0.1, port: "${{STATUS_PORT}}"}}
+chains:
+  - name: default
+    providers: [{order}]
+"""
+
+
+def render_reloadable(gateway, tmp_path, order, ecds):
+    import subprocess
+    from harness import cli_bin
+    src = tmp_path / "gateway.failover.yaml"
+    src.write_text(RELOADABLE.format(order=order))
+    out = tmp_path / "envoy.yaml"
+    subprocess.run([str(cli_bin()), "render", str(src), "--reloadable", str(ecds),
+                    "--out", str(out)], check=True, env={**os.environ, **gateway.env},
+                   capture_output=True, timeout=30)
+    return out
+
+
+def test_a_changed_chain_takes_effect_under_traffic_with_no_request_lost(three, tmp_path):
+    """Both roles' configuration comes from files Envoy watches (render --reloadable DIR).
+    Under steady traffic the chain changes from [primary, secondary, tertiary] to [tertiary,
+    secondary, primary]: no request fails, including those planned under the old chain whose
+    fallback starts after the change (secondary answers 429 slowly, so many are in flight
+    then), the new order takes effect, and the breaker that was open stays open (same
+    provider, same shared state)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from harness import http_request, wait_until
+    gateway, primary, secondary, tertiary = three
+    ecds = tmp_path / "ecds"
+    bootstrap = render_reloadable(gateway, tmp_path, "primary, secondary, tertiary", ecds)
+    gw = gateway.start_bootstrap(bootstrap)
+    status_url = f"http://127.0.0.1:{gateway.env['STATUS_PORT']}"
+
+    def primary_state():
+        body = http_request(status_url, "GET", "/llm-failover/status").json()
+        return body["providers"][0]["state"]
+
+    primary.set_default(status=500)
+    for _ in range(2):
+        assert gw.chat("gpt-4o").header("x-llm-provider") == "secondary"
+    assert primary_state() == "open"
+    primary.set_default(status=200)
+    secondary.set_default(status=429, delay_ms=300)  # falls over, never opens its breaker
+
+    results, stop = [], threading.Event()
+
+    def traffic(i):
+        n = 0
+        while not stop.is_set() and n < 200:
+            n += 1
+            try:
+                r = gw.chat("gpt-4o", timeout=20, headers={"x-request-id": f"reload-{i}-{n}"})
+                results.append((time.monotonic(), r.status, r.header("x-llm-provider"),
+                                r.header("x-llm-attempts"), r.text[:200]))
+            except Exception as e:  # noqa: BLE001 - a lost request is what this test looks for
+                results.append((time.monotonic(), 0, None, None, repr(e)))
+
+    with ThreadPoolExecutor(8) as pool:
+        for i in range(8):
+            pool.submit(traffic, i)
+        time.sleep(2.0)
+        changed_at = time.monotonic()
+        render_reloadable(gateway, tmp_path, "tertiary, secondary, primary", ecds)
+        wait_until(lambda: gw.chat("gpt-4o").header("x-llm-attempts") == "1", 10,
+                   "the new chain order")
+        time.sleep(1.5)
+        stop.set()
+    lost = [r for r in results if r[1] != 200]
+    assert not lost, f"{len(lost)} of {len(results)} requests failed across the change: {lost[:3]}"
+    before = [r for r in results if r[0] < changed_at]
+    after = [r for r in results if r[0] > changed_at + 1.0]
+    assert before and after, [(round(r[0] - changed_at, 2), r[3]) for r in results][-40:]
+    assert all(r[2] == "tertiary" and r[3] == "2" for r in before), \
+        [r[1:4] for r in before if not (r[2] == "tertiary" and r[3] == "2")][:5]
+    assert all(r[2] == "tertiary" and r[3] == "1" for r in after[-5:]), \
+        [(round(r[0] - changed_at, 2), r[3]) for r in results]
+    assert primary_state() == "open", "the breaker state survives the change"
+    assert "config_mismatch" not in gw.log()
+    # Each provider still got only its own key.
+    for rec in tertiary.requests(bodies=False):
+        assert value(rec, "x-api-key") == "sk-tertiary" and "authorization" not in names(rec)
