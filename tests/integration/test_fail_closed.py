@@ -66,20 +66,48 @@ def test_a_route_without_refresh_cluster_on_retry_sends_no_key_to_the_wrong_prov
     assert gw.log().count("attempt refused") == 1
 
 
-def test_roles_running_different_configurations_refuse_the_attempt(demo, render):
-    # Only the upstream role got the new chain order (ECDS updates land one at a time).
-    # Today's module resolved the plan's indices against the new chain: the primary got the
-    # secondary's key.
+def drift(text):
+    """Only the upstream role got the new chain order (ECDS updates land one at a time)."""
+    return "\n".join(
+        line.replace('"providers":["primary","secondary",',
+                     '"providers":["secondary","primary",')
+        if '"role":"upstream"' in line else line
+        for line in text.split("\n"))
+
+
+def test_roles_running_different_configurations_act_under_the_planned_one(demo, render):
+    # The module before the fingerprint resolved the plan's indices against the upstream
+    # role's chain: the primary got the secondary's key. Both roles share one VM here, so the
+    # upstream role resolves the attempt under the configuration the plan was made under.
+    gateway, primary, secondary, tertiary = demo
+    gw = gateway.start_bootstrap(rendered(gateway, render, drift))
+
+    r = gw.chat("gpt-4o")
+
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "primary"
+    assert credentials_seen(primary) == ["Bearer sk-primary"]
+    assert (secondary.request_count(), tertiary.request_count()) == (0, 0)
+    assert "config_mismatch" not in gw.log()
+
+
+def test_a_plan_from_a_configuration_the_vm_does_not_have_is_refused(demo, render):
+    # The upstream role runs in another VM (another vm_id) with another configuration: the
+    # plan's configuration is nowhere there, so the attempt is refused, fail closed.
     gateway, primary, secondary, tertiary = demo
 
-    def drift(text):
-        return "\n".join(
-            line.replace('"providers":["primary","secondary",',
-                         '"providers":["secondary","primary",')
-            if '"role":"upstream"' in line else line
-            for line in text.split("\n"))
+    def other_vm(text):
+        out, upstream = [], False
+        for line in text.split("\n"):
+            if "name: llm_failover_upstream" in line:
+                upstream = True
+            if upstream and "vm_id: llm_failover" in line:
+                line = line.replace("vm_id: llm_failover", "vm_id: llm_failover_other")
+                upstream = False
+            out.append(line)
+        return drift("\n".join(out))
 
-    gw = gateway.start_bootstrap(rendered(gateway, render, drift))
+    gw = gateway.start_bootstrap(rendered(gateway, render, other_vm))
 
     r = gw.chat("gpt-4o")
 
