@@ -983,3 +983,6 @@ fn a_stream_whose_first_event_is_an_error_falls_over() {
     assert_eq!((r.status, r.clusters()), (200, vec!["ca"]));
     assert_eq!(r.body, b"data: {\"choices\":[]}\n\n");
 }
+
+#[cfg(not(target_arch = "wasm32"))]
+mod proptests;
