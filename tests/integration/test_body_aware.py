@@ -153,6 +153,18 @@ def test_an_error_as_first_stream_event_is_served_by_the_next_provider(body_gw, 
     assert r.sse_events()[-1][1] == "[DONE]"
 
 
+def test_an_error_event_split_across_chunks_is_still_read_whole(body_gw):
+    gw, primary, secondary, _, _ = body_gw
+    primary.set_default(stream=True, chunk_interval_ms=150, events=[
+        "event: error\ndata: {\"type\": \"error\", \"error\": ",
+        "{\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n"])
+    r = gw.chat("llama-3", stream=True)
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "secondary"
+    assert r.header("x-llm-fallback-reason") == "overloaded"
+    assert b"overloaded_error" not in r.body
+
+
 def test_a_healthy_first_event_passes_byte_identical_and_the_stream_is_not_buffered(body_gw):
     gw, primary, secondary, _, _ = body_gw
     events = [
