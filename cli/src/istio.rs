@@ -491,15 +491,13 @@ fn extension_config(gw: &Gateway, opts: &Options, name: &str, json: &str) -> Val
     map! { "name" => name, "typed_config" => typed_config }
 }
 
-/// A filter that takes its configuration from ECDS: the Wasm type only, no default.
+/// A filter that takes its configuration from istiod over ECDS (ADS): the Wasm type only, no
+/// default; like istiod's own ECDS references, it holds its listener until the config arrives.
 pub fn discovered_filter(name: &str) -> Value {
-    map! {
-        "name" => name,
-        "config_discovery" => map! {
-            "config_source" => map! { "ads" => map! {}, "resource_api_version" => "V3", "initial_fetch_timeout" => "0s" },
-            "type_urls" => seq(vec![render::WASM.into()]),
-        },
-    }
+    render::discovered_from(
+        name,
+        map! { "ads" => map! {}, "resource_api_version" => "V3", "initial_fetch_timeout" => "0s" },
+    )
 }
 
 fn patch(apply_to: &str, matcher: Value, operation: &str, value: Value) -> Value {

@@ -549,16 +549,26 @@ pub fn extension_files(gw: &Gateway) -> Vec<(String, String)> {
 /// A filter whose configuration comes from `dir/<resource>.yaml` (extension config discovery
 /// from a watched file), Wasm only: a missing or refused configuration fails closed.
 fn discovered(resource: &str, dir: &str) -> Value {
+    discovered_from(
+        resource,
+        map! {
+            "path_config_source" => map! {
+                "path" => format!("{dir}/{resource}.yaml"),
+                "watched_directory" => map! { "path" => dir },
+            },
+            "resource_api_version" => "V3",
+        },
+    )
+}
+
+/// A filter named `resource` whose configuration comes by extension config discovery from
+/// `config_source`, accepting the Wasm type only and with no default configuration (also the
+/// Istio target's references, `crate::istio`).
+pub(crate) fn discovered_from(resource: &str, config_source: Value) -> Value {
     map! {
         "name" => resource,
         "config_discovery" => map! {
-            "config_source" => map! {
-                "path_config_source" => map! {
-                    "path" => format!("{dir}/{resource}.yaml"),
-                    "watched_directory" => map! { "path" => dir },
-                },
-                "resource_api_version" => "V3",
-            },
+            "config_source" => config_source,
             "type_urls" => seq(vec![WASM.into()]),
         },
     }
