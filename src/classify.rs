@@ -196,7 +196,9 @@ impl FailoverSet {
             ));
         }
         let bit = usize::from(status - 100);
-        self.statuses[bit / 64] |= 1 << (bit % 64);
+        if let Some(word) = self.statuses.get_mut(bit / 64) {
+            *word |= 1 << (bit % 64);
+        }
         Ok(())
     }
 
@@ -216,7 +218,9 @@ impl FailoverSet {
             return false;
         }
         let bit = usize::from(status - 100);
-        self.statuses[bit / 64] & (1 << (bit % 64)) != 0
+        self.statuses
+            .get(bit / 64)
+            .is_some_and(|word| word & (1 << (bit % 64)) != 0)
     }
 
     /// Does this outcome move the request to the next provider?

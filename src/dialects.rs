@@ -284,9 +284,9 @@ fn string_values<'a>(body: &'a [u8], key: &'a str) -> impl Iterator<Item = &'a [
         while let Some(at) = find(body.get(from..)?, key).map(|i| i + from) {
             from = at + key.len();
             let quoted = at > 0
-                && body[at - 1] == b'"'
+                && body.get(at - 1) == Some(&b'"')
                 && body.get(at + key.len()) == Some(&b'"')
-                && !(at > 1 && body[at - 2] == b'\\');
+                && !(at > 1 && body.get(at - 2) == Some(&b'\\'));
             if !quoted {
                 continue;
             }
@@ -387,7 +387,7 @@ pub fn first_event(held: &[u8], end_of_stream: bool) -> StreamStart {
         (a, b) => a.or(b),
     };
     let event = match end {
-        Some(end) => &held[..end],
+        Some(end) => held.get(..end).unwrap_or(held),
         None if end_of_stream || held.len() >= BODY_PREFIX_LIMIT => {
             held.get(..BODY_PREFIX_LIMIT).unwrap_or(held)
         }

@@ -43,16 +43,21 @@ pub fn attempt_changes<'a>(
     model: &str,
     path: &str,
 ) -> AttemptChanges<'a> {
-    let provider = &config.providers[entry.provider];
+    let provider = config.providers.get(entry.provider);
     let headers: Vec<&str> = provider
-        .set_headers
-        .iter()
+        .into_iter()
+        .flat_map(|p| &p.set_headers)
         .map(|(n, _)| n.as_str())
         .collect();
     AttemptChanges {
         model: entry.model.as_deref().filter(|m| *m != model),
-        path: format!("{}{path}", provider.path_prefix.as_deref().unwrap_or("")),
-        authority: provider.authority.as_deref(),
+        path: format!(
+            "{}{path}",
+            provider
+                .and_then(|p| p.path_prefix.as_deref())
+                .unwrap_or("")
+        ),
+        authority: provider.and_then(|p| p.authority.as_deref()),
         removed: config
             .cleared_headers
             .iter()
@@ -100,15 +105,15 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
     let plan = match plan::plan_or_refuse(config, &facts, &AllHealthy) {
         Ok(plan) => plan,
         Err(refusal) => {
-            if let Some(chain) = refusal.chain.map(|c| &config.chains[usize::from(c)]) {
+            if let Some(chain) = refusal
+                .chain
+                .and_then(|c| config.chains.get(usize::from(c)))
+            {
                 let _ = writeln!(out, "chain: {}", chain.name);
                 for (entry, reason) in &refusal.skipped {
-                    skip_line(
-                        &mut out,
-                        config,
-                        &chain.entries[usize::from(*entry)],
-                        *reason,
-                    );
+                    if let Some(entry) = chain.entries.get(usize::from(*entry)) {
+                        skip_line(&mut out, config, entry, *reason);
+                    }
                 }
             }
             let r = &refusal.reply;
@@ -120,7 +125,9 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
             return Err(out);
         }
     };
-    let chain = &config.chains[usize::from(plan.chain)];
+    let Some(chain) = config.chains.get(usize::from(plan.chain)) else {
+        return Err(out);
+    };
     let mut why = vec![format!("models {}", patterns(&chain.models))];
     if !chain.paths.is_empty() {
         why.push(format!("paths {}", patterns(&chain.paths)));
@@ -163,8 +170,12 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
         }
     );
     for (k, slot) in plan.slots.iter().enumerate() {
-        let entry = &chain.entries[usize::from(slot.entry)];
-        let provider = &config.providers[entry.provider];
+        let Some(entry) = chain.entries.get(usize::from(slot.entry)) else {
+            continue;
+        };
+        let Some(provider) = config.providers.get(entry.provider) else {
+            continue;
+        };
         let changes = attempt_changes(config, entry, facts.model, path);
         let _ = writeln!(
             out,
@@ -214,7 +225,10 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
                 let _ = writeln!(
                     out,
                     "  {}: not reached ({})",
-                    config.providers[entry.provider].name,
+                    config
+                        .providers
+                        .get(entry.provider)
+                        .map_or("", |p| p.name.as_str()),
                     if facts.no_fallback {
                         "fallback is off for this request".to_string()
                     } else if facts.model.is_empty() {
@@ -239,7 +253,9 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
 }
 
 fn skip_line(out: &mut String, config: &Config, entry: &ChainEntry, reason: SkipReason) {
-    let provider = &config.providers[entry.provider];
+    let Some(provider) = config.providers.get(entry.provider) else {
+        return;
+    };
     let why = match reason {
         SkipReason::Model => {
             let sent = entry.model.as_deref().unwrap_or("(the requested model)");

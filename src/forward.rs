@@ -122,7 +122,7 @@ pub struct HeaderPolicy {
 
 impl HeaderPolicy {
     pub fn new(rules: Vec<Forward>, never: Vec<String>) -> HeaderPolicy {
-        let uniform = rules.windows(2).all(|w| w[0] == w[1]);
+        let uniform = rules.iter().skip(1).all(|r| rules.first() == Some(r));
         HeaderPolicy {
             rules,
             never,

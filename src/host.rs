@@ -1,6 +1,7 @@
 //! The two things the decision core needs from its host, kept tiny so the core runs and is
 //! tested anywhere: a clock and a shared key-value store with compare-and-swap.
-//! In Envoy these are proxy-wasm's `get_current_time` and shared data; in tests, in-memory.
+//! In Envoy these are proxy-wasm's `get_current_time` and shared data; in tests, in-memory
+//! (`MemoryStore`, `ManualClock`: compiled into test builds only).
 
 /// Version token returned with a shared value; a write succeeds only while it still matches.
 pub type Cas = u32;
@@ -40,12 +41,14 @@ impl Clock for FixedClock {
 }
 
 /// In-memory store with the same CAS semantics as Envoy's shared data, for host tests
-/// (thread-safe, so tests can hammer it from many threads).
+/// (thread-safe, so tests can hammer it from many threads). Test builds only.
+#[cfg(test)]
 #[derive(Default)]
 pub struct MemoryStore {
     entries: std::sync::Mutex<std::collections::HashMap<String, (Vec<u8>, Cas)>>,
 }
 
+#[cfg(test)]
 impl SharedStore for MemoryStore {
     fn get(&self, key: &str) -> Option<(Vec<u8>, Cas)> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -66,12 +69,14 @@ impl SharedStore for MemoryStore {
     }
 }
 
-/// A clock tests can move by hand.
+/// A clock tests can move by hand. Test builds only.
+#[cfg(test)]
 #[derive(Default)]
 pub struct ManualClock {
     now: std::sync::atomic::AtomicU64,
 }
 
+#[cfg(test)]
 impl ManualClock {
     pub fn at(ms: u64) -> Self {
         ManualClock {
@@ -83,6 +88,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(test)]
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now.load(std::sync::atomic::Ordering::SeqCst)

@@ -155,7 +155,9 @@ pub fn plan_or_refuse(
 
     for (i, entry) in chain.main_entries().iter().enumerate() {
         let index = i as u8;
-        let provider = &config.providers[entry.provider];
+        let Some(provider) = config.providers.get(entry.provider) else {
+            continue;
+        };
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
         let caller_allowed = provider.callers.is_empty()
             || facts
@@ -220,7 +222,9 @@ pub fn plan_or_refuse(
             .copied()
             .filter(|&e| {
                 chain.entries.get(usize::from(e)).is_some_and(|entry| {
-                    let provider = &config.providers[entry.provider];
+                    let Some(provider) = config.providers.get(entry.provider) else {
+                        return false;
+                    };
                     let sent_model = entry.model.as_deref().unwrap_or(facts.model);
                     (provider.callers.is_empty()
                         || facts

@@ -199,11 +199,12 @@ fn parse_rfc3339_ms(s: &str) -> Option<u64> {
     };
     let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
     let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
-    if b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't' | b' ')
-        || b[13] != b':'
-        || b[16] != b':'
+    let at = |i: usize| b.get(i).copied().unwrap_or_default();
+    if at(4) != b'-'
+        || at(7) != b'-'
+        || !matches!(at(10), b'T' | b't' | b' ')
+        || at(13) != b':'
+        || at(16) != b':'
     {
         return None;
     }
@@ -232,10 +233,10 @@ fn parse_rfc3339_ms(s: &str) -> Option<u64> {
         "Z" | "z" => 0,
         _ => {
             let ob = rest.as_bytes();
-            if ob.len() != 6 || ob[3] != b':' {
+            if ob.len() != 6 || ob.get(3) != Some(&b':') {
                 return None;
             }
-            let sign = match ob[0] {
+            let sign = match ob.first().copied().unwrap_or_default() {
                 b'+' => 1,
                 b'-' => -1,
                 _ => return None,

@@ -686,7 +686,9 @@ fn find_string_special(bytes: &[u8]) -> Option<usize> {
         }
         offset += 8;
     }
-    bytes[offset..]
+    bytes
+        .get(offset..)
+        .unwrap_or_default()
         .iter()
         .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
         .map(|n| offset + n)

@@ -83,8 +83,9 @@ pub fn with_health_key<R>(provider: &str, f: impl FnOnce(&str) -> R) -> R {
     let mut buf = [0u8; 128];
     let len = HEALTH_KEY_PREFIX.len() + provider.len();
     if let Some(room) = buf.get_mut(..len) {
-        room[..HEALTH_KEY_PREFIX.len()].copy_from_slice(HEALTH_KEY_PREFIX.as_bytes());
-        room[HEALTH_KEY_PREFIX.len()..].copy_from_slice(provider.as_bytes());
+        let (prefix, name) = room.split_at_mut(HEALTH_KEY_PREFIX.len());
+        prefix.copy_from_slice(HEALTH_KEY_PREFIX.as_bytes());
+        name.copy_from_slice(provider.as_bytes());
         // Two UTF-8 strings joined are UTF-8; the check is cheap at this size.
         if let Ok(key) = std::str::from_utf8(room) {
             return f(key);

@@ -16,14 +16,14 @@ pub fn cross_check(config: &Config) -> Vec<Diag> {
 /// only matches once the pieces are merged into a configuration that has them.
 fn routes_of_the_rendered_gateway(config: &Config, out: &mut Vec<Diag>) {
     for (j, chain) in config.chains.iter().enumerate() {
-        if !chain.routes.is_empty() && !chain.routes.iter().any(|r| r == crate::render::NAME) {
+        if !chain.routes.is_empty() && !chain.routes.iter().any(|r| r == crate::names::NAME) {
             out.push(Diag::warning(
                 format!("chains[{j}].routes"),
                 format!(
                     "the rendered gateway has a single route named {:?}, so chain {:?} never matches there — add {:?} to routes, or use --pieces and name your routes to match",
-                    crate::render::NAME,
+                    crate::names::NAME,
                     chain.name,
-                    crate::render::NAME
+                    crate::names::NAME
                 ),
             ));
         }

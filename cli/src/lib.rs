@@ -4,6 +4,7 @@
 pub mod checks;
 pub mod diag;
 pub mod input;
+pub mod names;
 #[macro_use]
 pub mod render;
 pub mod subst;

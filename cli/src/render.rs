@@ -6,10 +6,7 @@ use crate::input::{Addr, Gateway, Host, StatusListen, Upstream};
 use llm_failover::wire;
 use serde_yaml_ng::{Mapping, Value};
 
-/// Name shared by the listener, route config, route, stat prefix, filter, root id and VM id.
-pub const NAME: &str = "llm_failover";
-/// Plugin name of the cluster-side filter (shows in Envoy's wasm log lines).
-pub const UPSTREAM_PLUGIN_NAME: &str = "llm_failover_upstream";
+pub use crate::names::{NAME, UPSTREAM_PLUGIN_NAME};
 /// Circuit-breaker thresholds on provider clusters: high enough that failovers never overflow
 /// (Envoy's default of 3 concurrent retries per cluster turns most failovers into errors).
 pub const CLUSTER_LIMIT: u64 = 100_000;

@@ -153,7 +153,7 @@ fn resolve(
             continue;
         };
         let entry = ChainEntry { provider, model };
-        if entries[first..].contains(&entry) {
+        if entries.get(first..).unwrap_or_default().contains(&entry) {
             let place = if list == "providers" {
                 "this chain"
             } else {

@@ -18,6 +18,11 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
+    // Replaces the SDK's hook (installed by `set_log_level`), which unwraps the log call: a
+    // panic aborts the VM, so say what it was, once, at the highest level, before it does.
+    std::panic::set_hook(Box::new(|info| {
+        let _ = hostcalls::log(LogLevel::Critical, &format!("llm_failover: panic: {info}"));
+    }));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
         Box::new(Root { config: None, metrics: None })
     });

@@ -74,15 +74,16 @@ impl<'a> View<'a> {
     /// Validates the whole layout; `None` for anything malformed.
     pub(super) fn parse(b: &'a [u8]) -> Option<View<'a>> {
         let header = b.get(..HEADER_LEN)?;
-        if header[0] != RECORD_VERSION {
+        let byte = |i: usize| header.get(i).copied().unwrap_or_default();
+        if byte(0) != RECORD_VERSION {
             return None;
         }
-        let n_models = usize::from(header[2]);
-        let n_failures = usize::from(u16::from_le_bytes([header[4], header[5]]));
+        let n_models = usize::from(byte(2));
+        let n_failures = usize::from(u16::from_le_bytes([byte(4), byte(5)]));
         if n_models > MAX_MODEL_MARKS || n_failures > MAX_FAILURES {
             return None;
         }
-        let last_failure = match header[1] {
+        let last_failure = match byte(1) {
             NO_CLASS => None,
             c => Some((Class::from_u8(c)?, get_u64(header, OFF_LAST_FAILURE))),
         };
@@ -173,7 +174,11 @@ impl Record {
             return Record::default();
         };
         let mut failures: Vec<u64> = view.failures().collect();
-        if failures.windows(2).any(|w| w[0] > w[1]) {
+        if failures
+            .iter()
+            .zip(failures.iter().skip(1))
+            .any(|(a, b)| a > b)
+        {
             failures.sort_unstable();
         }
         Record {
@@ -194,7 +199,10 @@ impl Record {
     }
 
     pub(super) fn encode(&self) -> Vec<u8> {
-        let failures = &self.failures[self.failures.len().saturating_sub(MAX_FAILURES)..];
+        let failures = self
+            .failures
+            .get(self.failures.len().saturating_sub(MAX_FAILURES)..)
+            .unwrap_or_default();
         let models: Vec<&ModelMark> = self
             .models
             .iter()

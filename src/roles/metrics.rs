@@ -43,6 +43,14 @@ pub struct Metrics {
     breaker: Vec<Option<u32>>,
 }
 
+/// A provider's name (ids come from the validated configuration).
+fn name(config: &Config, provider: ProviderId) -> &str {
+    config
+        .providers
+        .get(provider)
+        .map_or("", |p| p.name.as_str())
+}
+
 fn increment(host: &impl Host, id: Option<u32>) {
     if let Some(id) = id {
         host.increment_metric(id);
@@ -87,7 +95,7 @@ impl Metrics {
         increment(
             host,
             cached(host, slot, || {
-                names::attempts(&config.providers[provider].name, class)
+                names::attempts(name(config, provider), class)
             }),
         );
     }
@@ -104,7 +112,7 @@ impl Metrics {
         increment(
             host,
             cached(host, slot, || {
-                names::skipped(&config.providers[provider].name, reason.as_str())
+                names::skipped(name(config, provider), reason.as_str())
             }),
         );
     }
@@ -114,7 +122,7 @@ impl Metrics {
         increment(
             host,
             cached(host, self.exhausted.get(chain), || {
-                names::exhausted(&config.chains[chain].name)
+                names::exhausted(config.chains.get(chain).map_or("", |c| c.name.as_str()))
             }),
         );
     }
@@ -126,7 +134,7 @@ impl Metrics {
         let id = known.or_else(|| {
             let id = host.define_metric(
                 MetricKind::Counter,
-                &names::fallbacks(&config.providers[from].name, &config.providers[to].name),
+                &names::fallbacks(name(config, from), name(config, to)),
             )?;
             self.fallbacks.borrow_mut().insert(key, id);
             Some(id)
