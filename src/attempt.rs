@@ -106,15 +106,6 @@ impl<'c, 'p> Attempt<'c, 'p> {
         self.entry.model.as_deref().unwrap_or(self.plan.model)
     }
 
-    /// Providers of the planned attempts after this one, in order.
-    pub fn later(&self) -> impl Iterator<Item = ProviderId> + '_ {
-        self.plan
-            .slots()
-            .skip(self.number)
-            .filter_map(|s| self.chain.entries.get(usize::from(s.entry)))
-            .map(|e| e.provider)
-    }
-
     /// The attempt log already has entries (skips, or earlier attempts) to append to.
     pub fn log_started(&self) -> bool {
         self.plan.log_started || self.number > 1
@@ -456,10 +447,9 @@ pub fn settle<'a>(
         .room_for_attempt(now_ms.saturating_sub(a.plan.start_ms));
     // A class with an alternative list continues the walk there (SPEC 3a).
     let reroute = if falls_over && room && a.chain.has_lists() {
-        let slots: Vec<Slot> = a.plan.slots().collect();
         let (context_window, content_policy) = a.plan.lists();
         let walk = Walk {
-            slots: &slots,
+            slots: a.plan.slot_list(),
             limit: a.plan.limit(),
             context_window: &context_window,
             content_policy: &content_policy,
@@ -468,24 +458,23 @@ pub fn settle<'a>(
     } else {
         None
     };
-    let later: Vec<ProviderId> = match &reroute {
-        Some(walk) => walk
-            .get(a.number..)
+    // Providers of the attempts after this one, along the (possibly rerouted) walk.
+    let walk = reroute.as_deref().unwrap_or(a.plan.slot_list());
+    let later = || {
+        walk.get(a.number..)
             .unwrap_or_default()
             .iter()
             .filter_map(|s| a.chain.entries.get(usize::from(s.entry)))
             .map(|e| e.provider)
-            .collect(),
-        None => a.later().collect(),
     };
     if falls_over && !room {
         falls_over = false;
         if status.is_some() {
             // Without the marker no later slot is tried: each is skipped for budget.
-            budget_skips = later.clone();
+            budget_skips = later().collect();
         }
     }
-    let next = a.number < a.plan.limit() && !later.is_empty();
+    let next = a.number < a.plan.limit() && later().next().is_some();
     let marker = match (status, falls_over) {
         (None, _) => Marker::Untouched,
         (Some(_), true) if next => Marker::Set,
@@ -497,7 +486,7 @@ pub fn settle<'a>(
     // (When the budget is spent Envoy's own retry is refused as it starts: [`past_budget`].)
     let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
     let fallback = if moves_on {
-        later.first().map(|&next| (a.provider_id, next))
+        later().next().map(|next| (a.provider_id, next))
     } else {
         None
     };
@@ -549,23 +538,29 @@ pub fn health_gate<'h>(
 /// The slot properties to rewrite for a rerouted walk, from attempt `a` on: the route's matcher
 /// reads the next attempts' clusters there. Slots past the new walk are emptied, so no stale
 /// cluster is reached.
-pub fn rerouted_slots<'c>(
+pub fn rerouted_slots<'c, 'w>(
     config: &'c Config,
     a: &Attempt<'c, '_>,
-    walk: &[Slot],
-) -> Vec<(&'static str, &'c str)> {
-    let end = a.plan.limit().min(crate::wire::SLOT_PROPERTIES.len());
-    (a.number..end)
-        .filter_map(|k| {
-            let property = crate::wire::SLOT_PROPERTIES.get(k)?;
+    walk: &'w [Slot],
+) -> impl Iterator<Item = (&'static str, &'c str)> + 'w
+where
+    'c: 'w,
+{
+    let (first, end) = (a.number, a.plan.limit());
+    let entries = &a.chain.entries;
+    crate::wire::SLOT_PROPERTIES
+        .iter()
+        .enumerate()
+        .take(end)
+        .skip(first)
+        .map(move |(k, property)| {
             let cluster = walk
                 .get(k)
-                .and_then(|s| a.chain.entries.get(usize::from(s.entry)))
+                .and_then(|s| entries.get(usize::from(s.entry)))
                 .and_then(|e| config.providers.get(e.provider))
                 .map_or("", |p| p.cluster.as_str());
-            Some((*property, cluster))
+            (*property, cluster)
         })
-        .collect()
 }
 
 /// The plan record with the rerouted walk, for the next attempts (and the downstream role).

@@ -17,6 +17,7 @@
 //! reads it back for a decision.
 
 use crate::classify::Class;
+use crate::config::MAX_CHAIN_LEN;
 use crate::plan::Slot;
 use std::ops::Range;
 
@@ -130,7 +131,9 @@ pub struct PlanText {
     log_started: bool,
     stream: bool,
     limit: u8,
-    slots: Range<usize>,
+    /// Parsed once: every callback of the attempt reads them.
+    slots: [Slot; MAX_CHAIN_LEN],
+    slot_count: u8,
     context_window: Range<usize>,
     content_policy: Range<usize>,
     path: Range<usize>,
@@ -148,13 +151,19 @@ pub struct PlanView<'a> {
     pub log_started: bool,
     pub stream: bool,
     limit: u8,
-    slots: &'a str,
+    slots: &'a [Slot],
     context_window: &'a str,
     content_policy: &'a str,
     pub path: &'a str,
     pub authority: &'a str,
     pub model: &'a str,
 }
+
+const NO_SLOT: Slot = Slot {
+    entry: 0,
+    pristine: false,
+    probe: false,
+};
 
 fn parse_slot(item: &str) -> Option<Slot> {
     let digits = item.trim_end_matches(['p', 'q']);
@@ -218,13 +227,11 @@ impl PlanText {
             }
             (limit, cw, cp)
         };
-        let slots_text = field(&slots)?;
-        if !slots_text
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .all(|s| parse_slot(s).is_some())
-        {
-            return None;
+        let mut parsed = [NO_SLOT; MAX_CHAIN_LEN];
+        let mut slot_count = 0u8;
+        for item in field(&slots)?.split(',').filter(|s| !s.is_empty()) {
+            *parsed.get_mut(usize::from(slot_count))? = parse_slot(item)?;
+            slot_count += 1;
         }
         Some(PlanText {
             config: u64::from_str_radix(field(&config)?, 16).ok()?,
@@ -234,7 +241,8 @@ impl PlanText {
             log_started: flags & 1 != 0,
             stream: flags & 2 != 0,
             limit,
-            slots,
+            slots: parsed,
+            slot_count,
             context_window,
             content_policy,
             path,
@@ -254,7 +262,10 @@ impl PlanText {
             log_started: self.log_started,
             stream: self.stream,
             limit: self.limit,
-            slots: field(&self.slots),
+            slots: self
+                .slots
+                .get(..usize::from(self.slot_count))
+                .unwrap_or_default(),
             context_window: field(&self.context_window),
             content_policy: field(&self.content_policy),
             path: field(&self.path),
@@ -267,20 +278,22 @@ impl PlanText {
 impl<'a> PlanView<'a> {
     /// The planned slots, in attempt order.
     pub fn slots(&self) -> impl Iterator<Item = Slot> + 'a {
+        self.slots.iter().copied()
+    }
+
+    /// The planned slots, as a slice.
+    pub fn slot_list(&self) -> &'a [Slot] {
         self.slots
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .filter_map(parse_slot)
     }
 
     /// The slot of attempt `attempt` (1-based, as Envoy counts).
     pub fn slot(&self, attempt: usize) -> Option<Slot> {
-        self.slots().nth(attempt.checked_sub(1)?)
+        self.slots.get(attempt.checked_sub(1)?).copied()
     }
 
     /// How many attempts were planned.
     pub fn len(&self) -> usize {
-        self.slots().count()
+        self.slots.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -343,7 +356,7 @@ impl<'a> Outcomes<'a> {
         let mut out = Vec::with_capacity(attempt.max(self.bytes.len()) + 1);
         out.push(OUTCOMES_VERSION);
         out.extend_from_slice(self.bytes.get(1..).unwrap_or_default());
-        if (1..=crate::config::MAX_CHAIN_LEN).contains(&attempt) {
+        if (1..=MAX_CHAIN_LEN).contains(&attempt) {
             if out.len() <= attempt {
                 out.resize(attempt + 1, NO_OUTCOME);
             }

@@ -984,5 +984,30 @@ fn a_stream_whose_first_event_is_an_error_falls_over() {
     assert_eq!(r.body, b"data: {\"choices\":[]}\n\n");
 }
 
+#[test]
+fn a_class_with_an_alternative_list_continues_the_walk_there() {
+    let gw = Gateway::new(&THREE.replace(
+        r#""providers": ["a", {"provider": "b", "model": "b-large"}, "c"]"#,
+        r#""providers": ["a", {"provider": "b", "model": "b-large"}], "context_window": ["c"]"#,
+    ));
+    let too_long = Provider::Answer(
+        400,
+        vec![("content-type", "application/json")],
+        r#"{"error":{"message":"maximum context length exceeded","code":"context_length_exceeded"}}"#,
+    );
+    let r = gw.chat("gpt-4o", &[too_long, ok()]);
+    assert_eq!(
+        r.clusters(),
+        ["ca", "cc"],
+        "b is not the larger-context entry"
+    );
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("c"));
+    assert_eq!(
+        r.header(wire::FALLBACK_REASON_HEADER),
+        Some("context_window_exceeded")
+    );
+    assert_eq!(gw.metric(&names::fallbacks("a", "c")), 1);
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 mod proptests;
