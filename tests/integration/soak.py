@@ -331,23 +331,28 @@ class Soak:
                                      "429": {"rate_limited"}, "timeout": {"timeout"},
                                      "reset": {"connection_error"}}.items()}
             m["client_disconnect"] = got[(n, "client_disconnect")]
-            for k in ("5xx", "429"):
-                if m[k] != served[k]:
-                    self.violation("counters differ from what the mocks served",
-                                   f"{n} {k}: metric {m[k]} vs served {served[k]}")
-            flat = m["200"] + m["timeout"] + m["reset"]
-            want = served["200"] + served["timeout"] + served["reset"]
+            counted = sum(m[k] for k in ("200", "5xx", "429", "timeout", "reset"))
+            total = sum(served.values())
+            # Every attempt the mock saw is counted once (p2 also has refused ones it never saw).
+            if counted != total if n != "p2" else counted < total:
+                self.violation("counters differ from what the mocks served",
+                               f"{n}: {counted} attempts counted, {total} served")
+            # Per class: on a starved machine a few attempts end otherwise than the mock meant:
+            # an answer sent after the attempt timeout is Envoy's timeout, and a hang cut by the
+            # per-try timeout can reach the filter a moment early and read as a connection error
+            # (the filter tells them apart by duration, README "Known limits"). The 30-minute run
+            # at load 13 on 2 cores saw 6 of 11k hangs and 27 of 650k answers so; a class that is
+            # really wrong is far beyond this margin.
+            slack = max(3, total // 1000)
+            checks = [(m[k], served[k], k) for k in ("5xx", "429")]
             if n != "p2":
-                # Never down: every attempt reached the mock and ends as the mock served it.
-                exact = [(m[k], served[k], k) for k in ("200", "timeout", "reset")]
+                checks += [(m[k], served[k], k) for k in ("200", "timeout", "reset")]
             else:
                 # Going down drops open connections (a hang or a stream before its first event
-                # then ends as a connection error) and refuses new ones (unseen by the mock).
-                exact = [(min(m["200"], served["200"]), m["200"], "200"),
-                         (min(m["timeout"], served["timeout"]), m["timeout"], "timeout"),
-                         (max(flat, want), flat, "all")]
-            for metric, mock, k in exact:
-                if metric != mock:
+                # then ends as a connection error): those classes can only shrink.
+                checks += [(min(m[k], served[k]), m[k], k) for k in ("200", "timeout")]
+            for metric, mock, k in checks:
+                if abs(metric - mock) > slack:
                     self.violation("counters differ from what the mocks served",
                                    f"{n} {k}: metric {metric} vs served {mock} ({m} / {dict(served)})")
             self.metric_rows.append((n, served, m))
