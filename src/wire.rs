@@ -24,6 +24,14 @@ pub const SLOT_PROPERTIES: [&str; 16] = [
     "llm_failover.try15",
     "llm_failover.try16",
 ];
+/// Filter-state property naming the cluster a request goes to in grouping mode (Envoy
+/// 1.36-1.38, `config::Routing::Groups`): a provider's cluster for a one-attempt plan, else the
+/// grouping cluster of the plan's provider order (`crate::group`).
+pub const GROUP_PROPERTY: &str = "llm_failover.group";
+/// Grouping clusters are named `<GROUP_CLUSTER_PREFIX><cluster>~<cluster>...`.
+pub const GROUP_CLUSTER_PREFIX: &str = "llm_failover~";
+/// Separator of the provider clusters in a grouping cluster's name.
+pub const GROUP_CLUSTER_SEPARATOR: char = '~';
 /// Envoy stores wasm-set properties under this prefix in filter state.
 pub const ENVOY_WASM_STATE_PREFIX: &str = "wasm.";
 /// Filter-state property the upstream filters append each attempt's record to; also what

@@ -4,8 +4,10 @@
 use crate::checks;
 use crate::diag::Diag;
 use crate::subst;
+use crate::version::{self, EnvoyVersion, Mode};
 use llm_failover::config::Config;
 use llm_failover::duration::parse_duration_ms;
+use llm_failover::group::{self, Group};
 use serde_yaml_ng::{Mapping, Value};
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -21,7 +23,7 @@ pub const DEFAULT_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
 /// Top-level fields only the renderer reads; everything else is plugin configuration.
-pub const RENDERER_KEYS: [&str; 7] = [
+pub const RENDERER_KEYS: [&str; 8] = [
     "listen",
     "status_listen",
     "admin",
@@ -29,6 +31,7 @@ pub const RENDERER_KEYS: [&str; 7] = [
     "max_request_body",
     "ca_file",
     "istio",
+    "envoy_version",
 ];
 /// Per-provider fields only the renderer reads.
 pub const PROVIDER_RENDERER_KEYS: [&str; 5] =
@@ -110,6 +113,10 @@ pub struct Gateway {
     pub ca_file: String,
     /// The `istio:` block as written, read by `render --target istio` only (`crate::istio`).
     pub istio: Option<Value>,
+    /// The Envoy the configuration is rendered for (`envoy_version:` or `--envoy-version`).
+    pub envoy_version: EnvoyVersion,
+    /// Grouping mode's clusters (empty in router mode).
+    pub groups: Vec<Group>,
     /// The plugin configuration (without `role`), keys in the file's order; renderer fields
     /// removed, renderer defaults (`authority`) added.
     pub plugin: Mapping,
@@ -141,6 +148,17 @@ pub fn load(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
     module: Option<&str>,
+) -> Result<Gateway, Vec<Diag>> {
+    load_for(text, env, module, None)
+}
+
+/// [`load`] for the Envoy version `envoy_version` ("1.38"), which overrides the file's
+/// `envoy_version:`.
+pub fn load_for(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    module: Option<&str>,
+    envoy_version: Option<&str>,
 ) -> Result<Gateway, Vec<Diag>> {
     let text = subst::substitute(text, env)?;
     let mut root = parse_yaml(&text)?;
@@ -209,12 +227,33 @@ pub fn load(
         })
         .unwrap_or_else(|| DEFAULT_CA_FILE.to_string());
     let istio = root.shift_remove("istio");
+    let file_version = root.shift_remove("envoy_version");
+    let envoy_version = match (envoy_version, &file_version) {
+        (Some(flag), _) => EnvoyVersion::parse(flag).unwrap_or_else(|problem| {
+            errors.push(Diag::error("--envoy-version", problem));
+            version::DEFAULT
+        }),
+        (None, Some(v)) => parse_envoy_version(v).unwrap_or_else(|problem| {
+            errors.push(Diag::error("envoy_version", problem));
+            version::DEFAULT
+        }),
+        (None, None) => version::DEFAULT,
+    };
     if root.contains_key("role") {
         errors.push(Diag::error(
             "role",
             "set by the renderer (downstream on the listener, upstream on each provider cluster) — remove it",
         ));
         root.shift_remove("role");
+    }
+    for key in ["routing", "hold_answers", "body_limit"] {
+        if root.contains_key(key) {
+            errors.push(Diag::error(
+                key,
+                "set by the renderer from envoy_version — remove it, and set envoy_version instead",
+            ));
+            root.shift_remove(key);
+        }
     }
 
     // Per-provider renderer fields, by position in the file (the plugin config keeps the order).
@@ -295,7 +334,7 @@ pub fn load(
         (Some(path), Some(addr)) => {
             // The status listener's filter answers the path; the API listener's and the
             // clusters' filters never see it (and keep one configuration fingerprint).
-            let json = match plugin_json(&root, "downstream") {
+            let json = match plugin_json(&root, "downstream", envoy_version, max_request_body) {
                 Ok(json) => json,
                 Err(e) => {
                     return Err(vec![Diag::error(
@@ -308,9 +347,10 @@ pub fn load(
             Some(StatusListen::Own { addr, path, json })
         }
     };
+    let mode = envoy_version.mode();
     let (downstream_json, upstream_json) = match (
-        plugin_json(&root, "downstream"),
-        plugin_json(&root, "upstream"),
+        plugin_json(&root, "downstream", envoy_version, max_request_body),
+        plugin_json(&root, "upstream", envoy_version, max_request_body),
     ) {
         (Ok(d), Ok(u)) => (d, u),
         (Err(e), _) | (_, Err(e)) => {
@@ -322,6 +362,19 @@ pub fn load(
     };
     // What Envoy will load, checked once more as the filter will see it.
     let config = loaded_config(&downstream_json)?;
+    let groups = match mode {
+        Mode::Router => Vec::new(),
+        Mode::Grouping => group::groups(&config).map_err(|errs| {
+            errs.into_iter()
+                .map(|e| {
+                    Diag::error(
+                        e.field,
+                        format!("envoy_version {envoy_version}: {}", e.problem),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })?,
+    };
     let env_keys = credential_env_keys(&root);
     let warnings = checks::cross_check(&config);
     Ok(Gateway {
@@ -331,6 +384,8 @@ pub fn load(
         max_request_body,
         ca_file,
         istio,
+        envoy_version,
+        groups,
         plugin: root,
         config,
         downstream_json,
@@ -363,8 +418,12 @@ impl Gateway {
                 format!("cannot be turned into the plugin's JSON: {e}"),
             )]
         };
-        gw.downstream_json = plugin_json(&gw.plugin, "downstream").map_err(json_error)?;
-        gw.upstream_json = plugin_json(&gw.plugin, "upstream").map_err(json_error)?;
+        let version = gw.envoy_version;
+        let body = gw.max_request_body;
+        gw.downstream_json =
+            plugin_json(&gw.plugin, "downstream", version, body).map_err(json_error)?;
+        gw.upstream_json =
+            plugin_json(&gw.plugin, "upstream", version, body).map_err(json_error)?;
         gw.config = loaded_config(&gw.downstream_json)?;
         Ok(gw)
     }
@@ -386,11 +445,50 @@ fn default_status_addr() -> Addr {
     }
 }
 
-fn plugin_json(plugin: &Mapping, role: &str) -> Result<String, serde_json::Error> {
+/// The plugin configuration JSON for one role, with what the renderer sets for the target
+/// Envoy (`routing`, `body_limit`, `hold_answers`).
+fn plugin_json(
+    plugin: &Mapping,
+    role: &str,
+    version: EnvoyVersion,
+    max_request_body: u64,
+) -> Result<String, serde_json::Error> {
     let mut m = Mapping::new();
     m.insert("role".into(), role.into());
+    if version.mode() == Mode::Grouping {
+        m.insert("routing".into(), "groups".into());
+        m.insert("body_limit".into(), max_request_body.into());
+    }
+    if !version.holds_answers() {
+        m.insert("hold_answers".into(), false.into());
+    }
     m.extend(plugin.clone());
     serde_json::to_string(&Value::Mapping(m))
+}
+
+/// `envoy_version:` as written: a string, or a number YAML read from `1.38` (but `1.40` reads
+/// as 1.4, so a number with one decimal is refused: quote it).
+fn parse_envoy_version(v: &Value) -> Result<EnvoyVersion, String> {
+    match v {
+        Value::String(s) => EnvoyVersion::parse(s),
+        Value::Number(n) => {
+            let text = n.to_string();
+            if text
+                .split_once('.')
+                .is_some_and(|(_, minor)| minor.len() >= 2)
+            {
+                EnvoyVersion::parse(&text)
+            } else {
+                Err(format!(
+                    "{text} is ambiguous (YAML reads 1.40 as the number 1.4) — quote it, e.g. envoy_version: \"1.40\""
+                ))
+            }
+        }
+        other => Err(format!(
+            "{} is not a version — write e.g. envoy_version: \"1.38\"",
+            show(other)
+        )),
+    }
 }
 
 fn parse_yaml(text: &str) -> Result<Mapping, Vec<Diag>> {

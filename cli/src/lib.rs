@@ -8,13 +8,14 @@ pub mod names;
 #[macro_use]
 pub mod render;
 pub mod subst;
+pub mod version;
 
 // After `render`: uses its `map!` macro.
 pub mod istio;
 pub mod istio_schema;
 
 pub use diag::{Diag, Level};
-pub use input::{load, Gateway};
+pub use input::{load, load_for, Gateway};
 
 /// Warnings `validate` adds for credential variables missing from this environment: rendering
 /// does not need them, but Envoy must have them when it starts.

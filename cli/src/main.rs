@@ -1,6 +1,6 @@
-//! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--no-env]`
+//! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]`
 //! `llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]`
-//! `llm-failover validate FILE [--no-env]`
+//! `llm-failover validate FILE [--envoy-version V] [--no-env]`
 //! `llm-failover explain FILE --model M [--caller C] [--path P] [--no-env]`
 //! `llm-failover help [COMMAND]`, and `--help` on every command.
 //!
@@ -8,15 +8,15 @@
 //! written, or (explain) the gateway would refuse the request, 2 usage error.
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
-use llm_failover_cli::{env_warnings, istio, load, render, Diag};
+use llm_failover_cli::{env_warnings, istio, load_for, render, Diag};
 use std::path::Path;
 use std::process::ExitCode;
 
 /// The one-screen summary printed after a usage error.
 const USAGE: &str = "\
-usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--no-env]
+usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]
        llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]
-       llm-failover validate FILE [--no-env]
+       llm-failover validate FILE [--envoy-version V] [--no-env]
        llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--no-env]
        llm-failover help [COMMAND]     (or COMMAND --help)";
 
@@ -106,6 +106,10 @@ struct Input {
     /// Ignore the environment: every ${VAR:-default} takes its default
     #[arg(long)]
     no_env: bool,
+    /// The Envoy the configuration is for, e.g. 1.38 (overrides the file's envoy_version:;
+    /// default 1.40): 1.39 and later get router mode, 1.36-1.38 grouping clusters
+    #[arg(long, value_name = "V")]
+    envoy_version: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -164,7 +168,7 @@ fn run(command: Command) -> ExitCode {
     let real_env = |name: &str| std::env::var(name).ok();
     let no_env = |_: &str| None;
     let env: &dyn Fn(&str) -> Option<String> = if input.no_env { &no_env } else { &real_env };
-    let gw = match load(&text, env, module) {
+    let gw = match load_for(&text, env, module, input.envoy_version.as_deref()) {
         Ok(gw) => gw,
         Err(errors) => {
             print(file, &errors);
@@ -303,12 +307,21 @@ fn validate(
     print(file, &env_warnings(gw, real_env));
     let providers = gw.config.providers.len();
     let chains = gw.config.chains.len();
+    let groups = gw.groups.len();
     eprintln!(
-        "{file}: valid ({providers} provider{}, {chains} chain{}, {} attempt slot{})",
+        "{file}: valid ({providers} provider{}, {chains} chain{}, {} attempt slot{}; Envoy {}: {})",
         if providers == 1 { "" } else { "s" },
         if chains == 1 { "" } else { "s" },
         render::slot_count(gw),
         if render::slot_count(gw) == 1 { "" } else { "s" },
+        gw.envoy_version,
+        match gw.envoy_version.mode() {
+            llm_failover_cli::version::Mode::Router => "router mode".to_string(),
+            llm_failover_cli::version::Mode::Grouping => format!(
+                "grouping mode, {groups} grouping cluster{}",
+                if groups == 1 { "" } else { "s" }
+            ),
+        },
     );
     ExitCode::SUCCESS
 }
@@ -358,6 +371,14 @@ fn render_istio(
         eprintln!("llm-failover: --target istio writes two files: give --out DIR\n{USAGE}");
         return ExitCode::from(2);
     };
+    if gw.envoy_version.mode() == llm_failover_cli::version::Mode::Grouping {
+        print(file, &[Diag::error(
+            "envoy_version",
+            format!("{}: grouping mode (Envoy before 1.39) is not rendered for Istio — --target istio writes router mode, for Istio 1.31 or later", gw.envoy_version),
+        )]);
+        eprintln!("{file}: nothing was written");
+        return ExitCode::from(1);
+    }
     let files =
         istio::options(gw, version, module).and_then(|opts| istio::render_files(gw, source, &opts));
     let files = match files {

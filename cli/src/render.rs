@@ -1,8 +1,12 @@
-//! Envoy 1.40 configuration for router mode (DESIGN section 1): a downstream wasm filter before
-//! the router, a route whose matcher cluster specifier reads the filter's per-attempt slots,
-//! and one cluster per provider with the upstream wasm filter.
+//! Envoy configuration. Router mode (Envoy >= 1.39, DESIGN section 1): a downstream wasm filter
+//! before the router, a route whose matcher cluster specifier reads the filter's per-attempt
+//! slots, and one cluster per provider with the upstream wasm filter. Grouping mode (Envoy
+//! 1.36-1.38, DESIGN section 7, `llm_failover::group`): the matcher reads the one cluster the
+//! downstream filter names (a provider's, or an aggregate cluster per provider order) and the
+//! retry priority `previous_priorities` moves each retry to the aggregate's next sub-cluster.
 
 use crate::input::{Addr, Gateway, Host, StatusListen, Upstream};
+use crate::version::Mode;
 use llm_failover::wire;
 use serde_yaml_ng::{Mapping, Value};
 
@@ -30,6 +34,10 @@ pub(crate) const UPSTREAM_CODEC: &str =
     "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec";
 const UPSTREAM_TLS: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+const AGGREGATE_CLUSTER: &str =
+    "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig";
+const PREVIOUS_PRIORITIES: &str =
+    "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig";
 
 /// An ordered YAML mapping: `map! { "key" => value, ... }` (also used by `crate::istio`).
 macro_rules! map {
@@ -162,9 +170,35 @@ fn slot_matcher(k: usize, cluster_names: &[&str]) -> Value {
     }
 }
 
+/// Grouping mode's matcher: the cluster the downstream filter named in filter state, among the
+/// provider clusters (one-attempt plans) and the grouping clusters.
+fn group_matcher(gw: &Gateway) -> Value {
+    let mut actions = Mapping::new();
+    let names = clusters(gw)
+        .into_iter()
+        .map(|u| u.cluster.as_str())
+        .chain(gw.groups.iter().map(|g| g.name.as_str()));
+    for c in names {
+        actions.insert(
+            c.into(),
+            map! { "action" => map! { "name" => "cluster", "typed_config" => typed(CLUSTER_ACTION, map! { "cluster" => c }) } },
+        );
+    }
+    let key = format!("{}{}", wire::ENVOY_WASM_STATE_PREFIX, wire::GROUP_PROPERTY);
+    map! {
+        "matcher_tree" => map! {
+            "input" => map! { "name" => "group", "typed_config" => typed(FILTER_STATE_INPUT, map! { "key" => key }) },
+            "exact_match_map" => map! { "map" => Value::Mapping(actions) },
+        },
+    }
+}
+
 /// The matcher tree: no attempt-count header (first attempt) -> slot 1; on retry the header
-/// holds the previous attempt's number n -> slot n+1.
+/// holds the previous attempt's number n -> slot n+1. In grouping mode, the group's cluster.
 pub fn cluster_matcher(gw: &Gateway) -> Value {
+    if gw.envoy_version.mode() == Mode::Grouping {
+        return group_matcher(gw);
+    }
     let names: Vec<&str> = clusters(gw).iter().map(|u| u.cluster.as_str()).collect();
     let slots = slot_count(gw);
     if slots == 1 {
@@ -201,12 +235,26 @@ pub fn route(gw: &Gateway) -> Value {
             map! { "name" => wire::RETRY_MARKER_HEADER, "string_match" => map! { "exact" => wire::RETRY_MARKER_RETRY } },
         ]),
     );
-    retry.insert("refresh_cluster_on_retry".into(), true.into());
+    match gw.envoy_version.mode() {
+        Mode::Router => {
+            retry.insert("refresh_cluster_on_retry".into(), true.into());
+        }
+        Mode::Grouping => {
+            // Attempt k goes to the grouping cluster's k-th sub-cluster (each is one priority).
+            retry.insert(
+                "retry_priority".into(),
+                map! {
+                    "name" => "envoy.retry_priorities.previous_priorities",
+                    "typed_config" => typed(PREVIOUS_PRIORITIES, map! { "update_frequency" => 1u64 }),
+                },
+            );
+        }
+    }
     retry.insert(
         "retry_back_off".into(),
         map! { "base_interval" => "0.001s", "max_interval" => "0.002s" },
     );
-    map! {
+    let mut route = map! {
         "name" => NAME,
         "match" => map! { "prefix" => "/" },
         "route" => map! {
@@ -219,7 +267,28 @@ pub fn route(gw: &Gateway) -> Value {
             "timeout" => "0s",
             "retry_policy" => Value::Mapping(retry),
         },
-        "request_body_buffer_limit" => gw.max_request_body,
+    };
+    let (field, bytes) = route_body_limit(gw);
+    if let Value::Mapping(m) = &mut route {
+        m.insert(field.into(), bytes.into());
+    }
+    route
+}
+
+/// The route's body buffer limit: (field, bytes). Envoy before 1.39 counts a body that a filter
+/// before the router held whole twice against `request_body_buffer_limit` and abandons the
+/// retry of a body over half of it; there the route sets the retry buffer alone
+/// (`per_request_buffer_limit_bytes`, twice `max_request_body`) and the listener's
+/// `per_connection_buffer_limit_bytes` keeps answering 413 above `max_request_body`.
+fn route_body_limit(gw: &Gateway) -> (&'static str, u64) {
+    match gw.envoy_version.mode() {
+        Mode::Router => ("request_body_buffer_limit", gw.max_request_body),
+        Mode::Grouping => (
+            "per_request_buffer_limit_bytes",
+            gw.max_request_body
+                .saturating_mul(2)
+                .min(u64::from(u32::MAX)),
+        ),
     }
 }
 
@@ -390,26 +459,30 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
         "per_connection_buffer_limit_bytes".into(),
         gw.max_request_body.into(),
     );
-    c.insert(
-        "circuit_breakers".into(),
-        map! { "thresholds" => seq(vec![map! {
-            "priority" => "DEFAULT",
-            "max_connections" => CLUSTER_LIMIT,
-            "max_pending_requests" => CLUSTER_LIMIT,
-            "max_requests" => CLUSTER_LIMIT,
-            "max_retries" => CLUSTER_LIMIT,
-        }]) },
-    );
+    c.insert("circuit_breakers".into(), circuit_breakers());
     let mut endpoint = Mapping::new();
     endpoint.insert("address".into(), socket_address(&address, u.endpoint.port));
     if let Host::Name(name) = &u.endpoint.host {
         endpoint.insert("hostname".into(), name.as_str().into());
     }
+    let mut lb_endpoint = map! { "endpoint" => Value::Mapping(endpoint) };
+    if gw.envoy_version.mode() == Mode::Grouping {
+        // The upstream filter on a grouping cluster sees the group's name, not the provider's:
+        // it confirms the attempt's provider from the chosen host's metadata.
+        if let Value::Mapping(m) = &mut lb_endpoint {
+            m.insert(
+                "metadata".into(),
+                map! { "filter_metadata" => map! {
+                    llm_failover::destination::HOST_METADATA_NAMESPACE => map! { llm_failover::destination::HOST_METADATA_PROVIDER_KEY => u.provider.as_str() },
+                } },
+            );
+        }
+    }
     c.insert(
         "load_assignment".into(),
         map! {
             "cluster_name" => u.cluster.as_str(),
-            "endpoints" => seq(vec![map! { "lb_endpoints" => seq(vec![map! { "endpoint" => Value::Mapping(endpoint) }]) }]),
+            "endpoints" => seq(vec![map! { "lb_endpoints" => seq(vec![lb_endpoint]) }]),
         },
     );
     if u.tls {
@@ -460,6 +533,27 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
             map! { "http_protocol_options" => map! {} },
         )
     };
+    c.insert(
+        "typed_extension_protocol_options".into(),
+        upstream_options(gw, protocol),
+    );
+    Value::Mapping(c)
+}
+
+/// Thresholds high enough that failovers never overflow (retries count on the cluster the
+/// route picked: the provider's, or in grouping mode the group's).
+fn circuit_breakers() -> Value {
+    map! { "thresholds" => seq(vec![map! {
+        "priority" => "DEFAULT",
+        "max_connections" => CLUSTER_LIMIT,
+        "max_pending_requests" => CLUSTER_LIMIT,
+        "max_requests" => CLUSTER_LIMIT,
+        "max_retries" => CLUSTER_LIMIT,
+    }]) }
+}
+
+/// The cluster's HTTP protocol options, carrying the upstream filter.
+fn upstream_options(gw: &Gateway, protocol: (&str, Value)) -> Value {
     let mut options = Mapping::new();
     options.insert(
         "@type".into(),
@@ -473,21 +567,60 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
             map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(UPSTREAM_CODEC, map! {}) },
         ]),
     );
-    c.insert(
-        "typed_extension_protocol_options".into(),
-        map! { HTTP_PROTOCOL_OPTIONS => Value::Mapping(options) },
-    );
-    Value::Mapping(c)
+    map! { HTTP_PROTOCOL_OPTIONS => Value::Mapping(options) }
+}
+
+/// A grouping cluster: an aggregate of provider clusters in attempt order. Only its own
+/// upstream filter runs on its attempts (not the sub-clusters'), and its retries count here.
+fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group) -> Value {
+    let subs: Vec<Value> = group
+        .clusters
+        .iter()
+        .map(|c| Value::from(c.as_str()))
+        .collect();
+    map! {
+        "name" => group.name.as_str(),
+        "connect_timeout" => "5s",
+        "lb_policy" => "CLUSTER_PROVIDED",
+        // Envoy buffers the request for retries up to the route's cluster's limit.
+        "per_connection_buffer_limit_bytes" => gw.max_request_body,
+        "cluster_type" => map! {
+            "name" => "envoy.clusters.aggregate",
+            "typed_config" => typed(AGGREGATE_CLUSTER, map! { "clusters" => seq(subs) }),
+        },
+        "circuit_breakers" => circuit_breakers(),
+        "typed_extension_protocol_options" => upstream_options(gw, (
+            "explicit_http_config",
+            map! { "http_protocol_options" => map! {} },
+        )),
+    }
 }
 
 pub fn cluster_list(gw: &Gateway) -> Value {
-    seq(clusters(gw).into_iter().map(|u| cluster(gw, u)).collect())
+    seq(clusters(gw)
+        .into_iter()
+        .map(|u| cluster(gw, u))
+        .chain(gw.groups.iter().map(|g| group_cluster(gw, g)))
+        .collect())
 }
 
 /// Tag extraction that gives the filter's metrics their labels in `/stats/prometheus`
 /// (`llm_failover_attempts_total{provider="a",outcome="ok"}`; see `llm_failover::metrics`).
 pub fn stats_config() -> Value {
-    let tags = llm_failover::metrics::stats_tags()
+    tags_value(llm_failover::metrics::stats_tags())
+}
+
+/// [`stats_config`] for the gateway's Envoy: on 1.36-1.38 the metrics carry their VM's cluster
+/// scope (`cluster.<name>.wasmcustom.*`) and need the cluster-scoped rules.
+pub fn stats_config_for(gw: &Gateway) -> Value {
+    match gw.envoy_version.mode() {
+        Mode::Router => stats_config(),
+        Mode::Grouping => tags_value(llm_failover::metrics::cluster_scoped_stats_tags()),
+    }
+}
+
+fn tags_value(rules: Vec<llm_failover::metrics::TagRule>) -> Value {
+    let tags = rules
         .into_iter()
         .map(|t| map! { "tag_name" => t.tag, "regex" => t.regex })
         .collect();
@@ -498,7 +631,7 @@ pub fn stats_config() -> Value {
 pub fn bootstrap(gw: &Gateway) -> Value {
     let mut b = Mapping::new();
     b.insert("node".into(), map! { "id" => NAME, "cluster" => NAME });
-    b.insert("stats_config".into(), stats_config());
+    b.insert("stats_config".into(), stats_config_for(gw));
     if let Some(Addr { address, port }) = &gw.admin {
         b.insert(
             "admin".into(),
@@ -641,9 +774,22 @@ pub fn bootstrap_text(gw: &Gateway, source: &str) -> String {
     format!(
         "# Envoy bootstrap for the llm-failover gateway, rendered by `llm-failover render {source}`.\n\
          # Do not edit: change {source} and render again (`llm-failover validate {source}` checks it).\n\
-         # Run from the directory the module path is relative to: envoy -c <this file>\n{}",
+         # For Envoy {} ({}); run from the directory the module path is relative to: envoy -c <this file>\n{}",
+        gw.envoy_version,
+        mode_text(gw),
         to_yaml(&bootstrap(gw))
     )
+}
+
+fn mode_text(gw: &Gateway) -> String {
+    match gw.envoy_version.mode() {
+        Mode::Router => "router mode".to_string(),
+        Mode::Grouping => format!(
+            "grouping mode: {} grouping cluster{}",
+            gw.groups.len(),
+            if gw.groups.len() == 1 { "" } else { "s" }
+        ),
+    }
 }
 
 /// The pieces for merging into an existing Envoy configuration: (file name, text).
@@ -672,7 +818,7 @@ pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
     let stats = format!(
         "{origin}# Goes in the bootstrap's stats_config (merge stats_tags with yours; each tag_name may appear\n\
          # once): labels for the llm_failover_* metrics in /stats/prometheus.\n{}",
-        to_yaml(&map! { "stats_config" => stats_config() })
+        to_yaml(&map! { "stats_config" => stats_config_for(gw) })
     );
     let local_replies = format!(
         "{origin}# Goes in your HttpConnectionManager as local_reply_config (merge mappers with yours):\n\

@@ -162,7 +162,7 @@ fn warnings_do_not_fail_validation() {
         "warning: chains[2].models[0]: \"gpt-4o\" is matched first by chain \"main\"",
         "warning: chains[2].routes: the rendered gateway has a single route",
         "warning: providers[2].credential.env: K_KEY is not set here",
-        "valid (3 providers, 3 chains, 2 attempt slots)",
+        "valid (3 providers, 3 chains, 2 attempt slots; Envoy 1.40: router mode)",
     ] {
         assert!(
             stderr.contains(&format!("{file}: {wanted}")),

@@ -4,9 +4,10 @@
 //! PATH; without one the tests say so and pass. Validation loads the wasm module, so the
 //! structure is checked with a stub proxy-wasm module that accepts any configuration; when
 //! the real module exists ($LLM_FAILOVER_WASM or dist/llm_failover.wasm) the rendered plugin
-//! configuration is also checked by the filter's own configure callback.
+//! configuration is also checked by the filter's own configure callback. Examples are rendered
+//! for $ENVOY_VERSION when it is set (the Envoy $ENVOY_BIN runs).
 
-use llm_failover_cli::{load, render};
+use llm_failover_cli::{load_for, render};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -68,10 +69,14 @@ fn validate_all(envoy: &Path, module: &Path, tag: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     for source in examples() {
         let name = source.file_name().unwrap().to_string_lossy().into_owned();
-        let gw = load(
+        let version = std::env::var("ENVOY_VERSION")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let gw = load_for(
             &std::fs::read_to_string(&source).unwrap(),
             &|_| None,
             Some(&module.to_string_lossy()),
+            version.as_deref(),
         )
         .unwrap();
         let out = dir.join(name.replace(".failover.yaml", ".yaml"));

@@ -398,3 +398,189 @@ fn plain_providers_can_speak_http2() {
     assert!(options(0).get("http_protocol_options").is_none());
     assert!(options(1).get("http_protocol_options").is_some());
 }
+
+// ------------------------------------------------------------- grouping mode (Envoy 1.36-1.38)
+
+const GROUPED: &str = r#"
+envoy_version: "1.38"
+providers:
+  - {name: a, endpoint: "127.0.0.1:1001"}
+  - {name: b, endpoint: "127.0.0.1:1002"}
+  - {name: c, endpoint: "127.0.0.1:1003"}
+chains:
+  - {name: all, providers: [a, b, c]}
+"#;
+
+fn clusters_by_name(b: &Value) -> Vec<(&str, &Value)> {
+    b["static_resources"]["clusters"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c))
+        .collect()
+}
+
+#[test]
+fn grouping_mode_routes_by_the_group_property_to_one_aggregate_per_order() {
+    let b = bootstrap(GROUPED);
+    let m = cluster_matcher(&b);
+    assert!(m.get("on_no_match").is_none());
+    let input = &m["matcher_tree"]["input"]["typed_config"];
+    assert_eq!(
+        input["key"],
+        format!("wasm.{}", wire::GROUP_PROPERTY).as_str()
+    );
+    let targets: Vec<&str> = m["matcher_tree"]["exact_match_map"]["map"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let groups = [
+        "llm_failover~a~b",
+        "llm_failover~a~b~c",
+        "llm_failover~a~c",
+        "llm_failover~b~c",
+    ];
+    let mut want = vec!["a", "b", "c"];
+    want.extend(groups);
+    assert_eq!(
+        targets, want,
+        "one-attempt plans go to the provider's cluster"
+    );
+    let clusters = clusters_by_name(&b);
+    let names: Vec<&str> = clusters.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, want, "every target is a cluster");
+    let (_, abc) = clusters[4];
+    assert_eq!(abc["cluster_type"]["name"], "envoy.clusters.aggregate");
+    let subs: Vec<&str> = abc["cluster_type"]["typed_config"]["clusters"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(subs, ["a", "b", "c"], "sub-clusters in attempt order");
+    assert_eq!(abc["lb_policy"], "CLUSTER_PROVIDED");
+    // The group's own upstream filter is the one that runs, and its retries count on it.
+    assert_eq!(upstream_filters(abc)[0]["name"], "llm_failover");
+    assert_eq!(
+        abc["circuit_breakers"]["thresholds"][0]["max_retries"],
+        render::CLUSTER_LIMIT
+    );
+}
+
+#[test]
+fn grouping_mode_retries_on_the_next_priority_and_tells_the_filter() {
+    let b = bootstrap(GROUPED);
+    let p = &route(&b)["route"]["retry_policy"];
+    assert!(
+        p.get("refresh_cluster_on_retry").is_none(),
+        "Envoy before 1.39 refuses the field"
+    );
+    assert_eq!(
+        p["retry_priority"]["name"],
+        "envoy.retry_priorities.previous_priorities"
+    );
+    assert_eq!(p["retry_priority"]["typed_config"]["update_frequency"], 1);
+    assert!(route(&b).get("request_body_buffer_limit").is_none());
+    assert_eq!(
+        route(&b)["per_request_buffer_limit_bytes"],
+        2 * input_default_body(),
+        "doubled: older Envoys count a held body twice against the retry buffer"
+    );
+    let filters = hcm(&b)["http_filters"].as_sequence().unwrap();
+    assert_eq!(plugin_json(&filters[0])["routing"], "groups");
+    assert_eq!(plugin_json(&filters[0])["body_limit"], input_default_body());
+    for (name, c) in clusters_by_name(&b) {
+        assert_eq!(plugin_json(&upstream_filters(c)[0])["routing"], "groups");
+        if name.starts_with(wire::GROUP_CLUSTER_PREFIX) {
+            continue;
+        }
+        let endpoint = &c["load_assignment"]["endpoints"][0]["lb_endpoints"][0];
+        assert_eq!(
+            endpoint["metadata"]["filter_metadata"]
+                [llm_failover::destination::HOST_METADATA_NAMESPACE]
+                [llm_failover::destination::HOST_METADATA_PROVIDER_KEY],
+            name,
+            "each host names its provider"
+        );
+    }
+    assert!(
+        plugin_json(&filters[0]).get("hold_answers").is_none(),
+        "1.37 and later hold answers to read their bodies"
+    );
+    let b36 = bootstrap(&GROUPED.replace("\"1.38\"", "\"1.36\""));
+    let filters36 = hcm(&b36)["http_filters"].as_sequence().unwrap();
+    assert_eq!(plugin_json(&filters36[0])["hold_answers"], false);
+    // Router mode has none of it.
+    let b = bootstrap(&GROUPED.replace("\"1.38\"", "\"1.39\""));
+    assert_eq!(
+        route(&b)["route"]["retry_policy"]["refresh_cluster_on_retry"],
+        true
+    );
+    assert_eq!(clusters_by_name(&b).len(), 3);
+    let filters = hcm(&b)["http_filters"].as_sequence().unwrap();
+    assert!(plugin_json(&filters[0]).get("routing").is_none());
+}
+
+fn input_default_body() -> u64 {
+    llm_failover_cli::input::DEFAULT_MAX_REQUEST_BODY
+}
+
+#[test]
+fn grouping_mode_labels_cluster_scoped_metrics() {
+    let b = bootstrap(GROUPED);
+    let tags = b["stats_config"]["stats_tags"].as_sequence().unwrap();
+    assert_eq!(tags[0]["tag_name"], llm_failover::metrics::SCOPE);
+    assert!(tags[1]["regex"]
+        .as_str()
+        .unwrap()
+        .starts_with(r"^(?:cluster\.[^=]*?\.)?wasmcustom\."));
+}
+
+#[test]
+fn the_version_comes_from_the_flag_before_the_file_and_is_checked() {
+    let gw = llm_failover_cli::load_for(GROUPED, &|_| None, None, Some("1.40.0")).unwrap();
+    assert!(gw.groups.is_empty());
+    let gw = llm_failover_cli::load_for(GROUPED, &|_| None, None, Some("1.36")).unwrap();
+    assert_eq!(gw.groups.len(), 4);
+    let err = |yaml: &str, flag: Option<&str>| {
+        let e = llm_failover_cli::load_for(yaml, &|_| None, None, flag).unwrap_err();
+        format!("{}: {}", e[0].field, e[0].problem)
+    };
+    assert!(err(GROUPED, Some("1.35")).contains("needs Envoy 1.36 or later"));
+    assert!(err(GROUPED, Some("latest")).starts_with("--envoy-version: "));
+    let unquoted = GROUPED.replace("\"1.38\"", "1.40");
+    assert!(err(&unquoted, None).contains("quote it"));
+    let gw = load(&GROUPED.replace("\"1.38\"", "1.37"), &|_| None, None).unwrap();
+    assert_eq!(gw.envoy_version.to_string(), "1.37");
+    assert!(err(&format!("routing: groups\n{GROUPED}"), None).starts_with("routing: "));
+}
+
+#[test]
+fn grouping_mode_refuses_what_it_cannot_honour_naming_it() {
+    let shared = GROUPED.replace(
+        "{name: c, endpoint: \"127.0.0.1:1003\"}",
+        "{name: c, endpoint: \"127.0.0.1:1002\", cluster: b}",
+    );
+    let e = llm_failover_cli::load_for(&shared, &|_| None, None, None).unwrap_err();
+    assert_eq!(e[0].field, "providers[2].cluster");
+    assert!(
+        e[0].problem.starts_with("envoy_version 1.38: "),
+        "{}",
+        e[0].problem
+    );
+    let big = r#"
+envoy_version: "1.36"
+providers: [{name: a, endpoint: "127.0.0.1:1"}, {name: b, endpoint: "127.0.0.1:2"},
+            {name: c, endpoint: "127.0.0.1:3"}, {name: d, endpoint: "127.0.0.1:4"},
+            {name: e, endpoint: "127.0.0.1:5"}, {name: f, endpoint: "127.0.0.1:6"},
+            {name: g, endpoint: "127.0.0.1:7"}, {name: h, endpoint: "127.0.0.1:8"}]
+chains: [{name: all, providers: [a, b, c, d, e, f, g, h], max_attempts: 4}]
+"#;
+    let e = llm_failover_cli::load_for(big, &|_| None, None, None).unwrap_err();
+    assert_eq!(e[0].field, "chains[0]");
+    assert!(e[0].problem.contains("more than 100 grouping clusters"));
+    // The same file renders for router mode.
+    assert!(llm_failover_cli::load_for(big, &|_| None, None, Some("1.39")).is_ok());
+}

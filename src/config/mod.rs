@@ -78,6 +78,9 @@ impl Config {
         problems
             .into_result(|| Config {
                 role: raw.role,
+                routing: raw.routing,
+                hold_answers: raw.hold_answers,
+                body_limit: raw.body_limit,
                 providers,
                 chains,
                 breaker,

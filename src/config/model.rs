@@ -1,6 +1,6 @@
 //! The validated configuration the filter uses: ready-to-use types, no serde.
 
-use super::Role;
+use super::{Role, Routing};
 use crate::classify::{Class, FailoverSet};
 use std::collections::BTreeMap;
 
@@ -159,6 +159,12 @@ impl Timeouts {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub role: Role,
+    pub routing: Routing,
+    /// The upstream role may hold answers to read their bodies (SPEC 3a); see
+    /// [`super::RawConfig::hold_answers`].
+    pub hold_answers: bool,
+    /// Bodies larger than this are answered `413` by the downstream role (Envoy < 1.39).
+    pub body_limit: Option<u64>,
     pub providers: Vec<Provider>,
     pub chains: Vec<Chain>,
     pub breaker: BreakerPolicy,

@@ -16,6 +16,19 @@ pub enum Role {
     Upstream,
 }
 
+/// How the route picks each attempt's cluster (set by the renderer from the target Envoy
+/// version, never written by users).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// Envoy >= 1.39: one filter-state slot per attempt, `refresh_cluster_on_retry`.
+    #[default]
+    Slots,
+    /// Envoy 1.36-1.38: one grouping cluster per provider order, named in filter state
+    /// (see `crate::group`).
+    Groups,
+}
+
 fn default_attempts() -> u32 {
     3
 }
@@ -28,6 +41,17 @@ fn default_any_model() -> Vec<String> {
 pub struct RawConfig {
     #[serde(default)]
     pub role: Role,
+    #[serde(default)]
+    pub routing: Routing,
+    /// Set by the renderer, false for Envoy 1.36: the upstream role may hold a failing answer
+    /// (or a stream's first event) to read its body before deciding (SPEC 3a). Envoy 1.36.4
+    /// crashes when an attempt whose answer an upstream filter held is retried.
+    #[serde(default = "RawConfig::default_hold_answers")]
+    pub hold_answers: bool,
+    /// Set by the renderer for Envoy 1.36-1.38: the largest request body, which the downstream
+    /// role answers `413` above (there Envoy's own limit is twice it; README "Older Envoys").
+    #[serde(default)]
+    pub body_limit: Option<u64>,
     pub providers: Vec<RawProvider>,
     pub chains: Vec<RawChain>,
     #[serde(default)]
@@ -56,6 +80,9 @@ pub struct RawConfig {
 }
 
 impl RawConfig {
+    fn default_hold_answers() -> bool {
+        true
+    }
     fn default_opt_out_header() -> String {
         "x-llm-fallback".to_string()
     }

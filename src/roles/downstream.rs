@@ -7,14 +7,16 @@ use super::{
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
 use crate::classify::Class;
-use crate::config::{Config, ProviderId};
+use crate::config::{Config, ProviderId, Routing};
 use crate::forward::{self, Verdict};
+use crate::group;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::health::{Admission, BreakerState, Health};
 use crate::host::FixedClock;
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
 use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
+use crate::reply::Reply;
 use crate::status;
 use crate::wire;
 use std::cell::Cell;
@@ -256,8 +258,16 @@ impl<H: Host> Downstream<H> {
             self.host
                 .set_header(Map::Request, "content-length", Some(&body_len.to_string()));
         }
-        for (property, cluster) in intake::slot_clusters(&config, &plan) {
-            self.host.set_property(property, cluster.as_bytes());
+        if config.routing == Routing::Groups {
+            // Envoy < 1.39 routes once per request: the order's grouping cluster.
+            let chain = &config.chains[usize::from(plan.chain)];
+            let cluster = group::route_cluster(&config, chain, &plan.slots);
+            self.host
+                .set_property(wire::GROUP_PROPERTY, cluster.as_bytes());
+        } else {
+            for (property, cluster) in intake::slot_clusters(&config, &plan) {
+                self.host.set_property(property, cluster.as_bytes());
+            }
         }
         let published = Published {
             plan: &plan,
@@ -357,6 +367,12 @@ impl<H: Host> Downstream<H> {
 
     pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
         if self.answered || !end_of_stream {
+            return Flow::Pause;
+        }
+        // Envoy < 1.39: the route's retry buffer is twice the limit, so the filter says 413.
+        if let Some(limit) = self.config.body_limit.filter(|l| body_size as u64 > *l) {
+            send_reply(&self.host, &Reply::body_too_large(limit as usize));
+            self.answered = true;
             return Flow::Pause;
         }
         let body = self.host.body(Map::Request, body_size).unwrap_or_default();

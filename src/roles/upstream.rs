@@ -354,7 +354,13 @@ impl<H: Host> Upstream<H> {
                         .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
                 })
         };
-        if let Some(hold) = attempt::hold(&a, status, end_of_stream, event_stream) {
+        // Envoy 1.36 crashes retrying a held answer: the renderer turns holding off there.
+        let hold = if self.config.hold_answers {
+            attempt::hold(&a, status, end_of_stream, event_stream)
+        } else {
+            None
+        };
+        if let Some(hold) = hold {
             self.hold = Some(hold);
             return Flow::Pause;
         }

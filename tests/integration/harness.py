@@ -23,6 +23,9 @@ Environment variables
 ``ENVOY_BIN``                      envoy binary (default ``<repo>/.venv/bin/envoy``,
                                    then ``envoy`` next to the running Python)
 ``LLM_FAILOVER_CLI``               CLI binary (default ``<repo>/target/release/llm-failover``)
+``ENVOY_VERSION``                  the Envoy under test (``1.36``; default 1.40): configs are
+                                   rendered for it (``--envoy-version``), and
+                                   ``envoy_version()`` lets scenarios skip what cannot apply
 ``LLM_FAILOVER_ENVOY_LOG_LEVEL``   default ``-l`` level (``info``)
 ``LLM_FAILOVER_MOCK_MODE``         ``inprocess`` (default) or ``process``
 ``LLM_FAILOVER_GATEWAY_URL``       external mode: use this running gateway ...
@@ -528,6 +531,31 @@ def admin_stats(admin_url: str, filter: str | None = None) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- render
+DEFAULT_ENVOY_VERSION = (1, 40)
+
+
+def envoy_version() -> tuple[int, int]:
+    """(major, minor) of the Envoy under test, from ``ENVOY_VERSION`` (default 1.40)."""
+    text = os.environ.get("ENVOY_VERSION", "").strip().lstrip("v")
+    if not text:
+        return DEFAULT_ENVOY_VERSION
+    m = re.match(r"^(\d+)\.(\d+)(\.\d+)?$", text)
+    if not m:
+        raise HarnessError(f"ENVOY_VERSION={text!r} is not a version such as 1.38")
+    return int(m.group(1)), int(m.group(2))
+
+
+def grouping_mode() -> bool:
+    """True when configs are rendered with grouping clusters (Envoy 1.36-1.38)."""
+    return envoy_version() < (1, 39)
+
+
+def holds_answers() -> bool:
+    """False on Envoy 1.36, where the upstream role classifies on status and headers only:
+    1.36.4 crashes when an attempt whose answer an upstream filter held is retried."""
+    return envoy_version() >= (1, 37)
+
+
 def cli_bin() -> Path:
     p = Path(os.environ.get("LLM_FAILOVER_CLI") or REPO_ROOT / "target/release/llm-failover")
     return p if p.is_absolute() else REPO_ROOT / p
@@ -568,7 +596,9 @@ def render_config(source: str | Path, env: dict | None = None, *,
     out.unlink(missing_ok=True)
     full_env = {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}
     try:
-        r = subprocess.run([str(cli), "render", str(src), "--out", str(out)], cwd=str(REPO_ROOT),
+        major, minor = envoy_version()
+        r = subprocess.run([str(cli), "render", str(src), "--out", str(out),
+                            "--envoy-version", f"{major}.{minor}"], cwd=str(REPO_ROOT),
                            env=full_env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"llm-failover render {src} took more than {timeout}s")
@@ -877,7 +907,7 @@ class Gateway:
             raise HarnessError("no admin URL for this gateway (set LLM_FAILOVER_ADMIN_URL)")
         return admin_stats(self.admin_url, filter)
 
-    def prometheus(self) -> str:
+    def prometheus_raw(self) -> str:
         if not self.admin_url:
             raise HarnessError("no admin URL for this gateway (set LLM_FAILOVER_ADMIN_URL)")
         status, text = _http_text(self.admin_url + "/stats/prometheus")
@@ -885,12 +915,40 @@ class Gateway:
             raise HarnessError(f"admin /stats/prometheus -> {status}")
         return text
 
+    def prometheus(self) -> str:
+        """/stats/prometheus with the SPEC labels only (see ``spec_prometheus``)."""
+        return spec_prometheus(self.prometheus_raw())
+
     def log(self) -> str:
         if self.envoy is not None:
             return self.envoy.log()
         if self.log_path and Path(self.log_path).exists():
             return Path(self.log_path).read_text(errors="replace")
         return ""
+
+
+# On Envoy 1.36-1.38 the filter's metrics live in a cluster's stats scope and carry two more
+# labels (README "Older Envoys"): llm_failover_scope, always empty, first, and Envoy's
+# envoy_cluster_name, last. Scenarios compare the SPEC labels: spec_prometheus checks and
+# removes these two (test_older_envoys checks the raw form).
+_GROUPING_LABELS = re.compile(
+    r'^(llm_failover_[a-z_]+)\{llm_failover_scope="",(.*?),?envoy_cluster_name="[^"]*"\}')
+
+
+def spec_prometheus(text: str) -> str:
+    """Prometheus text as router mode prints it: in grouping mode the two labels above are
+    taken off the llm_failover_* samples (any other form of them is an error)."""
+    if not grouping_mode():
+        return text
+    out = []
+    for line in text.splitlines():
+        if line.startswith("llm_failover_") and "{" in line:
+            m = _GROUPING_LABELS.match(line)
+            if not m:
+                raise HarnessError(f"grouping-mode metric without its scope labels: {line}")
+            line = f"{m.group(1)}{{{m.group(2)}}}{line[m.end():]}"
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def prometheus_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO_ROOT, config_vars, envoy_bin, free_port, render_config
+from harness import REPO_ROOT, config_vars, envoy_bin, free_port, grouping_mode, render_config
 
 ENVOY_DIR = Path(os.environ.get("LLM_FAILOVER_CONFIG_DIR") or REPO_ROOT / "envoy")
 WASM_REF = re.compile(r"filename:\s*[\"']?([^\s\"']+\.wasm)")
@@ -64,6 +64,15 @@ def _params():
 
 @pytest.mark.parametrize("path", _params())
 def test_example_config_validates(path, tmp_path):
+    if path in BOOTSTRAPS and grouping_mode():
+        # Checked-in bootstraps are rendered for Envoy 1.40 (router mode): an older Envoy must
+        # refuse them rather than run them with every retry on the first provider.
+        r = subprocess.run([envoy_bin(), "--mode", "validate", "-c", str(path), "-l", "warning"],
+                           cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **_credential_env(path.read_text())})
+        assert r.returncode != 0, "an Envoy before 1.39 accepted a router-mode bootstrap"
+        assert "refresh_cluster_on_retry" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+        return
     if path in SOURCES:
         env = {}
         for var, default in config_vars(path.read_text()).items():
