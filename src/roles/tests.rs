@@ -271,6 +271,9 @@ struct Gateway {
     /// Every attempt goes to the first attempt's cluster (a route without
     /// `refresh_cluster_on_retry`).
     sticky_cluster: bool,
+    /// Grouping mode: attempt k reaches the group's (k + spill)-th sub-cluster, as an
+    /// aggregate does when a sub-cluster has no healthy host (DESIGN section 7).
+    spill: usize,
 }
 
 impl Gateway {
@@ -293,6 +296,7 @@ impl Gateway {
             down_metrics,
             up_metrics,
             sticky_cluster: false,
+            spill: 0,
         }
     }
 
@@ -369,17 +373,13 @@ impl Gateway {
         loop {
             attempt += 1;
             let k = if self.sticky_cluster { 1 } else { attempt };
-            let slot = format!("{}{k}", wire::SLOT_PROPERTY_PREFIX);
-            let cluster = host
-                .property(slot.as_bytes())
-                .expect("the matcher finds a slot");
-            let cluster = String::from_utf8(cluster).unwrap_or_default();
+            let (route_cluster, cluster) = self.route(&host, k);
             host.set_header(
                 Map::Request,
                 wire::ATTEMPT_COUNT_HEADER,
                 Some(&attempt.to_string()),
             );
-            host.set_envoy_property(b"xds\0cluster_name", Some(cluster.as_bytes()));
+            host.set_envoy_property(b"xds\0cluster_name", Some(route_cluster.as_bytes()));
             host.set_envoy_property(b"upstream\0transport_failure_reason", None);
             host.stream.response.borrow_mut().clear();
             host.stream.response_body.borrow_mut().clear();
@@ -487,6 +487,41 @@ impl Gateway {
             sent,
             log: self.log(&host),
         }
+    }
+
+    /// The route's cluster for attempt `k` and the provider cluster the attempt reaches. Router
+    /// mode: slot k's cluster. Grouping mode: the group the downstream role named; an aggregate
+    /// sends attempt k to its k-th sub-cluster, whose host names its provider in metadata.
+    fn route(&self, host: &Recording, k: usize) -> (String, String) {
+        let text =
+            |v: Option<Vec<u8>>| String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
+        if self.config.routing == crate::config::Routing::Slots {
+            let slot = format!("{}{k}", wire::SLOT_PROPERTY_PREFIX);
+            let cluster = text(Some(
+                host.property(slot.as_bytes())
+                    .expect("the matcher finds a slot"),
+            ));
+            return (cluster.clone(), cluster);
+        }
+        assert!(
+            host.property(b"llm_failover.try1").is_none(),
+            "no slots in grouping mode"
+        );
+        let group = text(host.property(wire::GROUP_PROPERTY.as_bytes()));
+        let subs: Vec<String> = match group.strip_prefix(wire::GROUP_CLUSTER_PREFIX) {
+            Some(rest) => rest
+                .split(wire::GROUP_CLUSTER_SEPARATOR)
+                .map(String::from)
+                .collect(),
+            None => vec![group.clone()],
+        };
+        let cluster = subs[(k - 1 + self.spill).min(subs.len() - 1)].clone();
+        let provider = self.config.providers.iter().find(|p| p.cluster == cluster);
+        host.set_envoy_property(
+            wire::HOST_PROVIDER_PROPERTY,
+            provider.map(|p| p.name.as_bytes()),
+        );
+        (group, cluster)
     }
 
     fn log(&self, host: &Recording) -> Option<String> {
@@ -1007,6 +1042,74 @@ fn a_class_with_an_alternative_list_continues_the_walk_there() {
         Some("context_window_exceeded")
     );
     assert_eq!(gw.metric(&names::fallbacks("a", "c")), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grouping mode (Envoy 1.36-1.38, DESIGN section 7): one cluster per provider order.
+
+fn grouped(extra: &str) -> String {
+    THREE.replacen('{', &format!(r#"{{"routing": "groups", {extra}"#), 1)
+}
+
+#[test]
+fn grouping_mode_names_the_orders_cluster_and_each_attempt_gets_its_providers_key() {
+    let gw = Gateway::new(&grouped(""));
+    let r = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("b"));
+    assert_eq!(r.sent[0].header("authorization"), Some("Bearer sk-a"));
+    assert_eq!(r.sent[1].header("x-api-key"), Some("sk-b"));
+    assert_eq!(r.sent[1].header("authorization"), None);
+    // One attempt only: straight to the provider's own cluster.
+    let r = gw.request(
+        &[("x-llm-fallback", "off")],
+        r#"{"model":"gpt-4o"}"#,
+        &[ok()],
+    );
+    assert_eq!(r.clusters(), ["ca"]);
+}
+
+#[test]
+fn grouping_mode_refuses_an_attempt_the_aggregate_spilled_to_the_next_provider() {
+    let mut gw = Gateway::new(&grouped(""));
+    gw.spill = 1;
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.status, 502);
+    assert_eq!(r.body_json()["error"]["code"], "misrouted_attempt");
+    assert!(r.sent.is_empty(), "nothing was sent with a's key to b");
+}
+
+#[test]
+fn grouping_mode_answers_413_above_the_body_limit_itself() {
+    let gw = Gateway::new(&grouped(r#""body_limit": 40,"#));
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.status, 200, "a body of 37 bytes passes");
+    let r = gw.chat("gpt-4o-with-a-long-name", &[ok()]);
+    assert!(r.local);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.body_json()["error"]["code"], "body_too_large");
+}
+
+#[test]
+fn without_held_answers_a_quota_body_is_not_read() {
+    let quota = || {
+        Provider::Answer(
+            429,
+            vec![],
+            r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+        )
+    };
+    let gw = Gateway::new(&grouped(r#""hold_answers": false,"#));
+    let r = gw.chat("gpt-4o", &[quota(), ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("rate_limited"));
+    let gw = Gateway::new(&grouped(""));
+    let r = gw.chat("gpt-4o", &[quota(), ok()]);
+    assert_eq!(
+        r.header(wire::FALLBACK_REASON_HEADER),
+        Some("quota_exhausted")
+    );
 }
 
 #[cfg(not(target_arch = "wasm32"))]
