@@ -84,20 +84,24 @@ fn walk(
     out: &mut BTreeSet<Vec<ProviderId>>,
 ) {
     if seq.len() >= 2 {
-        out.insert(seq.iter().map(|&e| entries[e].provider).collect());
+        out.insert(
+            seq.iter()
+                .filter_map(|&e| entries.get(e).map(|x| x.provider))
+                .collect(),
+        );
     }
     if seq.len() == max_len || out.len() > limit {
         return;
     }
     for next in 0..entries.len() {
-        if used[next] {
+        if used.get(next).copied().unwrap_or(true) {
             continue;
         }
         let descent = seq.last().is_some_and(|&last| next < last);
         if descent && descents_left == 0 {
             continue;
         }
-        used[next] = true;
+        set(used, next, true);
         seq.push(next);
         walk(
             entries,
@@ -109,11 +113,21 @@ fn walk(
             out,
         );
         seq.pop();
-        used[next] = false;
+        set(used, next, false);
         if out.len() > limit {
             return;
         }
     }
+}
+
+fn set(used: &mut [bool], i: usize, value: bool) {
+    if let Some(u) = used.get_mut(i) {
+        *u = value;
+    }
+}
+
+fn provider_name(config: &Config, p: ProviderId) -> &str {
+    config.providers.get(p).map_or("", |p| p.name.as_str())
 }
 
 /// Every grouping cluster `config` needs, or why grouping mode cannot serve it (one problem
@@ -122,8 +136,10 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
     let mut errors = Vec::new();
     // A host's metadata names one provider: two providers on one cluster cannot be told apart.
     for (i, p) in config.providers.iter().enumerate() {
-        if let Some(first) = config.providers[..i]
+        if let Some(first) = config
+            .providers
             .iter()
+            .take(i)
             .find(|o| o.cluster == p.cluster)
         {
             errors.push(ConfigError {
@@ -154,14 +170,14 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
             continue;
         }
         for (i, e) in main.iter().enumerate() {
-            if main[..i].iter().any(|o| o.provider == e.provider) {
+            if main.iter().take(i).any(|o| o.provider == e.provider) {
                 errors.push(ConfigError {
                     field: format!("chains[{c}].providers[{i}]"),
                     problem: format!(
                         "provider {:?} is listed twice: on Envoy before 1.39 one request cannot \
                          reach the same provider twice (a grouping cluster lists each cluster \
                          once) — keep one entry, or use max_attempts: 1",
-                        config.providers[e.provider].name
+                        provider_name(config, e.provider)
                     ),
                 });
             }
@@ -189,7 +205,7 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
         .map(|order| {
             let clusters: Vec<String> = order
                 .iter()
-                .map(|&p| config.providers[p].cluster.clone())
+                .filter_map(|&p| config.providers.get(p).map(|p| p.cluster.clone()))
                 .collect();
             Group {
                 name: group_name(clusters.iter().map(String::as_str)),

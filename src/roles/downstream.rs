@@ -260,10 +260,11 @@ impl<H: Host> Downstream<H> {
         }
         if config.routing == Routing::Groups {
             // Envoy < 1.39 routes once per request: the order's grouping cluster.
-            let chain = &config.chains[usize::from(plan.chain)];
-            let cluster = group::route_cluster(&config, chain, &plan.slots);
-            self.host
-                .set_property(wire::GROUP_PROPERTY, cluster.as_bytes());
+            if let Some(chain) = config.chains.get(usize::from(plan.chain)) {
+                let cluster = group::route_cluster(&config, chain, &plan.slots);
+                self.host
+                    .set_property(wire::GROUP_PROPERTY, cluster.as_bytes());
+            }
         } else {
             for (property, cluster) in intake::slot_clusters(&config, &plan) {
                 self.host.set_property(property, cluster.as_bytes());
