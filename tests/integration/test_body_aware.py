@@ -178,6 +178,7 @@ def test_an_error_as_first_stream_event_is_served_by_the_next_provider(body_gw, 
     assert r.sse_events()[-1][1] == "[DONE]"
 
 
+@needs_hold
 def test_an_error_event_split_across_chunks_is_still_read_whole(body_gw):
     gw, primary, secondary, _, _ = body_gw
     primary.set_default(stream=True, chunk_interval_ms=150, events=[
@@ -221,6 +222,7 @@ def test_a_stream_that_is_not_sse_or_a_request_that_did_not_ask_is_not_held(body
     assert r.status == 200 and r.json()["choices"][0]["message"]["content"] == "fine"
 
 
+@needs_lists
 def test_no_response_at_the_end_of_a_walk_with_lists_reaches_no_provider(body_gw):
     """Envoy was given room for the list; the walk ended without it, and Envoy retries a
     refused connection by itself into a slot no plan filled: no provider is called."""
