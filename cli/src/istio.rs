@@ -543,24 +543,8 @@ fn route_patch_value(gw: &Gateway) -> Value {
 /// The cluster patch: the upstream role and the protocol choice. A MERGE replaces Istio's whole
 /// `HttpProtocolOptions` entry, so this is the complete entry.
 fn cluster_patch_value(gw: &Gateway, u: &Upstream) -> Value {
-    let protocol = if u.tls {
-        // ALPN picks h2 where the provider offers it (Istio alone would speak HTTP/1.1,
-        // where every failed-over answer costs its connection).
-        (
-            "auto_config",
-            map! { "http_protocol_options" => map! {}, "http2_protocol_options" => map! {} },
-        )
-    } else if u.http2 {
-        (
-            "explicit_http_config",
-            map! { "http2_protocol_options" => map! {} },
-        )
-    } else {
-        (
-            "explicit_http_config",
-            map! { "http_protocol_options" => map! {} },
-        )
-    };
+    // Istio alone would speak HTTP/1.1, where every failed-over answer costs its connection.
+    let protocol = render::http_protocol(u);
     let mut options = Mapping::new();
     options.insert(
         "@type".into(),

@@ -515,14 +515,25 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
             map! { "name" => "envoy.transport_sockets.tls", "typed_config" => typed(UPSTREAM_TLS, Value::Mapping(tls)) },
         );
     }
-    let protocol = if u.tls {
+    let protocol = http_protocol(u);
+    c.insert(
+        "typed_extension_protocol_options".into(),
+        upstream_options(gw, protocol),
+    );
+    Value::Mapping(c)
+}
+
+/// The cluster's protocol choice, as the `HttpProtocolOptions` member to set. TLS providers
+/// negotiate h2 by ALPN where they offer it; plain ones speak h2c only when asked. A failed
+/// HTTP/1.1 answer that Envoy retries costs the connection (its body is never read); HTTP/2
+/// resets just the stream.
+pub(crate) fn http_protocol(u: &Upstream) -> (&'static str, Value) {
+    if u.tls {
         (
             "auto_config",
             map! { "http_protocol_options" => map! {}, "http2_protocol_options" => map! {} },
         )
     } else if u.http2 {
-        // A failed HTTP/1.1 answer that Envoy retries costs the connection (its body is never
-        // read); HTTP/2 resets just the stream.
         (
             "explicit_http_config",
             map! { "http2_protocol_options" => map! {} },
@@ -532,12 +543,7 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
             "explicit_http_config",
             map! { "http_protocol_options" => map! {} },
         )
-    };
-    c.insert(
-        "typed_extension_protocol_options".into(),
-        upstream_options(gw, protocol),
-    );
-    Value::Mapping(c)
+    }
 }
 
 /// Thresholds high enough that failovers never overflow (retries count on the cluster the

@@ -479,12 +479,7 @@ class Envoy:
 
     # ---------------------------------------------------------------- admin
     def admin(self, path: str, timeout: float = 5.0) -> str:
-        if self.admin_url is None:
-            raise HarnessError("envoy admin address unknown (not started?)")
-        status, text = _http_text(self.admin_url + path, timeout=timeout)
-        if status != 200:
-            raise HarnessError(f"admin {path} -> {status}: {text[:500]}")
-        return text
+        return admin_get(self.admin_url, path, timeout)
 
     def stats(self, filter: str | None = None) -> dict[str, Any]:
         return admin_stats(self.admin_url, filter)
@@ -508,6 +503,16 @@ class Envoy:
 
     def log_tail(self, lines: int = 100) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
+
+
+def admin_get(admin_url: str | None, path: str, timeout: float = 5.0) -> str:
+    """GET an admin path of an Envoy, local or in another container."""
+    if admin_url is None:
+        raise HarnessError("envoy admin address unknown (not started?)")
+    status, text = _http_text(admin_url + path, timeout=timeout)
+    if status != 200:
+        raise HarnessError(f"admin {path} -> {status}: {text[:500]}")
+    return text
 
 
 def admin_stats(admin_url: str, filter: str | None = None) -> dict[str, Any]:
@@ -865,6 +870,9 @@ class RemoteEnvoy:
 
     def stop(self) -> None:  # the next restart replaces it
         self.running = False
+
+    def admin(self, path: str, timeout: float = 5.0) -> str:
+        return admin_get(self.admin_url, path, timeout)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
