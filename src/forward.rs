@@ -9,8 +9,8 @@
 //! upstream role puts back the ones its provider takes ([`HeaderPolicy::attempt_edits`]). When
 //! every provider forwards the same headers, the upstream role has nothing to do.
 
-use crate::config::ModelPattern;
 use crate::header_pairs::HeaderPairs;
+use crate::pattern::ModelPattern;
 
 /// What every provider accepts unless its `forward_headers` says `all`: the request headers
 /// the official OpenAI, Azure OpenAI and Anthropic SDKs send that the APIs use.

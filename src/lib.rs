@@ -32,6 +32,7 @@ pub mod host;
 pub mod intake;
 pub mod metrics;
 pub mod models;
+pub mod pattern;
 pub mod plan;
 pub mod reply;
 pub mod retry_after;

@@ -4,37 +4,7 @@ use super::{Role, Routing};
 use crate::classify::{Class, FailoverSet};
 use std::collections::BTreeMap;
 
-/// A model name pattern: `*`, `prefix*` or an exact name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelPattern {
-    Any,
-    Prefix(String),
-    Exact(String),
-}
-
-impl ModelPattern {
-    pub fn parse(text: &str) -> ModelPattern {
-        if text == "*" {
-            ModelPattern::Any
-        } else if let Some(prefix) = text.strip_suffix('*') {
-            ModelPattern::Prefix(prefix.to_string())
-        } else {
-            ModelPattern::Exact(text.to_string())
-        }
-    }
-
-    pub fn matches(&self, model: &str) -> bool {
-        match self {
-            ModelPattern::Any => true,
-            ModelPattern::Prefix(p) => model.starts_with(p.as_str()),
-            ModelPattern::Exact(e) => e == model,
-        }
-    }
-}
-
-pub fn any_matches(patterns: &[ModelPattern], model: &str) -> bool {
-    patterns.iter().any(|p| p.matches(model))
-}
+pub use crate::pattern::{any_matches, ModelPattern};
 
 /// Index of a provider in `Config::providers`.
 pub type ProviderId = usize;
