@@ -187,10 +187,7 @@ pub fn unused_probes<'a>(
     plan: &'a Plan,
     attempts: usize,
 ) -> impl Iterator<Item = ProviderId> + 'a {
-    let entries = config
-        .chains
-        .get(usize::from(plan.chain))
-        .map_or(&[][..], |c| &c.entries[..]);
+    let entries = config.chain_entries(plan.chain);
     plan.slots
         .iter()
         .enumerate()

@@ -186,10 +186,7 @@ pub fn counted_skips<'a>(
     skipped: &'a [(u8, SkipReason)],
     plan: Option<&'a Plan>,
 ) -> impl Iterator<Item = (ProviderId, SkipReason)> + 'a {
-    let entries = config
-        .chains
-        .get(usize::from(chain))
-        .map_or(&[][..], |c| &c.entries[..]);
+    let entries = config.chain_entries(chain);
     skipped
         .iter()
         .filter(move |(entry, _)| !plan.is_some_and(|p| p.slots.iter().any(|s| s.entry == *entry)))
@@ -232,10 +229,7 @@ pub fn slot_clusters<'a>(
     config: &'a Config,
     plan: &'a Plan,
 ) -> impl Iterator<Item = (&'static str, &'a str)> + 'a {
-    let entries = config
-        .chains
-        .get(usize::from(plan.chain))
-        .map_or(&[][..], |c| &c.entries[..]);
+    let entries = config.chain_entries(plan.chain);
     plan.slots
         .iter()
         .zip(wire::SLOT_PROPERTIES)

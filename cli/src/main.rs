@@ -264,14 +264,8 @@ fn run(command: Command) -> ExitCode {
     };
 
     let text = render::bootstrap_text(&gw, &source);
-    match out {
-        None => print!("{text}"),
-        Some(out) => {
-            if let Err(e) = std::fs::write(out, &text) {
-                eprintln!("{out}: cannot write: {e}");
-                return ExitCode::from(1);
-            }
-        }
+    if let Err(code) = write_out(&text, out.as_deref()) {
+        return code;
     }
     if let Some(dir) = pieces {
         if let Err(e) = std::fs::create_dir_all(dir) {
@@ -347,14 +341,8 @@ fn render_reloadable(
         }
     }
     let text = render::reloadable_bootstrap_text(gw, source, &abs.to_string_lossy());
-    match out {
-        None => print!("{text}"),
-        Some(out) => {
-            if let Err(e) = std::fs::write(out, &text) {
-                eprintln!("{out}: cannot write: {e}");
-                return ExitCode::from(1);
-            }
-        }
+    if let Err(code) = write_out(&text, out) {
+        return code;
     }
     ExitCode::SUCCESS
 }
@@ -401,4 +389,18 @@ fn render_istio(
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Prints `text`, or writes it to `out`; a failed write is reported and exits 1.
+fn write_out(text: &str, out: Option<&str>) -> Result<(), ExitCode> {
+    match out {
+        None => print!("{text}"),
+        Some(out) => {
+            if let Err(e) = std::fs::write(out, text) {
+                eprintln!("{out}: cannot write: {e}");
+                return Err(ExitCode::from(1));
+            }
+        }
+    }
+    Ok(())
 }

@@ -106,6 +106,13 @@ impl Config {
             })
     }
 
+    /// The entries of chain `chain` (a plan's chain index); none for an index out of range.
+    pub fn chain_entries(&self, chain: u8) -> &[ChainEntry] {
+        self.chains
+            .get(usize::from(chain))
+            .map_or(&[][..], |c| &c.entries[..])
+    }
+
     pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
         self.providers.iter().position(|p| p.name == name)
     }
