@@ -6,6 +6,7 @@
 //! roles updated one at a time) is refused: the attempt is never sent.
 
 use crate::config::Provider;
+use crate::handoff::Refused;
 use crate::reply::Reply;
 
 /// Endpoint metadata naming the provider behind a host, for grouping clusters whose name is
@@ -70,6 +71,38 @@ impl Refusal {
                 "(none)",
                 "a provider",
             ),
+        }
+    }
+}
+
+/// What the upstream role records and logs for a refusal ([`Refusal::report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalReport {
+    /// The record the downstream role reads (`handoff::REFUSED`).
+    pub record: Refused,
+    /// How loud the log line is, and what it starts with (the reply's message follows).
+    pub level: log::Level,
+    pub lead: &'static str,
+}
+
+impl Refusal {
+    /// A walk that ended is the chain running out, as planned: a debug line, and the
+    /// downstream role answers `fallbacks_exhausted`. Anything else is a deployment fault
+    /// (fail closed): an error line an operator must see.
+    pub fn report(&self) -> RefusalReport {
+        match self {
+            Refusal::WalkEnded { .. } => RefusalReport {
+                record: Refused::WalkEnded,
+                level: log::Level::Debug,
+                lead: "attempt not started: ",
+            },
+            Refusal::ConfigMismatch { .. }
+            | Refusal::Misrouted { .. }
+            | Refusal::Unplanned { .. } => RefusalReport {
+                record: Refused::FailClosed,
+                level: log::Level::Error,
+                lead: "llm_failover: attempt refused: ",
+            },
         }
     }
 }
@@ -182,6 +215,38 @@ mod tests {
             "{}",
             ended.message
         );
+    }
+
+    #[test]
+    fn a_walk_that_ended_is_a_debug_line_and_a_fault_an_error() {
+        let ended = Refusal::WalkEnded {
+            attempt: 3,
+            chain: "main".into(),
+        }
+        .report();
+        assert_eq!(
+            (ended.record, ended.level),
+            (Refused::WalkEnded, log::Level::Debug)
+        );
+        assert!(!ended.lead.contains("attempt refused"), "{}", ended.lead);
+        let faults = [
+            Refusal::ConfigMismatch {
+                planned: None,
+                running: 1,
+            },
+            Refusal::Unplanned { attempt: 4 },
+            confirm(&config().providers[1], 2, b"c1", || None).expect_err("misrouted"),
+        ];
+        for fault in faults {
+            let report = fault.report();
+            assert_eq!(
+                (report.record, report.level),
+                (Refused::FailClosed, log::Level::Error),
+                "{fault:?}"
+            );
+            // test_fail_closed.py counts this phrase in Envoy's log.
+            assert!(report.lead.contains("attempt refused"), "{}", report.lead);
+        }
     }
 
     #[test]

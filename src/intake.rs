@@ -4,6 +4,7 @@
 
 use crate::config::{Config, ProviderId};
 use crate::handoff::PlanRecord;
+use crate::models::ModelList;
 use crate::plan::{Plan, Refusal, SkipReason};
 use crate::reply::Reply;
 use crate::rewrite::{self, BodyScan};
@@ -100,16 +101,16 @@ pub fn status_request(config: &Config, path: &str, method: &str) -> StatusReques
 
 /// The `GET <models_path>` answer for this request, if it is one (GET or HEAD; `anthropic`
 /// reads whether the caller speaks Anthropic's API), and whether to send its body.
-pub fn models_request<'c>(
-    config: &'c Config,
+pub fn models_request<'m>(
+    models: &'m ModelList,
     path: &str,
     method: &str,
     anthropic: impl FnOnce() -> bool,
-) -> Option<(crate::models::Answer<'c>, bool)> {
+) -> Option<(crate::models::Answer<'m>, bool)> {
     if method != "GET" && method != "HEAD" {
         return None;
     }
-    let answer = config.model_list.answer(path, anthropic)?;
+    let answer = models.answer(path, anthropic)?;
     Some((answer, method == "GET"))
 }
 

@@ -1,6 +1,7 @@
 //! `GET /v1/models` and `GET /v1/models/{id}` answered from the configuration (SPEC 12), so
 //! SDK calls such as `models.list()` work without contacting a provider. The answers are built
-//! once, when the configuration loads: a request costs a path comparison and a copy.
+//! once, when the configuration loads (by the root context, beside the `Config`, which does not
+//! know this module): a request costs a path comparison and a copy.
 //!
 //! Listed: every concrete model name a chain serves, that is, exact names in chains' and
 //! providers' `models`, and the models chain entries rewrite to, kept when a chain's patterns
@@ -43,6 +44,12 @@ fn first_server<'c>(config: &'c Config, chain: &Chain, model: &str) -> Option<&'
 }
 
 impl ModelList {
+    /// The answers for `config`, served at its `models_path`. Built by whoever holds the
+    /// configuration (the downstream root context), once per configuration.
+    pub fn for_config(config: &Config) -> ModelList {
+        ModelList::build(config, config.models_path.as_deref())
+    }
+
     /// Builds the answers for `config`; `path` is where they are served (`None`: nowhere).
     pub fn build(config: &Config, path: Option<&str>) -> ModelList {
         let exact = |patterns: &[ModelPattern]| -> Vec<String> {

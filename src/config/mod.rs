@@ -74,36 +74,30 @@ impl Config {
             providers.iter().map(|p| p.forward.clone()).collect(),
             cleared_headers.clone(),
         );
-        let models_path = raw.models_path;
-        problems
-            .into_result(|| Config {
-                role: raw.role,
-                routing: raw.routing,
-                hold_answers: raw.hold_answers,
-                body_limit: raw.body_limit,
-                providers,
-                chains,
-                breaker,
-                dead_marks,
-                timeouts,
-                opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
-                caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
-                cleared_headers,
-                gateway_credential_headers: raw
-                    .gateway_credential_headers
-                    .iter()
-                    .map(|h| h.to_ascii_lowercase())
-                    .collect(),
-                status_path: raw.status_path,
-                fingerprint: 0,
-                caller_chains,
-                model_list: Default::default(),
-                forwarding,
-            })
-            .map(|mut config| {
-                config.model_list = crate::models::ModelList::build(&config, Some(&models_path));
-                config
-            })
+        problems.into_result(|| Config {
+            role: raw.role,
+            routing: raw.routing,
+            hold_answers: raw.hold_answers,
+            body_limit: raw.body_limit,
+            providers,
+            chains,
+            breaker,
+            dead_marks,
+            timeouts,
+            opt_out_header: raw.opt_out_header.to_ascii_lowercase(),
+            caller_header: raw.caller_header.map(|h| h.to_ascii_lowercase()),
+            cleared_headers,
+            gateway_credential_headers: raw
+                .gateway_credential_headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            status_path: raw.status_path,
+            fingerprint: 0,
+            caller_chains,
+            models_path: Some(raw.models_path).filter(|p| !p.is_empty()),
+            forwarding,
+        })
     }
 
     /// The entries of chain `chain` (a plan's chain index); none for an index out of range.

@@ -5,6 +5,7 @@
 mod envoy_host;
 
 use crate::config::{Config, Role};
+use crate::models::ModelList;
 use crate::roles::{self, Downstream, Flow, Metrics, Upstream};
 use envoy_host::EnvoyHost;
 use proxy_wasm::hostcalls;
@@ -24,7 +25,7 @@ proxy_wasm::main! {{
         let _ = hostcalls::log(LogLevel::Critical, &format!("llm_failover: panic: {info}"));
     }));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(Root { config: None, metrics: None })
+        Box::new(Root { config: None, metrics: None, models: None })
     });
 }}
 
@@ -32,6 +33,8 @@ proxy_wasm::main! {{
 struct Root {
     config: Option<Rc<Config>>,
     metrics: Option<Rc<Metrics>>,
+    /// The downstream role's `GET /v1/models` answers (empty for the upstream role).
+    models: Option<Rc<ModelList>>,
 }
 
 impl Context for Root {}
@@ -49,9 +52,13 @@ impl RootContext for Root {
                 roles::init_health_records(&config, &EnvoyHost);
                 let metrics = Metrics::new(&config, &EnvoyHost);
                 metrics.refresh_breaker_states(&config, &EnvoyHost);
-                if config.role == Role::Downstream {
+                let models = if config.role == Role::Downstream {
                     self.set_tick_period(GAUGE_REFRESH);
-                }
+                    ModelList::for_config(&config)
+                } else {
+                    ModelList::default()
+                };
+                self.models = Some(Rc::new(models));
                 let (config, metrics) = (Rc::new(config), Rc::new(metrics));
                 roles::registry::register(&config, &metrics);
                 self.metrics = Some(metrics);
@@ -79,9 +86,12 @@ impl RootContext for Root {
         let config = Rc::clone(self.config.as_ref()?);
         let metrics = Rc::clone(self.metrics.as_ref()?);
         Some(match config.role {
-            Role::Downstream => Box::new(DownstreamContext(Downstream::new(
-                EnvoyHost, config, metrics,
-            ))),
+            Role::Downstream => {
+                let models = Rc::clone(self.models.as_ref()?);
+                Box::new(DownstreamContext(Downstream::new(
+                    EnvoyHost, config, metrics, models,
+                )))
+            }
             Role::Upstream => Box::new(UpstreamContext(Upstream::new(EnvoyHost, config, metrics))),
         })
     }

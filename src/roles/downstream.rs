@@ -15,6 +15,7 @@ use crate::header_pairs::HeaderPairs;
 use crate::health::{Admission, BreakerState, Health};
 use crate::host::FixedClock;
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
+use crate::models::ModelList;
 use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
 use crate::reply::Reply;
 use crate::status;
@@ -31,6 +32,8 @@ pub struct Downstream<H: Host> {
     host: H,
     config: Rc<Config>,
     metrics: Rc<Metrics>,
+    /// The `GET /v1/models` answers, built with the configuration.
+    models: Rc<ModelList>,
     no_fallback: bool,
     caller: Option<String>,
     /// The caller's `:path` and `:authority`, for attempts that must restore them.
@@ -90,11 +93,12 @@ impl<H: Host> AnswerReads for Reads<'_, H> {
 }
 
 impl<H: Host> Downstream<H> {
-    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
+    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>, models: Rc<ModelList>) -> Self {
         Downstream {
             host,
             config,
             metrics,
+            models,
             no_fallback: false,
             caller: None,
             path: String::new(),
@@ -165,7 +169,7 @@ impl<H: Host> Downstream<H> {
                 .is_some()
         };
         let Some((answer, with_body)) =
-            intake::models_request(&self.config, &self.path, method, anthropic)
+            intake::models_request(&self.models, &self.path, method, anthropic)
         else {
             return false;
         };

@@ -175,14 +175,10 @@ impl<H: Host> Upstream<H> {
     fn refuse(&mut self, refusal: &Refusal) {
         self.settled = true;
         let reply = refusal.reply();
-        let refused = if let Refusal::WalkEnded { .. } = refusal {
-            log::debug!("attempt not started: {}", reply.message);
-            Refused::WalkEnded
-        } else {
-            log::error!("llm_failover: attempt refused: {}", reply.message);
-            Refused::FailClosed
-        };
-        self.host.set_property(handoff::REFUSED, &refused.encode());
+        let report = refusal.report();
+        log::log!(report.level, "{}{}", report.lead, reply.message);
+        self.host
+            .set_property(handoff::REFUSED, &report.record.encode());
         send_reply(&self.host, &reply);
     }
 
