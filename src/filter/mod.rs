@@ -33,7 +33,7 @@ proxy_wasm::main! {{
 struct Root {
     config: Option<Rc<Config>>,
     metrics: Option<Rc<Metrics>>,
-    /// The downstream role's `GET /v1/models` answers (empty for the upstream role).
+    /// The `GET /v1/models` answers (the downstream role serves them).
     models: Option<Rc<ModelList>>,
 }
 
@@ -52,13 +52,10 @@ impl RootContext for Root {
                 roles::init_health_records(&config, &EnvoyHost);
                 let metrics = Metrics::new(&config, &EnvoyHost);
                 metrics.refresh_breaker_states(&config, &EnvoyHost);
-                let models = if config.role == Role::Downstream {
+                if config.role == Role::Downstream {
                     self.set_tick_period(GAUGE_REFRESH);
-                    ModelList::for_config(&config)
-                } else {
-                    ModelList::default()
-                };
-                self.models = Some(Rc::new(models));
+                }
+                self.models = Some(Rc::new(ModelList::for_config(&config)));
                 let (config, metrics) = (Rc::new(config), Rc::new(metrics));
                 roles::registry::register(&config, &metrics);
                 self.metrics = Some(metrics);
