@@ -115,6 +115,9 @@ pub struct Gateway {
     pub istio: Option<Value>,
     /// The Envoy the configuration is rendered for (`envoy_version:` or `--envoy-version`).
     pub envoy_version: EnvoyVersion,
+    /// Where `envoy_version` was set: `Some("--envoy-version")`, `Some("envoy_version")` (the
+    /// file), or `None` (the default).
+    pub envoy_version_from: Option<&'static str>,
     /// Grouping mode's clusters (empty in router mode).
     pub groups: Vec<Group>,
     /// The plugin configuration (without `role`), keys in the file's order; renderer fields
@@ -228,6 +231,11 @@ pub fn load_for(
         .unwrap_or_else(|| DEFAULT_CA_FILE.to_string());
     let istio = root.shift_remove("istio");
     let file_version = root.shift_remove("envoy_version");
+    let envoy_version_from = match (envoy_version, &file_version) {
+        (Some(_), _) => Some("--envoy-version"),
+        (None, Some(_)) => Some("envoy_version"),
+        (None, None) => None,
+    };
     let envoy_version = match (envoy_version, &file_version) {
         (Some(flag), _) => EnvoyVersion::parse(flag).unwrap_or_else(|problem| {
             errors.push(Diag::error("--envoy-version", problem));
@@ -364,16 +372,7 @@ pub fn load_for(
     let config = loaded_config(&downstream_json)?;
     let groups = match mode {
         Mode::Router => Vec::new(),
-        Mode::Grouping => group::groups(&config).map_err(|errs| {
-            errs.into_iter()
-                .map(|e| {
-                    Diag::error(
-                        e.field,
-                        format!("envoy_version {envoy_version}: {}", e.problem),
-                    )
-                })
-                .collect::<Vec<_>>()
-        })?,
+        Mode::Grouping => grouping_clusters(&config, envoy_version)?,
     };
     let env_keys = credential_env_keys(&root);
     let warnings = checks::cross_check(&config);
@@ -385,6 +384,7 @@ pub fn load_for(
         ca_file,
         istio,
         envoy_version,
+        envoy_version_from,
         groups,
         plugin: root,
         config,
@@ -425,8 +425,20 @@ impl Gateway {
         gw.upstream_json =
             plugin_json(&gw.plugin, "upstream", version, body).map_err(json_error)?;
         gw.config = loaded_config(&gw.downstream_json)?;
+        if version.mode() == Mode::Grouping {
+            gw.groups = grouping_clusters(&gw.config, version)?;
+        }
         Ok(gw)
     }
+}
+
+/// Grouping mode's clusters for `config`, or why it cannot be served on `version`.
+fn grouping_clusters(config: &Config, version: EnvoyVersion) -> Result<Vec<Group>, Vec<Diag>> {
+    group::groups(config).map_err(|errs| {
+        errs.into_iter()
+            .map(|e| Diag::error(e.field, format!("envoy_version {version}: {}", e.problem)))
+            .collect()
+    })
 }
 
 /// The configuration as the filter will read it from `json`.

@@ -16,16 +16,26 @@
 //! `<host>:<server port>`, clusters `outbound|<port>||<host>`. The route Istio builds from the
 //! rendered `VirtualService` answers 503 until the route patch lands on it (so a patch that
 //! did not apply sends nothing to a provider).
+//!
+//! Each Istio release is rendered for the Envoy it ships ([`RELEASES`]): router mode on 1.31+
+//! (Envoy 1.39+), grouping mode (`llm_failover::group`, DESIGN section 7) on 1.30 (Envoy 1.38).
+//! Grouping mode needs hosts whose metadata names their provider, which Istio's clusters
+//! (from a `ServiceEntry`) cannot carry: there the provider clusters and the grouping clusters
+//! are the standalone renderer's, added whole by `CLUSTER` `ADD` patches under names of their
+//! own (`llm-failover-<provider>`), and Istio's own clusters are not touched.
 
 use crate::diag::Diag;
 use crate::input::{Gateway, Host, Upstream, DEFAULT_CA_FILE};
 use crate::istio_schema::Schema;
 use crate::render::{self, seq, to_yaml, typed};
+use crate::version::{EnvoyVersion, Mode};
 use serde_yaml_ng::{Mapping, Value};
 
-/// Istio releases this renderer targets (router mode: Envoy >= 1.39 and an istiod that knows
-/// `refresh_cluster_on_retry` and `MERGE_AND_REPLACE_LIST`).
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.31", "1.32"];
+/// Istio releases this renderer targets, each with the Envoy it ships. 1.31+ (Envoy 1.39+, an
+/// istiod whose go-control-plane knows `refresh_cluster_on_retry` and the
+/// `MERGE_AND_REPLACE_LIST` operation) get router mode; 1.30 (Envoy 1.38) grouping mode.
+pub const RELEASES: [(&str, &str); 3] = [("1.30", "1.38"), ("1.31", "1.39"), ("1.32", "1.40")];
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["1.30", "1.31", "1.32"];
 pub const DEFAULT_VERSION: &str = "1.31";
 /// Name of every resource rendered here, and prefix of the extension configs.
 pub const NAME: &str = "llm-failover";
@@ -244,18 +254,65 @@ pub fn options(
     }
 }
 
-/// Router mode needs istiod to pass `refresh_cluster_on_retry` through to Envoy >= 1.39.
 pub fn check_version(version: &str) -> Result<(), String> {
     if SUPPORTED_VERSIONS.contains(&version) {
         return Ok(());
-    }
-    if version == "1.30" {
-        return Err("Istio 1.30 runs Envoy 1.38, which has no refresh_cluster_on_retry (istiod drops the field and every fallback would reach the first provider); the older-Envoy mode it needs is not in this build — use Istio 1.31 or later".into());
     }
     Err(format!(
         "{version:?} is not a supported Istio release — use one of {}",
         SUPPORTED_VERSIONS.join(", ")
     ))
+}
+
+/// The Envoy an Istio release ships.
+pub fn envoy_of(release: &str) -> Option<EnvoyVersion> {
+    RELEASES
+        .iter()
+        .find(|(r, _)| *r == release)
+        .and_then(|(_, e)| EnvoyVersion::parse(e).ok())
+}
+
+/// Reads a failover file for `render --target istio`: the `istio:` block (`version` and
+/// `module` from the command line win), and the gateway rendered for the Envoy of that Istio
+/// release. An Envoy version set in the file (`envoy_version:`) or by `--envoy-version` must
+/// be that Envoy.
+pub fn load(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    module: Option<&str>,
+    envoy_version: Option<&str>,
+    istio_version: Option<&str>,
+) -> Result<(Gateway, Options), Vec<Diag>> {
+    let gw = crate::input::load_for(text, env, module, envoy_version)?;
+    let opts = options(&gw, istio_version, module)?;
+    let Some(want) = envoy_of(&opts.version) else {
+        return Err(vec![Diag::error("istio.version", "unknown release")]);
+    };
+    if gw.envoy_version == want {
+        return Ok((gw, opts));
+    }
+    if let Some(field) = gw.envoy_version_from {
+        return Err(vec![Diag::error(
+            field,
+            format!(
+                "is {} but Istio {} runs Envoy {want} — remove {field} (the Istio release sets it), or set istio: {{version: ...}} to the release that ships Envoy {} ({})",
+                gw.envoy_version,
+                opts.version,
+                gw.envoy_version,
+                RELEASES
+                    .iter()
+                    .map(|(r, e)| format!("Istio {r}: Envoy {e}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )]);
+    }
+    let gw = crate::input::load_for(text, env, module, Some(&want.to_string()))?;
+    Ok((gw, opts))
+}
+
+fn grouping(gw: &Gateway) -> bool {
+    gw.envoy_version.mode() == Mode::Grouping
 }
 
 /// A key written into a manifest would sit in etcd and in git: credentials come from a Secret.
@@ -299,8 +356,30 @@ pub fn cluster_name(u: &Upstream) -> String {
     format!("outbound|{}||{}", u.endpoint.port, service_host(u))
 }
 
-/// The gateway with every provider on its Istio cluster.
+/// `prefix-<label>` for each name, numbered where two map to the same DNS label.
+fn unique_labels<'a>(prefix: &str, names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        let base = format!("{prefix}-{}", dns_label(n));
+        let mut name = base.clone();
+        let mut k = 1;
+        while out.contains(&name) {
+            k += 1;
+            name = format!("{base}-{k}");
+        }
+        out.push(name);
+    }
+    out
+}
+
+/// The gateway with every provider on its cluster: Istio's cluster of its `ServiceEntry` in
+/// router mode; in grouping mode a cluster of its own, added by the `EnvoyFilter` (no dots in
+/// the name: Istio's `cluster_name` stats tag ends a cluster name at the first dot).
 pub fn istio_gateway(gw: &Gateway) -> Result<Gateway, Vec<Diag>> {
+    if grouping(gw) {
+        let names = unique_labels(NAME, gw.upstreams.iter().map(|u| u.provider.as_str()));
+        return gw.with_clusters(&names);
+    }
     // Istio applies one DestinationRule per host: one host reached two ways (another port,
     // TLS or not, another sni) cannot be expressed by per-host rules.
     let mut errors = Vec::new();
@@ -351,21 +430,18 @@ fn selector(opts: &Options) -> Value {
     Value::Mapping(m)
 }
 
-/// `ServiceEntry` + `DestinationRule` for each provider cluster (TLS origination at the gateway).
+/// `ServiceEntry` + `DestinationRule` for each provider cluster (TLS origination at the
+/// gateway). None in grouping mode: there the `EnvoyFilter` adds the providers' clusters.
 pub fn provider_resources(gw: &Gateway, opts: &Options) -> Vec<Value> {
     let mut out = Vec::new();
-    let mut names: Vec<String> = Vec::new();
-    for u in render::clusters(gw) {
+    if grouping(gw) {
+        return out;
+    }
+    let clusters = render::clusters(gw);
+    // Provider names map to DNS labels; two that map to the same label get numbered.
+    let names = unique_labels(NAME, clusters.iter().map(|u| u.provider.as_str()));
+    for (u, name) in clusters.into_iter().zip(names) {
         let host = service_host(u);
-        // Provider names map to DNS labels; two that map to the same label get numbered.
-        let base = format!("{NAME}-{}", dns_label(&u.provider));
-        let mut name = base.clone();
-        let mut n = 1;
-        while names.contains(&name) {
-            n += 1;
-            name = format!("{base}-{n}");
-        }
-        names.push(name.clone());
         let protocol = if u.http2 && !u.tls { "HTTP2" } else { "HTTP" };
         let mut se = Mapping::new();
         se.insert("hosts".into(), seq(vec![host.as_str().into()]));
@@ -544,29 +620,35 @@ fn route_patch_value(gw: &Gateway) -> Value {
 /// `HttpProtocolOptions` entry, so this is the complete entry.
 fn cluster_patch_value(gw: &Gateway, u: &Upstream) -> Value {
     // Istio alone would speak HTTP/1.1, where every failed-over answer costs its connection.
-    let protocol = render::http_protocol(u);
-    let mut options = Mapping::new();
-    options.insert(
-        "@type".into(),
-        format!("type.googleapis.com/{}", render::HTTP_PROTOCOL_OPTIONS).into(),
-    );
-    options.insert(protocol.0.into(), protocol.1);
-    options.insert(
-        "http_filters".into(),
-        seq(vec![
-            discovered_filter(UPSTREAM_EXTENSION),
-            map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(render::UPSTREAM_CODEC, map! {}) },
-        ]),
-    );
     map! {
         "per_connection_buffer_limit_bytes" => gw.max_request_body,
-        "typed_extension_protocol_options" => map! { render::HTTP_PROTOCOL_OPTIONS => Value::Mapping(options) },
+        "typed_extension_protocol_options" => render::upstream_options(
+            render::http_protocol(u),
+            &discovered_filter(UPSTREAM_EXTENSION),
+        ),
     }
+}
+
+/// Istio 1.30 lists in its stats inclusion list no name of the form `cluster.<name>.*`, where
+/// Envoy 1.38 puts the upstream role's metrics (DESIGN section 7): this pattern lets them in.
+fn cluster_scoped_metrics_pattern() -> String {
+    format!(
+        r"cluster\.[^.]+\.{}\.llm_failover_.*",
+        llm_failover::metrics::ENVOY_NAMESPACE
+    )
 }
 
 /// The one `EnvoyFilter` carrying both roles, the listener, virtual host, route and cluster
 /// patches.
 pub fn envoy_filter(gw: &Gateway, opts: &Options) -> Value {
+    let listener_match = |filter: Option<Value>| {
+        let mut l = Mapping::new();
+        l.insert("name".into(), listener_name(opts).into());
+        if let Some(f) = filter {
+            l.insert("filterChain".into(), map! { "filter" => f });
+        }
+        map! { "listener" => Value::Mapping(l) }
+    };
     let mut patches = vec![
         patch(
             "EXTENSION_CONFIG",
@@ -582,18 +664,28 @@ pub fn envoy_filter(gw: &Gateway, opts: &Options) -> Value {
         ),
         patch(
             "HTTP_FILTER",
-            map! { "listener" => map! {
-                "name" => listener_name(opts),
-                "filterChain" => map! { "filter" => map! { "name" => HCM_NAME, "subFilter" => map! { "name" => ROUTER_NAME } } },
-            } },
+            listener_match(Some(
+                map! { "name" => HCM_NAME, "subFilter" => map! { "name" => ROUTER_NAME } },
+            )),
             "INSERT_BEFORE",
             discovered_filter(DOWNSTREAM_EXTENSION),
         ),
         patch(
             "LISTENER",
-            map! { "listener" => map! { "name" => listener_name(opts) } },
+            listener_match(None),
             "MERGE",
             map! { "per_connection_buffer_limit_bytes" => gw.max_request_body },
+        ),
+        // Envoy's own error answers in the filter's JSON shape (as standalone). istiod merges
+        // the typed config into its HTTP connection manager's, which sets no local_reply_config.
+        patch(
+            "NETWORK_FILTER",
+            listener_match(Some(map! { "name" => HCM_NAME })),
+            "MERGE",
+            map! {
+                "name" => HCM_NAME,
+                "typed_config" => typed(render::HCM, map! { "local_reply_config" => render::local_reply_config(gw) }),
+            },
         ),
     ];
     for host in &opts.hosts {
@@ -603,22 +695,37 @@ pub fn envoy_filter(gw: &Gateway, opts: &Options) -> Value {
             "MERGE",
             map! { "include_request_attempt_count" => true },
         ));
-        // Lists replaced, not appended: nothing of a retry policy Istio may have put on the
-        // route (its default retry_on reasons, predicates) is added to the failover route's.
+        // The route Istio makes of the VirtualService's direct response has no route action,
+        // so no retry policy of Istio's (route.go: only a route with destinations gets one).
+        // Lists replaced all the same where the release can (1.31+), so nothing Istio may add
+        // there is appended to the failover route's; 1.30 has MERGE only.
+        let operation = if grouping(gw) {
+            "MERGE"
+        } else {
+            "MERGE_AND_REPLACE_LIST"
+        };
         patches.push(patch(
             "HTTP_ROUTE",
             route_config_match(opts, host, Some(ROUTE_NAME)),
-            "MERGE_AND_REPLACE_LIST",
+            operation,
             route_patch_value(gw),
         ));
     }
-    for u in render::clusters(gw) {
-        patches.push(patch(
-            "CLUSTER",
-            map! { "cluster" => map! { "name" => u.cluster.as_str() } },
-            "MERGE",
-            cluster_patch_value(gw, u),
-        ));
+    if grouping(gw) {
+        // The standalone renderer's clusters whole: hosts naming their provider, TLS
+        // origination, circuit breakers, the grouping clusters over them.
+        for cluster in render::cluster_values(gw, &discovered_filter(UPSTREAM_EXTENSION)) {
+            patches.push(patch("CLUSTER", map! {}, "ADD", cluster));
+        }
+    } else {
+        for u in render::clusters(gw) {
+            patches.push(patch(
+                "CLUSTER",
+                map! { "cluster" => map! { "name" => u.cluster.as_str() } },
+                "MERGE",
+                cluster_patch_value(gw, u),
+            ));
+        }
     }
     resource(
         "networking.istio.io/v1alpha3",
@@ -632,9 +739,20 @@ pub fn envoy_filter(gw: &Gateway, opts: &Options) -> Value {
 }
 
 /// The bootstrap override ConfigMap: the stats tags that label the metrics (EnvoyFilter
-/// BOOTSTRAP patches are ignored by istiod).
-pub fn bootstrap_config_map(opts: &Options) -> Value {
-    let bootstrap = map! { "stats_config" => render::stats_config() };
+/// BOOTSTRAP patches are ignored by istiod). pilot-agent hands it to Envoy, which merges it
+/// into Istio's bootstrap (lists appended): in grouping mode it also adds the upstream role's
+/// cluster-scoped metric names to Istio's stats inclusion list.
+pub fn bootstrap_config_map(gw: &Gateway, opts: &Options) -> Value {
+    let mut stats = render::stats_config_for(gw);
+    if let (true, Value::Mapping(m)) = (grouping(gw), &mut stats) {
+        m.insert(
+            "stats_matcher".into(),
+            map! { "inclusion_list" => map! { "patterns" => seq(vec![
+                map! { "safe_regex" => map! { "regex" => cluster_scoped_metrics_pattern() } },
+            ]) } },
+        );
+    }
+    let bootstrap = map! { "stats_config" => stats };
     let json = serde_json::to_string_pretty(&bootstrap).unwrap_or_default();
     map! {
         "apiVersion" => "v1",
@@ -680,7 +798,7 @@ pub fn manifests(gw: &Gateway, opts: &Options) -> Vec<Value> {
     let mut out = provider_resources(gw, opts);
     out.extend(gateway_resources(opts));
     out.push(envoy_filter(gw, opts));
-    out.push(bootstrap_config_map(opts));
+    out.push(bootstrap_config_map(gw, opts));
     out
 }
 
@@ -690,6 +808,15 @@ pub fn render_files(
     source: &str,
     opts: &Options,
 ) -> Result<Vec<(&'static str, String)>, Vec<Diag>> {
+    if envoy_of(&opts.version) != Some(gw.envoy_version) {
+        return Err(vec![Diag::error(
+            "envoy_version",
+            format!(
+                "the gateway was read for Envoy {}, not for Istio {}'s (use istio::load)",
+                gw.envoy_version, opts.version
+            ),
+        )]);
+    }
     let igw = istio_gateway(gw)?;
     let manifests = manifests(&igw, opts);
     let patch = deployment_patch(&igw, opts);

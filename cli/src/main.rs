@@ -206,14 +206,14 @@ fn run(command: Command) -> ExitCode {
             istio_version,
             ..
         } => {
-            return render_istio(
-                file,
-                &gw,
-                &source,
-                out.as_deref(),
-                istio_version.as_deref(),
+            let loaded = istio::load(
+                &text,
+                env,
                 module.as_deref(),
-            )
+                input.envoy_version.as_deref(),
+                istio_version.as_deref(),
+            );
+            return render_istio(file, loaded, &source, out.as_deref());
         }
         Command::Render {
             istio_version: Some(_),
@@ -235,7 +235,11 @@ fn run(command: Command) -> ExitCode {
             return render_reloadable(&gw, &source, out.as_deref(), dir);
         }
         Command::Render { out, pieces, .. } => (out, pieces),
-        Command::Validate { .. } => return validate(file, &gw, &real_env),
+        Command::Validate { .. } => {
+            return validate(file, &gw, &real_env, &|| {
+                istio::load(&text, env, None, input.envoy_version.as_deref(), None)
+            })
+        }
         Command::Explain {
             model,
             caller,
@@ -283,15 +287,18 @@ fn run(command: Command) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+type IstioLoad<'a> = &'a dyn Fn() -> Result<(llm_failover_cli::Gateway, istio::Options), Vec<Diag>>;
+
 fn validate(
     file: &str,
     gw: &llm_failover_cli::Gateway,
     real_env: &dyn Fn(&str) -> Option<String>,
+    istio_load: IstioLoad,
 ) -> ExitCode {
     // A file with an istio: block is also checked for `render --target istio`.
     if gw.istio.is_some() {
-        if let Err(errors) = istio::options(gw, None, None)
-            .and_then(|opts| istio::render_files(gw, file, &opts).map(|_| ()))
+        if let Err(errors) =
+            istio_load().and_then(|(igw, opts)| istio::render_files(&igw, file, &opts).map(|_| ()))
         {
             print(file, &errors);
             eprintln!("{file}: {} error(s) for --target istio", errors.len());
@@ -349,26 +356,15 @@ fn render_reloadable(
 
 fn render_istio(
     file: &str,
-    gw: &llm_failover_cli::Gateway,
+    loaded: Result<(llm_failover_cli::Gateway, istio::Options), Vec<Diag>>,
     source: &str,
     out: Option<&str>,
-    version: Option<&str>,
-    module: Option<&str>,
 ) -> ExitCode {
     let Some(dir) = out else {
         eprintln!("llm-failover: --target istio writes two files: give --out DIR\n{USAGE}");
         return ExitCode::from(2);
     };
-    if gw.envoy_version.mode() == llm_failover_cli::version::Mode::Grouping {
-        print(file, &[Diag::error(
-            "envoy_version",
-            format!("{}: grouping mode (Envoy before 1.39) is not rendered for Istio — --target istio writes router mode, for Istio 1.31 or later", gw.envoy_version),
-        )]);
-        eprintln!("{file}: nothing was written");
-        return ExitCode::from(1);
-    }
-    let files =
-        istio::options(gw, version, module).and_then(|opts| istio::render_files(gw, source, &opts));
+    let files = loaded.and_then(|(gw, opts)| istio::render_files(&gw, source, &opts));
     let files = match files {
         Ok(f) => f,
         Err(errors) => {

@@ -19,7 +19,7 @@ pub const RETRY_ON: &str = "retriable-headers,connect-failure,reset,refused-stre
 pub(crate) const WASM: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 const STRING_VALUE: &str = "type.googleapis.com/google.protobuf.StringValue";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
-const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+pub(crate) const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const STDOUT_LOG: &str =
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
 const MATCHER_SPECIFIER: &str = "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.MatcherClusterSpecifier";
@@ -436,7 +436,9 @@ fn listeners(gw: &Gateway) -> Value {
     seq(out)
 }
 
-fn cluster(gw: &Gateway, u: &Upstream) -> Value {
+/// A provider's cluster, its upstream filter `upstream` (the wasm filter, or a reference to
+/// its discovered configuration).
+fn cluster(gw: &Gateway, u: &Upstream, upstream: &Value) -> Value {
     let mut c = Mapping::new();
     let address = u.endpoint.host.address();
     c.insert("name".into(), u.cluster.as_str().into());
@@ -515,10 +517,9 @@ fn cluster(gw: &Gateway, u: &Upstream) -> Value {
             map! { "name" => "envoy.transport_sockets.tls", "typed_config" => typed(UPSTREAM_TLS, Value::Mapping(tls)) },
         );
     }
-    let protocol = http_protocol(u);
     c.insert(
         "typed_extension_protocol_options".into(),
-        upstream_options(gw, protocol),
+        upstream_options(http_protocol(u), upstream),
     );
     Value::Mapping(c)
 }
@@ -558,8 +559,9 @@ fn circuit_breakers() -> Value {
     }]) }
 }
 
-/// The cluster's HTTP protocol options, carrying the upstream filter.
-fn upstream_options(gw: &Gateway, protocol: (&str, Value)) -> Value {
+/// The cluster's HTTP protocol options, carrying the upstream filter (also the Istio target's
+/// cluster patch, `crate::istio`).
+pub(crate) fn upstream_options(protocol: (&str, Value), upstream: &Value) -> Value {
     let mut options = Mapping::new();
     options.insert(
         "@type".into(),
@@ -569,7 +571,7 @@ fn upstream_options(gw: &Gateway, protocol: (&str, Value)) -> Value {
     options.insert(
         "http_filters".into(),
         seq(vec![
-            wasm_filter(gw, UPSTREAM_PLUGIN_NAME, &gw.upstream_json),
+            upstream.clone(),
             map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(UPSTREAM_CODEC, map! {}) },
         ]),
     );
@@ -578,7 +580,7 @@ fn upstream_options(gw: &Gateway, protocol: (&str, Value)) -> Value {
 
 /// A grouping cluster: an aggregate of provider clusters in attempt order. Only its own
 /// upstream filter runs on its attempts (not the sub-clusters'), and its retries count here.
-fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group) -> Value {
+fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group, upstream: &Value) -> Value {
     let subs: Vec<Value> = group
         .clusters
         .iter()
@@ -595,19 +597,28 @@ fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group) -> Value {
             "typed_config" => typed(AGGREGATE_CLUSTER, map! { "clusters" => seq(subs) }),
         },
         "circuit_breakers" => circuit_breakers(),
-        "typed_extension_protocol_options" => upstream_options(gw, (
+        "typed_extension_protocol_options" => upstream_options((
             "explicit_http_config",
             map! { "http_protocol_options" => map! {} },
-        )),
+        ), upstream),
     }
 }
 
-pub fn cluster_list(gw: &Gateway) -> Value {
-    seq(clusters(gw)
+/// Every cluster the gateway needs (the providers', then grouping mode's), each carrying the
+/// upstream filter `upstream`.
+pub(crate) fn cluster_values(gw: &Gateway, upstream: &Value) -> Vec<Value> {
+    clusters(gw)
         .into_iter()
-        .map(|u| cluster(gw, u))
-        .chain(gw.groups.iter().map(|g| group_cluster(gw, g)))
-        .collect())
+        .map(|u| cluster(gw, u, upstream))
+        .chain(gw.groups.iter().map(|g| group_cluster(gw, g, upstream)))
+        .collect()
+}
+
+pub fn cluster_list(gw: &Gateway) -> Value {
+    seq(cluster_values(
+        gw,
+        &wasm_filter(gw, UPSTREAM_PLUGIN_NAME, &gw.upstream_json),
+    ))
 }
 
 /// Tag extraction that gives the filter's metrics their labels in `/stats/prometheus`

@@ -2,9 +2,8 @@
 //! the renderer makes of envoy/istio/gateway.failover.yaml; every rendered manifest fits the
 //! Istio API of the release it targets; what the renderer refuses.
 
-use llm_failover_cli::istio::{self, Options};
+use llm_failover_cli::istio;
 use llm_failover_cli::istio_schema::Schema;
-use llm_failover_cli::load;
 use serde_yaml_ng::Value;
 use std::path::{Path, PathBuf};
 
@@ -20,14 +19,30 @@ fn example() -> String {
 }
 
 fn render(text: &str, version: Option<&str>) -> Result<Vec<(&'static str, String)>, String> {
-    let gw = load(text, &|_| None, None).map_err(|e| format!("{e:?}"))?;
-    let opts: Options = istio::options(&gw, version, None).map_err(|e| {
+    let (gw, opts) = istio::load(text, &|_| None, None, None, version).map_err(|e| {
         e.iter()
             .map(|d| d.render("f"))
             .collect::<Vec<_>>()
             .join("\n")
     })?;
     istio::render_files(&gw, "gateway.failover.yaml", &opts).map_err(|e| format!("{e:?}"))
+}
+
+/// The one EnvoyFilter of a render, and its patches.
+fn envoy_filter(files: &[(&'static str, String)]) -> Value {
+    docs(&files[0].1)
+        .into_iter()
+        .find(|m| m.get("kind").and_then(Value::as_str) == Some("EnvoyFilter"))
+        .unwrap()
+}
+
+fn patches<'a>(ef: &'a Value, apply_to: &str) -> Vec<&'a Value> {
+    ef["spec"]["configPatches"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|p| p["applyTo"].as_str() == Some(apply_to))
+        .collect()
 }
 
 fn docs(text: &str) -> Vec<Value> {
@@ -42,25 +57,29 @@ fn docs(text: &str) -> Vec<Value> {
 #[test]
 fn checked_in_manifests_equal_a_fresh_render() {
     let bless = std::env::var_os("LLM_FAILOVER_BLESS").is_some();
-    let out = istio_dir().join("rendered");
-    let mut stale = Vec::new();
-    for (name, text) in render(&example(), None).unwrap() {
-        let path = out.join(name);
-        if bless {
-            std::fs::create_dir_all(&out).unwrap();
-            std::fs::write(&path, &text).unwrap();
-            continue;
+    // The file's release (1.31, router mode) and Istio 1.30 (grouping mode).
+    for (version, dir) in [(None, "rendered"), (Some("1.30"), "rendered-1.30")] {
+        let out = istio_dir().join(dir);
+        let mut stale = Vec::new();
+        for (name, text) in render(&example(), version).unwrap() {
+            let path = out.join(name);
+            if bless {
+                std::fs::create_dir_all(&out).unwrap();
+                std::fs::write(&path, &text).unwrap();
+                continue;
+            }
+            if std::fs::read_to_string(&path).unwrap_or_default() != text {
+                stale.push(name);
+            }
         }
-        if std::fs::read_to_string(&path).unwrap_or_default() != text {
-            stale.push(name);
-        }
+        let flag = version.map_or(String::new(), |v| format!(" --istio-version {v}"));
+        assert!(
+            stale.is_empty(),
+            "{dir}: stale: {stale:?}; regenerate from the repository root with\n  \
+             cargo run -q -p llm-failover-cli -- render --no-env envoy/istio/gateway.failover.yaml --target istio{flag} --out envoy/istio/{dir}\n\
+             (or: LLM_FAILOVER_BLESS=1 cargo test -p llm-failover-cli --test istio)"
+        );
     }
-    assert!(
-        stale.is_empty(),
-        "stale: {stale:?}; regenerate from the repository root with\n  \
-         cargo run -q -p llm-failover-cli -- render --no-env envoy/istio/gateway.failover.yaml --target istio --out envoy/istio/rendered\n\
-         (or: LLM_FAILOVER_BLESS=1 cargo test -p llm-failover-cli --test istio)"
-    );
 }
 
 #[test]
@@ -73,21 +92,18 @@ fn every_rendered_manifest_fits_the_istio_api_of_its_release() {
             .iter()
             .map(|m| m.get("kind").and_then(Value::as_str).unwrap())
             .collect();
-        assert_eq!(
-            kinds,
-            [
-                "ServiceEntry",
-                "DestinationRule",
-                "ServiceEntry",
-                "DestinationRule",
-                "ServiceEntry",
-                "DestinationRule",
-                "Gateway",
-                "VirtualService",
-                "EnvoyFilter",
-                "ConfigMap"
-            ]
-        );
+        let providers = [
+            "ServiceEntry",
+            "DestinationRule",
+            "ServiceEntry",
+            "DestinationRule",
+            "ServiceEntry",
+            "DestinationRule",
+        ];
+        // Istio 1.30: the EnvoyFilter adds the providers' clusters itself.
+        let providers: &[&str] = if version == "1.30" { &[] } else { &providers };
+        let rest = ["Gateway", "VirtualService", "EnvoyFilter", "ConfigMap"];
+        assert_eq!(kinds, [providers, &rest].concat(), "{version}");
         for m in &manifests {
             assert_eq!(schema.check_manifest(m), Vec::<String>::new());
         }
@@ -141,15 +157,157 @@ fn the_structural_check_fails_on_a_misspelt_field_of_a_rendered_manifest() {
 }
 
 #[test]
-fn istio_1_30_is_refused_with_the_reason_and_unknown_releases_too() {
-    let e = render(&example(), Some("1.30")).unwrap_err();
-    assert!(
-        e.contains("istio.version: Istio 1.30 runs Envoy 1.38"),
-        "{e}"
-    );
-    assert!(e.contains("refresh_cluster_on_retry"), "{e}");
+fn unknown_releases_are_refused() {
     let e = render(&example(), Some("1.2")).unwrap_err();
     assert!(e.contains("is not a supported Istio release"), "{e}");
+    let e = render(&example(), Some("1.29")).unwrap_err();
+    assert!(e.contains("use one of 1.30, 1.31, 1.32"), "{e}");
+}
+
+#[test]
+fn an_envoy_version_that_is_not_the_istio_releases_envoy_is_refused_naming_the_field() {
+    let with = |v: &str| format!("envoy_version: \"{v}\"\n{}", example());
+    for (envoy, istio_version) in [
+        ("1.38", None),
+        ("1.39", Some("1.30")),
+        ("1.40", Some("1.31")),
+    ] {
+        let e = render(&with(envoy), istio_version).unwrap_err();
+        let release = istio_version.unwrap_or("1.31");
+        assert!(
+            e.starts_with(&format!(
+                "f: envoy_version: is {envoy} but Istio {release} runs Envoy"
+            )),
+            "{e}"
+        );
+    }
+    // The release's own Envoy is accepted, and renders what leaving it out renders.
+    for (release, envoy) in istio::RELEASES {
+        assert_eq!(
+            render(&with(envoy), Some(release)).unwrap(),
+            render(&example(), Some(release)).unwrap(),
+            "{release}"
+        );
+    }
+    // --envoy-version is checked the same way, named as the flag.
+    let e = istio::load(&example(), &|_| None, None, Some("1.40"), Some("1.30")).unwrap_err();
+    assert_eq!(e[0].field, "--envoy-version");
+    assert!(
+        e[0].problem.contains("Istio 1.30 runs Envoy 1.38"),
+        "{:?}",
+        e[0]
+    );
+}
+
+#[test]
+fn istio_1_30_gets_grouping_mode_from_added_clusters_and_a_plain_merge() {
+    let files = render(&example(), Some("1.30")).unwrap();
+    let ef = envoy_filter(&files);
+    // No operation 1.30 lacks, no field its istiod would drop.
+    let text = serde_json::to_string(&ef).unwrap();
+    assert!(!text.contains("MERGE_AND_REPLACE_LIST"));
+    assert!(!text.contains("refresh_cluster_on_retry"));
+    let (route,) = match patches(&ef, "HTTP_ROUTE").as_slice() {
+        [r] => (*r,),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(route["patch"]["operation"], "MERGE");
+    let rp = &route["patch"]["value"]["route"]["retry_policy"];
+    assert_eq!(
+        rp["retry_priority"]["name"],
+        "envoy.retry_priorities.previous_priorities"
+    );
+    assert_eq!(rp["num_retries"], 2);
+    // Istio's own clusters are not patched: every provider and grouping cluster is added.
+    let clusters = patches(&ef, "CLUSTER");
+    assert!(clusters
+        .iter()
+        .all(|p| p["patch"]["operation"] == "ADD" && p["match"].get("cluster").is_none()));
+    let names: Vec<&str> = clusters
+        .iter()
+        .map(|p| p["patch"]["value"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &names[..3],
+        [
+            "llm-failover-openai",
+            "llm-failover-azure",
+            "llm-failover-anthropic"
+        ]
+    );
+    // gpt: 3 providers, 3 attempts -> 4 orders; claude: 2 attempts -> 1.
+    assert_eq!(names.len(), 3 + 5, "{names:?}");
+    assert!(names[3..].iter().all(|n| n.starts_with("llm_failover~")));
+    assert!(names.iter().all(|n| !n.contains('.')), "{names:?}");
+    for p in &clusters[..3] {
+        let c = &p["patch"]["value"];
+        let provider = c["name"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("llm-failover-");
+        let host = &c["load_assignment"]["endpoints"][0]["lb_endpoints"][0];
+        assert_eq!(
+            host["metadata"]["filter_metadata"]["llm_failover"]["provider"],
+            provider
+        );
+        let tls = &c["transport_socket"]["typed_config"];
+        assert_eq!(tls["sni"], host["endpoint"]["hostname"]);
+    }
+    for p in &clusters {
+        let filters = &p["patch"]["value"]["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
+        assert_eq!(filters[0]["name"], "llm-failover-upstream");
+        assert_eq!(
+            filters[0]["config_discovery"]["type_urls"],
+            serde_yaml_ng::from_str::<Value>(
+                "[type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm]"
+            )
+            .unwrap()
+        );
+    }
+    // Both roles name the added clusters, in grouping mode.
+    for ec in patches(&ef, "EXTENSION_CONFIG") {
+        let json = ec["patch"]["value"]["typed_config"]["config"]["configuration"]["value"]
+            .as_str()
+            .unwrap();
+        assert!(json.contains("\"routing\":\"groups\""), "{json}");
+        assert!(
+            json.contains("\"cluster\":\"llm-failover-anthropic\""),
+            "{json}"
+        );
+    }
+    // The upstream role's metrics live under a cluster's scope on Envoy 1.38: the bootstrap
+    // override lets them through Istio's stats inclusion list and labels them.
+    let cm = docs(&files[0].1)
+        .into_iter()
+        .find(|m| m["kind"] == "ConfigMap")
+        .unwrap();
+    let bootstrap = cm["data"]["custom_bootstrap.json"].as_str().unwrap();
+    assert!(bootstrap.contains("llm_failover_scope"), "{bootstrap}");
+    assert!(bootstrap.contains("inclusion_list"), "{bootstrap}");
+}
+
+#[test]
+fn every_release_maps_envoys_local_replies_to_json_errors_on_istios_connection_manager() {
+    for version in istio::SUPPORTED_VERSIONS {
+        let files = render(&example(), Some(version)).unwrap();
+        let ef = envoy_filter(&files);
+        let nf = patches(&ef, "NETWORK_FILTER");
+        assert_eq!(nf.len(), 1, "{version}");
+        assert_eq!(nf[0]["patch"]["operation"], "MERGE");
+        assert_eq!(
+            nf[0]["match"]["listener"]["filterChain"]["filter"]["name"],
+            "envoy.filters.network.http_connection_manager"
+        );
+        let mappers = nf[0]["patch"]["value"]["typed_config"]["local_reply_config"]["mappers"]
+            .as_sequence()
+            .unwrap();
+        assert_eq!(mappers.len(), 3, "{version}");
+        assert_eq!(
+            mappers[0]["filter"]["status_code_filter"]["comparison"]["value"]["default_value"],
+            413
+        );
+    }
 }
 
 #[test]

@@ -16,7 +16,18 @@ core/envoyfilter, pilot/pkg/model/gateway.go, pkg/wasm/convert.go):
 * how patches apply: by context, listener / filter chain / sub-filter, route configuration /
   virtual host / route, and cluster names; operations MERGE (proto merge: scalars replaced,
   messages merged, lists appended, map entries and ``Any`` values replaced, a oneof member
-  clears its siblings), MERGE_AND_REPLACE_LIST (the same, lists replaced), ADD, INSERT_BEFORE;
+  clears its siblings; a NETWORK_FILTER MERGE merges the typed configs themselves, as
+  listener_patch.go's MergeAnyWithAny does), MERGE_AND_REPLACE_LIST (the same, lists
+  replaced; Istio 1.31+), ADD, INSERT_BEFORE;
+* what the release's istiod does with a patch (``Applier(release=...)``): Istio 1.30.3 has no
+  MERGE_AND_REPLACE_LIST (its envoyfilter package knows MERGE, ADD, REMOVE, REPLACE and the
+  INSERTs only; such a patch is reported as not applied), and it reads patch values with
+  ``xds.BuildXDSObjectFromStruct(..., strict=false)`` (pilot/pkg/model/envoyfilter.go), i.e.
+  ``protomarshal.UnmarshalAllowUnknown``: a field its go-control-plane (v1.37.1-0.20260409...,
+  Envoy 1.38's API) does not know is dropped without a word (``UNKNOWN_FIELDS``);
+* a route Istio makes of a VirtualService ``directResponse`` has no route action, hence no retry
+  policy (route.go translateRoute: ``ApplyDirectResponse``; only applyHTTPRouteDestination sets
+  Istio's default retry policy);
 * EXTENSION_CONFIG entries delivered over ECDS: istiod serves them over ADS; here every
   ``config_discovery`` source is turned into a file-based source and each entry is written as a
   discovery response file (the transport differs, the filter config Envoy gets does not);
@@ -55,6 +66,13 @@ ONEOFS = [
     {"explicit_http_config", "use_downstream_protocol_config", "auto_config"},
     {"local", "remote"},
 ]
+# Fields istiod's go-control-plane does not know, by Istio release: dropped from patch values.
+# Istio 1.30.3 pins go-control-plane/envoy v1.37.1-0.20260409083702-98966259b99a, whose
+# route_components.pb.go has no refresh_cluster_on_retry (added for Envoy 1.39).
+UNKNOWN_FIELDS = {"1.30": {"refresh_cluster_on_retry"}}
+# Patch operations a release's EnvoyFilter API has.
+OPERATIONS = {"1.30": {"MERGE", "ADD", "REMOVE", "REPLACE", "INSERT_BEFORE", "INSERT_AFTER",
+                       "INSERT_FIRST"}}
 # Proto map fields: an entry is replaced whole by the patch's entry of the same key.
 MAP_FIELDS = {"typed_extension_protocol_options", "map", "filter_metadata",
               "typed_filter_config", "typed_per_filter_config"}
@@ -286,13 +304,18 @@ class Applier:
     """Applies EnvoyFilter configPatches to a gateway bootstrap (context GATEWAY)."""
 
     def __init__(self, bootstrap: dict, workdir: Path, module_file: Path,
-                 fetch_fails: dict[str, str] | None = None, withhold: set[str] = frozenset()):
+                 fetch_fails: dict[str, str] | None = None, withhold: set[str] = frozenset(),
+                 release: str = "1.31", dns: dict[str, tuple[str, int]] | None = None):
         """`fetch_fails` {extension config name: how}: the module download fails for that entry
         and istio-agent puts an RBAC filter in its place: "policy" as istio-agent does
         (allow-all when the config fails open, deny-all otherwise), "allow" the allow-all one
         whatever the config says. `withhold`: extension configs whose discovery file starts
-        with no resource; `deliver(name)` puts the entry in place later."""
+        with no resource; `deliver(name)` puts the entry in place later. `release`: the Istio
+        release whose istiod applies the patches. `dns`: the test's stand-in for DNS, for
+        clusters a patch adds: {host name: (address, port)} of its mock."""
         self.b = bootstrap
+        self.release = release
+        self.dns = dns or {}
         self.workdir = workdir
         self.module_file = module_file
         self.fetch_fails = fetch_fails or {}
@@ -356,12 +379,17 @@ class Applier:
 
     # -- operations, in the order istiod generates: listeners, routes, clusters, ECDS
     def apply(self, envoy_filters: list[dict]) -> list[str]:
-        patches = [p for ef in envoy_filters for p in ef["spec"]["configPatches"]]
-        order = ["LISTENER", "HTTP_FILTER", "ROUTE_CONFIGURATION", "VIRTUAL_HOST", "HTTP_ROUTE",
-                 "CLUSTER", "EXTENSION_CONFIG"]
+        patches = [self._as_istiod_reads(p) for ef in envoy_filters for p in ef["spec"]["configPatches"]]
+        order = ["LISTENER", "NETWORK_FILTER", "HTTP_FILTER", "ROUTE_CONFIGURATION", "VIRTUAL_HOST",
+                 "HTTP_ROUTE", "CLUSTER", "EXTENSION_CONFIG"]
+        operations = OPERATIONS.get(self.release)
         for kind in order:
             for i, p in enumerate(patches):
                 if p["applyTo"] != kind:
+                    continue
+                if operations is not None and p["patch"]["operation"] not in operations:
+                    self.unapplied.append(f"configPatches[{i}] {kind} {p['patch']['operation']}"
+                                          f" (no such operation in Istio {self.release})")
                     continue
                 if not self._context_ok(p.get("match", {})) or not getattr(self, f"_{kind.lower()}")(p):
                     self.unapplied.append(f"configPatches[{i}] {kind} {p['patch']['operation']}")
@@ -369,6 +397,48 @@ class Applier:
         self.unapplied += [f"unsupported applyTo {k}" for k in unknown]
         self._ecds_sources()
         return self.unapplied
+
+    def _as_istiod_reads(self, p: dict) -> dict:
+        """The patch as the release's istiod holds it: fields its protos lack are dropped."""
+        unknown = UNKNOWN_FIELDS.get(self.release)
+        if not unknown:
+            return p
+
+        def drop(node: Any) -> Any:
+            if isinstance(node, dict):
+                return {k: drop(v) for k, v in node.items() if k not in unknown}
+            if isinstance(node, list):
+                return [drop(v) for v in node]
+            return node
+        out = copy.deepcopy(p)
+        if "value" in out["patch"]:
+            out["patch"]["value"] = drop(out["patch"]["value"])
+        return out
+
+    def _network_filter(self, p: dict) -> bool:
+        """MERGE into a listener's network filter: the typed configs are unpacked and merged
+        (MergeAnyWithAny), the name replaced when the patch gives one."""
+        if p["patch"]["operation"] != "MERGE":
+            return False
+        lm = p["match"].get("listener", {})
+        want = lm.get("filterChain", {}).get("filter", {}).get("name")
+        value = p["patch"]["value"]
+        done = False
+        for lst in self._listeners(lm):
+            for chain in lst["filter_chains"]:
+                for f in chain["filters"]:
+                    if want and f["name"] != want or "typed_config" not in f:
+                        continue
+                    src = value.get("typed_config")
+                    if src is not None:
+                        if src.get("@type") != f["typed_config"].get("@type"):
+                            continue  # MergeAnyWithAny fails: istiod keeps the filter as it was
+                        proto_merge(f["typed_config"], {k: v for k, v in src.items() if k != "@type"},
+                                    replace_lists=False)
+                    if value.get("name"):
+                        f["name"] = value["name"]
+                    done = True
+        return done
 
     def _listener(self, p: dict) -> bool:
         replace = merge_op(p["patch"]["operation"])
@@ -439,13 +509,28 @@ class Applier:
     def _cluster(self, p: dict) -> bool:
         op = p["patch"]["operation"]
         if op == "ADD":
-            self.b["static_resources"]["clusters"].append(copy.deepcopy(p["patch"]["value"]))
+            cluster = copy.deepcopy(p["patch"]["value"])
+            self._resolve(cluster)
+            self.b["static_resources"]["clusters"].append(cluster)
             return True
         replace = merge_op(op)
         hit = self._clusters(p["match"].get("cluster", {}))
         for c in hit if replace is not None else []:
             proto_merge(c, p["patch"]["value"], replace)
         return bool(hit) and replace is not None
+
+    def _resolve(self, cluster: dict) -> None:
+        """DNS stand-in: a DNS cluster's host whose name is in `dns` becomes its mock's static
+        address; the host's name (`hostname`, TLS sni) and metadata stay."""
+        if cluster.get("type") not in ("LOGICAL_DNS", "STRICT_DNS"):
+            return
+        for group in cluster.get("load_assignment", {}).get("endpoints", []):
+            for host in group.get("lb_endpoints", []):
+                sa = host["endpoint"]["address"]["socket_address"]
+                if sa["address"] in self.dns:
+                    sa["address"], sa["port_value"] = self.dns[sa["address"]]
+                    cluster["type"] = "STATIC"
+                    cluster.pop("dns_lookup_family", None)
 
     def _extension_config(self, p: dict) -> bool:
         if p["patch"]["operation"] != "ADD":
