@@ -162,11 +162,13 @@ pub fn stats_tags() -> Vec<TagRule> {
 /// (the plain names still match): every rule takes the optional cluster prefix, and one more
 /// rule ([`SCOPE`]) takes `cluster.` out of the name, so `/stats/prometheus` prints the same
 /// names and labels, plus Envoy's `envoy_cluster_name` and an empty `llm_failover_scope`.
+/// Istio names a cluster's stats `<name>;` and its `cluster_name` tag takes `.<name>;` out:
+/// there the rule also takes the `.` after the `;` (`cluster.<name>;.wasmcustom...`).
 pub fn cluster_scoped_stats_tags() -> Vec<TagRule> {
     let ns = ENVOY_NAMESPACE;
     let mut out = vec![TagRule {
         tag: SCOPE,
-        regex: format!(r"^(cluster\.)()[^=]*?\.{ns}\.llm_failover_"),
+        regex: format!(r"^(cluster\.(?:[^=;]*;\.)?)()(?:[^=;]*?\.)?{ns}\.llm_failover_"),
     }];
     out.extend(rules(format!("{CLUSTER_SCOPE}{ns}")));
     out

@@ -714,7 +714,19 @@ pub fn envoy_filter(gw: &Gateway, opts: &Options) -> Value {
     if grouping(gw) {
         // The standalone renderer's clusters whole: hosts naming their provider, TLS
         // origination, circuit breakers, the grouping clusters over them.
-        for cluster in render::cluster_values(gw, &discovered_filter(UPSTREAM_EXTENSION)) {
+        for mut cluster in render::cluster_values(gw, &discovered_filter(UPSTREAM_EXTENSION)) {
+            // Stats named as Istio names its own clusters' (`<name>;`, DelimitedStatsPrefix):
+            // its `cluster_name` tag (`^cluster(\.(.+);)`) then takes the name out of the
+            // upstream role's metric names, as Envoy's default tag does standalone.
+            if let Value::Mapping(c) = &mut cluster {
+                let stat_name = c
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(|n| format!("{n};"));
+                if let Some(stat_name) = stat_name {
+                    c.insert("alt_stat_name".into(), stat_name.into());
+                }
+            }
             patches.push(patch("CLUSTER", map! {}, "ADD", cluster));
         }
     } else {

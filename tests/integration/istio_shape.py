@@ -151,6 +151,7 @@ def istio_cluster(se: dict, dr: dict | None, address: str, port: int, ca_file: s
     name = f"outbound|{sport['number']}||{host}"
     cluster = {
         "name": name,
+        "alt_stat_name": f"{name};",  # util.DelimitedStatsPrefix
         "type": "STATIC",  # LOGICAL_DNS for DNS_ROUND_ROBIN in Istio; the mock is an IP
         "connect_timeout": policy.get("connectionPool", {}).get("tcp", {}).get("connectTimeout", "10s"),
         "lb_policy": "LEAST_REQUEST",
@@ -279,7 +280,8 @@ def gateway_bootstrap(manifests: list[dict], *, listen_port: int, admin_port: in
     stats_config: dict[str, Any] = {
         "use_all_default_tags": False,
         "stats_tags": [
-            {"tag_name": "cluster_name", "regex": r"^cluster\.((.+?(\..+?\.svc\.cluster\.local)?)\.)"},
+            # tools/packaging/common/envoy_bootstrap.json (1.30.3): cluster stat names end in ";"
+            {"tag_name": "cluster_name", "regex": r"^cluster(\.(.+);)"},
             {"tag_name": "component", "regex": r"(component\.(.+?)\.)"},
             {"tag_name": "wasm_filter", "regex": r"(wasm_filter\.(.+?)\.)"},
         ],

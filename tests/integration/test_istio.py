@@ -236,10 +236,14 @@ def scoped_labels_off(prom: str) -> str:
     out = []
     for line in prom.splitlines():
         if line.startswith("llm_failover_") and "{" in line:
-            m = re.match(r'^(llm_failover_[a-z_]+)\{llm_failover_scope="",(.*?),?cluster_name="[^"]*"\}',
-                         line)
-            assert m, f"a cluster-scoped metric without its two scope labels: {line}"
-            line = f"{m.group(1)}{{{m.group(2)}}}{line[m.end():]}"
+            name, rest = line.split("{", 1)
+            labels, value = rest.rsplit("}", 1)
+            pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels)
+            keep = [(k, v) for k, v in pairs if k not in ("llm_failover_scope", "cluster_name")]
+            assert ("llm_failover_scope", "") in pairs and len(keep) == len(pairs) - 2, \
+                f"a cluster-scoped metric without its two scope labels: {line}"
+            assert "." not in name and ";" not in name, line
+            line = name + "{" + ",".join(f'{k}="{v}"' for k, v in keep) + "}" + value
         out.append(line)
     return "\n".join(out)
 
