@@ -2,7 +2,9 @@
 //! Istio release, and a structural check of manifests against it: every field name must exist
 //! in the message it is written in, every enum value in its enum, in the release targeted.
 //!
-//! Written from istio/api's protos (networking/v1alpha3/*.proto at the 1.30.3 and 1.31 tags;
+//! Written from istio/api's protos (networking/v1alpha3/*.proto at the 1.30.3 and 1.31 tags:
+//! 1.31 adds the `MERGE_AND_REPLACE_LIST` operation and, in the messages listed here,
+//! `zoneAwareLbSetting`, `http2KeepAlive` and `RetryBudget.budgetInterval`;
 //! Kubernetes resources use the protos' JSON names, lowerCamelCase). It lists each message the
 //! renderer uses with all of its fields (so a valid field the renderer does not use yet passes
 //! and a misspelt one fails). `patch.value` holds Envoy configuration, which the Istio CRD keeps
@@ -32,16 +34,16 @@ Subset: name:s labels:{s} trafficPolicy:TrafficPolicy
 TrafficPolicy: loadBalancer:LoadBalancerSettings connectionPool:ConnectionPoolSettings outlierDetection:OutlierDetection tls:ClientTLSSettings portLevelSettings:[PortTrafficPolicy] tunnel:TunnelSettings proxyProtocol:ProxyProtocol retryBudget:RetryBudget
 PortTrafficPolicy: port:PortSelector loadBalancer:LoadBalancerSettings connectionPool:ConnectionPoolSettings outlierDetection:OutlierDetection tls:ClientTLSSettings
 PortSelector: number:n
-LoadBalancerSettings: simple:E(UNSPECIFIED|RANDOM|PASSTHROUGH|ROUND_ROBIN|LEAST_REQUEST|LEAST_CONN) consistentHash:Free localityLbSetting:Free warmupDurationSecs:s warmup:Free
+LoadBalancerSettings: simple:E(UNSPECIFIED|RANDOM|PASSTHROUGH|ROUND_ROBIN|LEAST_REQUEST|LEAST_CONN) consistentHash:Free localityLbSetting:Free warmupDurationSecs:s warmup:Free zoneAwareLbSetting@1.31:Free
 ConnectionPoolSettings: tcp:TCPSettings http:HTTPSettings
 TCPSettings: maxConnections:n connectTimeout:s tcpKeepalive:TcpKeepalive maxConnectionDuration:s idleTimeout:s
 TcpKeepalive: probes:n time:s interval:s
-HTTPSettings: http1MaxPendingRequests:n http2MaxRequests:n maxRequestsPerConnection:n maxRetries:n idleTimeout:s h2UpgradePolicy:E(DEFAULT|DO_NOT_UPGRADE|UPGRADE) useClientProtocol:b maxConcurrentStreams:n
+HTTPSettings: http1MaxPendingRequests:n http2MaxRequests:n maxRequestsPerConnection:n maxRetries:n idleTimeout:s h2UpgradePolicy:E(DEFAULT|DO_NOT_UPGRADE|UPGRADE) useClientProtocol:b maxConcurrentStreams:n http2KeepAlive@1.31:Free
 OutlierDetection: consecutiveErrors:n splitExternalLocalOriginErrors:b consecutiveLocalOriginFailures:n consecutiveGatewayErrors:n consecutive5xxErrors:n interval:s baseEjectionTime:s maxEjectionPercent:n minHealthPercent:n
 ClientTLSSettings: mode:E(DISABLE|SIMPLE|MUTUAL|ISTIO_MUTUAL) clientCertificate:s privateKey:s caCertificates:s credentialName:s subjectAltNames:[s] sni:s insecureSkipVerify:b caCrl:s
 TunnelSettings: protocol:s targetHost:s targetPort:n
 ProxyProtocol: version:E(V1|V2)
-RetryBudget: percent:n minRetryConcurrency:n
+RetryBudget: percent:n minRetryConcurrency:n budgetInterval@1.31:s
 GatewaySpec: servers:[Server] selector:{s}
 Server: port:GatewayPort bind:s hosts:[s] tls:Free defaultEndpoint:s name:s
 GatewayPort: number:n protocol:s name:s targetPort:n
@@ -279,6 +281,19 @@ mod tests {
         assert!(old[0].starts_with(
             "EnvoyFilter.spec.configPatches[0].patch.operation: \"MERGE_AND_REPLACE_LIST\" is not one of its values in Istio 1.30"
         ));
+    }
+
+    #[test]
+    fn fields_new_in_1_31_are_refused_for_1_30() {
+        let dr = doc("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec:\n  host: a.test\n  trafficPolicy: {retryBudget: {percent: 5, budgetInterval: 1s}}\n");
+        assert!(Schema::for_release("1.31")
+            .unwrap()
+            .check_manifest(&dr)
+            .is_empty());
+        assert_eq!(
+            Schema::for_release("1.30").unwrap().check_manifest(&dr),
+            ["DestinationRule.spec.trafficPolicy.retryBudget.budgetInterval: no such field in RetryBudget (Istio 1.30)"]
+        );
     }
 
     #[test]
