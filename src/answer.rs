@@ -57,11 +57,7 @@ pub struct Answer<'a> {
 /// Whether an upstream role may have moved the walk to an alternative list (SPEC 3a), so the
 /// plan must be read back before answering (only after a fallback, only for chains with lists).
 pub fn may_have_rerouted(config: &Config, plan: &Plan, attempt_count: u64) -> bool {
-    attempt_count > 1
-        && config
-            .chains
-            .get(usize::from(plan.chain))
-            .is_some_and(Chain::has_lists)
+    attempt_count > 1 && config.chain(plan.chain).is_some_and(Chain::has_lists)
 }
 
 /// The public view of a planned request's final answer.
@@ -87,13 +83,13 @@ pub fn answer<'a>(
         .min(plan.slots.len().max(1));
     // A spent budget, or a walk that ended before Envoy's own retries did: exhausted.
     let budget_refused = matches!(refused, Some(Refused::Budget | Refused::WalkEnded));
-    let Some(chain) = config.chains.get(usize::from(plan.chain)) else {
+    let Some(chain) = config.chain(plan.chain) else {
         return Answer::none(attempts);
     };
     let provider_of = |attempt: usize| {
         plan.slot(attempt)
-            .and_then(|slot| chain.entries.get(usize::from(slot.entry)))
-            .and_then(|entry| config.providers.get(entry.provider))
+            .and_then(|slot| chain.entry(slot.entry))
+            .and_then(|entry| config.provider(entry.provider))
             .map(|p| p.name.as_str())
     };
     if refused == Some(Refused::FailClosed) {
@@ -187,10 +183,9 @@ pub fn unused_probes<'a>(
     plan: &'a Plan,
     attempts: usize,
 ) -> impl Iterator<Item = ProviderId> + 'a {
-    let entries = config.chain_entries(plan.chain);
     plan.slots
         .iter()
         .enumerate()
         .filter(move |(i, slot)| slot.probe && *i >= attempts)
-        .filter_map(move |(_, slot)| Some(entries.get(usize::from(slot.entry))?.provider))
+        .filter_map(move |(_, slot)| Some(config.entry(plan.chain, slot.entry)?.provider))
 }

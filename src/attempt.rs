@@ -9,12 +9,13 @@
 
 use crate::attempt_log;
 use crate::classify::{classify_no_response, Class, NoResponse};
-use crate::config::{Chain, ChainEntry, Config, Provider, ProviderId};
+use crate::config::{Chain, ChainEntry, Config, Provider};
 use crate::destination::{self, Refusal};
 use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
 use crate::handoff::{PlanRecord, PlanText, PlanView};
 use crate::health::Report;
 use crate::health::{Admission, Health};
+use crate::ids::{EntryId, ProviderId};
 use crate::plan::{self, Walk};
 use crate::plan::{SkipReason, Slot};
 use crate::reply::Reply;
@@ -54,7 +55,7 @@ pub fn admit<'c, 'p>(
     destination::check_config(Some(plan.config), running)?;
     if plan.slot(number).is_none() {
         // Past a walk that had room for an alternative list it did not take: the walk is over.
-        let chain = config.chains.get(usize::from(plan.chain));
+        let chain = config.chain(plan.chain);
         return Err(match chain {
             Some(c) if number > plan.len() && number <= plan.limit() => Refusal::WalkEnded {
                 attempt: number,
@@ -77,15 +78,12 @@ pub fn resolve<'c, 'p>(
     number: usize,
 ) -> Option<Attempt<'c, 'p>> {
     let slot = plan.slot(number)?;
-    let chain = config.chains.get(usize::from(plan.chain))?;
-    if !plan
-        .slots()
-        .all(|s| usize::from(s.entry) < chain.entries.len())
-    {
+    let chain = config.chain(plan.chain)?;
+    if !plan.slots().all(|s| chain.entry(s.entry).is_some()) {
         return None;
     }
-    let entry = chain.entries.get(usize::from(slot.entry))?;
-    let provider = config.providers.get(entry.provider)?;
+    let entry = chain.entry(slot.entry)?;
+    let provider = config.provider(entry.provider)?;
     Some(Attempt {
         number,
         plan,
@@ -222,14 +220,14 @@ pub fn past_budget(
     let last_provider = a
         .plan
         .slot(previous)
-        .and_then(|s| a.chain.entries.get(usize::from(s.entry)))
-        .and_then(|e| config.providers.get(e.provider))
+        .and_then(|s| a.chain.entry(s.entry))
+        .and_then(|e| config.provider(e.provider))
         .map_or("", |p| p.name.as_str());
     let skipped = a
         .plan
         .slots()
         .skip(previous)
-        .filter_map(|s| a.chain.entries.get(usize::from(s.entry)))
+        .filter_map(|s| a.chain.entry(s.entry))
         .map(|e| e.provider)
         .collect();
     let reply = Reply::budget_spent(
@@ -244,7 +242,7 @@ impl PastBudget {
     /// Appends the budget skips to the access log's attempt record.
     pub fn write_log(&self, config: &Config, log: &mut String) {
         for &skipped in &self.skipped {
-            if let Some(p) = config.providers.get(skipped) {
+            if let Some(p) = config.provider(skipped) {
                 attempt_log::push_skip(log, &p.name, SkipReason::Budget.as_str());
             }
         }
@@ -433,7 +431,7 @@ pub fn settle<'a>(
     outcome: Outcome,
     now_ms: u64,
     attempt_start_ms: u64,
-    gate: &mut dyn FnMut(u8) -> Option<Slot>,
+    gate: &mut dyn FnMut(EntryId) -> Option<Slot>,
 ) -> Settlement<'a> {
     let Outcome {
         class,
@@ -464,7 +462,7 @@ pub fn settle<'a>(
         walk.get(a.number..)
             .unwrap_or_default()
             .iter()
-            .filter_map(|s| a.chain.entries.get(usize::from(s.entry)))
+            .filter_map(|s| a.chain.entry(s.entry))
             .map(|e| e.provider)
     };
     if falls_over && !room {
@@ -519,11 +517,11 @@ pub fn health_gate<'h>(
     config: &'h Config,
     a: &'h Attempt<'h, 'h>,
     health: &'h Health<'h>,
-) -> impl FnMut(u8) -> Option<Slot> + 'h {
-    move |e: u8| {
-        let entry = a.chain.entries.get(usize::from(e))?;
+) -> impl FnMut(EntryId) -> Option<Slot> + 'h {
+    move |e: EntryId| {
+        let entry = a.chain.entry(e)?;
         let model = entry.model.as_deref().unwrap_or(a.plan.model);
-        let name = &config.providers.get(entry.provider)?.name;
+        let name = &config.provider(entry.provider)?.name;
         match health.admit(name, model, config.timeouts.attempt_ms) {
             Admission::Available { pristine, probe } => Some(Slot {
                 entry: e,
@@ -547,7 +545,7 @@ where
     'c: 'w,
 {
     let (first, end) = (a.number, a.plan.limit());
-    let entries = &a.chain.entries;
+    let chain = a.chain;
     crate::wire::SLOT_PROPERTIES
         .iter()
         .enumerate()
@@ -556,8 +554,8 @@ where
         .map(move |(k, property)| {
             let cluster = walk
                 .get(k)
-                .and_then(|s| entries.get(usize::from(s.entry)))
-                .and_then(|e| config.providers.get(e.provider))
+                .and_then(|s| chain.entry(s.entry))
+                .and_then(|e| config.provider(e.provider))
                 .map_or("", |p| p.cluster.as_str());
             (*property, cluster)
         })
@@ -588,7 +586,7 @@ pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
 impl Settlement<'_> {
     /// Appends this attempt, then its budget skips, to the access log's attempt record.
     pub fn write_log(&self, config: &Config, log: &mut String) {
-        let name = |id: ProviderId| config.providers.get(id).map_or("", |p| p.name.as_str());
+        let name = |id: ProviderId| config.provider(id).map_or("", |p| p.name.as_str());
         attempt_log::push_attempt(
             log,
             name(self.provider),

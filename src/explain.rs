@@ -43,7 +43,7 @@ pub fn attempt_changes<'a>(
     model: &str,
     path: &str,
 ) -> AttemptChanges<'a> {
-    let provider = config.providers.get(entry.provider);
+    let provider = config.provider(entry.provider);
     let headers: Vec<&str> = provider
         .into_iter()
         .flat_map(|p| &p.set_headers)
@@ -105,13 +105,10 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
     let plan = match plan::plan_or_refuse(config, &facts, &AllHealthy) {
         Ok(plan) => plan,
         Err(refusal) => {
-            if let Some(chain) = refusal
-                .chain
-                .and_then(|c| config.chains.get(usize::from(c)))
-            {
+            if let Some(chain) = refusal.chain.and_then(|c| config.chain(c)) {
                 let _ = writeln!(out, "chain: {}", chain.name);
                 for (entry, reason) in &refusal.skipped {
-                    if let Some(entry) = chain.entries.get(usize::from(*entry)) {
+                    if let Some(entry) = chain.entry(*entry) {
                         skip_line(&mut out, config, entry, *reason);
                     }
                 }
@@ -125,7 +122,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
             return Err(out);
         }
     };
-    let Some(chain) = config.chains.get(usize::from(plan.chain)) else {
+    let Some(chain) = config.chain(plan.chain) else {
         return Err(out);
     };
     let mut why = vec![format!("models {}", patterns(&chain.models))];
@@ -170,10 +167,10 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
         }
     );
     for (k, slot) in plan.slots.iter().enumerate() {
-        let Some(entry) = chain.entries.get(usize::from(slot.entry)) else {
+        let Some(entry) = chain.entry(slot.entry) else {
             continue;
         };
-        let Some(provider) = config.providers.get(entry.provider) else {
+        let Some(provider) = config.provider(entry.provider) else {
             continue;
         };
         let changes = attempt_changes(config, entry, facts.model, path);
@@ -210,8 +207,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
         }
     }
     let mut left_out = false;
-    for (i, entry) in chain.entries.iter().enumerate() {
-        let index = i as u8;
+    for (index, entry) in chain.entry_ids() {
         if plan.slots.iter().any(|s| s.entry == index) {
             continue;
         }
@@ -226,8 +222,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
                     out,
                     "  {}: not reached ({})",
                     config
-                        .providers
-                        .get(entry.provider)
+                        .provider(entry.provider)
                         .map_or("", |p| p.name.as_str()),
                     if facts.no_fallback {
                         "fallback is off for this request".to_string()
@@ -253,7 +248,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
 }
 
 fn skip_line(out: &mut String, config: &Config, entry: &ChainEntry, reason: SkipReason) {
-    let Some(provider) = config.providers.get(entry.provider) else {
+    let Some(provider) = config.provider(entry.provider) else {
         return;
     };
     let why = match reason {

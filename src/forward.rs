@@ -10,6 +10,7 @@
 //! every provider forwards the same headers, the upstream role has nothing to do.
 
 use crate::header_pairs::HeaderPairs;
+use crate::ids::ProviderId;
 use crate::pattern::ModelPattern;
 
 /// What every provider accepts unless its `forward_headers` says `all`: the request headers
@@ -140,11 +141,14 @@ impl HeaderPolicy {
     }
 
     /// Whether `provider` may receive the caller's header `name` (lowercase).
-    pub fn allows(&self, provider: usize, name: &[u8]) -> bool {
+    pub fn allows(&self, provider: ProviderId, name: &[u8]) -> bool {
         envoy_managed(name)
             || (!self.owned(name)
-                && std::str::from_utf8(name)
-                    .is_ok_and(|n| self.rules.get(provider).is_some_and(|r| r.allows(n))))
+                && std::str::from_utf8(name).is_ok_and(|n| {
+                    self.rules
+                        .get(provider.index())
+                        .is_some_and(|r| r.allows(n))
+                }))
     }
 
     /// What the downstream role does with the caller's header `name` (lowercase, as Envoy
@@ -173,7 +177,7 @@ impl HeaderPolicy {
     /// The edits that give `provider`'s attempt exactly the kept headers it takes: `kept` is
     /// what the downstream role stored ([`encode_kept`]). Envoy shares one header map across
     /// attempts, so a header an earlier attempt put back is removed again where not allowed.
-    pub fn attempt_edits<'a>(&self, provider: usize, kept: &'a [u8]) -> Vec<HeaderEdit<'a>> {
+    pub fn attempt_edits<'a>(&self, provider: ProviderId, kept: &'a [u8]) -> Vec<HeaderEdit<'a>> {
         let mut edits: Vec<HeaderEdit<'a>> = Vec::new();
         for (name, value) in HeaderPairs::new(kept) {
             let Ok(text) = std::str::from_utf8(name) else {
@@ -286,14 +290,14 @@ mod tests {
             "provider 2 takes all"
         );
         assert_eq!(p.verdict(b"accept"), Verdict::Keep);
-        assert!(p.allows(1, b"x-org-id") && !p.allows(0, b"x-org-id"));
-        assert!(p.allows(2, b"cookie") && !p.allows(1, b"cookie"));
+        assert!(p.allows(1.into(), b"x-org-id") && !p.allows(0.into(), b"x-org-id"));
+        assert!(p.allows(2.into(), b"cookie") && !p.allows(1.into(), b"cookie"));
         assert_eq!(
             p.verdict(b"authorization"),
             Verdict::Drop,
             "never the caller's key"
         );
-        assert!(!p.allows(2, b"x-api-key"));
+        assert!(!p.allows(2.into(), b"x-api-key"));
         let only_list = HeaderPolicy::new(vec![Forward::default(), list(&["x-tenant"])], vec![]);
         assert_eq!(only_list.verdict(b"cookie"), Verdict::Drop);
     }
@@ -306,7 +310,7 @@ mod tests {
             (b"x-tenant", b"caf\xe9"),
             (b"cookie", b"a=1"),
         ]);
-        let edits = p.attempt_edits(1, &kept);
+        let edits = p.attempt_edits(1.into(), &kept);
         assert_eq!(
             edits,
             vec![
@@ -327,11 +331,11 @@ mod tests {
                 },
             ]
         );
-        let edits = p.attempt_edits(0, &kept);
+        let edits = p.attempt_edits(0.into(), &kept);
         assert_eq!(
             edits.iter().map(|e| (e.name, e.value)).collect::<Vec<_>>(),
             vec![("x-tenant", None), ("cookie", None)]
         );
-        assert!(p.attempt_edits(0, b"garbage").is_empty());
+        assert!(p.attempt_edits(0.into(), b"garbage").is_empty());
     }
 }

@@ -52,9 +52,8 @@ pub fn group_name<'a>(clusters: impl IntoIterator<Item = &'a str>) -> String {
 pub fn route_cluster(config: &Config, chain: &Chain, slots: &[Slot]) -> String {
     let cluster = |s: &Slot| {
         chain
-            .entries
-            .get(usize::from(s.entry))
-            .and_then(|e| config.providers.get(e.provider))
+            .entry(s.entry)
+            .and_then(|e| config.provider(e.provider))
             .map_or("", |p| p.cluster.as_str())
     };
     match slots {
@@ -127,7 +126,7 @@ fn set(used: &mut [bool], i: usize, value: bool) {
 }
 
 fn provider_name(config: &Config, p: ProviderId) -> &str {
-    config.providers.get(p).map_or("", |p| p.name.as_str())
+    config.provider(p).map_or("", |p| p.name.as_str())
 }
 
 /// Every grouping cluster `config` needs, or why grouping mode cannot serve it (one problem
@@ -205,7 +204,7 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
         .map(|order| {
             let clusters: Vec<String> = order
                 .iter()
-                .filter_map(|&p| config.providers.get(p).map(|p| p.cluster.clone()))
+                .filter_map(|&p| config.provider(p).map(|p| p.cluster.clone()))
                 .collect();
             Group {
                 name: group_name(clusters.iter().map(String::as_str)),
@@ -235,7 +234,7 @@ mod tests {
 
     impl Gatekeeper for Gates {
         fn gate(&self, provider: ProviderId, _model: &str) -> Admission {
-            if self.0 & (1 << provider) != 0 {
+            if self.0 & (1 << provider.index()) != 0 {
                 Admission::BreakerOpen
             } else {
                 Admission::Available {
@@ -307,11 +306,11 @@ mod tests {
                         let Ok(plan) = plan_or_refuse(&c, &facts, &Gates(open)) else {
                             continue;
                         };
-                        let chain = &c.chains[usize::from(plan.chain)];
+                        let chain = c.chain(plan.chain).unwrap();
                         let target = route_cluster(&c, chain, &plan.slots);
                         if plan.slots.len() == 1 {
-                            let p = chain.entries[usize::from(plan.slots[0].entry)].provider;
-                            assert_eq!(target, c.providers[p].cluster);
+                            let p = chain.entry(plan.slots[0].entry).unwrap().provider;
+                            assert_eq!(target, c.provider(p).unwrap().cluster);
                         } else {
                             assert!(rendered.contains(&target), "{target} not rendered");
                             seen += 1;

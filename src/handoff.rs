@@ -18,6 +18,7 @@
 
 use crate::classify::Class;
 use crate::config::MAX_CHAIN_LEN;
+use crate::ids::{ChainId, EntryId};
 use crate::plan::Slot;
 use std::ops::Range;
 
@@ -50,7 +51,7 @@ pub const OUTCOMES_VERSION: u8 = 1;
 pub struct PlanRecord<'a> {
     /// Fingerprint of the configuration the plan was made under.
     pub config: u64,
-    pub chain: u8,
+    pub chain: ChainId,
     pub start_ms: u64,
     pub body_len: u64,
     /// Planning already wrote skips to the attempt log: the first attempt must append to it
@@ -63,14 +64,14 @@ pub struct PlanRecord<'a> {
     /// Attempts Envoy may make (`Plan::attempt_limit`); 0 means `slots.len()`.
     pub limit: u8,
     /// Candidates of the chain's alternative lists (`Plan::context_window`).
-    pub context_window: &'a [u8],
-    pub content_policy: &'a [u8],
+    pub context_window: &'a [EntryId],
+    pub content_policy: &'a [EntryId],
     pub path: &'a str,
     pub authority: &'a str,
     pub model: &'a str,
 }
 
-fn push_entries(out: &mut String, entries: &[u8]) {
+fn push_entries(out: &mut String, entries: &[EntryId]) {
     use std::fmt::Write;
     for (i, e) in entries.iter().enumerate() {
         if i > 0 {
@@ -125,7 +126,7 @@ impl PlanRecord<'_> {
 pub struct PlanText {
     text: String,
     config: u64,
-    chain: u8,
+    chain: ChainId,
     start_ms: u64,
     body_len: u64,
     log_started: bool,
@@ -145,7 +146,7 @@ pub struct PlanText {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlanView<'a> {
     pub config: u64,
-    pub chain: u8,
+    pub chain: ChainId,
     pub start_ms: u64,
     pub body_len: u64,
     pub log_started: bool,
@@ -160,7 +161,7 @@ pub struct PlanView<'a> {
 }
 
 const NO_SLOT: Slot = Slot {
-    entry: 0,
+    entry: EntryId::FIRST,
     pristine: false,
     probe: false,
 };
@@ -169,7 +170,7 @@ fn parse_slot(item: &str) -> Option<Slot> {
     let digits = item.trim_end_matches(['p', 'q']);
     let flags = item.get(digits.len()..)?;
     Some(Slot {
-        entry: digits.parse().ok()?,
+        entry: EntryId::parse(digits)?,
         pristine: flags.contains('p'),
         probe: flags.contains('q'),
     })
@@ -220,7 +221,7 @@ impl PlanText {
                 if !field(list)?
                     .split(',')
                     .filter(|s| !s.is_empty())
-                    .all(|e| e.parse::<u8>().is_ok())
+                    .all(|e| EntryId::parse(e).is_some())
                 {
                     return None;
                 }
@@ -235,7 +236,7 @@ impl PlanText {
         }
         Some(PlanText {
             config: u64::from_str_radix(field(&config)?, 16).ok()?,
-            chain: field(&chain)?.parse().ok()?,
+            chain: ChainId::parse(field(&chain)?)?,
             start_ms: field(&start)?.parse().ok()?,
             body_len: field(&body)?.parse().ok()?,
             log_started: flags & 1 != 0,
@@ -310,8 +311,8 @@ impl<'a> PlanView<'a> {
     }
 
     /// The candidates of the chain's alternative lists (context window, content policy).
-    pub fn lists(&self) -> (Vec<u8>, Vec<u8>) {
-        let entries = |text: &str| text.split(',').filter_map(|e| e.parse().ok()).collect();
+    pub fn lists(&self) -> (Vec<EntryId>, Vec<EntryId>) {
+        let entries = |text: &str| text.split(',').filter_map(EntryId::parse).collect();
         (entries(self.context_window), entries(self.content_policy))
     }
 }
@@ -410,7 +411,7 @@ mod tests {
 
     fn slot(entry: u8, pristine: bool, probe: bool) -> Slot {
         Slot {
-            entry,
+            entry: entry.into(),
             pristine,
             probe,
         }
@@ -425,7 +426,7 @@ mod tests {
         ];
         let record = PlanRecord {
             config: 0x0123_4567_89ab_cdef,
-            chain: 3,
+            chain: 3.into(),
             start_ms: 1_700_000_000_123,
             body_len: 5 * 1024 * 1024,
             log_started: true,
@@ -441,7 +442,12 @@ mod tests {
         let text = PlanText::decode(record.encode()).expect("decodes");
         let view = text.view();
         assert_eq!(
-            (view.config, view.chain, view.start_ms, view.body_len),
+            (
+                view.config,
+                view.chain.index(),
+                view.start_ms,
+                view.body_len
+            ),
             (record.config, 3, record.start_ms, record.body_len)
         );
         assert!(view.log_started);
@@ -460,7 +466,7 @@ mod tests {
         let with_lists = PlanRecord {
             stream: true,
             limit: 5,
-            context_window: &[4, 5],
+            context_window: &[4.into(), 5.into()],
             content_policy: &[],
             ..record
         };
@@ -470,7 +476,7 @@ mod tests {
             (view.limit(), view.stream, view.log_started),
             (5, true, true)
         );
-        assert_eq!(view.lists(), (vec![4, 5], vec![]));
+        assert_eq!(view.lists(), (vec![4.into(), 5.into()], vec![]));
         assert_eq!(view.slots().collect::<Vec<_>>(), slots);
         assert_eq!(view.model, record.model);
         // An empty model, path or authority survives too.
@@ -485,11 +491,46 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_record_text_is_the_version_1_format_byte_for_byte() {
+        // Typed ids (`ids.rs`) write the numbers they stand for: the format did not change.
+        let slots = [
+            slot(2, true, false),
+            slot(0, false, true),
+            slot(17, false, false),
+        ];
+        let record = PlanRecord {
+            config: 0x0123_4567_89ab_cdef,
+            chain: 255.into(),
+            start_ms: 1_700_000_000_123,
+            body_len: 42,
+            log_started: true,
+            stream: true,
+            slots: &slots,
+            limit: 5,
+            context_window: &[4.into(), 5.into()],
+            content_policy: &[],
+            path: "/v1/chat",
+            authority: "gw",
+            model: "m",
+        };
+        let text =
+            "1\n0123456789abcdef\n255\n1700000000123\n42\n3\n2p,0q,17\n5;4,5;\n/v1/chat\ngw\nm";
+        assert_eq!(record.encode(), text);
+        let read = PlanText::decode(text.into()).expect("decodes");
+        assert_eq!(read.view().chain, record.chain);
+        assert_eq!(read.view().slot_list(), &slots);
+        // Past one byte is not an id: refused, as the `u8` fields refused it.
+        assert_eq!(PlanText::decode(text.replace("\n255\n", "\n256\n")), None);
+        assert_eq!(PlanText::decode(text.replace("0q,17", "0q,256")), None);
+        assert_eq!(PlanText::decode(text.replace("5;4,5;", "5;4,256;")), None);
+    }
+
+    #[test]
     fn other_versions_and_garbage_are_refused() {
         let slots = [slot(0, false, false)];
         let record = PlanRecord {
             config: 1,
-            chain: 0,
+            chain: ChainId::FIRST,
             start_ms: 1,
             body_len: 0,
             log_started: false,

@@ -2,8 +2,9 @@
 //! what each request header means, whether the request is for the status endpoint, what the
 //! body asks for, and, once planned, everything to publish for the route and the attempts.
 
-use crate::config::{Config, ProviderId};
+use crate::config::Config;
 use crate::handoff::PlanRecord;
+use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::models::ModelList;
 use crate::plan::{Plan, Refusal, SkipReason};
 use crate::reply::Reply;
@@ -115,12 +116,9 @@ pub fn models_request<'m>(
 }
 
 /// The chain's name for access logs (filter state), when the configuration has more than one.
-pub fn chain_log(config: &Config, chain: u8) -> Option<&str> {
+pub fn chain_log(config: &Config, chain: ChainId) -> Option<&str> {
     if config.chains.len() > 1 {
-        config
-            .chains
-            .get(usize::from(chain))
-            .map(|c| c.name.as_str())
+        config.chain(chain).map(|c| c.name.as_str())
     } else {
         None
     }
@@ -183,22 +181,19 @@ pub fn needs_route(config: &Config) -> bool {
 /// still planned.
 pub fn counted_skips<'a>(
     config: &'a Config,
-    chain: u8,
-    skipped: &'a [(u8, SkipReason)],
+    chain: ChainId,
+    skipped: &'a [(EntryId, SkipReason)],
     plan: Option<&'a Plan>,
 ) -> impl Iterator<Item = (ProviderId, SkipReason)> + 'a {
-    let entries = config.chain_entries(chain);
     skipped
         .iter()
         .filter(move |(entry, _)| !plan.is_some_and(|p| p.slots.iter().any(|s| s.entry == *entry)))
-        .filter_map(move |(entry, reason)| {
-            Some((entries.get(usize::from(*entry))?.provider, *reason))
-        })
+        .filter_map(move |(entry, reason)| Some((config.entry(chain, *entry)?.provider, *reason)))
 }
 
 /// The skips a refused request counts and logs: only when every provider was open or dead
 /// (`circuit_open`); a caller asking for a model no provider serves is not a skip worth counting.
-pub fn refusal_skips(refusal: &Refusal) -> Option<(u8, &[(u8, SkipReason)])> {
+pub fn refusal_skips(refusal: &Refusal) -> Option<(ChainId, &[(EntryId, SkipReason)])> {
     match (refusal.chain, refusal.reply.code) {
         (Some(chain), "circuit_open") => Some((chain, &refusal.skipped)),
         _ => None,
@@ -207,17 +202,20 @@ pub fn refusal_skips(refusal: &Refusal) -> Option<(u8, &[(u8, SkipReason)])> {
 
 /// The attempt log's start (filter state, printed by access logs): the entries planning left
 /// out. `None` when there are none (the first attempt then starts the log).
-pub fn skip_log(config: &Config, chain: u8, skipped: &[(u8, SkipReason)]) -> Option<String> {
+pub fn skip_log(
+    config: &Config,
+    chain: ChainId,
+    skipped: &[(EntryId, SkipReason)],
+) -> Option<String> {
     if skipped.is_empty() {
         return None;
     }
-    let chain = config.chains.get(usize::from(chain))?;
+    let chain = config.chain(chain)?;
     let mut log = String::new();
     for (entry, reason) in skipped {
         if let Some(provider) = chain
-            .entries
-            .get(usize::from(*entry))
-            .and_then(|e| config.providers.get(e.provider))
+            .entry(*entry)
+            .and_then(|e| config.provider(e.provider))
         {
             attempt_log::push_skip(&mut log, &provider.name, reason.as_str());
         }
@@ -230,16 +228,12 @@ pub fn slot_clusters<'a>(
     config: &'a Config,
     plan: &'a Plan,
 ) -> impl Iterator<Item = (&'static str, &'a str)> + 'a {
-    let entries = config.chain_entries(plan.chain);
     plan.slots
         .iter()
         .zip(wire::SLOT_PROPERTIES)
         .filter_map(move |(slot, property)| {
-            let entry = entries.get(usize::from(slot.entry))?;
-            Some((
-                property,
-                config.providers.get(entry.provider)?.cluster.as_str(),
-            ))
+            let entry = config.entry(plan.chain, slot.entry)?;
+            Some((property, config.provider(entry.provider)?.cluster.as_str()))
         })
 }
 
@@ -278,7 +272,7 @@ impl<'a> Published<'a> {
     }
 
     fn chain<'c>(&self, config: &'c Config) -> Option<&'c crate::config::Chain> {
-        config.chains.get(usize::from(self.plan.chain))
+        config.chain(self.plan.chain)
     }
 
     /// Attempts Envoy may make: the planned slots, or room for an alternative list.

@@ -29,6 +29,7 @@ pub mod handoff;
 pub mod header_pairs;
 pub mod health;
 pub mod host;
+pub mod ids;
 pub mod intake;
 pub mod metrics;
 pub mod models;

@@ -37,7 +37,7 @@ pub struct Answer<'a> {
 /// The first provider of `chain` that serves `model` (after the entry's rewrite).
 fn first_server<'c>(config: &'c Config, chain: &Chain, model: &str) -> Option<&'c str> {
     chain.entries.iter().find_map(|e| {
-        let provider = config.providers.get(e.provider)?;
+        let provider = config.provider(e.provider)?;
         any_matches(&provider.models, e.model.as_deref().unwrap_or(model))
             .then_some(provider.name.as_str())
     })

@@ -2,8 +2,9 @@
 //! travels in to every attempt is `handoff::PlanRecord`.
 
 use crate::classify::Class;
-use crate::config::{any_matches, AltList, Chain, Config, ProviderId};
+use crate::config::{any_matches, AltList, Chain, Config};
 use crate::health::Admission;
+use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::reply::Reply;
 
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
@@ -37,8 +38,8 @@ impl SkipReason {
 /// One planned attempt: which chain entry, and what the health read said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
-    /// Index into the chain's `entries`.
-    pub entry: u8,
+    /// The chain entry this attempt uses.
+    pub entry: EntryId,
     pub pristine: bool,
     pub probe: bool,
 }
@@ -59,15 +60,15 @@ pub struct RequestFacts<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    pub chain: u8,
+    pub chain: ChainId,
     pub slots: Vec<Slot>,
     /// Entries left out before the first attempt, in chain order.
-    pub skipped: Vec<(u8, SkipReason)>,
+    pub skipped: Vec<(EntryId, SkipReason)>,
     /// Entries of the chain's `context_window` list this request may use (model and caller
     /// checked; health is read only if the walk goes there).
-    pub context_window: Vec<u8>,
+    pub context_window: Vec<EntryId>,
     /// The same for the `content_policy` list.
-    pub content_policy: Vec<u8>,
+    pub content_policy: Vec<EntryId>,
 }
 
 impl Plan {
@@ -104,8 +105,8 @@ impl Plan {
 pub struct Refusal {
     pub reply: Reply,
     /// The chain that matched, if one did.
-    pub chain: Option<u8>,
-    pub skipped: Vec<(u8, SkipReason)>,
+    pub chain: Option<ChainId>,
+    pub skipped: Vec<(EntryId, SkipReason)>,
 }
 
 impl Refusal {
@@ -153,9 +154,8 @@ pub fn plan_or_refuse(
     let mut deferred = Vec::new();
     let mut eligible = 0usize;
 
-    for (i, entry) in chain.main_entries().iter().enumerate() {
-        let index = i as u8;
-        let Some(provider) = config.providers.get(entry.provider) else {
+    for (index, entry) in chain.main_ids() {
+        let Some(provider) = config.provider(entry.provider) else {
             continue;
         };
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
@@ -193,7 +193,7 @@ pub fn plan_or_refuse(
     if eligible == 0 {
         return Err(Refusal {
             reply: Reply::model_not_allowed(facts.model, &chain.name),
-            chain: Some(chain_index as u8),
+            chain: Some(chain_index),
             skipped,
         });
     }
@@ -210,19 +210,19 @@ pub fn plan_or_refuse(
     if slots.is_empty() {
         return Err(Refusal {
             reply: Reply::circuit_open(&chain.name),
-            chain: Some(chain_index as u8),
+            chain: Some(chain_index),
             skipped,
         });
     }
-    let usable = |list: &[u8]| -> Vec<u8> {
+    let usable = |list: &[EntryId]| -> Vec<EntryId> {
         if facts.no_fallback {
             return Vec::new();
         }
         list.iter()
             .copied()
             .filter(|&e| {
-                chain.entries.get(usize::from(e)).is_some_and(|entry| {
-                    let Some(provider) = config.providers.get(entry.provider) else {
+                chain.entry(e).is_some_and(|entry| {
+                    let Some(provider) = config.provider(entry.provider) else {
                         return false;
                     };
                     let sent_model = entry.model.as_deref().unwrap_or(facts.model);
@@ -236,7 +236,7 @@ pub fn plan_or_refuse(
             .collect()
     };
     Ok(Plan {
-        chain: chain_index as u8,
+        chain: chain_index,
         slots,
         skipped,
         context_window: usable(&chain.context_window),
@@ -255,7 +255,7 @@ pub fn reroute(
     record: &Walk,
     number: usize,
     class: Class,
-    gate: &mut dyn FnMut(u8) -> Option<Slot>,
+    gate: &mut dyn FnMut(EntryId) -> Option<Slot>,
 ) -> Option<Vec<Slot>> {
     let list = AltList::for_class(class)?;
     let candidates = record.list(list);
@@ -263,7 +263,7 @@ pub fn reroute(
         return None;
     }
     let tried = record.slots.get(..number).unwrap_or(record.slots);
-    let entry = |e: u8| chain.entries.get(usize::from(e));
+    let entry = |e: EntryId| chain.entry(e);
     let mut walk: Vec<Slot> = tried.to_vec();
     for &candidate in candidates.iter() {
         if walk.len() >= record.limit() {
@@ -287,10 +287,10 @@ pub fn slot_for_attempt(slots: &[Slot], attempt: usize) -> Option<&Slot> {
 
 fn skip_or_defer(
     chain: &Chain,
-    entry: u8,
+    entry: EntryId,
     reason: SkipReason,
-    skipped: &mut Vec<(u8, SkipReason)>,
-    deferred: &mut Vec<u8>,
+    skipped: &mut Vec<(EntryId, SkipReason)>,
+    deferred: &mut Vec<EntryId>,
 ) {
     skipped.push((entry, reason));
     if chain.try_last {
@@ -301,10 +301,10 @@ fn skip_or_defer(
 /// The chain for a request: among the chains whose routes, paths and model patterns match it,
 /// the first that names the request's caller, else the first that names no caller. A chain
 /// naming other callers never matches. The chosen chain applies in full (no merging).
-pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(usize, &'c Chain)> {
+pub fn select_chain<'c>(config: &'c Config, facts: &RequestFacts) -> Option<(ChainId, &'c Chain)> {
     let path = facts.path.map(|p| p.split_once('?').map_or(p, |(p, _)| p));
     let mut generic = None;
-    for (i, c) in config.chains.iter().enumerate() {
+    for (i, c) in config.chain_ids() {
         let fits = (c.routes.is_empty()
             || facts.route.is_some_and(|r| c.routes.iter().any(|x| x == r)))
             && (c.paths.is_empty() || path.is_some_and(|p| any_matches(&c.paths, p)))
@@ -336,8 +336,8 @@ pub struct Walk<'a> {
     /// Attempts Envoy may make for this request ([`Plan::attempt_limit`]).
     pub limit: usize,
     /// Candidates of the chain's alternative lists ([`Plan::context_window`]).
-    pub context_window: &'a [u8],
-    pub content_policy: &'a [u8],
+    pub context_window: &'a [EntryId],
+    pub content_policy: &'a [EntryId],
 }
 
 impl Walk<'_> {
@@ -347,7 +347,7 @@ impl Walk<'_> {
     }
 
     /// The candidates of one alternative list.
-    pub fn list(&self, list: AltList) -> &[u8] {
+    pub fn list(&self, list: AltList) -> &[EntryId] {
         match list {
             AltList::ContextWindow => self.context_window,
             AltList::ContentPolicy => self.content_policy,
@@ -388,8 +388,20 @@ mod tests {
     const THREE: &str = r#"{"providers":[{"name":"a"},{"name":"b"},{"name":"c"},{"name":"d"}],
         "chains":[{"name":"main","providers":["a","b","c","d"]}]}"#;
 
-    fn entries(plan: &Plan) -> Vec<u8> {
-        plan.slots.iter().map(|s| s.entry).collect()
+    fn entries(plan: &Plan) -> Vec<usize> {
+        plan.slots.iter().map(|s| s.entry.index()).collect()
+    }
+
+    fn ids(list: &[EntryId]) -> Vec<usize> {
+        list.iter().map(|e| e.index()).collect()
+    }
+
+    fn skips(skipped: &[(EntryId, SkipReason)]) -> Vec<(usize, SkipReason)> {
+        skipped.iter().map(|(e, r)| (e.index(), *r)).collect()
+    }
+
+    fn reads(health: &FakeHealth) -> Vec<usize> {
+        health.reads.borrow().iter().map(|p| p.index()).collect()
     }
 
     fn facts(model: &str) -> RequestFacts<'_> {
@@ -405,7 +417,7 @@ mod tests {
         let health = FakeHealth::default();
         let p = plan(&c, &facts("m"), &health).unwrap();
         assert_eq!(entries(&p), vec![0, 1, 2]);
-        assert_eq!(*health.reads.borrow(), vec![0, 1, 2]);
+        assert_eq!(reads(&health), vec![0, 1, 2]);
     }
 
     #[test]
@@ -427,12 +439,12 @@ mod tests {
     fn open_breakers_and_dead_marks_spend_no_attempt() {
         let c = config(THREE);
         let mut health = FakeHealth::default();
-        health.gates.insert(0, Admission::BreakerOpen);
-        health.gates.insert(1, Admission::Dead);
+        health.gates.insert(0.into(), Admission::BreakerOpen);
+        health.gates.insert(1.into(), Admission::Dead);
         let p = plan(&c, &facts("m"), &health).unwrap();
         assert_eq!(entries(&p), vec![2, 3]);
         assert_eq!(
-            p.skipped,
+            skips(&p.skipped),
             vec![(0, SkipReason::BreakerOpen), (1, SkipReason::Dead)]
         );
         assert!(p.starts_after_skip());
@@ -445,7 +457,7 @@ mod tests {
             "chains":[{"name":"main","providers":["a","b","c"],"try_last":true}]}"#,
         );
         let mut health = FakeHealth::default();
-        health.gates.insert(0, Admission::BreakerOpen);
+        health.gates.insert(0.into(), Admission::BreakerOpen);
         let p = plan(&c, &facts("m"), &health).unwrap();
         assert_eq!(entries(&p), vec![1, 2, 0]);
     }
@@ -454,15 +466,15 @@ mod tests {
     fn every_provider_open_is_circuit_open() {
         let c = config(THREE);
         let mut health = FakeHealth::default();
-        for id in 0..4 {
-            health.gates.insert(id, Admission::BreakerOpen);
+        for id in 0u8..4 {
+            health.gates.insert(id.into(), Admission::BreakerOpen);
         }
         let err = plan(&c, &facts("m"), &health).unwrap_err();
         assert_eq!((err.status, err.code), (503, "circuit_open"));
         let refusal = plan_or_refuse(&c, &facts("m"), &health).unwrap_err();
-        assert_eq!(refusal.chain, Some(0));
+        assert_eq!(refusal.chain.map(ChainId::index), Some(0));
         assert_eq!(
-            refusal.skipped,
+            skips(&refusal.skipped),
             (0..4)
                 .map(|e| (e, SkipReason::BreakerOpen))
                 .collect::<Vec<_>>(),
@@ -489,7 +501,7 @@ mod tests {
         );
         let p = plan(&c, &facts("claude-sonnet"), &FakeHealth::default()).unwrap();
         assert_eq!(entries(&p), vec![1, 2]);
-        assert_eq!(p.skipped, vec![(0, SkipReason::Model)]);
+        assert_eq!(skips(&p.skipped), vec![(0, SkipReason::Model)]);
         assert!(
             !p.starts_after_skip(),
             "a model skip is not a breaker fallback"
@@ -560,7 +572,7 @@ mod tests {
                     ..Default::default()
                 },
             )
-            .map(|(i, _)| i)
+            .map(|(i, _)| i.index())
         };
         assert_eq!(pick("gpt-4o", Some("batch")), Some(0));
         assert_eq!(pick("gpt-4o", Some("chat")), Some(1));
@@ -609,7 +621,7 @@ mod tests {
     fn a_request_without_a_model_goes_to_one_provider() {
         let c = config(THREE);
         let mut health = FakeHealth::default();
-        health.gates.insert(0, Admission::BreakerOpen);
+        health.gates.insert(0.into(), Admission::BreakerOpen);
         let p = plan(&c, &facts(""), &health).unwrap();
         assert_eq!(
             entries(&p),
@@ -657,7 +669,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (p.chain, entries(&p)),
+            (p.chain.index(), entries(&p)),
             (1, vec![0]),
             "no merging with the generic chain"
         );
@@ -677,7 +689,7 @@ mod tests {
         }
     }
 
-    fn open(entry: u8) -> Option<Slot> {
+    fn open(entry: EntryId) -> Option<Slot> {
         Some(Slot {
             entry,
             pristine: true,
@@ -692,11 +704,11 @@ mod tests {
         let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
         assert_eq!(entries(&p), vec![0, 1]);
         assert_eq!(
-            p.context_window,
+            ids(&p.context_window),
             vec![2, 4],
             "the caller may not use `private`"
         );
-        assert_eq!(p.content_policy, vec![5]);
+        assert_eq!(ids(&p.content_policy), vec![5]);
         assert_eq!(p.attempt_limit(chain), 3, "within max_attempts");
         let alone = plan(
             &c,
@@ -727,20 +739,26 @@ mod tests {
         let record = record_of(&p, chain);
         let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
         assert_eq!(
-            walk.iter().map(|s| s.entry).collect::<Vec<_>>(),
+            walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
             vec![0, 2, 4]
         );
         let walk = reroute(chain, &record, 1, Class::ContentFiltered, &mut open).unwrap();
-        assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 5]);
+        assert_eq!(
+            walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
+            vec![0, 5]
+        );
         // Classes without a list do not reroute.
         assert_eq!(
             reroute(chain, &record, 1, Class::Overloaded, &mut open),
             None
         );
         // Health decides: a closed-off list entry is passed over.
-        let mut gate = |e: u8| (e != 2).then(|| open(e)).flatten();
+        let mut gate = |e: EntryId| (e.index() != 2).then(|| open(e)).flatten();
         let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut gate).unwrap();
-        assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 4]);
+        assert_eq!(
+            walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
+            vec![0, 4]
+        );
     }
 
     #[test]
@@ -760,7 +778,10 @@ mod tests {
         let record = record_of(&p, chain);
         // `a` with the same model was tried already: skipped in the list; the limit keeps one.
         let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
-        assert_eq!(walk.iter().map(|s| s.entry).collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(
+            walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
+            vec![0, 2]
+        );
         // Failing the same way inside the list: the limit is reached, nothing follows.
         let second = Walk {
             slots: &walk,

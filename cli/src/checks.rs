@@ -31,7 +31,7 @@ fn routes_of_the_rendered_gateway(config: &Config, out: &mut Vec<Diag>) {
 }
 
 fn unused_providers(config: &Config, out: &mut Vec<Diag>) {
-    for (id, p) in config.providers.iter().enumerate() {
+    for (id, p) in config.provider_ids() {
         if !config
             .chains
             .iter()
@@ -100,7 +100,7 @@ fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
 fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
     for (j, chain) in config.chains.iter().enumerate() {
         for (k, entry) in chain.main_entries().iter().enumerate() {
-            let Some(p) = config.providers.get(entry.provider) else {
+            let Some(p) = config.provider(entry.provider) else {
                 continue;
             };
             if let Some(model) = &entry.model {

@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::Config;
 use crate::handoff::{PlanRecord, PlanText};
+use crate::ids::ChainId;
 
 fn config() -> Config {
     let json = r#"{"role":"upstream",
@@ -16,7 +17,7 @@ fn config() -> Config {
 fn plan(slots: &[Slot]) -> PlanText {
     let record = PlanRecord {
         config: 0,
-        chain: 0,
+        chain: ChainId::FIRST,
         start_ms: 1_000,
         body_len: 20,
         log_started: false,
@@ -33,18 +34,26 @@ fn plan(slots: &[Slot]) -> PlanText {
 }
 
 /// No chain here has alternative lists: settling never asks for health.
-fn no_lists(_: u8) -> Option<Slot> {
+fn no_lists(_: EntryId) -> Option<Slot> {
     unreachable!("no alternative list to admit from")
+}
+
+fn pair(fallback: Option<(ProviderId, ProviderId)>) -> Option<(usize, usize)> {
+    fallback.map(|(from, to)| (from.index(), to.index()))
+}
+
+fn indices(providers: &[ProviderId]) -> Vec<usize> {
+    providers.iter().map(|p| p.index()).collect()
 }
 
 const SLOTS: [Slot; 2] = [
     Slot {
-        entry: 0,
+        entry: EntryId::of(0),
         pristine: true,
         probe: false,
     },
     Slot {
-        entry: 1,
+        entry: EntryId::of(1),
         pristine: false,
         probe: false,
     },
@@ -87,7 +96,7 @@ fn a_failure_marks_the_retry_and_counts_the_fallback() {
     };
     let s = settle(&c, &a, outcome, 2_000, 1_500, &mut no_lists);
     assert_eq!(s.marker, Marker::Set);
-    assert_eq!(s.fallback, Some((0, 1)));
+    assert_eq!(pair(s.fallback), Some((0, 1)));
     assert_eq!(s.duration_ms, 500);
     assert_eq!(
         s.report.map(|(m, r)| (m, r.falls_over, r.retry_after_ms)),
@@ -134,7 +143,7 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         (s.falls_over, s.marker, s.fallback),
         (false, Marker::Remove, None)
     );
-    assert_eq!(s.budget_skips, vec![1]);
+    assert_eq!(indices(&s.budget_skips), vec![1]);
     // Without response headers Envoy retries by itself, but that attempt is refused as it
     // starts (`past_budget`): no fallback is counted, and no skip here.
     let refused = Outcome {
@@ -146,7 +155,7 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
     assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
     let s = settle(&c, &a, refused, 50_000, 1_000, &mut no_lists);
     assert_eq!(
-        s.fallback,
+        pair(s.fallback),
         Some((0, 1)),
         "with room, Envoy's own retry is a fallback"
     );
@@ -169,7 +178,7 @@ fn an_attempt_envoy_starts_past_the_budget_is_refused_with_the_last_failure() {
     assert_eq!(past_budget(&c, &second, 50_000, || None), None);
     let refused =
         past_budget(&c, &second, 95_000, || Some(Class::ConnectionError)).expect("past the budget");
-    assert_eq!(refused.skipped, vec![1]);
+    assert_eq!(indices(&refused.skipped), vec![1]);
     assert_eq!(
         (refused.reply.status, refused.reply.code),
         (503, "connection_error")

@@ -3,7 +3,7 @@
 
 use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
-use super::{Chain, ChainEntry, ModelPattern, ProviderId, MAX_CHAIN_LEN};
+use super::{Chain, ChainEntry, EntryId, ModelPattern, ProviderId, MAX_CHAINS, MAX_CHAIN_LEN};
 use crate::classify::{Class, FailoverSet};
 use std::collections::HashMap;
 
@@ -12,11 +12,17 @@ pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
     if raw.is_empty() {
         problems.field("chains", "no chain is defined: add at least one");
     }
+    if raw.len() > MAX_CHAINS {
+        problems.field(
+            "chains",
+            format!("at most {MAX_CHAINS} chains are supported"),
+        );
+    }
 }
 
 pub fn validate(
     raw: &[RawChain],
-    providers: &HashMap<&str, ProviderId>,
+    providers: &HashMap<&str, usize>,
     problems: &mut Problems,
 ) -> Vec<Chain> {
     let mut chains = Vec::with_capacity(raw.len());
@@ -34,7 +40,7 @@ pub fn validate(
     chains
 }
 
-fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At) -> Chain {
+fn validate_one(c: &RawChain, providers: &HashMap<&str, usize>, at: &mut At) -> Chain {
     if !is_token(&c.name) {
         at.field(
             "name",
@@ -133,10 +139,10 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, ProviderId>, at: &mut At
 fn resolve(
     list: &str,
     raw: &[RawChainEntry],
-    providers: &HashMap<&str, ProviderId>,
+    providers: &HashMap<&str, usize>,
     at: &mut At,
     entries: &mut Vec<ChainEntry>,
-) -> Vec<u8> {
+) -> Vec<EntryId> {
     let first = entries.len();
     let mut indices = Vec::with_capacity(raw.len());
     for (j, e) in raw.iter().enumerate() {
@@ -145,11 +151,15 @@ fn resolve(
             RawChainEntry::Name(n) => (n, None),
             RawChainEntry::Entry { provider, model } => (provider, model.clone()),
         };
-        let Some(&provider) = providers.get(name.as_str()) else {
+        let Some(&index) = providers.get(name.as_str()) else {
             at.field(
                 &field,
                 format!("unknown provider {name:?}: define it under providers or fix the name"),
             );
+            continue;
+        };
+        // Past one byte's ids the providers are refused anyway (`MAX_PROVIDERS`).
+        let Some(provider) = ProviderId::new(index) else {
             continue;
         };
         let entry = ChainEntry { provider, model };
@@ -162,8 +172,11 @@ fn resolve(
             at.field(&field, format!("provider {name:?} with the same model appears twice in {place}: remove the duplicate"));
             continue;
         }
-        indices.push(u8::try_from(entries.len()).unwrap_or(u8::MAX));
-        entries.push(entry);
+        // Within one byte: a chain holds at most 3 * MAX_CHAIN_LEN entries.
+        if let Some(id) = EntryId::new(entries.len()) {
+            indices.push(id);
+            entries.push(entry);
+        }
     }
     indices
 }

@@ -13,6 +13,7 @@ mod problems;
 mod providers;
 mod raw;
 
+pub use crate::ids::{ChainId, EntryId, ProviderId};
 pub use model::*;
 pub use problems::ConfigError;
 use problems::Problems;
@@ -100,15 +101,13 @@ impl Config {
         })
     }
 
-    /// The entries of chain `chain` (a plan's chain index); none for an index out of range.
-    pub fn chain_entries(&self, chain: u8) -> &[ChainEntry] {
-        self.chains
-            .get(usize::from(chain))
-            .map_or(&[][..], |c| &c.entries[..])
+    /// Entry `entry` of chain `chain` (a plan's chain); `None` for ids out of range.
+    pub fn entry(&self, chain: ChainId, entry: EntryId) -> Option<&ChainEntry> {
+        self.chain(chain)?.entry(entry)
     }
 
     pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
-        self.providers.iter().position(|p| p.name == name)
+        ProviderId::new(self.providers.iter().position(|p| p.name == name)?)
     }
 }
 

@@ -2,12 +2,10 @@
 
 use super::{Role, Routing};
 use crate::classify::{Class, FailoverSet};
+use crate::ids::{ChainId, EntryId, ProviderId};
 use std::collections::BTreeMap;
 
 pub use crate::pattern::{any_matches, ModelPattern};
-
-/// Index of a provider in `Config::providers`.
-pub type ProviderId = usize;
 
 #[derive(Debug, Clone)]
 pub struct Provider {
@@ -63,10 +61,10 @@ pub struct Chain {
     pub entries: Vec<ChainEntry>,
     /// How many of `entries` are the chain's own providers, walked in order.
     pub main_len: usize,
-    /// Indices into `entries` of the `context_window` list, in order.
-    pub context_window: Vec<u8>,
-    /// Indices into `entries` of the `content_policy` list, in order.
-    pub content_policy: Vec<u8>,
+    /// Entries of the `context_window` list, in order.
+    pub context_window: Vec<EntryId>,
+    /// Entries of the `content_policy` list, in order.
+    pub content_policy: Vec<EntryId>,
     pub max_attempts: usize,
     pub fallback_on: FailoverSet,
     pub try_last: bool,
@@ -79,8 +77,26 @@ impl Chain {
         self.entries.get(..self.main_len).unwrap_or(&self.entries)
     }
 
-    /// Entry indices of an alternative list.
-    pub fn list(&self, list: AltList) -> &[u8] {
+    /// The entry `id` names; `None` for an id out of range.
+    pub fn entry(&self, id: EntryId) -> Option<&ChainEntry> {
+        self.entries.get(id.index())
+    }
+
+    /// Every entry with its id: the chain's own providers, then the lists' entries.
+    pub fn entry_ids(&self) -> impl Iterator<Item = (EntryId, &ChainEntry)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map_while(|(i, e)| Some((EntryId::new(i)?, e)))
+    }
+
+    /// The chain's own providers with their ids, in walk order.
+    pub fn main_ids(&self) -> impl Iterator<Item = (EntryId, &ChainEntry)> {
+        self.entry_ids().take(self.main_len)
+    }
+
+    /// The entries of an alternative list.
+    pub fn list(&self, list: AltList) -> &[EntryId] {
         match list {
             AltList::ContextWindow => &self.context_window,
             AltList::ContentPolicy => &self.content_policy,
@@ -162,7 +178,37 @@ pub struct Config {
     pub forwarding: crate::forward::HeaderPolicy,
 }
 
+impl Config {
+    /// The provider `id` names; `None` for an id out of range.
+    pub fn provider(&self, id: ProviderId) -> Option<&Provider> {
+        self.providers.get(id.index())
+    }
+
+    /// The chain `id` names; `None` for an id out of range.
+    pub fn chain(&self, id: ChainId) -> Option<&Chain> {
+        self.chains.get(id.index())
+    }
+
+    /// The providers with their ids, in configuration order.
+    pub fn provider_ids(&self) -> impl Iterator<Item = (ProviderId, &Provider)> {
+        self.providers
+            .iter()
+            .enumerate()
+            .map_while(|(i, p)| Some((ProviderId::new(i)?, p)))
+    }
+
+    /// The chains with their ids, in configuration order.
+    pub fn chain_ids(&self) -> impl Iterator<Item = (ChainId, &Chain)> {
+        self.chains
+            .iter()
+            .enumerate()
+            .map_while(|(i, c)| Some((ChainId::new(i)?, c)))
+    }
+}
+
 /// Limits that keep per-request work and shared-data records small.
 pub const MAX_PROVIDERS: usize = 64;
+/// Chains are numbered in one byte (`ids::ChainId`).
+pub const MAX_CHAINS: usize = 256;
 pub const MAX_CHAIN_LEN: usize = 16;
 pub const MAX_BREAKER_FAILURES: u32 = 1000;

@@ -3,14 +3,15 @@
 
 use super::problems::{is_header_name, is_token, At, Problems};
 use super::raw::{RawCredential, RawForward, RawProvider};
-use super::{ModelPattern, Provider, ProviderId, MAX_PROVIDERS};
+use super::{ModelPattern, Provider, MAX_PROVIDERS};
 use crate::forward::Forward;
 use std::collections::HashMap;
 
-/// The validated providers, their ids by name, and the headers every attempt clears.
+/// The validated providers, their places in the list by name (a chain entry makes its
+/// `ProviderId` from one), and the headers every attempt clears.
 pub struct Providers<'r> {
     pub list: Vec<Provider>,
-    pub ids: HashMap<&'r str, ProviderId>,
+    pub ids: HashMap<&'r str, usize>,
     /// Every header any provider sets (credentials and extra headers) and the caller's gateway
     /// credential, lowercase, each once.
     pub cleared_headers: Vec<String>,

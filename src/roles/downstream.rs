@@ -7,13 +7,14 @@ use super::{
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
 use crate::classify::Class;
-use crate::config::{Config, ProviderId, Routing};
+use crate::config::{Config, Routing};
 use crate::forward::{self, Verdict};
 use crate::group;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::health::{Admission, BreakerState, Health};
 use crate::host::FixedClock;
+use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
 use crate::models::ModelList;
 use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
@@ -58,7 +59,7 @@ struct SharedGatekeeper<'a, H: Host> {
 
 impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
     fn gate(&self, provider: ProviderId, model: &str) -> Admission {
-        let Some(name) = self.config.providers.get(provider).map(|p| p.name.as_str()) else {
+        let Some(name) = self.config.provider(provider).map(|p| p.name.as_str()) else {
             return Admission::Dead;
         };
         let admission = self
@@ -189,21 +190,21 @@ impl<H: Host> Downstream<H> {
     }
 
     /// Names the chain in filter state for access logs.
-    fn log_chain(&self, chain: u8) {
+    fn log_chain(&self, chain: ChainId) {
         if let Some(name) = intake::chain_log(&self.config, chain) {
             self.host
                 .set_property(wire::CHAIN_PROPERTY, name.as_bytes());
         }
     }
 
-    fn count_skips(&self, chain: u8, skipped: &[(u8, SkipReason)], plan: Option<&Plan>) {
+    fn count_skips(&self, chain: ChainId, skipped: &[(EntryId, SkipReason)], plan: Option<&Plan>) {
         for (provider, reason) in intake::counted_skips(&self.config, chain, skipped, plan) {
             self.metrics
                 .skipped(&self.host, &self.config, provider, reason);
         }
     }
 
-    fn log_skips(&self, chain: u8, skipped: &[(u8, SkipReason)]) {
+    fn log_skips(&self, chain: ChainId, skipped: &[(EntryId, SkipReason)]) {
         if let Some(log) = intake::skip_log(&self.config, chain, skipped) {
             self.host
                 .set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
@@ -264,7 +265,7 @@ impl<H: Host> Downstream<H> {
         }
         if config.routing == Routing::Groups {
             // Envoy < 1.39 routes once per request: the order's grouping cluster.
-            if let Some(chain) = config.chains.get(usize::from(plan.chain)) {
+            if let Some(chain) = config.chain(plan.chain) {
                 let cluster = group::route_cluster(&config, chain, &plan.slots);
                 self.host
                     .set_property(wire::GROUP_PROPERTY, cluster.as_bytes());
@@ -303,7 +304,7 @@ impl<H: Host> Downstream<H> {
         if let Some(plan) = &self.plan {
             let health = health(&self.config, &self.host, &self.host);
             for provider in answer::unused_probes(&self.config, plan, self.attempts) {
-                if let Some(p) = self.config.providers.get(provider) {
+                if let Some(p) = self.config.provider(provider) {
                     health.release_probe(&p.name);
                 }
             }
@@ -439,8 +440,7 @@ impl<H: Host> Downstream<H> {
             host.set_header(Map::Response, wire::FALLBACK_REASON_HEADER, Some(reason));
         }
         if let Some(chain) = answer.exhausted {
-            self.metrics
-                .exhausted(host, &self.config, usize::from(plan.chain));
+            self.metrics.exhausted(host, &self.config, plan.chain);
             log::debug!(
                 "chain {} exhausted after {} attempts",
                 chain,

@@ -10,8 +10,9 @@
 
 use super::{health, Host, MetricKind};
 use crate::classify::Class;
-use crate::config::{Config, ProviderId};
+use crate::config::Config;
 use crate::health::BreakerState;
+use crate::ids::{ChainId, ProviderId};
 use crate::metrics as names;
 use crate::plan::SkipReason;
 use std::cell::{Cell, RefCell};
@@ -37,18 +38,15 @@ pub struct Metrics {
     skipped: Vec<Cell<Option<u32>>>,
     /// Chain index -> counter id.
     exhausted: Vec<Cell<Option<u32>>>,
-    /// (from, to) provider ids -> counter id.
-    fallbacks: RefCell<HashMap<(u16, u16), u32>>,
+    /// (from, to) -> counter id.
+    fallbacks: RefCell<HashMap<(ProviderId, ProviderId), u32>>,
     /// Provider -> gauge id, defined at configure so every provider's state shows from the start.
     breaker: Vec<Option<u32>>,
 }
 
 /// A provider's name (ids come from the validated configuration).
 fn name(config: &Config, provider: ProviderId) -> &str {
-    config
-        .providers
-        .get(provider)
-        .map_or("", |p| p.name.as_str())
+    config.provider(provider).map_or("", |p| p.name.as_str())
 }
 
 fn increment(host: &impl Host, id: Option<u32>) {
@@ -91,7 +89,9 @@ impl Metrics {
 
     /// `llm_failover_attempts_total{provider, outcome}` += 1.
     pub fn attempt(&self, host: &impl Host, config: &Config, provider: ProviderId, class: Class) {
-        let slot = self.attempts.get(provider * CLASSES + class as usize);
+        let slot = self
+            .attempts
+            .get(provider.index() * CLASSES + class as usize);
         increment(
             host,
             cached(host, slot, || {
@@ -108,7 +108,9 @@ impl Metrics {
         provider: ProviderId,
         reason: SkipReason,
     ) {
-        let slot = self.skipped.get(provider * REASONS + reason_index(reason));
+        let slot = self
+            .skipped
+            .get(provider.index() * REASONS + reason_index(reason));
         increment(
             host,
             cached(host, slot, || {
@@ -118,18 +120,18 @@ impl Metrics {
     }
 
     /// `llm_failover_exhausted_total{chain}` += 1.
-    pub fn exhausted(&self, host: &impl Host, config: &Config, chain: usize) {
+    pub fn exhausted(&self, host: &impl Host, config: &Config, chain: ChainId) {
         increment(
             host,
-            cached(host, self.exhausted.get(chain), || {
-                names::exhausted(config.chains.get(chain).map_or("", |c| c.name.as_str()))
+            cached(host, self.exhausted.get(chain.index()), || {
+                names::exhausted(config.chain(chain).map_or("", |c| c.name.as_str()))
             }),
         );
     }
 
     /// `llm_failover_fallbacks_total{from, to}` += 1.
     pub fn fallback(&self, host: &impl Host, config: &Config, from: ProviderId, to: ProviderId) {
-        let key = (from as u16, to as u16);
+        let key = (from, to);
         let known = self.fallbacks.borrow().get(&key).copied();
         let id = known.or_else(|| {
             let id = host.define_metric(
@@ -144,7 +146,7 @@ impl Metrics {
 
     /// Sets `llm_failover_breaker_state{provider}`.
     pub fn breaker_state(&self, host: &impl Host, provider: ProviderId, state: BreakerState) {
-        if let Some(Some(id)) = self.breaker.get(provider) {
+        if let Some(Some(id)) = self.breaker.get(provider.index()) {
             host.record_metric(*id, u64::from(state.metric_value()));
         }
     }
@@ -154,7 +156,7 @@ impl Metrics {
     /// changes nobody reports, such as a cooldown ending (open -> half-open) with no traffic.
     pub fn refresh_breaker_states(&self, config: &Config, host: &impl Host) {
         let health = health(config, host, host);
-        for (id, provider) in config.providers.iter().enumerate() {
+        for (id, provider) in config.provider_ids() {
             self.breaker_state(host, id, health.snapshot(&provider.name).state);
         }
     }

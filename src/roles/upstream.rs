@@ -122,7 +122,7 @@ impl<H: Host> Upstream<H> {
                 "{} answered {}; falling over to {}",
                 a.provider.name,
                 class.as_str(),
-                config.providers.get(to).map_or("", |p| p.name.as_str())
+                config.provider(to).map_or("", |p| p.name.as_str())
             );
         }
         if let Some((model, report)) = &settled.report {
