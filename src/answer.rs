@@ -183,9 +183,10 @@ pub fn unused_probes<'a>(
     plan: &'a Plan,
     attempts: usize,
 ) -> impl Iterator<Item = ProviderId> + 'a {
+    let chain = config.chain(plan.chain);
     plan.slots
         .iter()
         .enumerate()
         .filter(move |(i, slot)| slot.probe && *i >= attempts)
-        .filter_map(move |(_, slot)| Some(config.entry(plan.chain, slot.entry)?.provider))
+        .filter_map(move |(_, slot)| Some(chain?.entry(slot.entry)?.provider))
 }

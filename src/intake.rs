@@ -5,7 +5,7 @@
 use crate::config::Config;
 use crate::handoff::PlanRecord;
 use crate::ids::{ChainId, EntryId, ProviderId};
-use crate::models::ModelList;
+use crate::models;
 use crate::plan::{Plan, Refusal, SkipReason};
 use crate::reply::Reply;
 use crate::rewrite::{self, BodyScan};
@@ -102,16 +102,16 @@ pub fn status_request(config: &Config, path: &str, method: &str) -> StatusReques
 
 /// The `GET <models_path>` answer for this request, if it is one (GET or HEAD; `anthropic`
 /// reads whether the caller speaks Anthropic's API), and whether to send its body.
-pub fn models_request<'m>(
-    models: &'m ModelList,
+pub fn models_request(
+    config: &Config,
     path: &str,
     method: &str,
     anthropic: impl FnOnce() -> bool,
-) -> Option<(crate::models::Answer<'m>, bool)> {
+) -> Option<(models::Answer<'static>, bool)> {
     if method != "GET" && method != "HEAD" {
         return None;
     }
-    let answer = models.answer(path, anthropic)?;
+    let answer = models::answer(config, path, anthropic)?;
     Some((answer, method == "GET"))
 }
 
@@ -185,10 +185,11 @@ pub fn counted_skips<'a>(
     skipped: &'a [(EntryId, SkipReason)],
     plan: Option<&'a Plan>,
 ) -> impl Iterator<Item = (ProviderId, SkipReason)> + 'a {
+    let chain = config.chain(chain);
     skipped
         .iter()
         .filter(move |(entry, _)| !plan.is_some_and(|p| p.slots.iter().any(|s| s.entry == *entry)))
-        .filter_map(move |(entry, reason)| Some((config.entry(chain, *entry)?.provider, *reason)))
+        .filter_map(move |(entry, reason)| Some((chain?.entry(*entry)?.provider, *reason)))
 }
 
 /// The skips a refused request counts and logs: only when every provider was open or dead
@@ -228,11 +229,12 @@ pub fn slot_clusters<'a>(
     config: &'a Config,
     plan: &'a Plan,
 ) -> impl Iterator<Item = (&'static str, &'a str)> + 'a {
+    let chain = config.chain(plan.chain);
     plan.slots
         .iter()
         .zip(wire::SLOT_PROPERTIES)
         .filter_map(move |(slot, property)| {
-            let entry = config.entry(plan.chain, slot.entry)?;
+            let entry = chain?.entry(slot.entry)?;
             Some((property, config.provider(entry.provider)?.cluster.as_str()))
         })
 }

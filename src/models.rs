@@ -1,7 +1,7 @@
 //! `GET /v1/models` and `GET /v1/models/{id}` answered from the configuration (SPEC 12), so
 //! SDK calls such as `models.list()` work without contacting a provider. The answers are built
-//! once, when the configuration loads (by the root context, beside the `Config`, which does not
-//! know this module): a request costs a path comparison and a copy.
+//! from the configuration when such a request comes ([`answer`]; the `Config` holds only
+//! `models_path` and does not know this module): any other request costs a prefix comparison.
 //!
 //! Listed: every concrete model name a chain serves, that is, exact names in chains' and
 //! providers' `models`, and the models chain entries rewrite to, kept when a chain's patterns
@@ -43,13 +43,32 @@ fn first_server<'c>(config: &'c Config, chain: &Chain, model: &str) -> Option<&'
     })
 }
 
-impl ModelList {
-    /// The answers for `config`, served at its `models_path`. Built by whoever holds the
-    /// configuration (the downstream root context), once per configuration.
-    pub fn for_config(config: &Config) -> ModelList {
-        ModelList::build(config, config.models_path.as_deref())
-    }
+/// The part of `path` (query ignored) below the models path `base`: `""` or `"/"` for the
+/// list, `"/{id}"` for one model; `None` when `path` is neither.
+fn below<'p>(base: &str, path: &'p str) -> Option<&'p str> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let rest = path.strip_prefix(base)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+}
 
+/// The answer to a request for `path` under `config` (see [`ModelList::answer`]), built from
+/// the chains only when `path` is `models_path` or below it: other requests pay a prefix
+/// comparison, and the configuration holds nothing of this module's.
+pub fn answer(
+    config: &Config,
+    path: &str,
+    anthropic: impl FnOnce() -> bool,
+) -> Option<Answer<'static>> {
+    below(config.models_path.as_deref()?, path)?;
+    let list = ModelList::build(config, config.models_path.as_deref());
+    let answer = list.answer(path, anthropic)?;
+    Some(Answer {
+        body: answer.body.into_owned().into(),
+        ..answer
+    })
+}
+
+impl ModelList {
     /// Builds the answers for `config`; `path` is where they are served (`None`: nowhere).
     pub fn build(config: &Config, path: Option<&str>) -> ModelList {
         let exact = |patterns: &[ModelPattern]| -> Vec<String> {
@@ -112,12 +131,7 @@ impl ModelList {
     /// models path or one of its items. `anthropic` tells whether the request carries
     /// `anthropic-version` (asked only for the models path).
     pub fn answer(&self, path: &str, anthropic: impl FnOnce() -> bool) -> Option<Answer<'_>> {
-        let base = self.path.as_deref()?;
-        let path = path.split_once('?').map_or(path, |(p, _)| p);
-        let rest = path.strip_prefix(base)?;
-        if !rest.is_empty() && !rest.starts_with('/') {
-            return None;
-        }
+        let rest = below(self.path.as_deref()?, path)?;
         let anthropic = anthropic();
         if rest.is_empty() || rest == "/" {
             let list = if anthropic {
@@ -217,6 +231,21 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(&l.answer("/v1/models/o3", || true).unwrap().body).unwrap();
         assert_eq!(v["display_name"], "o3");
+    }
+
+    #[test]
+    fn answered_from_the_configuration_at_its_models_path_only() {
+        let c = Config::from_json(GW.as_bytes(), &|_| None).unwrap();
+        let built = list(GW);
+        let a = answer(&c, "/v1/models?x=1", || false).unwrap();
+        assert_eq!(a, built.answer("/v1/models", || false).unwrap());
+        let one = answer(&c, "/v1/models/o3", || true).unwrap();
+        assert_eq!(one, built.answer("/v1/models/o3", || true).unwrap());
+        assert!(answer(&c, "/v1/chat/completions", || panic!("read")).is_none());
+        assert!(answer(&c, "/v1/modelsx", || panic!("read")).is_none());
+        let off = GW.replacen('{', r#"{"models_path":"","#, 1);
+        let off = Config::from_json(off.as_bytes(), &|_| None).unwrap();
+        assert!(answer(&off, "/v1/models", || false).is_none());
     }
 
     #[test]

@@ -101,11 +101,6 @@ impl Config {
         })
     }
 
-    /// Entry `entry` of chain `chain` (a plan's chain); `None` for ids out of range.
-    pub fn entry(&self, chain: ChainId, entry: EntryId) -> Option<&ChainEntry> {
-        self.chain(chain)?.entry(entry)
-    }
-
     pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
         ProviderId::new(self.providers.iter().position(|p| p.name == name)?)
     }

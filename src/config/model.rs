@@ -171,8 +171,8 @@ pub struct Config {
     pub fingerprint: u64,
     /// Some chain names callers: chain selection must look past the first generic match.
     pub caller_chains: bool,
-    /// Where the filter answers `GET /v1/models` itself (`None`: turned off); the answers are
-    /// built once from the chains by `models::ModelList::for_config`, outside this module.
+    /// Where the filter answers `GET /v1/models` itself (`None`: turned off); `models::answer`
+    /// builds the answers from the chains, outside this module.
     pub models_path: Option<String>,
     /// Which caller headers reach which provider (from each provider's `forward`).
     pub forwarding: crate::forward::HeaderPolicy,

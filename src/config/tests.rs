@@ -318,3 +318,29 @@ fn forward_headers_take_names_patterns_or_all() {
     assert!(e[1].starts_with("providers[1].forward_headers[0]"), "{e:?}");
     assert!(e[2].starts_with("providers[1].forward_headers[1]"), "{e:?}");
 }
+
+#[test]
+fn chains_past_what_a_chain_id_holds_are_refused() {
+    let chains: Vec<String> = (0..257)
+        .map(|i| format!(r#"{{"name":"c{i}","providers":["a"]}}"#))
+        .collect();
+    let json = format!(
+        r#"{{"providers":[{{"name":"a"}}],"chains":[{}]}}"#,
+        chains.join(",")
+    );
+    let errors = load(&json).unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.field == "chains" && e.problem.contains("at most 256")),
+        "{errors:?}"
+    );
+    let fits = (0..256)
+        .map(|i| format!(r#"{{"name":"c{i}","providers":["a"]}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(load(&format!(
+        r#"{{"providers":[{{"name":"a"}}],"chains":[{fits}]}}"#
+    ))
+    .is_ok());
+}

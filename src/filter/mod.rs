@@ -5,7 +5,6 @@
 mod envoy_host;
 
 use crate::config::{Config, Role};
-use crate::models::ModelList;
 use crate::roles::{self, Downstream, Flow, Metrics, Upstream};
 use envoy_host::EnvoyHost;
 use proxy_wasm::hostcalls;
@@ -25,7 +24,7 @@ proxy_wasm::main! {{
         let _ = hostcalls::log(LogLevel::Critical, &format!("llm_failover: panic: {info}"));
     }));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(Root { config: None, metrics: None, models: None })
+        Box::new(Root { config: None, metrics: None })
     });
 }}
 
@@ -33,8 +32,6 @@ proxy_wasm::main! {{
 struct Root {
     config: Option<Rc<Config>>,
     metrics: Option<Rc<Metrics>>,
-    /// The `GET /v1/models` answers (the downstream role serves them).
-    models: Option<Rc<ModelList>>,
 }
 
 impl Context for Root {}
@@ -55,7 +52,6 @@ impl RootContext for Root {
                 if config.role == Role::Downstream {
                     self.set_tick_period(GAUGE_REFRESH);
                 }
-                self.models = Some(Rc::new(ModelList::for_config(&config)));
                 let (config, metrics) = (Rc::new(config), Rc::new(metrics));
                 roles::registry::register(&config, &metrics);
                 self.metrics = Some(metrics);
@@ -83,12 +79,9 @@ impl RootContext for Root {
         let config = Rc::clone(self.config.as_ref()?);
         let metrics = Rc::clone(self.metrics.as_ref()?);
         Some(match config.role {
-            Role::Downstream => {
-                let models = Rc::clone(self.models.as_ref()?);
-                Box::new(DownstreamContext(Downstream::new(
-                    EnvoyHost, config, metrics, models,
-                )))
-            }
+            Role::Downstream => Box::new(DownstreamContext(Downstream::new(
+                EnvoyHost, config, metrics,
+            ))),
             Role::Upstream => Box::new(UpstreamContext(Upstream::new(EnvoyHost, config, metrics))),
         })
     }

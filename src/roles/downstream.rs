@@ -16,7 +16,6 @@ use crate::health::{Admission, BreakerState, Health};
 use crate::host::FixedClock;
 use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
-use crate::models::ModelList;
 use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
 use crate::reply::Reply;
 use crate::status;
@@ -33,8 +32,6 @@ pub struct Downstream<H: Host> {
     host: H,
     config: Rc<Config>,
     metrics: Rc<Metrics>,
-    /// The `GET /v1/models` answers, built with the configuration.
-    models: Rc<ModelList>,
     no_fallback: bool,
     caller: Option<String>,
     /// The caller's `:path` and `:authority`, for attempts that must restore them.
@@ -94,12 +91,11 @@ impl<H: Host> AnswerReads for Reads<'_, H> {
 }
 
 impl<H: Host> Downstream<H> {
-    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>, models: Rc<ModelList>) -> Self {
+    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
         Downstream {
             host,
             config,
             metrics,
-            models,
             no_fallback: false,
             caller: None,
             path: String::new(),
@@ -170,7 +166,7 @@ impl<H: Host> Downstream<H> {
                 .is_some()
         };
         let Some((answer, with_body)) =
-            intake::models_request(&self.models, &self.path, method, anthropic)
+            intake::models_request(&self.config, &self.path, method, anthropic)
         else {
             return false;
         };

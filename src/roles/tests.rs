@@ -8,7 +8,6 @@ use super::*;
 use crate::classify::Class;
 use crate::host::{Cas, MemoryStore};
 use crate::metrics as names;
-use crate::models::ModelList;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -268,7 +267,6 @@ struct Gateway {
     /// The upstream role's configuration (the same unless a test makes the roles drift).
     up_config: Rc<Config>,
     down_metrics: Rc<Metrics>,
-    models: Rc<ModelList>,
     up_metrics: Rc<Metrics>,
     /// Every attempt goes to the first attempt's cluster (a route without
     /// `refresh_cluster_on_retry`).
@@ -291,13 +289,11 @@ impl Gateway {
         init_health_records(&config, &root);
         let down_metrics = Rc::new(Metrics::new(&config, &root));
         let up_metrics = Rc::new(Metrics::new(&config, &root));
-        let models = Rc::new(ModelList::for_config(&config));
         Gateway {
             world,
             up_config: Rc::clone(&config),
             config,
             down_metrics,
-            models,
             up_metrics,
             sticky_cluster: false,
             spill: 0,
@@ -338,7 +334,6 @@ impl Gateway {
             host.clone(),
             Rc::clone(&self.config),
             Rc::clone(&self.down_metrics),
-            Rc::clone(&self.models),
         );
         let mut flow = down.on_request_headers(body.is_empty());
         if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
@@ -783,7 +778,6 @@ fn an_unreadable_path_is_refused() {
         host.clone(),
         Rc::clone(&gw.config),
         Rc::clone(&gw.down_metrics),
-        Rc::clone(&gw.models),
     );
     assert_eq!(down.on_request_headers(true), Flow::Pause);
     let reply = host.stream.local_reply.borrow().clone();

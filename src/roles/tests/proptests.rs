@@ -4,7 +4,6 @@
 //! in Envoy; proptest reports the smallest input that does it.
 
 use super::*;
-use crate::models::ModelList;
 use proptest::prelude::*;
 
 const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
@@ -188,13 +187,7 @@ fn drive(config_json: &str, request: Headers, body: Vec<u8>, turns: Vec<Turn>) -
     };
     *host.stream.request.borrow_mut() = request;
     *host.stream.request_body.borrow_mut() = body.clone();
-    let models = Rc::new(ModelList::for_config(&config));
-    let mut down = Downstream::new(
-        host.clone(),
-        Rc::clone(&config),
-        Rc::clone(&metrics),
-        models,
-    );
+    let mut down = Downstream::new(host.clone(), Rc::clone(&config), Rc::clone(&metrics));
     let mut flow = down.on_request_headers(body.is_empty());
     if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() && !body.is_empty() {
         let half = body.len() / 2;
