@@ -425,13 +425,94 @@ fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     Some(rest.strip_prefix(b" ").unwrap_or(rest))
 }
 
+/// Whether an SSE `data` payload is a JSON object with an `error` member, or whose `object` or
+/// `type` member is the string `"error"`. Read by [`ErrorProbe`] rather than into a
+/// `serde_json::Value`, whose tree builder would be the module's only use of it (about 8 KB).
 fn data_is_error(data: &[u8]) -> bool {
-    let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(data) else {
-        return false;
-    };
-    object.contains_key("error")
-        || object.get("object").and_then(|v| v.as_str()) == Some("error")
-        || object.get("type").and_then(|v| v.as_str()) == Some("error")
+    serde_json::from_slice::<ErrorProbe>(data).is_ok_and(|probe| probe.0)
+}
+
+/// A JSON object read member by member. It accepts and refuses exactly what parsing into a
+/// `serde_json::Value` does (every nested value is visited the same way, so the same nesting
+/// limit and number and string checks apply), and a repeated member counts by its last
+/// occurrence, as in a map.
+struct ErrorProbe(bool);
+
+/// Any JSON value, visited whole: whether it is the string `"error"`.
+struct IsErrorText(bool);
+
+impl<'de> serde::Deserialize<'de> for ErrorProbe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = ErrorProbe;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ErrorProbe, A::Error> {
+                let (mut error, mut object, mut kind) = (false, false, false);
+                while let Some(name) = map.next_key::<String>()? {
+                    let value = map.next_value::<IsErrorText>()?.0;
+                    match name.as_str() {
+                        "error" => error = true,
+                        "object" => object = value,
+                        "type" => kind = value,
+                        _ => {}
+                    }
+                }
+                Ok(ErrorProbe(error || object || kind))
+            }
+        }
+        d.deserialize_any(Members)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for IsErrorText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> serde::de::Visitor<'de> for Any {
+            type Value = IsErrorText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<IsErrorText, E> {
+                Ok(IsErrorText(false))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<IsErrorText, E> {
+                Ok(IsErrorText(false))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<IsErrorText, E> {
+                Ok(IsErrorText(false))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<IsErrorText, E> {
+                Ok(IsErrorText(false))
+            }
+            fn visit_unit<E>(self) -> Result<IsErrorText, E> {
+                Ok(IsErrorText(false))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<IsErrorText, E> {
+                Ok(IsErrorText(text == "error"))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<IsErrorText, A::Error> {
+                while seq.next_element::<IsErrorText>()?.is_some() {}
+                Ok(IsErrorText(false))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<IsErrorText, A::Error> {
+                while map.next_entry::<IsErrorText, IsErrorText>()?.is_some() {}
+                Ok(IsErrorText(false))
+            }
+        }
+        d.deserialize_any(Any)
+    }
 }
 
 #[cfg(test)]

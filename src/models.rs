@@ -11,7 +11,7 @@
 
 use crate::config::{any_matches, Chain, Config, ModelPattern};
 use crate::reply::Reply;
-use serde_json::json;
+use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The prebuilt answers.
@@ -32,6 +32,31 @@ pub struct Answer<'a> {
     pub body: std::borrow::Cow<'a, str>,
     /// `x-should-retry` for error answers.
     pub should_retry: Option<bool>,
+}
+
+// The listed objects, members in the order a `serde_json::Value` (sorted keys) printed them. Plain
+// structs rather than `json!` values: serialising a `Value` links serde_json's float printer into
+// the module (about 20 KB) for objects that hold no float.
+#[derive(Serialize)]
+struct OpenAiModel<'a> {
+    created: u64,
+    id: &'a str,
+    object: &'static str,
+    owned_by: &'a str,
+}
+
+#[derive(Serialize)]
+struct AnthropicModel<'a> {
+    created_at: &'static str,
+    display_name: &'a str,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// JSON text of a value made of strings and integers (cannot fail).
+fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 /// The first provider of `chain` that serves `model` (after the entry's rewrite).
@@ -99,10 +124,20 @@ impl ModelList {
                 .filter(|c| any_matches(&c.models, &name))
                 .find_map(|c| first_server(config, c, &name));
             let Some(owner) = owner else { continue };
-            let openai = json!({"id": name, "object": "model", "created": 0, "owned_by": owner});
-            let anthropic = json!({"type": "model", "id": name, "display_name": name,
-                "created_at": "1970-01-01T00:00:00Z"});
-            models.insert(name, (openai.to_string(), anthropic.to_string()));
+            let openai = OpenAiModel {
+                created: 0,
+                id: &name,
+                object: "model",
+                owned_by: owner,
+            };
+            let anthropic = AnthropicModel {
+                created_at: "1970-01-01T00:00:00Z",
+                display_name: &name,
+                id: &name,
+                kind: "model",
+            };
+            let objects = (to_json(&openai), to_json(&anthropic));
+            models.insert(name, objects);
         }
         let joined = |pick: fn(&(String, String)) -> &str| -> String {
             models.values().map(pick).collect::<Vec<_>>().join(",")
@@ -111,8 +146,8 @@ impl ModelList {
         let anthropic_list = format!(
             r#"{{"data":[{}],"has_more":false,"first_id":{},"last_id":{}}}"#,
             joined(|m| &m.1),
-            json!(models.keys().next()),
-            json!(models.keys().next_back()),
+            to_json(&models.keys().next()),
+            to_json(&models.keys().next_back()),
         );
         ModelList {
             path: path.filter(|p| !p.is_empty()).map(str::to_string),
@@ -217,6 +252,29 @@ mod tests {
         assert_eq!(v["error"]["code"], "model_not_found");
         assert!(l.answer("/v1/chat/completions", || false).is_none());
         assert!(l.answer("/v1/modelsx", || false).is_none());
+    }
+
+    #[test]
+    fn objects_are_byte_for_byte_what_json_values_print() {
+        use serde_json::json;
+        let l = list(GW);
+        let name = "gpt-4.1";
+        let openai = json!({"id": name, "object": "model", "created": 0, "owned_by": "openai"});
+        let anthropic = json!({"type": "model", "id": name, "display_name": name,
+            "created_at": "1970-01-01T00:00:00Z"});
+        let one = |anthropic| l.answer("/v1/models/gpt-4.1", || anthropic).unwrap().body;
+        assert_eq!(one(false), openai.to_string());
+        assert_eq!(one(true), anthropic.to_string());
+        let page = l.answer("/v1/models", || true).unwrap().body;
+        assert!(
+            page.ends_with(r#""has_more":false,"first_id":"claude-sonnet-4-5","last_id":"o3"}"#)
+        );
+        let empty =
+            list(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}]}"#);
+        assert_eq!(
+            empty.answer("/v1/models", || true).unwrap().body,
+            r#"{"data":[],"has_more":false,"first_id":null,"last_id":null}"#
+        );
     }
 
     #[test]

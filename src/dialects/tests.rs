@@ -267,3 +267,48 @@ fn error_first_events_fail_over() {
         StreamStart::Error(Overloaded)
     );
 }
+
+#[test]
+fn error_payloads_are_judged_as_a_parsed_json_value_would_judge_them() {
+    // The reading `data_is_error` replaced: a whole `serde_json::Value`.
+    fn by_value(data: &[u8]) -> bool {
+        let Result::Ok(serde_json::Value::Object(object)) = serde_json::from_slice(data) else {
+            return false;
+        };
+        object.contains_key("error")
+            || object.get("object").and_then(|v| v.as_str()) == Some("error")
+            || object.get("type").and_then(|v| v.as_str()) == Some("error")
+    }
+    let deep = format!("{{\"error\":{}1{}}}", "[".repeat(130), "]".repeat(130));
+    let shallow = format!("{{\"error\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+    let cases: Vec<&str> = vec![
+        r#"{"error":{"message":"overloaded","type":"overloaded_error"}}"#,
+        r#"{"error":null}"#,
+        r#"{"type":"error","error":{"type":"api_error"}}"#,
+        r#"{"object":"error","message":"x"}"#,
+        r#"{"object":"chat.completion.chunk","choices":[{"delta":{"content":"\"error\""}}]}"#,
+        r#"{"type":"error","type":"message"}"#,
+        r#"{"type":"message","type":"error"}"#,
+        r#"{"type":["error"]}"#,
+        r#"{"obj\u0065ct":"\u0065rror"}"#,
+        r#"{"type":"error"} trailing"#,
+        r#"{"type":"error","n":1e400}"#,
+        r#"{"type":"error","n":-1.5e10,"m":18446744073709551616,"t":true,"u":null}"#,
+        r#"{"type":"error","s":"\ud800"}"#,
+        r#"{"type":"error","s":"bad \q escape"}"#,
+        r#"["error"]"#,
+        r#""error""#,
+        r#"{"type":"error","#,
+        r#"{"a":{"error":1},"b":[{"type":"error"}]}"#,
+        "",
+        &deep,
+        &shallow,
+    ];
+    for data in cases {
+        assert_eq!(
+            data_is_error(data.as_bytes()),
+            by_value(data.as_bytes()),
+            "{data}"
+        );
+    }
+}
