@@ -265,12 +265,12 @@ def fail_log_lines(path):
 # Envoy configurations, all derived from one rendered llm-failover config
 
 
-def render(primary, secondary, listen, admin):
+def render(primary, secondary, listen, admin, module=None):
     env = dict(os.environ, PRIMARY_PORT=str(primary), SECONDARY_PORT=str(secondary),
                TERTIARY_PORT=str(secondary), LISTEN_PORT=str(listen), ADMIN_PORT=str(admin),
                **BREAKER_ENV)
     out = RUN / f"rendered-{listen}.yaml"
-    subprocess.run([str(CLI), "render", str(DEMO), "--out", str(out), "--module", str(MODULE)],
+    subprocess.run([str(CLI), "render", str(DEMO), "--out", str(out), "--module", str(module or MODULE)],
                    env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
     return yaml.safe_load(out.read_text())
 
@@ -488,8 +488,9 @@ class Target:
     """One thing under load: an Envoy configuration (or LiteLLM)."""
 
     def __init__(self, key, label, primary, transform=None, expect_status=200,
-                 expect_provider=None, expect_attempts=None, secondary=NGINX_OK):
+                 expect_provider=None, expect_attempts=None, secondary=NGINX_OK, module=None):
         self.key, self.label, self.primary, self.secondary = key, label, primary, secondary
+        self.module = module  # None: MODULE (--module); set for --compare's "success_b"
         self.transform, self.expect_status = transform, expect_status
         self.expect_provider, self.expect_attempts = expect_provider, expect_attempts
         self.proc, self.pids, self.port, self.admin = None, None, None, None
@@ -623,7 +624,7 @@ def first_byte_rows(envoys, n, rounds):
 
 def start_envoy(t, index, envoy_bin):
     t.port, t.admin = PORT_BASE + 10 + 2 * index, PORT_BASE + 11 + 2 * index
-    cfg = render(t.primary, t.secondary, t.port, t.admin)
+    cfg = render(t.primary, t.secondary, t.port, t.admin, t.module)
     if t.transform:
         t.transform(cfg)
     path = RUN / f"envoy-{t.key}.yaml"
@@ -887,6 +888,12 @@ def main():
                     help="the wasm module to measure (copied into the run directory first)")
     ap.add_argument("--cli", default=str(CLI), help="the llm-failover CLI that renders configs")
     ap.add_argument("--litellm-venv", default=str(WORK / "litellm-venv"))
+    ap.add_argument("--compare", metavar="MODULE_B", default=None,
+                    help="also measure the success path with this second module, in the same run: "
+                         "its cells run right after --module's in every round (A/B comparison)")
+    ap.add_argument("--only", metavar="KEYS", default=None,
+                    help="comma-separated main configurations to run (e.g. plain,success); "
+                         "skips the experiments and the streaming first-byte rows")
     args = ap.parse_args()
 
     # wrk takes whole seconds.
@@ -895,7 +902,7 @@ def main():
     rounds = args.rounds or (1 if args.smoke else 3)
     bodies = ["1KB"] if args.smoke else ["1KB", "50KB"]
     conns_list = [32, 1]
-    experiments = not (args.smoke or args.no_experiments)
+    experiments = not (args.smoke or args.no_experiments or args.only)
 
     t_start = time.monotonic()
     if RUN.exists():
@@ -936,7 +943,23 @@ def main():
             f"needed): skipping the do-nothing experiments\n{problem}")
         EXPERIMENTS = [k for k in EXPERIMENTS if "noop" not in k]
 
-    keys = list(ENVOY_KEYS) + STREAM_KEYS + (EXPERIMENTS if experiments else [])
+    main_keys = list(ENVOY_KEYS)
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = [k for k in wanted if k not in ENVOY_KEYS]
+        if unknown:
+            raise SystemExit(f"bench: --only: unknown configuration(s) {unknown}; known: {ENVOY_KEYS}")
+        main_keys = [k for k in ENVOY_KEYS if k in wanted]
+    if args.compare:
+        module_b = RUN / "llm_failover_b.wasm"
+        shutil.copyfile(Path(args.compare).resolve(), module_b)
+        TARGETS["success_b"] = lambda: Target(
+            "success_b", f"llm-failover, success path, module B ({module_b.stat().st_size:,} bytes)",
+            NGINX_OK, expect_provider="primary", expect_attempts="1", module=module_b)
+        main_keys.insert(main_keys.index("success") + 1 if "success" in main_keys else len(main_keys),
+                         "success_b")
+    stream_keys = [] if args.only else STREAM_KEYS
+    keys = main_keys + stream_keys + (EXPERIMENTS if experiments else [])
     check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 7)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(keys))))
     fail_log = start_nginx(nginx_cpus)
@@ -955,7 +978,7 @@ def main():
     plan = []
     for conns in conns_list:
         for body in bodies:
-            for key in ENVOY_KEYS:
+            for key in main_keys:
                 if key not in ONE_KB_ONLY or (body == "1KB" and conns == 32):
                     plan.append((key, body, conns))
             if experiments and conns == 32:
@@ -964,16 +987,22 @@ def main():
                         plan.append((key, body, conns))
 
     results = {}
+    swap = {"success": "success_b", "success_b": "success"}
     for rnd in range(rounds):
-        for key, body, conns in plan:
+        # --compare: A B in even rounds, B A in odd ones, so neither module always goes first.
+        order_r = plan if rnd % 2 == 0 or "success_b" not in envoys else [
+            (swap.get(k, k) if "success_b" in envoys else k, b, c) for k, b, c in plan]
+        for key, body, conns in order_r:
             t = envoys[key]
             log(f"round {rnd + 1}/{rounds}: {key} {body} {conns} conns")
             r = measure(t, conns, duration, warmup, body_files[body], wrk_cpus, fail_log)
             results.setdefault((key, body, conns), []).append(r)
     for t in envoys.values():
         t.rss_loaded = rss_kib(t.pids)
-    log("streaming first byte")
-    fb_rows = first_byte_rows(envoys, 200 if args.smoke else 2000, rounds)
+    fb_rows = []
+    if stream_keys:
+        log("streaming first byte")
+        fb_rows = first_byte_rows(envoys, 200 if args.smoke else 2000, rounds)
 
     peer = None
     if args.with_litellm:
@@ -1009,7 +1038,7 @@ def main():
     rows = summarize(results, rounds)
     labels = {k: t.label for k, t in envoys.items()}
     labels["plain503"] = "plain route, failing primary (503)"
-    order = ["plain", "success", "failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS
+    order = ["plain", "success", "success_b", "failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS
     main_order = [k for k in order if not k.startswith("x_")]
     elapsed = time.monotonic() - t_start
 
@@ -1029,15 +1058,28 @@ def main():
         print("\nExperiments, failover path:\n")
         print(table(rows, labels, ["plain", "plain503", "x_fo_route", "x_fo_noop2", "failover",
                                    "plain_h2", "failover_h2"], bodies, [32]))
-    print("\nStreaming first byte (healthy SSE answer, 1 connection, requests one after another; "
-          "time from sending the request to the first body byte):\n")
-    print("| configuration | p50 ms | p90 ms | p50 over plain route |")
-    print("|---|---|---|---|")
-    for label, p50, p90 in fb_rows:
-        print(f"| {label} | {p50:.3f} | {p90:.3f} | {p50 - fb_rows[0][1]:+.3f} ms |")
-    held = fb_rows[2][1] - fb_rows[0][1]
-    print(f"\nTarget (issue 13): a healthy stream held until its first event adds <= ~1 ms p50 to "
-          f"its first byte over the plain route: {held:+.3f} ms: {'PASS' if held <= 1.0 else 'MISS'}")
+    if args.compare:
+        print("\nA/B (success path, module B vs --module, median of per-round ratios; the two ran "
+              "one after the other in every round):\n")
+        print("| body | conns | req/s B/A | p50 B/A | p99 B/A | CPU/req B/A |\n|---|---:|---:|---:|---:|---:|")
+        for conns in conns_list:
+            for body in bodies:
+                a, b = results.get(("success", body, conns)), results.get(("success_b", body, conns))
+                if not a or not b:
+                    continue
+                cols = [median([rb[m] / ra[m] for ra, rb in zip(a, b) if ra[m]])
+                        for m in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")]
+                print(f"| {body} | {conns} | " + " | ".join(f"{c:.3f}" for c in cols) + " |")
+    if fb_rows:
+        print("\nStreaming first byte (healthy SSE answer, 1 connection, requests one after another; "
+              "time from sending the request to the first body byte):\n")
+        print("| configuration | p50 ms | p90 ms | p50 over plain route |")
+        print("|---|---|---|---|")
+        for label, p50, p90 in fb_rows:
+            print(f"| {label} | {p50:.3f} | {p90:.3f} | {p50 - fb_rows[0][1]:+.3f} ms |")
+        held = fb_rows[2][1] - fb_rows[0][1]
+        print(f"\nTarget (issue 13): a healthy stream held until its first event adds <= ~1 ms p50 to "
+              f"its first byte over the plain route: {held:+.3f} ms: {'PASS' if held <= 1.0 else 'MISS'}")
     print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
           "new primary connections per request, errors:\n")
     for (key, body, conns), r in sorted(rows.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], -kv[0][2])):
@@ -1050,9 +1092,11 @@ def main():
     pages = wasm_memory_pages(MODULE)
     print(f"\nmodule: {src_module} {size:,} bytes (sha256 {hashlib.sha256(MODULE.read_bytes()).hexdigest()[:12]}); initial linear memory "
           f"{pages} pages ({(pages or 0) * 64} KiB) per VM")
-    p_idle, p_load = envoys["plain"].rss_idle, envoys["plain"].rss_loaded
-    for key in ("success", "failover") + (("x_noop2",) if "x_noop2" in envoys else ()):
-        t = envoys[key]
+    p_idle, p_load = (envoys["plain"].rss_idle, envoys["plain"].rss_loaded) if "plain" in envoys else (0, 0)
+    for key in ("success", "success_b", "failover", "x_noop2"):
+        t = envoys.get(key)
+        if t is None or "plain" not in envoys:
+            continue
         vms = t.wasm_vms() or (CONCURRENCY + 1)
         print(f"memory ({key}): Envoy RSS {t.rss_idle / 1024:.1f} MiB idle / {t.rss_loaded / 1024:.1f} MiB "
               f"after load vs plain {p_idle / 1024:.1f} / {p_load / 1024:.1f} MiB: +"

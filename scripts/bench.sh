@@ -15,6 +15,8 @@
 #   scripts/bench.sh --calibrate      Envoy CPU per kind of hostcall, and the success path's
 #                                     calls replayed with no logic (bench/calib; ~5 min)
 #   other flags go to bench/bench.py: --duration S, --warmup S, --rounds N, --no-experiments,
+#   --only plain,success (those configurations only), --compare OTHER.wasm (the success path
+#   with a second module too, A B / B A interleaved in every round, with a B/A ratio table),
 #   --no-build (use the existing dist/ and target/release builds)
 # Needs: nginx and wrk (apt-get installs them when run as root), Envoy from scripts/setup.sh
 # (.venv/bin/envoy), the wasm module and CLI from scripts/build.sh (run here unless --no-build),
@@ -32,7 +34,7 @@ for a in "$@"; do
     --no-build) build=0 ;;
     --profile) profile=1; args+=("$a") ;;
     --with-litellm) litellm=1; args+=("$a") ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) args+=("$a") ;;
   esac
 done
