@@ -337,16 +337,19 @@ pub enum Hold {
 
 /// Whether to hold an answer with `status` to read the start of its body. The healthy
 /// non-streaming path reads nothing more; a streamed request's `200` reads its content type
-/// (`event_stream`).
+/// (`content_type`). Never when the configuration turns holding off (Envoy 1.36 crashes
+/// retrying a held answer: the renderer turns it off there).
 pub fn hold(
+    config: &Config,
     a: &Attempt<'_, '_>,
     status: u16,
     end_of_stream: bool,
-    event_stream: impl FnOnce() -> bool,
+    content_type: impl FnOnce() -> Option<Vec<u8>>,
 ) -> Option<Hold> {
-    if end_of_stream {
+    if end_of_stream || !config.hold_answers {
         return None;
     }
+    let event_stream = || content_type().is_some_and(|v| dialects::is_event_stream(&v));
     if status == 200 {
         (a.plan.stream && event_stream()).then_some(Hold::Stream)
     } else {

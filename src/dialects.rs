@@ -367,6 +367,14 @@ fn matches_at(hay: &[u8], mut i: usize, needle: &[u8]) -> bool {
 // ---------------------------------------------------------------------------------------------
 // The first event of a 200 stream.
 
+/// Whether a `content-type` value announces an event stream (`text/event-stream`, any case,
+/// parameters allowed).
+pub fn is_event_stream(content_type: &[u8]) -> bool {
+    content_type
+        .get(..17)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
+}
+
 /// What to do with the start of a `200 text/event-stream` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamStart {

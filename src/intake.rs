@@ -2,7 +2,8 @@
 //! what each request header means, whether the request is for the status endpoint, what the
 //! body asks for, and, once planned, everything to publish for the route and the attempts.
 
-use crate::config::Config;
+use crate::config::{Config, Routing};
+use crate::group;
 use crate::handoff::PlanRecord;
 use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::models;
@@ -72,6 +73,13 @@ pub fn opts_out(value: &[u8]) -> bool {
 /// The request could not be read well enough to route it.
 pub fn unreadable_request() -> Reply {
     Reply::invalid_request("the request's :path or :authority is not valid UTF-8")
+}
+
+/// The `413` for a body larger than `body_limit` (set for Envoy < 1.39, whose route buffers a
+/// retried body up to twice the limit); `None` when the body fits or there is no limit.
+pub fn body_too_large(config: &Config, body_size: usize) -> Option<Reply> {
+    let limit = config.body_limit.filter(|l| body_size as u64 > *l)?;
+    Some(Reply::body_too_large(limit as usize))
 }
 
 /// How the status endpoint (SPEC section 10) answers a request.
@@ -224,6 +232,25 @@ pub fn skip_log(
     Some(log)
 }
 
+/// What the route reads to send the request's attempts, handed to `set` as (property, value):
+/// in router mode one slot property per attempt ([`slot_clusters`]); in grouping mode (Envoy <
+/// 1.39, routing once per request) the grouping cluster of the plan's provider order
+/// (`group::route_cluster`).
+pub fn route_properties(config: &Config, plan: &Plan, mut set: impl FnMut(&'static str, &str)) {
+    if config.routing == Routing::Groups {
+        if let Some(chain) = config.chain(plan.chain) {
+            set(
+                wire::GROUP_PROPERTY,
+                &group::route_cluster(config, chain, &plan.slots),
+            );
+        }
+    } else {
+        for (property, cluster) in slot_clusters(config, plan) {
+            set(property, cluster);
+        }
+    }
+}
+
 /// The filter-state slot properties the route's matcher reads: (property, cluster) per attempt.
 pub fn slot_clusters<'a>(
     config: &'a Config,
@@ -286,5 +313,76 @@ impl<'a> Published<'a> {
     /// `x-envoy-max-retries`: one retry per attempt Envoy may make after the first.
     pub fn max_retries(&self, config: &Config) -> usize {
         self.attempt_limit(config).saturating_sub(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Slot;
+
+    fn config(extra: &str) -> Config {
+        let json = format!(
+            r#"{{{extra}"providers":[{{"name":"a","cluster":"ca"}},{{"name":"b","cluster":"cb"}}],
+            "chains":[{{"name":"main","providers":["a","b"]}}]}}"#
+        );
+        Config::from_json(json.as_bytes(), &|_| None).expect("valid config")
+    }
+
+    fn plan(entries: &[u8]) -> Plan {
+        Plan {
+            chain: ChainId::FIRST,
+            slots: entries
+                .iter()
+                .map(|&e| Slot {
+                    entry: e.into(),
+                    pristine: true,
+                    probe: false,
+                })
+                .collect(),
+            skipped: Vec::new(),
+            context_window: Vec::new(),
+            content_policy: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_body_past_the_limit_is_a_413_and_no_limit_takes_any() {
+        let limited = config(r#""body_limit":10,"#);
+        assert_eq!(body_too_large(&limited, 10), None);
+        let reply = body_too_large(&limited, 11).expect("too large");
+        assert_eq!((reply.status, reply.code), (413, "body_too_large"));
+        assert!(reply.message.contains("10 bytes"), "{}", reply.message);
+        assert_eq!(body_too_large(&config(""), usize::MAX), None);
+    }
+
+    #[test]
+    fn router_mode_publishes_a_slot_per_attempt_and_grouping_mode_one_group() {
+        let published = |config: &Config, entries: &[u8]| {
+            let mut out = Vec::new();
+            route_properties(config, &plan(entries), |p, v| out.push((p, v.to_string())));
+            out
+        };
+        assert_eq!(
+            published(&config(""), &[1, 0]),
+            vec![
+                (wire::SLOT_PROPERTIES[0], "cb".to_string()),
+                (wire::SLOT_PROPERTIES[1], "ca".to_string())
+            ]
+        );
+        let grouped = config(r#""routing":"groups","#);
+        let two = plan(&[1, 0]);
+        assert_eq!(
+            published(&grouped, &[1, 0]),
+            vec![(
+                wire::GROUP_PROPERTY,
+                group::route_cluster(&grouped, &grouped.chains[0], &two.slots)
+            )]
+        );
+        // One attempt goes to the provider's own cluster, in either mode.
+        assert_eq!(
+            published(&grouped, &[1]),
+            vec![(wire::GROUP_PROPERTY, "cb".to_string())]
+        );
     }
 }

@@ -190,3 +190,51 @@ fn an_attempt_envoy_starts_past_the_budget_is_refused_with_the_last_failure() {
         "the first always starts"
     );
 }
+
+#[test]
+fn answers_are_held_where_a_body_may_refine_them_and_the_configuration_allows() {
+    let c = config();
+    let p = plan(&SLOTS);
+    let a = resolve(&c, p.view(), 1).expect("attempt 1");
+    // A 200 of a request that asked for no stream: released, its content type not even read.
+    assert_eq!(
+        hold(&c, &a, 200, false, || panic!("content type read")),
+        None
+    );
+    // A failing answer a body rule may refine is held, unless it is already complete.
+    assert_eq!(hold(&c, &a, 400, false, || None), Some(Hold::Body(400)));
+    assert_eq!(hold(&c, &a, 400, true, || None), None);
+    // Holding turned off (Envoy 1.36): nothing is held.
+    let mut off = config();
+    off.hold_answers = false;
+    assert_eq!(hold(&off, &a, 400, false, || None), None);
+    // A streamed request's 200: held only when it is an event stream.
+    let record = PlanRecord {
+        stream: true,
+        ..PlanRecord {
+            config: 0,
+            chain: ChainId::FIRST,
+            start_ms: 1_000,
+            body_len: 20,
+            log_started: false,
+            stream: false,
+            slots: &SLOTS,
+            limit: 0,
+            context_window: &[],
+            content_policy: &[],
+            path: "/v1/chat",
+            authority: "gw",
+            model: "m",
+        }
+    };
+    let streamed = PlanText::decode(record.encode()).expect("decodes");
+    let a = resolve(&c, streamed.view(), 1).expect("attempt 1");
+    let sse = || Some(b"Text/Event-Stream; charset=utf-8".to_vec());
+    assert_eq!(hold(&c, &a, 200, false, sse), Some(Hold::Stream));
+    assert_eq!(
+        hold(&c, &a, 200, false, || Some(b"application/json".to_vec())),
+        None
+    );
+    assert_eq!(hold(&c, &a, 200, false, || None), None);
+    assert_eq!(hold(&off, &a, 200, false, sse), None);
+}

@@ -312,3 +312,12 @@ fn error_payloads_are_judged_as_a_parsed_json_value_would_judge_them() {
         );
     }
 }
+
+#[test]
+fn event_streams_are_told_by_their_content_type_in_any_case() {
+    assert!(is_event_stream(b"text/event-stream"));
+    assert!(is_event_stream(b"Text/Event-Stream; charset=utf-8"));
+    assert!(!is_event_stream(b"application/json"));
+    assert!(!is_event_stream(b"text/event"));
+    assert!(!is_event_stream(b""));
+}

@@ -103,6 +103,14 @@ pub enum Admission {
     Dead,
 }
 
+impl Admission {
+    /// The breaker state the gauge must show after this admission, when it changes it: a
+    /// request that claimed the probe after the cooldown made the breaker half-open.
+    pub fn shown_state(self) -> Option<BreakerState> {
+        matches!(self, Admission::Available { probe: true, .. }).then_some(BreakerState::HalfOpen)
+    }
+}
+
 const AVAILABLE: Admission = Admission::Available {
     pristine: true,
     probe: false,

@@ -653,3 +653,19 @@ fn snapshot_shows_everything_the_status_endpoint_needs() {
     f.clock.advance(30 * S);
     assert_eq!(h.snapshot("p").failures_in_window, 0);
 }
+
+#[test]
+fn only_a_claimed_probe_moves_the_gauge_to_half_open() {
+    assert_eq!(PROBE.shown_state(), Some(BreakerState::HalfOpen));
+    for unchanged in [
+        AVAILABLE,
+        Admission::Available {
+            pristine: false,
+            probe: false,
+        },
+        Admission::BreakerOpen,
+        Admission::Dead,
+    ] {
+        assert_eq!(unchanged.shown_state(), None, "{unchanged:?}");
+    }
+}

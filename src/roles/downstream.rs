@@ -7,17 +7,15 @@ use super::{
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
 use crate::classify::Class;
-use crate::config::{Config, Routing};
+use crate::config::Config;
 use crate::forward::{self, Verdict};
-use crate::group;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
-use crate::health::{Admission, BreakerState, Health};
+use crate::health::{Admission, Health};
 use crate::host::FixedClock;
 use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
 use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
-use crate::reply::Reply;
 use crate::status;
 use crate::wire;
 use std::cell::Cell;
@@ -62,10 +60,8 @@ impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
         let admission = self
             .health
             .admit(name, model, self.config.timeouts.attempt_ms);
-        if let Admission::Available { probe: true, .. } = admission {
-            // This request claimed the probe after the cooldown: half-open.
-            self.metrics
-                .breaker_state(self.host, provider, BreakerState::HalfOpen);
+        if let Some(state) = admission.shown_state() {
+            self.metrics.breaker_state(self.host, provider, state);
         }
         admission
     }
@@ -259,18 +255,9 @@ impl<H: Host> Downstream<H> {
             self.host
                 .set_header(Map::Request, "content-length", Some(&body_len.to_string()));
         }
-        if config.routing == Routing::Groups {
-            // Envoy < 1.39 routes once per request: the order's grouping cluster.
-            if let Some(chain) = config.chain(plan.chain) {
-                let cluster = group::route_cluster(&config, chain, &plan.slots);
-                self.host
-                    .set_property(wire::GROUP_PROPERTY, cluster.as_bytes());
-            }
-        } else {
-            for (property, cluster) in intake::slot_clusters(&config, &plan) {
-                self.host.set_property(property, cluster.as_bytes());
-            }
-        }
+        intake::route_properties(&config, &plan, |property, cluster| {
+            self.host.set_property(property, cluster.as_bytes());
+        });
         let published = Published {
             plan: &plan,
             stream: request.stream(),
@@ -371,9 +358,8 @@ impl<H: Host> Downstream<H> {
         if self.answered || !end_of_stream {
             return Flow::Pause;
         }
-        // Envoy < 1.39: the route's retry buffer is twice the limit, so the filter says 413.
-        if let Some(limit) = self.config.body_limit.filter(|l| body_size as u64 > *l) {
-            send_reply(&self.host, &Reply::body_too_large(limit as usize));
+        if let Some(reply) = intake::body_too_large(&self.config, body_size) {
+            send_reply(&self.host, &reply);
             self.answered = true;
             return Flow::Pause;
         }

@@ -342,21 +342,8 @@ impl<H: Host> Upstream<H> {
         let Some(a) = attempt::resolve(&self.config, current.plan.view(), current.number) else {
             return Flow::Continue;
         };
-        let event_stream = || {
-            self.host
-                .header(Map::Response, "content-type")
-                .is_some_and(|v| {
-                    v.get(..17)
-                        .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
-                })
-        };
-        // Envoy 1.36 crashes retrying a held answer: the renderer turns holding off there.
-        let hold = if self.config.hold_answers {
-            attempt::hold(&a, status, end_of_stream, event_stream)
-        } else {
-            None
-        };
-        if let Some(hold) = hold {
+        let content_type = || self.host.header(Map::Response, "content-type");
+        if let Some(hold) = attempt::hold(&self.config, &a, status, end_of_stream, content_type) {
             self.hold = Some(hold);
             return Flow::Pause;
         }
