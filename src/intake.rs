@@ -347,6 +347,29 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_header_that_is_also_a_gateway_credential_is_removed() {
+        let c = config(r#""caller_header":"X-Api-Key","#);
+        assert_eq!(
+            request_header(&c, b"x-api-key"),
+            RequestHeader::Caller { remove: true }
+        );
+        assert_eq!(
+            request_header(&c, b"authorization"),
+            RequestHeader::GatewayCredential
+        );
+        let own = config(r#""caller_header":"x-team","#);
+        assert_eq!(
+            request_header(&own, b"x-team"),
+            RequestHeader::Caller { remove: false }
+        );
+        assert_eq!(
+            request_header(&own, b"x-llm-fallback"),
+            RequestHeader::OptOut
+        );
+        assert_eq!(request_header(&own, b"x-other"), RequestHeader::Other);
+    }
+
+    #[test]
     fn a_body_past_the_limit_is_a_413_and_no_limit_takes_any() {
         let limited = config(r#""body_limit":10,"#);
         assert_eq!(body_too_large(&limited, 10), None);

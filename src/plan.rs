@@ -675,6 +675,25 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_first_generic_chain_wins_when_no_chain_names_the_caller() {
+        let c = config(
+            r#"{"caller_header":"x-team","providers":[{"name":"a"},{"name":"b"},{"name":"c"}],
+            "chains":[{"name":"team-a","callers":["team-a"],"providers":["c"]},
+                      {"name":"first","providers":["a"]},
+                      {"name":"second","providers":["b"]}]}"#,
+        );
+        for caller in [None, Some("team-z")] {
+            let facts = RequestFacts {
+                model: "m",
+                caller,
+                ..Default::default()
+            };
+            let chosen = select_chain(&c, &facts).map(|(_, c)| c.name.as_str());
+            assert_eq!(chosen, Some("first"), "{caller:?}");
+        }
+    }
+
     const LISTS: &str = r#"{"caller_header":"x-team","providers":[{"name":"a"},{"name":"b"},
         {"name":"big"},{"name":"huge"},{"name":"safe"},{"name":"private","callers":["x"]}],
         "chains":[{"name":"main","providers":["a","b"],"max_attempts":3,

@@ -238,3 +238,27 @@ fn answers_are_held_where_a_body_may_refine_them_and_the_configuration_allows() 
     assert_eq!(hold(&c, &a, 200, false, || None), None);
     assert_eq!(hold(&off, &a, 200, false, sse), None);
 }
+
+#[test]
+fn a_probes_success_is_always_reported_and_a_departed_caller_is_no_fallback() {
+    let c = config();
+    let p = plan(&SLOTS);
+    let mut a = resolve(&c, p.view(), 1).expect("attempt 1");
+    // The report is what closes a half-open breaker, whatever the slot's other flag says.
+    a.slot.probe = true;
+    let ok = Outcome {
+        class: Class::Ok,
+        status: Some(200),
+        retry_after_ms: None,
+    };
+    let s = settle(&c, &a, ok, 1_000, 1_000, &mut no_lists);
+    assert_eq!(s.report.map(|(_, r)| r.class), Some(Class::Ok));
+    // A caller that went away ends the request: Envoy retries nothing, nothing falls over.
+    let gone = Outcome {
+        class: Class::ClientDisconnect,
+        status: None,
+        retry_after_ms: None,
+    };
+    let s = settle(&c, &a, gone, 2_000, 1_000, &mut no_lists);
+    assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
+}

@@ -432,9 +432,10 @@ impl Gateway {
                         assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
                     }
                     up.on_done();
-                    let marked = host
-                        .header(Map::Response, wire::RETRY_MARKER_HEADER)
-                        .is_some();
+                    // The route retries on the marker's exact value, as the rendered policy
+                    // matches it ("0" says exhausted: no retry).
+                    let marked = host.header(Map::Response, wire::RETRY_MARKER_HEADER)
+                        == Some(wire::RETRY_MARKER_RETRY.as_bytes().to_vec());
                     if marked && retries_left {
                         continue;
                     }
@@ -1042,6 +1043,40 @@ fn a_class_with_an_alternative_list_continues_the_walk_there() {
         Some("context_window_exceeded")
     );
     assert_eq!(gw.metric(&names::fallbacks("a", "c")), 1);
+}
+
+#[test]
+fn a_walk_that_ends_with_room_left_for_a_list_is_not_retried_into_an_empty_slot() {
+    // Envoy may make 3 attempts (2 planned + room for the list), but a 500 is not the list's
+    // class: the chain is exhausted after b, whose answer the caller gets as it is.
+    let gw = Gateway::new(&THREE.replace(
+        r#""providers": ["a", {"provider": "b", "model": "b-large"}, "c"]"#,
+        r#""providers": ["a", {"provider": "b", "model": "b-large"}], "context_window": ["c"]"#,
+    ));
+    let r = gw.chat("gpt-4o", &[status(500), status(502)]);
+    assert_eq!((r.status, r.clusters()), (502, vec!["ca", "cb"]));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("b"));
+    assert_eq!(gw.metric(&names::exhausted("main")), 1);
+}
+
+#[test]
+fn a_caller_header_that_is_a_gateway_credential_is_removed_before_routing() {
+    let gw = Gateway::new(&THREE.replacen('{', r#"{"caller_header": "x-api-key","#, 1));
+    let host = Recording {
+        world: Rc::clone(&gw.world),
+        stream: Rc::default(),
+    };
+    *host.stream.request.borrow_mut() = vec![
+        (":path".into(), b"/v1/chat/completions".to_vec()),
+        ("x-api-key".into(), b"team-key".to_vec()),
+    ];
+    let mut down = Downstream::new(
+        host.clone(),
+        Rc::clone(&gw.config),
+        Rc::clone(&gw.down_metrics),
+    );
+    assert_eq!(down.on_request_headers(false), Flow::Pause);
+    assert_eq!(host.header(Map::Request, "x-api-key"), None);
 }
 
 // ---------------------------------------------------------------------------------------------
