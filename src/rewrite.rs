@@ -444,13 +444,15 @@ impl Containers {
     }
 }
 
-struct Scanner<'a> {
-    b: &'a [u8],
-    i: usize,
+/// One JSON token at a time, validating as it goes (also walked by the configuration's error
+/// paths, `config::error_path`).
+pub(crate) struct Scanner<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) i: usize,
 }
 
 impl Scanner<'_> {
-    fn peek(&self) -> Option<u8> {
+    pub(crate) fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
@@ -458,7 +460,7 @@ impl Scanner<'_> {
         self.b.get(self.i..).unwrap_or_default()
     }
 
-    fn skip_ws(&mut self) {
+    pub(crate) fn skip_ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
         }
@@ -490,7 +492,7 @@ impl Scanner<'_> {
 
     /// A string token starting at the current `"`; leaves `i` after the closing quote.
     /// Returns whether the string contains escapes.
-    fn string(&mut self) -> Result<bool, BodyError> {
+    pub(crate) fn string(&mut self) -> Result<bool, BodyError> {
         self.eat(b'"', "'\"'")?;
         let mut escaped = false;
         loop {
@@ -552,7 +554,7 @@ impl Scanner<'_> {
         n
     }
 
-    fn number(&mut self) -> Result<(), BodyError> {
+    pub(crate) fn number(&mut self) -> Result<(), BodyError> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
@@ -581,7 +583,11 @@ impl Scanner<'_> {
         Ok(())
     }
 
-    fn literal(&mut self, word: &'static [u8], expected: &'static str) -> Result<(), BodyError> {
+    pub(crate) fn literal(
+        &mut self,
+        word: &'static [u8],
+        expected: &'static str,
+    ) -> Result<(), BodyError> {
         for &c in word {
             self.eat(c, expected)?;
         }
@@ -694,7 +700,7 @@ fn find_string_special(bytes: &[u8]) -> Option<usize> {
         .map(|n| offset + n)
 }
 
-fn unescape(raw: &str, mut emit: impl FnMut(char) -> bool) -> Result<bool, usize> {
+pub(crate) fn unescape(raw: &str, mut emit: impl FnMut(char) -> bool) -> Result<bool, usize> {
     fn hex4(chars: &mut std::str::CharIndices<'_>) -> Option<u32> {
         let mut v = 0;
         for _ in 0..4 {

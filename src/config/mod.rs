@@ -7,6 +7,7 @@
 //! collecting into a path-scoped [`Problems`].
 
 mod chains;
+mod error_path;
 mod model;
 mod policies;
 mod problems;
@@ -26,12 +27,10 @@ impl Config {
         json: &[u8],
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, Vec<ConfigError>> {
-        let de = &mut serde_json::Deserializer::from_slice(json);
-        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
+        let raw: RawConfig = serde_json::from_slice(json).map_err(|e| {
             vec![ConfigError {
-                field: if field == "." { String::new() } else { field },
-                problem: e.into_inner().to_string(),
+                field: error_path::of(json, &e),
+                problem: e.to_string(),
             }]
         })?;
         let mut config = Config::from_raw(raw, env)?;

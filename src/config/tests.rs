@@ -193,6 +193,80 @@ fn unknown_fields_are_refused_with_their_path() {
     );
 }
 
+/// A parse error's one problem: `(field, problem up to " at line")`.
+fn parse_error(json: &str) -> (String, String) {
+    let e = load(json).expect_err("config should be refused");
+    assert_eq!(e.len(), 1, "{e:?}");
+    let problem = e[0].problem.split(" at line").next().unwrap_or_default();
+    (e[0].field.clone(), problem.to_string())
+}
+
+#[test]
+fn parse_errors_name_the_field() {
+    let chain = r#""chains":[{"name":"c","providers":["a"]}]"#;
+    let cases = [
+        // A value of the wrong type: the value.
+        (
+            format!(r#"{{"providers":[{{"name":"a","models":"gpt"}}],{chain}}}"#),
+            "providers[0].models",
+            "invalid type: string \"gpt\", expected a sequence",
+        ),
+        (
+            format!(r#"{{"providers":[{{"name":"a"}}],{chain},"breaker":{{"window":"soon"}}}}"#),
+            "breaker.window",
+            "unknown unit in duration \"soon\": use ms, s, m or h (e.g. \"30s\")",
+        ),
+        // A missing field: the object.
+        (
+            format!(r#"{{"providers":[{{"cluster":"x"}}],{chain}}}"#),
+            "providers[0]",
+            "missing field `name`",
+        ),
+        (
+            r#"{"providers":[]}"#.to_string(),
+            "",
+            "missing field `chains`",
+        ),
+        // A chain entry that is neither a name nor {provider, model}: the entry.
+        (
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",5,"a"]}]}"#
+                .to_string(),
+            "chains[0].providers[1]",
+            "data did not match any variant of untagged enum RawChainEntry",
+        ),
+        (
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",5]}]}"#
+                .to_string(),
+            "chains[0].providers[1]",
+            "data did not match any variant of untagged enum RawChainEntry",
+        ),
+        // Not JSON: the innermost value where it stops being JSON (an object, where a member
+        // name belongs: serde_path_to_error printed `providers[0].?`).
+        (
+            r#"{"providers":[{"name":"a""#.to_string(),
+            "providers[0]",
+            "EOF while parsing an object",
+        ),
+        (
+            r#"{"providers":[{"name":tru}]}"#.to_string(),
+            "providers[0].name",
+            "expected ident",
+        ),
+        (
+            "5".to_string(),
+            "",
+            "invalid type: integer `5`, expected struct RawConfig",
+        ),
+    ];
+    for (json, field, problem) in cases {
+        assert_eq!(
+            parse_error(&json),
+            (field.to_string(), problem.to_string()),
+            "{json}"
+        );
+    }
+}
+
 #[test]
 fn every_problem_is_reported_at_once() {
     let e = errors_of(
