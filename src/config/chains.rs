@@ -5,7 +5,7 @@ use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
 use super::{Chain, ChainEntry, EntryId, ModelPattern, ProviderId, MAX_CHAINS, MAX_CHAIN_LEN};
 use crate::classify::{Class, FailoverSet};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Checks the list itself (reported before any provider's problems, as it always was).
 pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
@@ -22,11 +22,11 @@ pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
 
 pub fn validate(
     raw: &[RawChain],
-    providers: &HashMap<&str, usize>,
+    providers: &BTreeMap<&str, usize>,
     problems: &mut Problems,
 ) -> Vec<Chain> {
     let mut chains = Vec::with_capacity(raw.len());
-    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, c) in raw.iter().enumerate() {
         let mut at = problems.at(format!("chains[{i}]"));
         if names.insert(c.name.as_str(), i).is_some() {
@@ -40,7 +40,7 @@ pub fn validate(
     chains
 }
 
-fn validate_one(c: &RawChain, providers: &HashMap<&str, usize>, at: &mut At) -> Chain {
+fn validate_one(c: &RawChain, providers: &BTreeMap<&str, usize>, at: &mut At) -> Chain {
     if !is_token(&c.name) {
         at.field(
             "name",
@@ -139,7 +139,7 @@ fn validate_one(c: &RawChain, providers: &HashMap<&str, usize>, at: &mut At) -> 
 fn resolve(
     list: &str,
     raw: &[RawChainEntry],
-    providers: &HashMap<&str, usize>,
+    providers: &BTreeMap<&str, usize>,
     at: &mut At,
     entries: &mut Vec<ChainEntry>,
 ) -> Vec<EntryId> {

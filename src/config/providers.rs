@@ -5,13 +5,13 @@ use super::problems::{is_header_name, is_token, At, Problems};
 use super::raw::{RawCredential, RawForward, RawProvider};
 use super::{ModelPattern, Provider, MAX_PROVIDERS};
 use crate::forward::Forward;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// The validated providers, their places in the list by name (a chain entry makes its
 /// `ProviderId` from one), and the headers every attempt clears.
 pub struct Providers<'r> {
     pub list: Vec<Provider>,
-    pub ids: HashMap<&'r str, usize>,
+    pub ids: BTreeMap<&'r str, usize>,
     /// Every header any provider sets (credentials and extra headers) and the caller's gateway
     /// credential, lowercase, each once.
     pub cleared_headers: Vec<String>,
@@ -38,7 +38,7 @@ pub fn validate<'r>(
 ) -> Providers<'r> {
     let mut out = Providers {
         list: Vec::with_capacity(raw.len()),
-        ids: HashMap::new(),
+        ids: BTreeMap::new(),
         cleared_headers: Vec::new(),
     };
     for (i, p) in raw.iter().enumerate() {

@@ -16,7 +16,7 @@ use crate::ids::{ChainId, ProviderId};
 use crate::metrics as names;
 use crate::plan::SkipReason;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 const CLASSES: usize = Class::ALL.len();
 const REASONS: usize = 4;
@@ -38,8 +38,9 @@ pub struct Metrics {
     skipped: Vec<Cell<Option<u32>>>,
     /// Chain index -> counter id.
     exhausted: Vec<Cell<Option<u32>>>,
-    /// (from, to) -> counter id.
-    fallbacks: RefCell<HashMap<(ProviderId, ProviderId), u32>>,
+    /// (from, to) -> counter id. A BTreeMap, as every map in the module: std's HashMap would
+    /// bring SipHash and its random keys (about 4 KB) for a few entries (issue 12).
+    fallbacks: RefCell<BTreeMap<(ProviderId, ProviderId), u32>>,
     /// Provider -> gauge id, defined at configure so every provider's state shows from the start.
     breaker: Vec<Option<u32>>,
 }
@@ -78,7 +79,7 @@ impl Metrics {
             attempts: (0..providers * CLASSES).map(|_| Cell::new(None)).collect(),
             skipped: (0..providers * REASONS).map(|_| Cell::new(None)).collect(),
             exhausted: (0..config.chains.len()).map(|_| Cell::new(None)).collect(),
-            fallbacks: RefCell::new(HashMap::new()),
+            fallbacks: RefCell::new(BTreeMap::new()),
             breaker: config
                 .providers
                 .iter()
