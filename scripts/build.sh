@@ -37,11 +37,21 @@ if [ "$MODE" = auto ]; then
   fi
 fi
 
+# Panic locations name source files; without the machine's cargo registry prefix
+# (/root/.cargo/registry/src/index.crates.io-…/serde_json-1.0.154/src/de.rs becomes
+# serde_json-1.0.154/src/de.rs) the module is smaller (issue 12) and the same wherever it is
+# built. The wasm target's flags only: host build scripts and the CLI are untouched.
+remap=""
+for d in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
+  case "$d" in *" "*) ;; *) [ -d "$d" ] && remap="$remap --remap-path-prefix=$d=" ;; esac
+done
+
 start=$SECONDS
 case "$MODE" in
   rustup)
     has_target || with_timeout 120 rustup target add "$TARGET"
-    cargo build --release --target "$TARGET" -p llm-failover --lib
+    CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${remap# }" \
+      cargo build --release --target "$TARGET" -p llm-failover --lib
     raw=$TDIR/$TARGET/release/llm_failover.wasm
     ;;
   debian)
@@ -57,9 +67,12 @@ case "$MODE" in
       apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
-    # Debian's cargo/rustc only (PATH), never rustup's rustc with Debian's std sources.
+    # Debian's cargo/rustc only (PATH), never rustup's rustc with Debian's std sources (built
+    # here, so their paths are remapped too).
+    std_src=$(/usr/bin/rustc --print sysroot)/lib/rustlib/src/rust/
+    case "$std_src" in *" "*) ;; *) remap="$remap --remap-path-prefix=$std_src=" ;; esac
     env -u RUSTUP_TOOLCHAIN PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
-      CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L native=/usr/lib/wasm32-wasi" \
+      CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L native=/usr/lib/wasm32-wasi$remap" \
       cargo build --release --target "$TARGET" -p llm-failover --lib \
       --target-dir "$TDIR/debian" -Zbuild-std=std,panic_abort
     raw=$TDIR/debian/$TARGET/release/llm_failover.wasm
