@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test of the project, in order, each under a banner with its duration:
-#   setup, build (dist/llm_failover.wasm + host CLI), rustfmt, clippy (host, and the wasm lib),
+#   setup, build (dist/llm_failover.wasm + host CLI), the module size guard (scripts/module-size.sh),
+#   rustfmt, clippy (host, and the wasm lib),
 #   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite.
 # Usage: ./scripts/test.sh [PYTEST ARGS...]      e.g. ./scripts/test.sh -k breaker
 # Env: ENVOY_VERSION=1.36 (1.36 ... 1.40, default 1.40) tests against that Envoy: installed from
@@ -54,6 +55,7 @@ if [ "${LLM_FAILOVER_TOOLCHAIN:-auto}" != debian ] && command -v rustup >/dev/nu
 if [ "$only_integration" = 1 ]; then
   skip lint-and-unit "LLM_FAILOVER_INTEGRATION_ONLY=1"
 else
+run module-size ./scripts/module-size.sh || true
 run fmt "${cargo[@]}" fmt --all -- --check || true
 run clippy-host "${cargo[@]}" clippy --workspace --all-targets -- -D warnings || true
 if [ $wasm = yes ]; then

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Module size guard (issue 12; BENCHMARKS.md "Module size"): fails when the wasm module, as
+# scripts/build.sh leaves it (release build, then wasm-opt -Oz), is larger than CEILING, so the
+# size cannot grow back unnoticed. Lower CEILING when the module gets smaller; raise it only with
+# the reason and the measured figures in BENCHMARKS.md.
+#   scripts/module-size.sh [MODULE]       (default dist/llm_failover.wasm; test.sh runs it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Bytes. Measured: 444,020 (rustup stable), see BENCHMARKS.md for the Debian build-std figure;
+# the headroom is for work in flight, not for new weight.
+CEILING=460000
+module=${1:-dist/llm_failover.wasm}
+if [ ! -f "$module" ]; then
+  echo "module-size: $module missing: run scripts/build.sh"
+  exit 1
+fi
+if ! command -v wasm-opt >/dev/null; then
+  echo "module-size: skipped: wasm-opt (binaryen) is not installed, so $module is not optimized"
+  exit 0
+fi
+size=$(wc -c <"$module")
+echo "module-size: $module: $size bytes (ceiling $CEILING)"
+if [ "$size" -gt "$CEILING" ]; then
+  echo "module-size: FAIL: $((size - CEILING)) bytes over the ceiling; BENCHMARKS.md \"Module size\" shows where the bytes go and how to measure them"
+  exit 1
+fi
