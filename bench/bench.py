@@ -890,7 +890,8 @@ def main():
     ap.add_argument("--litellm-venv", default=str(WORK / "litellm-venv"))
     ap.add_argument("--compare", metavar="MODULE_B", default=None,
                     help="also measure the success path with this second module, in the same run: "
-                         "its cells run right after --module's in every round (A/B comparison)")
+                         "its cells run next to --module's, after them in rounds 1, 3, ... and before "
+                         "them in rounds 2, 4, ... (A/B comparison, with a table of B/A ratios)")
     ap.add_argument("--only", metavar="KEYS", default=None,
                     help="comma-separated main configurations to run (e.g. plain,success); "
                          "skips the experiments and the streaming first-byte rows")
@@ -989,9 +990,9 @@ def main():
     results = {}
     swap = {"success": "success_b", "success_b": "success"}
     for rnd in range(rounds):
-        # --compare: A B in even rounds, B A in odd ones, so neither module always goes first.
+        # --compare: A B in rounds 1, 3, ..., B A in 2, 4, ..., so neither module always goes first.
         order_r = plan if rnd % 2 == 0 or "success_b" not in envoys else [
-            (swap.get(k, k) if "success_b" in envoys else k, b, c) for k, b, c in plan]
+            (swap.get(k, k), b, c) for k, b, c in plan]
         for key, body, conns in order_r:
             t = envoys[key]
             log(f"round {rnd + 1}/{rounds}: {key} {body} {conns} conns")
@@ -1060,7 +1061,7 @@ def main():
                                    "plain_h2", "failover_h2"], bodies, [32]))
     if args.compare:
         print("\nA/B (success path, module B vs --module, median of per-round ratios; the two ran "
-              "one after the other in every round):\n")
+              "next to each other in every round, A first in rounds 1, 3, ..., B first in 2, 4, ...):\n")
         print("| body | conns | req/s B/A | p50 B/A | p99 B/A | CPU/req B/A |\n|---|---:|---:|---:|---:|---:|")
         for conns in conns_list:
             for body in bodies:

@@ -16,7 +16,7 @@
 #                                     calls replayed with no logic (bench/calib; ~5 min)
 #   other flags go to bench/bench.py: --duration S, --warmup S, --rounds N, --no-experiments,
 #   --only plain,success (those configurations only), --compare OTHER.wasm (the success path
-#   with a second module too, A B / B A interleaved in every round, with a B/A ratio table),
+#   with a second module too, A B and B A in alternate rounds, with a B/A ratio table),
 #   --no-build (use the existing dist/ and target/release builds)
 # Needs: nginx and wrk (apt-get installs them when run as root), Envoy from scripts/setup.sh
 # (.venv/bin/envoy), the wasm module and CLI from scripts/build.sh (run here unless --no-build),

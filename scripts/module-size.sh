@@ -7,9 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Bytes. Measured: 444,020 (rustup stable), see BENCHMARKS.md for the Debian build-std figure;
-# the headroom is for work in flight, not for new weight.
-CEILING=460000
+# Bytes after wasm-opt. TARGET is issue 12's: below the 418,489 bytes issue 8 measured (a module
+# above it is reported, not failed); CEILING fails the run. Measured: 416,074 with rustup's stable
+# toolchain, 407,704 with Debian's (BENCHMARKS.md "Module size"); the headroom up to CEILING is for
+# work in flight, not for new weight.
+TARGET=418489
+CEILING=430000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"
@@ -20,7 +23,10 @@ if ! command -v wasm-opt >/dev/null; then
   exit 0
 fi
 size=$(wc -c <"$module")
-echo "module-size: $module: $size bytes (ceiling $CEILING)"
+echo "module-size: $module: $size bytes (target below $TARGET, ceiling $CEILING)"
+if [ "$size" -ge "$TARGET" ]; then
+  echo "module-size: WARNING: not below issue 12's target of $TARGET bytes"
+fi
 if [ "$size" -gt "$CEILING" ]; then
   echo "module-size: FAIL: $((size - CEILING)) bytes over the ceiling; BENCHMARKS.md \"Module size\" shows where the bytes go and how to measure them"
   exit 1
