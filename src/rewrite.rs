@@ -554,7 +554,7 @@ impl Scanner<'_> {
         n
     }
 
-    pub(crate) fn number(&mut self) -> Result<(), BodyError> {
+    fn number(&mut self) -> Result<(), BodyError> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
@@ -583,11 +583,7 @@ impl Scanner<'_> {
         Ok(())
     }
 
-    pub(crate) fn literal(
-        &mut self,
-        word: &'static [u8],
-        expected: &'static str,
-    ) -> Result<(), BodyError> {
+    fn literal(&mut self, word: &'static [u8], expected: &'static str) -> Result<(), BodyError> {
         for &c in word {
             self.eat(c, expected)?;
         }
@@ -609,7 +605,7 @@ impl Scanner<'_> {
 
     /// Skips one complete JSON value starting at `i` (whitespace before it allowed), without
     /// recursion: `open` tracks the containers entered so far.
-    fn value(&mut self) -> Result<(), BodyError> {
+    pub(crate) fn value(&mut self) -> Result<(), BodyError> {
         let mut open = Containers::new();
         loop {
             // A value starts here.

@@ -129,13 +129,8 @@ pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
                 expect = if object { Expect::Name } else { Expect::Value };
             }
             (Expect::Value, _, _) => {
-                let token = match c {
-                    b'"' => s.string().map(drop),
-                    b't' => s.literal(b"true", ""),
-                    b'f' => s.literal(b"false", ""),
-                    b'n' => s.literal(b"null", ""),
-                    _ => s.number(),
-                };
+                // A string, number or literal (containers were taken above).
+                let token = s.value();
                 // `01`: serde_json stops inside the number.
                 let more_digits = c != b'"' && s.peek().is_some_and(|c| c.is_ascii_digit());
                 if token.is_err() || s.i > offset || more_digits {
@@ -174,11 +169,8 @@ pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
         (_, Expect::Value) if !innermost.object && innermost.index == 0 => {
             // Right after `[`: an element refused before it was read, or the array refused
             // as a whole (by a type read with `deserialize_any`, or an enum).
-            matches!(
-                (at, message.split(',').next()),
-                (Some(b'['), Some("invalid type: sequence"))
-                    | (Some(b'{'), Some("invalid type: map"))
-            )
+            (at == Some(b'[') && message.starts_with("invalid type: sequence,"))
+                || (at == Some(b'{') && message.starts_with("invalid type: map,"))
         }
         _ => true,
     };
@@ -191,7 +183,8 @@ pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
     }
     // The one untagged enum read as an object's member, not as an array's element: a container
     // that closed inside that object is the refused value itself, not its parent.
-    let whole = innermost.object && message.contains("enum RawForward ");
+    let whole = innermost.object
+        && message.starts_with("data did not match any variant of untagged enum RawForward ");
     if let (true, false, Some(closed)) = (late && member, whole, &closed) {
         push(&mut path, closed, closed.index);
     }
