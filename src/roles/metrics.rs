@@ -130,7 +130,9 @@ impl Metrics {
         );
     }
 
-    /// `llm_failover_fallbacks_total{from, to}` += 1.
+    /// `llm_failover_fallbacks_total{from, to}` += 1. Never inlined: the map lookup stays out
+    /// of `Upstream::settle`, which every attempt runs (only a failover calls this).
+    #[inline(never)]
     pub fn fallback(&self, host: &impl Host, config: &Config, from: ProviderId, to: ProviderId) {
         let key = (from, to);
         let known = self.fallbacks.borrow().get(&key).copied();
