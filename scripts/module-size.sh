@@ -7,11 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Bytes after wasm-opt. TARGET is issue 12's: below the 418,489 bytes issue 8 measured; CEILING
-# fails the run, and is now the target itself. Measured: 415,324 with rustup's stable toolchain
-# (BENCHMARKS.md "Module size"), so about 3 KB of headroom, not room for new weight.
+# Bytes after wasm-opt. TARGET is issue 12's: below the 418,489 bytes issue 8 measured (415,324
+# with rustup's stable toolchain before the third wave, BENCHMARKS.md "Module size"). CEILING
+# fails the run: issue 21 allows the third wave (translation across vendors' APIs, envelopes,
+# attempt conduct) at most 480,000 bytes with all of it in.
 TARGET=418489
-CEILING=$((TARGET - 1))
+CEILING=480000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"
