@@ -40,6 +40,7 @@ pub mod retry_after;
 pub mod rewrite;
 pub mod roles;
 pub mod status;
+pub mod translate;
 pub mod wire;
 
 #[cfg(target_arch = "wasm32")]

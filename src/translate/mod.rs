@@ -1,0 +1,173 @@
+//! Translation between the APIs callers and providers speak (SPEC section 13): OpenAI Chat
+//! Completions and Anthropic Messages, both directions, as pure functions over bytes. The
+//! upstream role applies what they return; nothing here knows of proxy-wasm.
+//!
+//! One module per direction, named caller API `_to_` provider API:
+//! * [`chat_to_messages`]: an OpenAI Chat Completions caller served by an Anthropic Messages
+//!   provider (its request translated to Messages, the answer, errors and stream back to Chat);
+//! * [`messages_to_chat`]: an Anthropic Messages caller served by an OpenAI Chat provider.
+//!
+//! Same-API attempts never reach this module (SPEC 13: they pay nothing for it).
+
+pub mod chat_to_messages;
+pub mod messages_to_chat;
+
+/// An API (wire dialect) a caller calls or a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Api {
+    /// OpenAI Chat Completions (`/v1/chat/completions`), also spoken by Azure OpenAI, vLLM,
+    /// SGLang and Gemini's OpenAI endpoint.
+    #[default]
+    OpenAiChat,
+    /// Anthropic Messages (`/v1/messages`).
+    AnthropicMessages,
+}
+
+impl Api {
+    /// The name configuration uses (`api: openai | anthropic`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::OpenAiChat => "openai",
+            Api::AnthropicMessages => "anthropic",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Api> {
+        match name {
+            "openai" => Some(Api::OpenAiChat),
+            "anthropic" => Some(Api::AnthropicMessages),
+            _ => None,
+        }
+    }
+
+    /// The API a caller speaks, from the path it called (a query is ignored; any prefix before
+    /// the endpoint is allowed). `None` for every other endpoint (embeddings, completions,
+    /// responses, models): those are never translated.
+    pub fn of_path(path: &str) -> Option<Api> {
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        if path.ends_with("/chat/completions") {
+            Some(Api::OpenAiChat)
+        } else if path.ends_with("/messages") {
+            Some(Api::AnthropicMessages)
+        } else {
+            None
+        }
+    }
+
+    /// The path an attempt in this API goes to (before the provider's `path_prefix`).
+    pub fn endpoint(self) -> &'static str {
+        match self {
+            Api::OpenAiChat => "/v1/chat/completions",
+            Api::AnthropicMessages => "/v1/messages",
+        }
+    }
+}
+
+/// What a translated request needs besides the caller's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestContext<'a> {
+    /// The model to write into the translated body (the chain entry's, else the caller's).
+    pub model: &'a str,
+    /// `max_tokens` for a Messages provider when the caller's request sets none (Messages
+    /// requires it; the provider's configured default).
+    pub default_max_tokens: u32,
+}
+
+/// Why a request cannot be sent to a provider of another API (SPEC 2.4: the entry is skipped
+/// as `content_incompatible` before the first attempt, never discovered after sending).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untranslatable {
+    /// The body is not a JSON object.
+    NotJson,
+    /// The request uses this field (or value) in a way the target API cannot carry, and
+    /// dropping it would change the answer.
+    Field(&'static str),
+}
+
+/// The request body to send to a provider speaking `to`, from a caller speaking `from`.
+pub fn request(
+    from: Api,
+    to: Api,
+    body: &[u8],
+    cx: &RequestContext<'_>,
+) -> Result<Vec<u8>, Untranslatable> {
+    match (from, to) {
+        (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::request(body, cx),
+        (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::request(body, cx),
+        _ => Ok(body.to_vec()),
+    }
+}
+
+/// Whether a caller's request can be sent to a provider speaking `to` (the same rules as
+/// [`request`], without building the body): checked when planning, for cross-API entries only.
+pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
+    match (from, to) {
+        (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::check(body),
+        (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::check(body),
+        _ => Ok(()),
+    }
+}
+
+/// A whole (not streamed) answer of a provider speaking `provider`, in the `caller`'s API.
+/// `status` is the provider's: 2xx bodies are answers, other bodies are errors (always given
+/// back in the caller's error shape, even when they are not JSON).
+pub fn response(provider: Api, caller: Api, status: u16, body: &[u8]) -> Vec<u8> {
+    match (provider, caller) {
+        (Api::AnthropicMessages, Api::OpenAiChat) => chat_to_messages::response(status, body),
+        (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
+        _ => body.to_vec(),
+    }
+}
+
+/// An error body in `api`'s shape (the gateway's own replies to a caller of that API):
+/// OpenAI `{"error": {"message", "type", "code"}}`, Anthropic `{"type": "error", "error":
+/// {"type", "message"}}`.
+pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) -> Vec<u8> {
+    match api {
+        Api::OpenAiChat => chat_to_messages::openai_error(kind, code, message),
+        Api::AnthropicMessages => messages_to_chat::anthropic_error(status, message),
+    }
+}
+
+/// A provider's event stream translated to the caller's, event by event, whatever the chunk
+/// boundaries (state carried across events and chunks).
+#[derive(Debug)]
+pub enum StreamTranslator {
+    /// An Anthropic Messages stream to an OpenAI Chat caller.
+    MessagesToChat(chat_to_messages::stream::Translator),
+    /// An OpenAI Chat stream to an Anthropic Messages caller.
+    ChatToMessages(messages_to_chat::stream::Translator),
+}
+
+impl StreamTranslator {
+    /// `None` when the two APIs are the same (nothing to translate).
+    pub fn new(provider: Api, caller: Api) -> Option<StreamTranslator> {
+        match (provider, caller) {
+            (Api::AnthropicMessages, Api::OpenAiChat) => Some(StreamTranslator::MessagesToChat(
+                chat_to_messages::stream::Translator::default(),
+            )),
+            (Api::OpenAiChat, Api::AnthropicMessages) => Some(StreamTranslator::ChatToMessages(
+                messages_to_chat::stream::Translator::default(),
+            )),
+            _ => None,
+        }
+    }
+
+    /// Feeds the next chunk of the provider's stream (`end`: it was the last) and appends what
+    /// the caller gets to `out`: complete events only; a partial event waits for the next chunk.
+    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
+        match self {
+            StreamTranslator::MessagesToChat(t) => t.push(chunk, end, out),
+            StreamTranslator::ChatToMessages(t) => t.push(chunk, end, out),
+        }
+    }
+
+    /// The provider's stream reached its final event (`message_stop`, or OpenAI's last chunk
+    /// with a `finish_reason` and `[DONE]`): the caller's end marker was written.
+    pub fn finished(&self) -> bool {
+        match self {
+            StreamTranslator::MessagesToChat(t) => t.finished(),
+            StreamTranslator::ChatToMessages(t) => t.finished(),
+        }
+    }
+}
