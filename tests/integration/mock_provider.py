@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Programmable mock LLM provider (OpenAI-compatible), stdlib only.
+"""Programmable mock LLM provider (OpenAI Chat and Anthropic Messages, and more), stdlib only.
 
 Two listeners per mock, both bound to 127.0.0.1 by default:
 
@@ -83,6 +83,35 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
                             ``PRESETS``: ``openai_context_length``,
                             ``azure_content_filter``, ...); fields given next to
                             it override the preset's
+``strict``                  answer ``400 invalid_request_error`` (in the API's
+                            own error shape and wording) to a request the real
+                            API refuses (``mock_api_rules.py``): on
+                            ``.../messages`` no ``max_tokens``, a field Messages
+                            does not take (OpenAI's ``n``, ``stream_options``,
+                            ...), a ``system``/``tool`` role message, a tool id
+                            outside ``^[a-zA-Z0-9_-]+$``, an unanswered
+                            ``tool_use``, no ``anthropic-version`` header; on
+                            ``.../chat/completions`` Anthropic-only fields and
+                            blocks (``system``, ``top_k``, ``tool_result``), a
+                            ``tool`` message answering no call, arguments that
+                            are not a string. The record's ``rejected`` says why
+``tool_calls``              ``[{"id"?, "name", "arguments"?}]``: the answer calls
+                            these tools in the path's API (JSON: OpenAI
+                            ``tool_calls`` / Anthropic ``tool_use`` blocks; SSE:
+                            each call's arguments cut in three deltas); no text
+                            unless ``content`` or ``chunks`` is given
+``usage``                   the answer's usage object, in the path's API's own
+                            field names (cache tokens included). OpenAI streams
+                            carry it in a last chunk only when the request asks
+                            ``stream_options.include_usage`` (as OpenAI does)
+``usage_events``            Anthropic SSE: ``start`` (default: input and cache
+                            tokens in ``message_start``, output tokens in
+                            ``message_delta``), ``delta`` (all in
+                            ``message_delta``), ``both`` (both, cumulative)
+``stop_reason``             the answer's ``finish_reason`` / ``stop_reason``
+``chunk_bytes``             SSE: cut the whole stream every N bytes, whatever the
+                            event boundaries (one HTTP chunk each,
+                            ``chunk_interval_ms`` apart)
 ``times``                   (``/enqueue`` only) repeat this behaviour N times
 ==========================  ==================================================
 
@@ -118,9 +147,10 @@ equal numbers = a reused keep-alive connection), ``method``, ``path``,
 ``body_sha256``, ``time`` (epoch seconds when the request head arrived),
 ``completed_time`` (when the mock finished with it, or null while in flight),
 ``client_gone`` (the client went away while the mock delayed, hung or
-streamed), ``tls`` (see TLS above), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` |
-``closed`` | ``reset`` | ``aborted`` | ``client_gone`` | ``dropped``
-(listener taken down) | ``shutdown``), ``behaviour`` (the behaviour applied).
+streamed), ``tls`` (see TLS above), ``rejected`` (why ``strict`` refused it, else
+null), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` | ``closed`` |
+``reset`` | ``aborted`` | ``client_gone`` | ``dropped`` (listener taken down) |
+``shutdown``), ``behaviour`` (the behaviour applied).
 """
 from __future__ import annotations
 
@@ -142,13 +172,17 @@ import urllib.parse
 from itertools import count as itertools_count
 from typing import Any
 
+import mock_api_rules
+
 __all__ = ["MockProvider", "BehaviourError", "BEHAVIOUR_FIELDS"]
 
 BEHAVIOUR_FIELDS = {
     "status", "headers", "body", "content_type", "error", "content", "delay_ms",
     "action", "stream", "chunks", "first_chunk_delay_ms", "chunk_interval_ms",
     "abort_after_chunks", "abort", "close_connection", "times", "events", "preset",
+    "strict", "tool_calls", "usage", "usage_events", "stop_reason", "chunk_bytes",
 }
+USAGE_EVENTS = {"start", "delta", "both"}
 ACTIONS = {"respond", "hang", "close", "reset"}
 ABORTS = {"reset", "close", "hang"}
 MAX_HEAD = 64 * 1024
@@ -237,6 +271,23 @@ def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
     ev = b.get("events")
     if ev is not None and not (isinstance(ev, list) and all(isinstance(e, str) for e in ev)):
         raise BehaviourError("events must be a list of strings")
+    calls = b.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("name"), str)
+                and set(c) <= {"id", "name", "arguments"} for c in calls):
+            raise BehaviourError("tool_calls must be a list of {id?, name, arguments?}")
+    if "usage" in b and not isinstance(b["usage"], dict):
+        raise BehaviourError("usage must be an object")
+    if b.get("usage_events", "start") not in USAGE_EVENTS:
+        raise BehaviourError(f"usage_events must be one of {sorted(USAGE_EVENTS)}")
+    if "stop_reason" in b and not isinstance(b["stop_reason"], str):
+        raise BehaviourError("stop_reason must be a string")
+    cb = b.get("chunk_bytes")
+    if cb is not None and (not isinstance(cb, int) or cb < 1):
+        raise BehaviourError("chunk_bytes must be a positive integer")
+    if b.get("strict") not in (None, True, False):
+        raise BehaviourError("strict must be true or false")
     normalise_headers(b.get("headers"))
     return dict(b)
 
@@ -707,7 +758,7 @@ class MockProvider:
             "body_size": len(body), "body_sha256": hashlib.sha256(body).hexdigest(),
             "tls": conn.tls,
             "time": time.time(), "completed_time": None, "client_gone": False,
-            "outcome": "in_progress", "behaviour": behaviour,
+            "outcome": "in_progress", "behaviour": behaviour, "rejected": None,
         }
         try:
             rec["body"] = body.decode("utf-8")
@@ -752,7 +803,7 @@ class MockProvider:
                 self._finish(rec, "reset")
                 conn.reset()
                 return False
-            return self._respond(conn, req, rec, b, model, wants_stream)
+            return self._respond(conn, req, rec, b, model, wants_stream, req_json)
         except _ClientGone:
             if self._stop.is_set() or conn.dropped:
                 self._finish(rec, "shutdown" if self._stop.is_set() else "dropped")
@@ -761,9 +812,16 @@ class MockProvider:
             return False
 
     def _respond(self, conn: _Conn, req: _Request, rec: dict, b: dict,
-                 model: Any, wants_stream: bool) -> bool:
+                 model: Any, wants_stream: bool, req_json: Any = None) -> bool:
         if "preset" in b:
             b = {**PRESETS[b["preset"]], **{k: v for k, v in b.items() if k != "preset"}}
+        if b.get("strict") and _api_of(req.path) in ("messages", "chat"):
+            api = _api_of(req.path)
+            bad = mock_api_rules.problem(api, req.headers, req.body)
+            if bad is not None:
+                with self._lock:
+                    rec["rejected"] = bad[1]
+                b = {"status": 400, "body": _invalid_request(api, *bad)}
         status = int(b.get("status", 200))
         stream = b.get("stream")
         if stream is None:
@@ -813,12 +871,30 @@ class MockProvider:
         head += [f"{k}: {v}" for k, v in extra]
         head.append("transfer-encoding: chunked")
         conn.send(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        n = int(b.get("chunks", 3))
+        n = int(b.get("chunks", 0 if b.get("tool_calls") else 3))
         abort_after = b.get("abort_after_chunks")
         interval = b.get("chunk_interval_ms", 0) / 1000.0
-        events, trailer = _stream_events(_api_of(req.path), self.name, rec["id"], model, n)
+        include_usage = isinstance(req_json, dict) and isinstance(
+            req_json.get("stream_options"), dict) and \
+            req_json["stream_options"].get("include_usage") is True
+        events, trailer = _stream_events(_api_of(req.path), self.name, rec["id"], model, n, b,
+                                         include_usage)
         if b.get("first_chunk_delay_ms"):
             conn.wait(b["first_chunk_delay_ms"] / 1000.0, self._stop)
+        if b.get("chunk_bytes"):
+            # The same bytes cut every chunk_bytes bytes, whatever the event boundaries.
+            raw = b"".join(e.encode() for e in b["events"]) if b.get("events") is not None \
+                else b"".join(events + trailer)
+            size = b["chunk_bytes"]
+            for i in range(0, len(raw), size):
+                if i > 0 and interval:
+                    conn.wait(interval, self._stop)
+                conn.send(_chunk(raw[i:i + size]))
+            conn.send(b"0\r\n\r\n")
+            self._finish(rec, "streamed")
+            if close:
+                conn.close()
+            return not close
         if b.get("events") is not None:
             for i, event in enumerate(b["events"]):
                 if i > 0 and interval:
@@ -829,7 +905,7 @@ class MockProvider:
             if close:
                 conn.close()
             return not close
-        for i in range(n + 1):
+        for i in range(len(events) + 1):
             if abort_after is not None and i == abort_after:
                 mode = b.get("abort", "reset")
                 if mode == "hang":
@@ -840,7 +916,7 @@ class MockProvider:
                 else:
                     conn.reset()
                 return False
-            if i == n:
+            if i == len(events):
                 break
             if i > 0 and interval:
                 conn.wait(interval, self._stop)
@@ -852,12 +928,20 @@ class MockProvider:
         return not close
 
     def _answer(self, api: str, rid: int, model: Any, b: dict) -> dict:
-        content = b.get("content", f"Hello from {self.name} (model {model})")
+        calls = b.get("tool_calls") or []
+        text = f"Hello from {self.name} (model {model})"
+        content = b.get("content", None if calls else text)
         if api == "messages":
+            blocks = [] if content is None else [{"type": "text", "text": content}]
+            blocks += [{"type": "tool_use", "id": _call_id(c, k, "toolu_mock_"),
+                        "name": c["name"], "input": _arguments_object(c)}
+                       for k, c in enumerate(calls)]
             return {"id": f"msg_mock_{self.name}_{rid}", "type": "message", "role": "assistant",
-                    "model": model, "content": [{"type": "text", "text": content}],
-                    "stop_reason": "end_turn", "stop_sequence": None,
-                    "usage": {"input_tokens": 5, "output_tokens": 7}}
+                    "model": model, "content": blocks,
+                    "stop_reason": b.get("stop_reason", "tool_use" if calls else "end_turn"),
+                    "stop_sequence": None,
+                    "usage": b.get("usage", {"input_tokens": 5, "output_tokens": 7})}
+        content = b.get("content", text)
         if api == "responses":
             return _response_object(self.name, rid, model, content, "completed")
         if api == "embeddings":
@@ -873,14 +957,22 @@ class MockProvider:
         return self._completion(rid, model, b)
 
     def _completion(self, rid: int, model: Any, b: dict) -> dict:
-        content = b.get("content", f"Hello from {self.name} (model {model})")
+        calls = b.get("tool_calls") or []
+        content = b.get("content", None if calls else f"Hello from {self.name} (model {model})")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [
+                {"id": _call_id(c, k, "call_mock_"), "type": "function",
+                 "function": {"name": c["name"], "arguments": _arguments_text(c)}}
+                for k, c in enumerate(calls)]
         return {
             "id": f"chatcmpl-mock-{self.name}-{rid}", "object": "chat.completion",
             "created": int(time.time()), "model": model,
             "system_fingerprint": f"mock-{self.name}",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": b.get("stop_reason",
+                                                "tool_calls" if calls else "stop")}],
+            "usage": b.get("usage", CHAT_USAGE),
         }
 
     def _error_body(self, status: int, b: dict, model: Any, api: str = "chat") -> dict:
@@ -894,6 +986,39 @@ class MockProvider:
         err = {"message": message, "type": etype, "param": None, "code": code}
         err.update(b.get("error", {}))
         return {"error": err}
+
+
+CHAT_USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+
+
+def _invalid_request(api: str, param: str, message: str) -> dict:
+    """A 400 body as the API sends it for a request it refuses."""
+    if api == "messages":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param,
+                      "code": None}}
+
+
+def _call_id(call: dict, k: int, prefix: str) -> str:
+    return call.get("id") or f"{prefix}{k}"
+
+
+def _arguments_text(call: dict) -> str:
+    args = call.get("arguments", {})
+    return args if isinstance(args, str) else json.dumps(args)
+
+
+def _arguments_object(call: dict) -> Any:
+    args = call.get("arguments", {})
+    return json.loads(args) if isinstance(args, str) else args
+
+
+def _thirds(text: str) -> list[str]:
+    """A tool call's arguments cut in three deltas (as providers stream them: anywhere)."""
+    if len(text) < 3:
+        return [text]
+    a, b = len(text) // 3, 2 * len(text) // 3
+    return [text[:a], text[a:b], text[b:]]
 
 
 def _api_of(path: str) -> str:
@@ -926,30 +1051,16 @@ def _response_object(name: str, rid: int, model: Any, text: str, status: str) ->
                       "output_tokens_details": {"reasoning_tokens": 0}}}
 
 
-def _stream_events(api: str, name: str, rid: int, model: Any, n: int) -> tuple[list[bytes], list[bytes]]:
+def _stream_events(api: str, name: str, rid: int, model: Any, n: int, b: dict | None = None,
+                   include_usage: bool = False) -> tuple[list[bytes], list[bytes]]:
     """The SSE frames of a streamed answer in the API's own dialect: ``n`` content events
-    (event *i* carries the text ``"<name>:<i> "``; abort_after_chunks counts these) and the
-    closing frames."""
+    (event *i* carries the text ``"<name>:<i> "``; abort_after_chunks counts these), the events
+    of the behaviour's ``tool_calls`` (arguments cut in three deltas), and the closing frames."""
+    b = b or {}
+    calls = b.get("tool_calls") or []
     texts = [f"{name}:{i} " for i in range(n)]
     if api == "messages":
-        msg_id = f"msg_mock_{name}_{rid}"
-        events = [_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                               "delta": {"type": "text_delta", "text": t}})
-                  for t in texts]
-        if events:
-            start = _sse("message_start", {"type": "message_start", "message": {
-                "id": msg_id, "type": "message", "role": "assistant", "model": model,
-                "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": 5, "output_tokens": 0}}})
-            block = _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                                 "content_block": {"type": "text", "text": ""}})
-            events[0] = start + block + events[0]
-        trailer = [_sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                   _sse("message_delta", {"type": "message_delta",
-                                          "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                          "usage": {"output_tokens": 7}}),
-                   _sse("message_stop", {"type": "message_stop"})]
-        return events, trailer
+        return _messages_stream(name, rid, model, texts, calls, b)
     if api == "responses":
         item = f"msg_mock_{name}_{rid}"
         seq = itertools_count()
@@ -973,16 +1084,94 @@ def _stream_events(api: str, name: str, rid: int, model: Any, n: int) -> tuple[l
                   for i, t in enumerate(texts)]
         return events, [b"data: [DONE]\n\n"]
     cid = f"chatcmpl-mock-{name}-{rid}"
+    stop = b.get("stop_reason", "tool_calls" if calls else "stop")
+
+    def chunk(delta: dict, finish: str | None = None, choices: bool = True) -> bytes:
+        doc: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                               "model": model, "system_fingerprint": f"mock-{name}",
+                               "choices": [{"index": 0, "delta": delta,
+                                            "finish_reason": finish}] if choices else []}
+        if include_usage:  # OpenAI: null on every chunk, the numbers on a last one
+            doc["usage"] = None
+        return _sse(None, doc)
+
     events = []
     for i, t in enumerate(texts):
         delta: dict[str, Any] = {"content": t}
         if i == 0:
             delta["role"] = "assistant"
-        events.append(_sse(None, {"id": cid, "object": "chat.completion.chunk", "created": created,
-                                  "model": model, "system_fingerprint": f"mock-{name}",
-                                  "choices": [{"index": 0, "delta": delta,
-                                               "finish_reason": "stop" if i == n - 1 else None}]}))
-    return events, [b"data: [DONE]\n\n"]
+        events.append(chunk(delta, stop if i == n - 1 and not calls else None))
+    for k, call in enumerate(calls):
+        head: dict[str, Any] = {"tool_calls": [{
+            "index": k, "id": _call_id(call, k, "call_mock_"), "type": "function",
+            "function": {"name": call["name"], "arguments": ""}}]}
+        if not events:
+            head = {"role": "assistant", "content": None, **head}
+        events.append(chunk(head))
+        events += [chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+                   for piece in _thirds(_arguments_text(call))]
+    trailer = [chunk({}, stop)] if calls else []
+    if include_usage:
+        last = json.loads(chunk({}, choices=False)[len(b"data: "):])
+        last["usage"] = b.get("usage", CHAT_USAGE)
+        trailer.append(_sse(None, last))
+    return events, trailer + [b"data: [DONE]\n\n"]
+
+
+def _messages_stream(name: str, rid: int, model: Any, texts: list[str], calls: list[dict],
+                     b: dict) -> tuple[list[bytes], list[bytes]]:
+    """Anthropic's event sequence. ``usage_events`` says where usage goes: ``start`` (input and
+    cache tokens in message_start, output in message_delta: the API's documented form),
+    ``delta`` (all of it in message_delta only, as some compatible backends send it) or ``both``
+    (message_start, then cumulative totals again in message_delta)."""
+    usage = b.get("usage", {"input_tokens": 5, "output_tokens": 7})
+    where = b.get("usage_events", "start")
+    start_usage = {k: v for k, v in usage.items() if k != "output_tokens"}
+    start_usage["output_tokens"] = 0
+    if where == "delta":
+        start_usage = {"input_tokens": 0, "output_tokens": 0}
+    delta_usage = {"output_tokens": usage.get("output_tokens", 0)} if where == "start" \
+        else dict(usage)
+
+    def block_start(i: int, block: dict) -> bytes:
+        return _sse("content_block_start", {"type": "content_block_start", "index": i,
+                                            "content_block": block})
+
+    def block_delta(i: int, delta: dict) -> bytes:
+        return _sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                            "delta": delta})
+
+    def block_stop(i: int) -> bytes:
+        return _sse("content_block_stop", {"type": "content_block_stop", "index": i})
+
+    events = [block_delta(0, {"type": "text_delta", "text": t}) for t in texts]
+    if events:
+        events[0] = block_start(0, {"type": "text", "text": ""}) + events[0]
+    first_tool = 1 if texts else 0
+    for k, call in enumerate(calls):
+        i = first_tool + k
+        pieces = [block_delta(i, {"type": "input_json_delta", "partial_json": p})
+                  for p in _thirds(_arguments_text(call))]
+        pieces[0] = block_start(i, {"type": "tool_use", "id": _call_id(call, k, "toolu_mock_"),
+                                    "name": call["name"], "input": {}}) + pieces[0]
+        if k == 0 and texts:
+            pieces[0] = block_stop(0) + pieces[0]
+        pieces[-1] += block_stop(i)
+        events += pieces
+    stop = b.get("stop_reason", "tool_use" if calls else "end_turn")
+    trailer = ([] if calls else [block_stop(0)]) + [
+        _sse("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": stop, "stop_sequence": None},
+                               "usage": delta_usage}),
+        _sse("message_stop", {"type": "message_stop"})]
+    start = _sse("message_start", {"type": "message_start", "message": {
+        "id": f"msg_mock_{name}_{rid}", "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}})
+    if events:
+        events[0] = start + events[0]
+    else:
+        trailer[0] = start + trailer[0]
+    return events, trailer
 
 
 def _remember_sni(sock, server_name, _ctx) -> None:

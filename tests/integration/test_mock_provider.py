@@ -285,3 +285,175 @@ def test_standalone_process(local_mocks):
     m.stop()
     with pytest.raises(OSError):
         http_request(m.url, "POST", CHAT, json=chat_body(), timeout=1)
+
+
+# ------------------------------------------------- the two APIs, as the translation tests need
+
+MESSAGES = "/v1/messages"
+AV = {"anthropic-version": "2023-06-01"}
+TOOL = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
+
+
+def messages_body(**extra):
+    return {"model": "claude-x", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+@pytest.mark.parametrize("body,headers,says", [
+    ({"model": "c", "messages": [{"role": "user", "content": "hi"}]}, AV,
+     "max_tokens: Field required"),
+    (messages_body(n=1), AV, "n: Extra inputs are not permitted"),
+    (messages_body(stream_options={"include_usage": True}), AV,
+     "stream_options: Extra inputs are not permitted"),
+    (messages_body(messages=[{"role": "system", "content": "be brief"},
+                             {"role": "user", "content": "hi"}]), AV, 'Unexpected role "system"'),
+    (messages_body(messages=[{"role": "tool", "tool_call_id": "x", "content": "1"}]), AV,
+     "messages.0.role: Input should be 'user' or 'assistant'"),
+    (messages_body(messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "call.1", "name": "f",
+                                           "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call.1",
+                                      "content": "1"}]}]), AV,
+     "messages.1.content.0.tool_use.id: String should match pattern"),
+    (messages_body(messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
+                                           "input": {}}]},
+        {"role": "user", "content": "and?"}]), AV,
+     "`tool_use` ids were found without `tool_result` blocks"),
+    (messages_body(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]), AV,
+     "Input tag 'image_url'"),
+    (messages_body(temperature=1.5), AV, "temperature: Input should be less than or equal to 1"),
+    (messages_body(), {}, "anthropic-version: header is required"),
+])
+def test_strict_anthropic_refuses_what_messages_refuses(mock, body, headers, says):
+    mock.set_default(strict=True)
+    r = http_request(mock.url, "POST", MESSAGES, json=body, headers=headers)
+    assert r.status == 400, r.text
+    doc = r.json()
+    assert doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+    assert says in doc["error"]["message"]
+    assert says in mock.last_request()["rejected"]
+
+
+def test_strict_anthropic_takes_a_valid_tool_round_trip(mock):
+    mock.set_default(strict=True)
+    body = messages_body(system="be brief", stop_sequences=["END"], temperature=0.5,
+                         tools=[{"name": "f", "input_schema": {"type": "object"}}],
+                         tool_choice={"type": "auto"}, messages=[
+        {"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": "iVBORw0KGgo="}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1-a", "name": "f",
+                                           "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1-a",
+                                      "content": "1"}]}])
+    r = http_request(mock.url, "POST", MESSAGES, json=body, headers=AV)
+    assert r.status == 200 and r.json()["type"] == "message", r.text
+    assert mock.last_request()["rejected"] is None
+
+
+@pytest.mark.parametrize("body,says", [
+    (chat_body(system="be brief"), "Unrecognized request argument supplied: system"),
+    (chat_body(top_k=5), "Unrecognized request argument supplied: top_k"),
+    (chat_body(stop_sequences=["x"]), "Unrecognized request argument supplied: stop_sequences"),
+    (chat_body(messages=[{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "1"}]}]),
+     "Invalid value: 'tool_result'"),
+    (chat_body(messages=[{"role": "user", "content": "hi"},
+                         {"role": "tool", "tool_call_id": "t1", "content": "1"}]),
+     "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'"),
+    (chat_body(messages=[{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"id": "t1", "type": "function",
+                              "function": {"name": "f", "arguments": {}}}]},
+                         {"role": "tool", "tool_call_id": "t1", "content": "1"}]),
+     "expected a string, but got an object"),
+    (chat_body(stream_options={"include_usage": True}), "only allowed when 'stream' is enabled"),
+])
+def test_strict_openai_refuses_anthropic_shapes(mock, body, says):
+    mock.set_default(strict=True)
+    r = http_request(mock.url, "POST", CHAT, json=body)
+    assert r.status == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and says in err["message"]
+
+
+def test_strict_is_off_by_default(mock):
+    r = http_request(mock.url, "POST", MESSAGES, json={"model": "c", "messages": []})
+    assert r.status == 200 and mock.last_request()["rejected"] is None
+
+
+def test_tool_call_answers_in_both_apis(mock):
+    mock.set_default(tool_calls=[{"id": "call_9", **TOOL}],
+                     usage={"prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34,
+                            "prompt_tokens_details": {"cached_tokens": 20}})
+    doc = http_request(mock.url, "POST", CHAT, json=chat_body()).json()
+    choice = doc["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    call = choice["message"]["tool_calls"][0]
+    assert call["id"] == "call_9" and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == TOOL["arguments"]
+    assert doc["usage"]["prompt_tokens_details"]["cached_tokens"] == 20
+    mock.set_default(tool_calls=[{"id": "toolu_9", **TOOL}], content="Let me look.")
+    doc = http_request(mock.url, "POST", MESSAGES, json=messages_body(), headers=AV).json()
+    assert doc["stop_reason"] == "tool_use"
+    assert doc["content"] == [{"type": "text", "text": "Let me look."},
+                              {"type": "tool_use", "id": "toolu_9", "name": "get_weather",
+                               "input": TOOL["arguments"]}]
+
+
+def test_streamed_openai_tool_call_split_across_deltas_and_usage_when_asked(mock):
+    mock.set_default(tool_calls=[TOOL])
+    r = http_request(mock.url, "POST", CHAT, json=chat_body(
+        stream=True, stream_options={"include_usage": True}))
+    data = r.sse_data()
+    assert data[-1] == "[DONE]"
+    deltas = [c["choices"][0]["delta"] for c in data[:-1] if c["choices"]]
+    pieces = [d["tool_calls"][0]["function"]["arguments"] for d in deltas if "tool_calls" in d]
+    assert len([p for p in pieces if p]) == 3
+    assert json.loads("".join(pieces)) == TOOL["arguments"]
+    assert deltas[0]["tool_calls"][0]["id"] == "call_mock_0"
+    assert [c["choices"][0]["finish_reason"] for c in data[:-1] if c["choices"]][-1] \
+        == "tool_calls"
+    assert data[-2]["choices"] == [] and data[-2]["usage"]["total_tokens"] == 12
+    # Not asked: no usage chunk, as OpenAI.
+    r = http_request(mock.url, "POST", CHAT, json=chat_body(stream=True))
+    assert all("usage" not in c for c in r.sse_data()[:-1])
+
+
+@pytest.mark.parametrize("where", ["start", "delta", "both"])
+def test_streamed_anthropic_tool_use_and_usage_events(mock, where):
+    usage = {"input_tokens": 11, "cache_read_input_tokens": 40,
+             "cache_creation_input_tokens": 3, "output_tokens": 9}
+    mock.set_default(tool_calls=[TOOL], chunks=1, usage=usage, usage_events=where)
+    r = http_request(mock.url, "POST", MESSAGES, json=messages_body(stream=True), headers=AV)
+    data = r.sse_data()
+    kinds = [d["type"] for d in data]
+    assert kinds == ["message_start", "content_block_start", "content_block_delta",
+                     "content_block_stop", "content_block_start", "content_block_delta",
+                     "content_block_delta", "content_block_delta", "content_block_stop",
+                     "message_delta", "message_stop"]
+    assert data[4]["content_block"]["type"] == "tool_use" and data[4]["index"] == 1
+    assert json.loads("".join(d["delta"]["partial_json"] for d in data[5:8])) \
+        == TOOL["arguments"]
+    assert data[-2]["delta"]["stop_reason"] == "tool_use"
+    start, end = data[0]["message"]["usage"], data[-2]["usage"]
+    if where == "start":
+        assert start["cache_read_input_tokens"] == 40 and end == {"output_tokens": 9}
+    elif where == "delta":
+        assert start == {"input_tokens": 0, "output_tokens": 0} and end == usage
+    else:
+        assert start["input_tokens"] == 11 and end == usage
+
+
+def test_chunk_bytes_cuts_events_anywhere(mock):
+    whole = http_request(mock.url, "POST", MESSAGES, json=messages_body(stream=True))
+    mock.set_default(chunk_bytes=7, chunk_interval_ms=2)
+    cut = http_request(mock.url, "POST", MESSAGES, json=messages_body(stream=True))
+    assert len(cut.chunks) >= len(cut.body) // 7 // 2  # the client saw them apart (mostly)
+    assert [d["type"] for d in cut.sse_data()] == [d["type"] for d in whole.sse_data()]
+    assert cut.body.replace(b"_2", b"_1") == whole.body
