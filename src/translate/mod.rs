@@ -129,6 +129,25 @@ pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) 
     }
 }
 
+/// What a stream translator needs besides the provider's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamContext {
+    /// Unix seconds, for the `created` member of an OpenAI caller's chunks (Anthropic's events
+    /// carry no time): when the attempt started.
+    pub created: u64,
+    /// An OpenAI caller asked for usage (`stream_options.include_usage: true`, see
+    /// [`wants_stream_usage`]): its stream ends with a chunk holding `choices: []` and `usage`,
+    /// as OpenAI sends it. Unasked, that chunk is left out, as OpenAI does (a client reading
+    /// `choices[0]` of every chunk would fail on it). Anthropic callers always get usage.
+    pub include_usage: bool,
+}
+
+/// Whether an OpenAI Chat caller's request body asks for usage in its stream
+/// (`"stream_options": {"include_usage": true}`). For [`StreamContext::include_usage`].
+pub fn wants_stream_usage(body: &[u8]) -> bool {
+    chat_to_messages::stream::wants_usage(body)
+}
+
 /// A provider's event stream translated to the caller's, event by event, whatever the chunk
 /// boundaries (state carried across events and chunks).
 #[derive(Debug)]
@@ -141,10 +160,10 @@ pub enum StreamTranslator {
 
 impl StreamTranslator {
     /// `None` when the two APIs are the same (nothing to translate).
-    pub fn new(provider: Api, caller: Api) -> Option<StreamTranslator> {
+    pub fn new(provider: Api, caller: Api, cx: StreamContext) -> Option<StreamTranslator> {
         match (provider, caller) {
             (Api::AnthropicMessages, Api::OpenAiChat) => Some(StreamTranslator::MessagesToChat(
-                chat_to_messages::stream::Translator::default(),
+                chat_to_messages::stream::Translator::new(cx),
             )),
             (Api::OpenAiChat, Api::AnthropicMessages) => Some(StreamTranslator::ChatToMessages(
                 messages_to_chat::stream::Translator::default(),
