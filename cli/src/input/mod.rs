@@ -1,0 +1,441 @@
+//! Reading a failover file: `${VAR}` substitution, YAML, the renderer's own fields, and the
+//! plugin configuration validated by the filter's own code (`llm_failover::config`).
+//!
+//! One module per part of the file: `yaml` (parsing, how values are shown in messages),
+//! `listen` (`listen`, `admin`, `status_listen`), `upstream` (each provider's `endpoint`, `tls`,
+//! `sni`, `connect_timeout`, `http2`), `values` (sizes, durations, Envoy versions as written),
+//! `suggest` ("did you mean" for unknown fields); this file reads the whole file into a
+//! [`Gateway`].
+
+use crate::checks;
+use crate::diag::Diag;
+use crate::subst;
+use crate::version::{self, EnvoyVersion, Mode};
+use listen::{default_status_addr, parse_addr};
+use llm_failover::config::Config;
+use llm_failover::group::{self, Group};
+use serde_yaml_ng::{Mapping, Value};
+use suggest::explain_unknown_field;
+use upstream::{add_default_authorities, parse_upstream};
+use values::parse_envoy_version;
+use yaml::{non_empty_string, parse_yaml, show};
+
+mod listen;
+mod suggest;
+mod upstream;
+mod values;
+mod yaml;
+
+pub use listen::{
+    Addr, StatusListen, DEFAULT_ADMIN_PORT, DEFAULT_LISTEN_ADDRESS, DEFAULT_LISTEN_PORT,
+    DEFAULT_STATUS_PORT,
+};
+pub use upstream::{
+    parse_endpoint, Endpoint, Host, Upstream, DEFAULT_CONNECT_TIMEOUT_MS, PROVIDER_RENDERER_KEYS,
+};
+pub use values::parse_size;
+
+pub const DEFAULT_MODULE: &str = "dist/llm_failover.wasm";
+
+/// 10 MiB: above the 8 MiB bodies SPEC section 7 promises to replay.
+pub const DEFAULT_MAX_REQUEST_BODY: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Top-level fields only the renderer reads; everything else is plugin configuration.
+pub const RENDERER_KEYS: [&str; 8] = [
+    "listen",
+    "status_listen",
+    "admin",
+    "module",
+    "max_request_body",
+    "ca_file",
+    "istio",
+    "envoy_version",
+];
+
+/// A failover file, read and validated: everything the renderer needs.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    pub listen: Addr,
+    pub admin: Option<Addr>,
+    pub module: String,
+    pub max_request_body: u64,
+    pub ca_file: String,
+    /// The `istio:` block as written, read by `render --target istio` only (`crate::istio`).
+    pub istio: Option<Value>,
+    /// The Envoy the configuration is rendered for (`envoy_version:` or `--envoy-version`).
+    pub envoy_version: EnvoyVersion,
+    /// Where `envoy_version` was set: `Some("--envoy-version")`, `Some("envoy_version")` (the
+    /// file), or `None` (the default).
+    pub envoy_version_from: Option<&'static str>,
+    /// Grouping mode's clusters (empty in router mode).
+    pub groups: Vec<Group>,
+    /// The plugin configuration (without `role`), keys in the file's order; renderer fields
+    /// removed, renderer defaults (`authority`) added.
+    pub plugin: Mapping,
+    /// The same configuration as the filter will see it.
+    pub config: Config,
+    /// The plugin configuration JSON for the listener's filter (`"role":"downstream"`) and for
+    /// the clusters' filters (`"role":"upstream"`): identical but for the role.
+    pub downstream_json: String,
+    pub upstream_json: String,
+    /// The status endpoint's listener, when `status_path` is set.
+    pub status: Option<StatusListen>,
+    /// One per provider, in `config.providers` order.
+    pub upstreams: Vec<Upstream>,
+    /// Environment variables credentials are read from (`credential.env`), in file order.
+    pub env_keys: Vec<String>,
+    /// Cross-check findings that do not stop rendering.
+    pub warnings: Vec<Diag>,
+}
+
+/// What credential `env:` lookups return while rendering: the key itself never goes into a
+/// rendered file, Envoy passes the variable into the VM.
+fn placeholder_env(_: &str) -> Option<String> {
+    Some("rendered-placeholder".to_string())
+}
+
+/// Reads a failover file's text. `env` serves `${VAR}` substitution; `module` overrides the
+/// file's `module:`. Returns every error at once.
+pub fn load(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    module: Option<&str>,
+) -> Result<Gateway, Vec<Diag>> {
+    load_for(text, env, module, None)
+}
+
+/// [`load`] for the Envoy version `envoy_version` ("1.38"), which overrides the file's
+/// `envoy_version:`.
+pub fn load_for(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    module: Option<&str>,
+    envoy_version: Option<&str>,
+) -> Result<Gateway, Vec<Diag>> {
+    let text = subst::substitute(text, env)?;
+    let mut root = parse_yaml(&text)?;
+    let mut errors = Vec::new();
+
+    let listen = match root.shift_remove("listen") {
+        None => Addr {
+            address: DEFAULT_LISTEN_ADDRESS.into(),
+            port: DEFAULT_LISTEN_PORT,
+        },
+        Some(v) => parse_addr(&v, "listen", DEFAULT_LISTEN_PORT, &mut errors),
+    };
+    let admin = root
+        .shift_remove("admin")
+        .map(|v| parse_addr(&v, "admin", DEFAULT_ADMIN_PORT, &mut errors));
+    // `api`, or an address (default 127.0.0.1:9902); read once status_path is known.
+    let status_listen = match root.shift_remove("status_listen") {
+        Some(Value::String(s)) if s == "api" => None,
+        Some(Value::Null) => Some(default_status_addr()),
+        Some(v) if v.is_string() => {
+            errors.push(Diag::error(
+                "status_listen",
+                format!(
+                    "{} — write api, or an address such as {{address: 127.0.0.1, port: 9902}}",
+                    show(&v)
+                ),
+            ));
+            None
+        }
+        Some(v) => Some(parse_addr(
+            &v,
+            "status_listen",
+            DEFAULT_STATUS_PORT,
+            &mut errors,
+        )),
+        None => Some(default_status_addr()),
+    };
+    let file_module = root.shift_remove("module").and_then(|v| {
+        non_empty_string(
+            &v,
+            "module",
+            "the path of llm_failover.wasm as Envoy sees it",
+            &mut errors,
+        )
+    });
+    let module = module
+        .map(str::to_string)
+        .or(file_module)
+        .unwrap_or_else(|| DEFAULT_MODULE.to_string());
+    let max_request_body = match root.shift_remove("max_request_body") {
+        None => DEFAULT_MAX_REQUEST_BODY,
+        Some(v) => parse_size(&v).unwrap_or_else(|problem| {
+            errors.push(Diag::error("max_request_body", problem));
+            DEFAULT_MAX_REQUEST_BODY
+        }),
+    };
+    let ca_file = root
+        .shift_remove("ca_file")
+        .and_then(|v| {
+            non_empty_string(
+                &v,
+                "ca_file",
+                "the CA bundle TLS providers are verified against",
+                &mut errors,
+            )
+        })
+        .unwrap_or_else(|| DEFAULT_CA_FILE.to_string());
+    let istio = root.shift_remove("istio");
+    let file_version = root.shift_remove("envoy_version");
+    let envoy_version_from = match (envoy_version, &file_version) {
+        (Some(_), _) => Some("--envoy-version"),
+        (None, Some(_)) => Some("envoy_version"),
+        (None, None) => None,
+    };
+    let envoy_version = match (envoy_version, &file_version) {
+        (Some(flag), _) => EnvoyVersion::parse(flag).unwrap_or_else(|problem| {
+            errors.push(Diag::error("--envoy-version", problem));
+            version::DEFAULT
+        }),
+        (None, Some(v)) => parse_envoy_version(v).unwrap_or_else(|problem| {
+            errors.push(Diag::error("envoy_version", problem));
+            version::DEFAULT
+        }),
+        (None, None) => version::DEFAULT,
+    };
+    if root.contains_key("role") {
+        errors.push(Diag::error(
+            "role",
+            "set by the renderer (downstream on the listener, upstream on each provider cluster) — remove it",
+        ));
+        root.shift_remove("role");
+    }
+    for key in ["routing", "hold_answers", "body_limit"] {
+        if root.contains_key(key) {
+            errors.push(Diag::error(
+                key,
+                "set by the renderer from envoy_version — remove it, and set envoy_version instead",
+            ));
+            root.shift_remove(key);
+        }
+    }
+
+    // Per-provider renderer fields, by position in the file (the plugin config keeps the order).
+    let mut upstreams: Vec<Option<Upstream>> = Vec::new();
+    if let Some(Value::Sequence(providers)) = root.get_mut("providers") {
+        for (i, p) in providers.iter_mut().enumerate() {
+            let at = format!("providers[{i}]");
+            let Value::Mapping(p) = p else {
+                upstreams.push(None);
+                continue;
+            };
+            upstreams.push(parse_upstream(p, &at, &mut errors));
+        }
+    }
+
+    let json = match serde_json::to_string(&Value::Mapping(root.clone())) {
+        Ok(json) => json,
+        Err(e) => {
+            errors.push(Diag::error("", format!("cannot be turned into the plugin's JSON: {e} — use plain strings as mapping keys")));
+            return Err(errors);
+        }
+    };
+    let config = match Config::from_json(json.as_bytes(), &placeholder_env) {
+        Ok(config) => Some(config),
+        Err(config_errors) => {
+            for e in config_errors {
+                let problem = explain_unknown_field(&e.field, &e.problem);
+                errors.push(Diag::error(e.field, problem));
+            }
+            None
+        }
+    };
+    let Some(config) = config else {
+        return Err(errors);
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+
+    // Config keeps providers in file order, one per entry of the file's `providers`.
+    let mut resolved = Vec::with_capacity(config.providers.len());
+    for (i, (p, u)) in config.providers.iter().zip(upstreams).enumerate() {
+        let Some(mut u) = u else {
+            errors.push(Diag::error(
+                format!("providers[{i}]"),
+                "has no endpoint — add endpoint: host:port",
+            ));
+            continue;
+        };
+        u.provider = p.name.clone();
+        u.cluster = p.cluster.clone();
+        if let Some(first) = resolved.iter().find(|o: &&Upstream| o.cluster == u.cluster) {
+            if !first.same_cluster_settings(&u) {
+                errors.push(Diag::error(
+                    format!("providers[{i}].endpoint"),
+                    format!(
+                        "cluster {:?} is also used by provider {:?} with a different endpoint, tls, sni or connect_timeout — give both the same settings, or different clusters",
+                        u.cluster, first.provider
+                    ),
+                ));
+            }
+        }
+        resolved.push(u);
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+
+    add_default_authorities(&mut root, &resolved);
+    let status_path = root
+        .get("status_path")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    let status = match (status_path, status_listen) {
+        (None, _) => None,
+        (Some(_), None) => Some(StatusListen::Api),
+        (Some(path), Some(addr)) => {
+            // The status listener's filter answers the path; the API listener's and the
+            // clusters' filters never see it (and keep one configuration fingerprint).
+            let json = match plugin_json(&root, "downstream", envoy_version, max_request_body) {
+                Ok(json) => json,
+                Err(e) => {
+                    return Err(vec![Diag::error(
+                        "",
+                        format!("cannot be turned into the plugin's JSON: {e}"),
+                    )])
+                }
+            };
+            root.shift_remove("status_path");
+            Some(StatusListen::Own { addr, path, json })
+        }
+    };
+    let mode = envoy_version.mode();
+    let (downstream_json, upstream_json) = match (
+        plugin_json(&root, "downstream", envoy_version, max_request_body),
+        plugin_json(&root, "upstream", envoy_version, max_request_body),
+    ) {
+        (Ok(d), Ok(u)) => (d, u),
+        (Err(e), _) | (_, Err(e)) => {
+            return Err(vec![Diag::error(
+                "",
+                format!("cannot be turned into the plugin's JSON: {e}"),
+            )])
+        }
+    };
+    // What Envoy will load, checked once more as the filter will see it.
+    let config = loaded_config(&downstream_json)?;
+    let groups = match mode {
+        Mode::Router => Vec::new(),
+        Mode::Grouping => grouping_clusters(&config, envoy_version)?,
+    };
+    let env_keys = credential_env_keys(&root);
+    let warnings = checks::cross_check(&config);
+    Ok(Gateway {
+        listen,
+        admin,
+        module,
+        max_request_body,
+        ca_file,
+        istio,
+        envoy_version,
+        envoy_version_from,
+        groups,
+        plugin: root,
+        config,
+        downstream_json,
+        upstream_json,
+        status,
+        upstreams: resolved,
+        env_keys,
+        warnings,
+    })
+}
+
+impl Gateway {
+    /// The same gateway with provider `i` reaching Envoy cluster `clusters[i]` (e.g. the names
+    /// Istio gives clusters): the plugin configuration of both roles and the upstreams follow.
+    pub fn with_clusters(&self, clusters: &[String]) -> Result<Gateway, Vec<Diag>> {
+        let mut gw = self.clone();
+        if let Some(Value::Sequence(providers)) = gw.plugin.get_mut("providers") {
+            for (p, cluster) in providers.iter_mut().zip(clusters) {
+                if let Value::Mapping(p) = p {
+                    p.insert("cluster".into(), cluster.as_str().into());
+                }
+            }
+        }
+        for (u, cluster) in gw.upstreams.iter_mut().zip(clusters) {
+            u.cluster.clone_from(cluster);
+        }
+        let json_error = |e: serde_json::Error| {
+            vec![Diag::error(
+                "",
+                format!("cannot be turned into the plugin's JSON: {e}"),
+            )]
+        };
+        let version = gw.envoy_version;
+        let body = gw.max_request_body;
+        gw.downstream_json =
+            plugin_json(&gw.plugin, "downstream", version, body).map_err(json_error)?;
+        gw.upstream_json =
+            plugin_json(&gw.plugin, "upstream", version, body).map_err(json_error)?;
+        gw.config = loaded_config(&gw.downstream_json)?;
+        if version.mode() == Mode::Grouping {
+            gw.groups = grouping_clusters(&gw.config, version)?;
+        }
+        Ok(gw)
+    }
+}
+
+/// Grouping mode's clusters for `config`, or why it cannot be served on `version`.
+fn grouping_clusters(config: &Config, version: EnvoyVersion) -> Result<Vec<Group>, Vec<Diag>> {
+    group::groups(config).map_err(|errs| {
+        errs.into_iter()
+            .map(|e| Diag::error(e.field, format!("envoy_version {version}: {}", e.problem)))
+            .collect()
+    })
+}
+
+/// The configuration as the filter will read it from `json`.
+fn loaded_config(json: &str) -> Result<Config, Vec<Diag>> {
+    Config::from_json(json.as_bytes(), &placeholder_env).map_err(|errs| {
+        errs.into_iter()
+            .map(|e| Diag::error(e.field, e.problem))
+            .collect()
+    })
+}
+
+/// The plugin configuration JSON for one role, with what the renderer sets for the target
+/// Envoy (`routing`, `body_limit`, `hold_answers`).
+fn plugin_json(
+    plugin: &Mapping,
+    role: &str,
+    version: EnvoyVersion,
+    max_request_body: u64,
+) -> Result<String, serde_json::Error> {
+    let mut m = Mapping::new();
+    m.insert("role".into(), role.into());
+    if version.mode() == Mode::Grouping {
+        m.insert("routing".into(), "groups".into());
+        m.insert("body_limit".into(), max_request_body.into());
+    }
+    if !version.holds_answers() {
+        m.insert("hold_answers".into(), false.into());
+    }
+    m.extend(plugin.clone());
+    serde_json::to_string(&Value::Mapping(m))
+}
+
+fn credential_env_keys(root: &Mapping) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    let Some(Value::Sequence(providers)) = root.get("providers") else {
+        return keys;
+    };
+    for p in providers {
+        if let Some(var) = p
+            .get("credential")
+            .and_then(|c| c.get("env"))
+            .and_then(Value::as_str)
+        {
+            if !keys.iter().any(|k| k == var) {
+                keys.push(var.to_string());
+            }
+        }
+    }
+    keys
+}

@@ -1,0 +1,325 @@
+//! How each provider is reached: the renderer's per-provider fields (`endpoint`, `tls`, `sni`,
+//! `connect_timeout`, `http2`) and the `authority` they imply.
+
+use super::values::duration_ms;
+use super::yaml::show;
+use crate::diag::Diag;
+use serde_yaml_ng::{Mapping, Value};
+use std::net::{IpAddr, Ipv4Addr};
+
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+
+/// Per-provider fields only the renderer reads.
+pub const PROVIDER_RENDERER_KEYS: [&str; 5] =
+    ["endpoint", "tls", "sni", "connect_timeout", "http2"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    Ip(IpAddr),
+    Name(String),
+}
+
+impl Host {
+    /// The host as Envoy's `socket_address.address` wants it (IPv6 without brackets).
+    pub fn address(&self) -> String {
+        match self {
+            Host::Ip(ip) => ip.to_string(),
+            Host::Name(name) => name.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: Host,
+    pub port: u16,
+}
+
+/// How to reach one provider: what its Envoy cluster is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub provider: String,
+    pub cluster: String,
+    pub endpoint: Endpoint,
+    pub tls: bool,
+    pub sni: Option<String>,
+    pub connect_timeout_ms: u64,
+    /// Plain-HTTP provider spoken to in HTTP/2 (h2c); TLS providers negotiate it by ALPN.
+    pub http2: bool,
+}
+
+impl Upstream {
+    pub(super) fn same_cluster_settings(&self, other: &Upstream) -> bool {
+        self.endpoint == other.endpoint
+            && self.tls == other.tls
+            && self.sni == other.sni
+            && self.connect_timeout_ms == other.connect_timeout_ms
+            && self.http2 == other.http2
+    }
+}
+
+pub(super) fn parse_upstream(
+    p: &mut Mapping,
+    at: &str,
+    errors: &mut Vec<Diag>,
+) -> Option<Upstream> {
+    let endpoint = p.shift_remove("endpoint");
+    let tls = p.shift_remove("tls");
+    let sni = p.shift_remove("sni");
+    let connect_timeout = p.shift_remove("connect_timeout");
+    let http2 = p.shift_remove("http2");
+    let before = errors.len();
+
+    let endpoint = match endpoint {
+        None => {
+            errors.push(Diag::error(
+                format!("{at}.endpoint"),
+                "missing — add endpoint: host:port, e.g. \"api.openai.com:443\"",
+            ));
+            None
+        }
+        Some(Value::String(s)) => match parse_endpoint(&s) {
+            Ok(e) => Some(e),
+            Err(problem) => {
+                errors.push(Diag::error(format!("{at}.endpoint"), problem));
+                None
+            }
+        },
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.endpoint"),
+                format!(
+                    "{} is not host:port — quote it, e.g. \"api.openai.com:443\"",
+                    show(&other)
+                ),
+            ));
+            None
+        }
+    };
+    let tls = match tls {
+        None => None,
+        Some(Value::Bool(b)) => Some(b),
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.tls"),
+                format!("{} is not true or false", show(&other)),
+            ));
+            None
+        }
+    };
+    let sni = match sni {
+        None => None,
+        Some(Value::String(s)) if !s.is_empty() && is_dns_name(&s) => Some(s),
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.sni"),
+                format!(
+                    "{} is not a host name — write the name the provider's certificate is for",
+                    show(&other)
+                ),
+            ));
+            None
+        }
+    };
+    let connect_timeout_ms = match connect_timeout {
+        None => DEFAULT_CONNECT_TIMEOUT_MS,
+        Some(v) => match duration_ms(&v) {
+            Ok(ms) if ms > 0 => ms,
+            Ok(_) => {
+                errors.push(Diag::error(
+                    format!("{at}.connect_timeout"),
+                    "must be longer than 0s — e.g. \"5s\"",
+                ));
+                DEFAULT_CONNECT_TIMEOUT_MS
+            }
+            Err(problem) => {
+                errors.push(Diag::error(format!("{at}.connect_timeout"), problem));
+                DEFAULT_CONNECT_TIMEOUT_MS
+            }
+        },
+    };
+    let endpoint = endpoint?;
+    let tls = tls.unwrap_or(endpoint.port == 443);
+    let http2 = match http2 {
+        None => false,
+        Some(Value::Bool(_)) if tls => {
+            errors.push(Diag::error(
+                format!("{at}.http2"),
+                "TLS providers negotiate HTTP/2 by ALPN already — remove http2",
+            ));
+            false
+        }
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.http2"),
+                format!("{} is not true or false", show(&other)),
+            ));
+            false
+        }
+    };
+    if !tls && sni.is_some() {
+        errors.push(Diag::error(
+            format!("{at}.sni"),
+            "set without TLS — remove sni, or set tls: true",
+        ));
+    }
+    let sni = match (&endpoint.host, sni) {
+        (_, Some(s)) => Some(s),
+        (Host::Name(name), None) if tls => Some(name.clone()),
+        (Host::Ip(_), None) if tls => {
+            // Without a name Envoy would accept any certificate the CA bundle trusts.
+            errors.push(Diag::error(
+                format!("{at}.sni"),
+                "required for TLS to an IP address — set it to the name the provider's certificate is for",
+            ));
+            None
+        }
+        _ => None,
+    };
+    if errors.len() > before {
+        return None;
+    }
+    Some(Upstream {
+        provider: String::new(),
+        cluster: String::new(),
+        endpoint,
+        tls,
+        sni,
+        connect_timeout_ms,
+        http2,
+    })
+}
+
+/// `host:port`, `1.2.3.4:port` or `[v6]:port`.
+pub fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    const EXAMPLE: &str = "e.g. \"api.openai.com:443\" or \"127.0.0.1:8000\"";
+    let t = s.trim();
+    if t.contains("://") {
+        return Err(format!(
+            "{s:?} has a scheme — write host:port only ({EXAMPLE}); TLS is set with tls:"
+        ));
+    }
+    if t.contains('/') {
+        return Err(format!(
+            "{s:?} has a path — write host:port only and put the path in path_prefix"
+        ));
+    }
+    let (host, port) = if let Some(rest) = t.strip_prefix('[') {
+        let (v6, port) = rest
+            .split_once("]:")
+            .ok_or_else(|| format!("{s:?} is not [IPv6]:port — e.g. \"[::1]:8000\""))?;
+        let ip: std::net::Ipv6Addr = v6
+            .parse()
+            .map_err(|_| format!("{v6:?} is not an IPv6 address"))?;
+        (Host::Ip(IpAddr::V6(ip)), port)
+    } else {
+        let (host, port) = t
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{s:?} has no port — write host:port, {EXAMPLE}"))?;
+        if host.contains(':') {
+            return Err(format!(
+                "{s:?}: write IPv6 addresses in brackets, e.g. \"[::1]:8000\""
+            ));
+        }
+        if let Ok(ip) = host.parse::<Ipv4Addr>() {
+            (Host::Ip(IpAddr::V4(ip)), port)
+        } else if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !host.is_empty() {
+            return Err(format!("{host:?} is not a valid IPv4 address"));
+        } else if is_dns_name(host) {
+            (Host::Name(host.to_ascii_lowercase()), port)
+        } else {
+            return Err(format!(
+                "{host:?} is not a host name or IP address — {EXAMPLE}"
+            ));
+        }
+    };
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("port {port:?} is not a number from 1 to 65535 — {EXAMPLE}"))?;
+    Ok(Endpoint { host, port })
+}
+
+fn is_dns_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+/// Providers reached by host name get `authority` = that host (`host:port` on a non-default
+/// port) unless they set one: providers behind shared front ends route on it. Providers at an
+/// IP address over TLS get their `sni` name.
+pub(super) fn add_default_authorities(root: &mut Mapping, upstreams: &[Upstream]) {
+    let Some(Value::Sequence(providers)) = root.get_mut("providers") else {
+        return;
+    };
+    for (p, u) in providers.iter_mut().zip(upstreams) {
+        let host = match (&u.endpoint.host, &u.sni) {
+            (Host::Name(host), _) => host,
+            (Host::Ip(_), Some(sni)) => sni,
+            (Host::Ip(_), None) => continue,
+        };
+        let Value::Mapping(p) = p else {
+            continue;
+        };
+        if p.contains_key("authority") {
+            continue;
+        }
+        let default_port = if u.tls { 443 } else { 80 };
+        let authority = if u.endpoint.port == default_port {
+            host.clone()
+        } else {
+            format!("{host}:{}", u.endpoint.port)
+        };
+        p.insert("authority".into(), authority.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_names_ips_and_v6() {
+        assert_eq!(
+            parse_endpoint("API.openai.com:443").unwrap(),
+            Endpoint {
+                host: Host::Name("api.openai.com".into()),
+                port: 443
+            }
+        );
+        assert_eq!(
+            parse_endpoint("127.0.0.1:18101").unwrap().host,
+            Host::Ip("127.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            parse_endpoint("[::1]:8000").unwrap().host,
+            Host::Ip("::1".parse().unwrap())
+        );
+        for (bad, says) in [
+            ("api.openai.com", "has no port"),
+            ("https://api.openai.com:443", "has a scheme"),
+            ("api.openai.com:443/v1", "has a path"),
+            ("api.openai.com:0", "port"),
+            ("api.openai.com:99999", "port"),
+            ("::1:80", "brackets"),
+            ("1.2.3.400:80", "IPv4"),
+            ("bad_host:80", "not a host name"),
+            (":80", "not a host name"),
+            ("[::1:80", "[IPv6]:port"),
+        ] {
+            let e = parse_endpoint(bad).expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}
