@@ -10,6 +10,7 @@
 //! Same-API attempts never reach this module (SPEC 13: they pay nothing for it).
 
 pub mod chat_to_messages;
+pub mod common;
 pub mod messages_to_chat;
 
 /// An API (wire dialect) a caller calls or a provider speaks.
@@ -110,10 +111,13 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
 
 /// A whole (not streamed) answer of a provider speaking `provider`, in the `caller`'s API.
 /// `status` is the provider's: 2xx bodies are answers, other bodies are errors (always given
-/// back in the caller's error shape, even when they are not JSON).
-pub fn response(provider: Api, caller: Api, status: u16, body: &[u8]) -> Vec<u8> {
+/// back in the caller's error shape, even when they are not JSON). `created` (Unix seconds) is
+/// the time an OpenAI answer reports (Anthropic's answers carry none).
+pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u64) -> Vec<u8> {
     match (provider, caller) {
-        (Api::AnthropicMessages, Api::OpenAiChat) => chat_to_messages::response(status, body),
+        (Api::AnthropicMessages, Api::OpenAiChat) => {
+            chat_to_messages::response(status, body, created)
+        }
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
         _ => body.to_vec(),
     }

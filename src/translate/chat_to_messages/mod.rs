@@ -16,13 +16,12 @@ pub fn check(body: &[u8]) -> Result<(), Untranslatable> {
     Err(Untranslatable::Field("translation not built yet"))
 }
 
-pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
-    let _ = status;
+pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
+    let _ = (status, created);
     body.to_vec()
 }
 
-/// OpenAI's error shape.
+/// OpenAI's error shape, `{"error": {"message", "type", "param": null, "code"}}`.
 pub fn openai_error(kind: &str, code: &str, message: &str) -> Vec<u8> {
-    let _ = (kind, code, message);
-    Vec::new()
+    super::common::openai_error_body(kind, Some(code), message)
 }

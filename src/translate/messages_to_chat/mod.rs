@@ -23,6 +23,5 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
 
 /// Anthropic's error shape; its `error.type` follows the status.
 pub fn anthropic_error(status: u16, message: &str) -> Vec<u8> {
-    let _ = (status, message);
-    Vec::new()
+    super::common::anthropic_error_body(super::common::error_type(status), message)
 }

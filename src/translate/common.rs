@@ -1,0 +1,343 @@
+//! What both translation directions (and both stream translators) share: the stop-reason
+//! tables, usage with cached tokens, tool ids valid on both sides, error types by status,
+//! error bodies in each API's shape, and data URIs.
+
+use std::borrow::Cow;
+
+/// OpenAI's `finish_reason` for an Anthropic `stop_reason`. `refusal` (Anthropic's classifiers
+/// stopped the answer) is OpenAI's `content_filter`; `pause_turn` (a server tool paused a long
+/// turn) has no OpenAI meaning and ends the turn like `end_turn`.
+pub fn finish_reason(stop_reason: &str) -> &'static str {
+    match stop_reason {
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        "tool_use" => "tool_calls",
+        "refusal" => "content_filter",
+        _ => "stop",
+    }
+}
+
+/// Anthropic's `stop_reason` for an OpenAI `finish_reason`. OpenAI does not say whether a stop
+/// sequence matched (`stop` covers both), so `stop_sequence` is never reported.
+pub fn stop_reason(finish_reason: &str) -> &'static str {
+    match finish_reason {
+        "length" => "max_tokens",
+        "tool_calls" | "function_call" => "tool_use",
+        "content_filter" => "refusal",
+        _ => "end_turn",
+    }
+}
+
+/// Token usage, counted the Anthropic way: `input` excludes the cached tokens, which are
+/// counted apart (read from the cache, written to it). OpenAI's `prompt_tokens` includes
+/// them; its `prompt_tokens_details.cached_tokens` are the tokens read from the cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_creation: u64,
+}
+
+impl Usage {
+    /// From OpenAI's fields: `prompt_tokens` (cached included), `completion_tokens`,
+    /// `prompt_tokens_details.cached_tokens` and, when a gateway reported it,
+    /// `prompt_tokens_details.cache_creation_input_tokens`.
+    pub fn from_openai(prompt: u64, completion: u64, cached: u64, cache_creation: u64) -> Usage {
+        Usage {
+            input: prompt.saturating_sub(cached).saturating_sub(cache_creation),
+            output: completion,
+            cache_read: cached,
+            cache_creation,
+        }
+    }
+
+    /// OpenAI's `prompt_tokens`: every input token, cached or not.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_creation)
+    }
+
+    /// OpenAI's `total_tokens`.
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens().saturating_add(self.output)
+    }
+}
+
+/// A tool call id both APIs accept (Anthropic requires `^[a-zA-Z0-9_-]+$`): every other byte
+/// becomes `_`, an empty id `_`. A pure function of the id, so a call and its result (sent in
+/// different messages) get the same one.
+pub fn tool_id(id: &str) -> Cow<'_, str> {
+    let valid = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
+    if !id.is_empty() && id.bytes().all(valid) {
+        return Cow::Borrowed(id);
+    }
+    if id.is_empty() {
+        return Cow::Borrowed("_");
+    }
+    Cow::Owned(
+        id.chars()
+            .map(|c| {
+                if c.is_ascii() && valid(c as u8) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Anthropic's `error.type` for a status (also the OpenAI `type` of an error whose provider
+/// gave none).
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        500..=599 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// What a provider's error body says: `error.message` and `error.type` of either API's shape
+/// (OpenAI `{"error": {"message", "type"}}`, Anthropic `{"type": "error", "error": {"type",
+/// "message"}}`), or `None` when the body has neither.
+pub fn provider_error(body: &[u8]) -> Option<ProviderError<'_>> {
+    #[derive(serde::Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        error: Option<ProviderError<'a>>,
+    }
+    serde_json::from_slice::<Body<'_>>(body).ok()?.error
+}
+
+/// The readable parts of a provider's error body.
+#[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct ProviderError<'a> {
+    #[serde(borrow, default)]
+    pub message: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "type")]
+    pub kind: Option<Cow<'a, str>>,
+}
+
+/// A message for a caller from a provider's error answer: the provider's own message, or for a
+/// body that has none (an HTML page from a proxy, plain text, nothing) the status and the
+/// start of the body.
+pub fn error_message(status: u16, error: Option<&ProviderError<'_>>, body: &[u8]) -> String {
+    if let Some(message) = error.and_then(|e| e.message.as_deref()) {
+        return message.to_owned();
+    }
+    const SHOWN: usize = 200;
+    let text = String::from_utf8_lossy(body.get(..SHOWN).unwrap_or(body));
+    let text = text.trim();
+    if text.is_empty() {
+        format!("The provider answered {status} with no error message.")
+    } else {
+        let more = if body.len() > SHOWN { "..." } else { "" };
+        format!("The provider answered {status}: {text}{more}")
+    }
+}
+
+/// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}` (`param` is always
+/// null here; `code` when there is one).
+pub fn openai_error_body(kind: &str, code: Option<&str>, message: &str) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        error: Error<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Error<'a> {
+        message: &'a str,
+        #[serde(rename = "type")]
+        kind: &'a str,
+        param: Option<&'a str>,
+        code: Option<&'a str>,
+    }
+    let body = Body {
+        error: Error {
+            message,
+            kind,
+            param: None,
+            code,
+        },
+    };
+    // Serialising strings into a Vec cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`, the type
+/// following the status ([`error_type`]) unless the provider named one.
+pub fn anthropic_error_body(kind: &str, message: &str) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        error: Error<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Error<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        message: &'a str,
+    }
+    let body = Body {
+        kind: "error",
+        error: Error { kind, message },
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// The media type and base64 data of a `data:<media type>;base64,<data>` URI.
+pub fn split_data_uri(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (head, data) = rest.split_once(',')?;
+    let media_type = head.strip_suffix(";base64")?;
+    Some((media_type, data))
+}
+
+/// A `data:` URI of base64 data.
+pub fn data_uri(media_type: &str, data: &str) -> String {
+    let mut uri = String::with_capacity(13 + media_type.len() + data.len());
+    uri.push_str("data:");
+    uri.push_str(media_type);
+    uri.push_str(";base64,");
+    uri.push_str(data);
+    uri
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map_both_ways() {
+        for (anthropic, openai) in [
+            ("end_turn", "stop"),
+            ("max_tokens", "length"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ] {
+            assert_eq!(finish_reason(anthropic), openai);
+            assert_eq!(stop_reason(openai), anthropic);
+        }
+        assert_eq!(finish_reason("stop_sequence"), "stop");
+        assert_eq!(finish_reason("pause_turn"), "stop");
+        assert_eq!(finish_reason("model_context_window_exceeded"), "length");
+        assert_eq!(stop_reason("function_call"), "tool_use");
+        assert_eq!(stop_reason("something_new"), "end_turn");
+    }
+
+    #[test]
+    fn openai_prompt_tokens_include_the_cached_ones() {
+        let u = Usage::from_openai(2006, 300, 1920, 0);
+        assert_eq!(
+            u,
+            Usage {
+                input: 86,
+                output: 300,
+                cache_read: 1920,
+                cache_creation: 0
+            }
+        );
+        assert_eq!((u.prompt_tokens(), u.total_tokens()), (2006, 2306));
+        let anthropic = Usage {
+            input: 10,
+            output: 5,
+            cache_read: 100,
+            cache_creation: 50,
+        };
+        assert_eq!(anthropic.prompt_tokens(), 160);
+        assert_eq!(Usage::from_openai(160, 5, 100, 50), anthropic);
+        // A provider reporting more cached than prompt tokens does not wrap around.
+        assert_eq!(Usage::from_openai(5, 1, 10, 0).input, 0);
+    }
+
+    #[test]
+    fn tool_ids_are_valid_on_both_sides_and_stable() {
+        assert!(matches!(
+            tool_id("call_abc-123"),
+            Cow::Borrowed("call_abc-123")
+        ));
+        assert_eq!(
+            tool_id("functions.get_weather:0"),
+            "functions_get_weather_0"
+        );
+        assert_eq!(tool_id("ü id"), "__id");
+        assert_eq!(tool_id(""), "_");
+        assert_eq!(tool_id("a.b"), tool_id("a.b"));
+    }
+
+    #[test]
+    fn error_types_follow_the_status() {
+        for (status, kind) in [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (403, "permission_error"),
+            (404, "not_found_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (500, "api_error"),
+            (502, "api_error"),
+            (503, "overloaded_error"),
+            (529, "overloaded_error"),
+            (422, "invalid_request_error"),
+        ] {
+            assert_eq!(error_type(status), kind, "{status}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_in_each_shape() {
+        assert_eq!(
+            openai_error_body("rate_limit_error", None, "Slow \"down\""),
+            br#"{"error":{"message":"Slow \"down\"","type":"rate_limit_error","param":null,"code":null}}"#
+        );
+        assert_eq!(
+            anthropic_error_body("overloaded_error", "Overloaded"),
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+        );
+    }
+
+    #[test]
+    fn provider_messages_from_either_shape_or_the_raw_body() {
+        let anthropic = br#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-x"},"request_id":"req_1"}"#;
+        let e = provider_error(anthropic).unwrap();
+        assert_eq!(e.kind.as_deref(), Some("not_found_error"));
+        assert_eq!(error_message(404, Some(&e), anthropic), "model: claude-x");
+        let openai = br#"{"error":{"message":"Rate limit \u0041","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+        let e = provider_error(openai).unwrap();
+        assert_eq!(error_message(429, Some(&e), openai), "Rate limit A");
+        let html = b"<html><body>502 Bad Gateway</body></html>\n";
+        assert_eq!(provider_error(html), None);
+        assert_eq!(
+            error_message(502, None, html),
+            "The provider answered 502: <html><body>502 Bad Gateway</body></html>"
+        );
+        assert_eq!(
+            error_message(503, None, b" "),
+            "The provider answered 503 with no error message."
+        );
+        let long = vec![b'x'; 300];
+        assert_eq!(error_message(500, None, &long).len(), 27 + 200 + 3);
+    }
+
+    #[test]
+    fn data_uris_split_and_join() {
+        assert_eq!(
+            split_data_uri("data:image/png;base64,iVBORw0KGgo="),
+            Some(("image/png", "iVBORw0KGgo="))
+        );
+        assert_eq!(split_data_uri("https://example.com/a.png"), None);
+        assert_eq!(split_data_uri("data:text/plain,hello"), None);
+        assert_eq!(
+            data_uri("image/jpeg", "/9j/4AAQ"),
+            "data:image/jpeg;base64,/9j/4AAQ"
+        );
+    }
+}
