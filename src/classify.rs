@@ -84,10 +84,16 @@ impl Class {
         )
     }
 
-    /// Classes that fall over unless a chain says otherwise. `content_filtered` falls over only
-    /// to a chain's `content_policy` list (config adds it then).
+    /// Classes that fall over unless a chain says otherwise. `context_window_exceeded` and
+    /// `content_filtered` fall over only to a chain's `context_window` / `content_policy` list
+    /// (config adds them then), or when `fallback_on` names them: without one, a prompt too long
+    /// for the model is the request's problem and a refusal is an answer (SPEC 3a).
     pub fn falls_over_by_default(self) -> bool {
-        self.may_fall_over() && !matches!(self, Class::SetupFault | Class::ContentFiltered)
+        self.may_fall_over()
+            && !matches!(
+                self,
+                Class::SetupFault | Class::ContentFiltered | Class::ContextWindowExceeded
+            )
     }
 
     /// Every class name, comma separated (for error messages).
@@ -300,7 +306,6 @@ mod tests {
             Class::ServerError,
             Class::Overloaded,
             Class::ModelNotFound,
-            Class::ContextWindowExceeded,
             Class::QuotaExhausted,
         ] {
             assert!(set.falls_over(c, None), "{c:?}");
@@ -308,6 +313,7 @@ mod tests {
         for c in [
             Class::Ok,
             Class::SetupFault,
+            Class::ContextWindowExceeded,
             Class::ContentFiltered,
             Class::InvalidRequest,
             Class::ClientDisconnect,

@@ -157,10 +157,10 @@ fn alternative_lists_follow_the_chain_entries_and_turn_their_class_on() {
     assert!(chain
         .fallback_on
         .falls_over(Class::ContextWindowExceeded, Some(400)));
-    // Without lists: context windows fall over, content filters go back to the caller.
+    // Without lists both go back to the caller.
     let plain = load(MINIMAL).unwrap();
     assert!(!plain.chains[0].has_lists());
-    assert!(plain.chains[0]
+    assert!(!plain.chains[0]
         .fallback_on
         .falls_over(Class::ContextWindowExceeded, Some(400)));
     assert!(!plain.chains[0]

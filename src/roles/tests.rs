@@ -985,7 +985,18 @@ fn a_failing_answers_body_refines_its_class_before_deciding() {
         vec![("content-type", "application/json")],
         r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
     );
-    let r = gw.chat("gpt-4o", &[too_long, ok()]);
+    let r = gw.chat("gpt-4o", &[too_long.clone(), ok()]);
+    assert_eq!(
+        r.clusters(),
+        ["ca"],
+        "without a list the prompt is the caller's problem"
+    );
+    assert_eq!(r.status, 400);
+    // A chain whose fallback_on names the class falls over on it.
+    let named = Gateway::new(&with_chain_options(
+        r#""fallback_on": ["context_window_exceeded"]"#,
+    ));
+    let r = named.chat("gpt-4o", &[too_long, ok()]);
     assert_eq!(r.clusters(), ["ca", "cb"]);
     assert_eq!(r.status, 200);
     assert_eq!(

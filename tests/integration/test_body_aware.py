@@ -86,21 +86,29 @@ def test_context_window_moves_to_the_larger_context_list_with_only_the_model_cha
     assert not [v for k, v in sent["headers"] if k.lower() == "authorization"]
 
 
-@needs_hold
-@pytest.mark.parametrize("preset,model,served_by", [
-    # Without a list: the next chain entry.
-    ("anthropic_prompt_too_long", "llama-3", "secondary"),
+@needs_lists
+def test_context_window_moves_to_a_one_provider_chains_list(body_gw):
     # A one-provider chain with a list: Envoy was given room for it.
-    pytest.param("openai_context_length", "solo-1", "big", marks=needs_lists),
-])
-def test_context_window_moves_on(body_gw, preset, model, served_by):
     gw, primary, secondary, big, _ = body_gw
-    primary.set_default(preset=preset)
-    r = gw.chat(model)
+    primary.set_default(preset="openai_context_length")
+    r = gw.chat("solo-1")
     assert r.status == 200, r.text
-    assert r.header("x-llm-provider") == served_by
+    assert r.header("x-llm-provider") == "big"
     assert r.header("x-llm-fallback-reason") == "context_window_exceeded"
     assert secondary.request_count() + big.request_count() == 1
+
+
+@needs_hold
+def test_context_window_goes_back_to_the_caller_without_a_list(body_gw):
+    """SPEC 3a (issue 23): without a context_window list (and no fallback_on naming the class)
+    the prompt is the request's problem: the provider's 400 goes back, no fallback is tried."""
+    gw, primary, secondary, big, _ = body_gw
+    primary.set_default(preset="anthropic_prompt_too_long")
+    r = gw.chat("llama-3")
+    assert r.status == 400, r.text
+    assert "prompt is too long" in r.text, "the body is the provider's own"
+    assert r.header("x-llm-provider") == "primary"
+    assert secondary.request_count() == 0 and big.request_count() == 0
 
 
 @needs_hold
