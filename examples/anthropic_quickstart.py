@@ -7,7 +7,7 @@ client = Anthropic(
     base_url=os.environ.get("GATEWAY_URL", "http://127.0.0.1:10000"),
     api_key=os.environ.get("GATEWAY_KEY", "my-gateway-key"),
 )
-model = os.environ.get("MODEL", "claude-sonnet-5-5")
+model = os.environ.get("MODEL", "claude-sonnet-4-5")
 
 message = client.messages.create(
     model=model, max_tokens=256, messages=[{"role": "user", "content": "Say hello"}]

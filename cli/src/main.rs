@@ -50,13 +50,13 @@ enum Command {
         pieces: Option<String>,
         /// Deliver both roles' plugin configuration from files in DIR that Envoy watches
         /// (extension config discovery): render again with the same DIR and a running Envoy
-        /// takes the change without a restart (README "Changing the configuration under
-        /// traffic")
+        /// takes the change without a restart (docs/operations.md, "Changing the
+        /// configuration under traffic")
         #[arg(long, value_name = "DIR")]
         reloadable: Option<String>,
         /// What to render for: a standalone Envoy bootstrap, or Kubernetes manifests for an
         /// Istio gateway (written to --out DIR: manifests.yaml and
-        /// gateway-deployment-patch.yaml; the file's istio: block says where, README "Istio")
+        /// gateway-deployment-patch.yaml; the file's istio: block says where, docs/istio.md)
         #[arg(long, value_enum, default_value = "envoy")]
         target: Target,
         /// The Istio release to render for (with --target istio; default 1.31)
@@ -309,7 +309,8 @@ fn validate(
     let providers = gw.config.providers.len();
     let chains = gw.config.chains.len();
     let groups = gw.groups.len();
-    eprintln!(
+    // The result goes to standard output; problems and warnings went to standard error.
+    println!(
         "{file}: valid ({providers} provider{}, {chains} chain{}, {} attempt slot{}; Envoy {}: {})",
         if providers == 1 { "" } else { "s" },
         if chains == 1 { "" } else { "s" },

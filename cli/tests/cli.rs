@@ -154,15 +154,22 @@ fn warnings_do_not_fail_validation() {
         "providers:\n  - {name: a, endpoint: \"127.0.0.1:1\"}\n  - {name: spare, endpoint: \"127.0.0.1:2\"}\n  - {name: k, endpoint: \"127.0.0.1:3\", credential: {header: x-api-key, env: K_KEY}}\n\
          chains:\n  - {name: main, models: [\"gpt-*\", \"o3*\"], providers: [a, k]}\n  - {name: gpt, models: [\"gpt-4*\"], providers: [a]}\n  - {name: mixed, models: [\"gpt-4o\", \"claude-*\"], routes: [other], providers: [a]}\n",
     );
-    let (code, _, stderr) = run(bin().args(["validate", &file]));
+    let (code, stdout, stderr) = run(bin().args(["validate", &file]));
     assert_eq!(code, 0, "{stderr}");
+    // The result on standard output, the warnings on standard error.
+    assert_eq!(
+        stdout,
+        format!(
+            "{file}: valid (3 providers, 3 chains, 2 attempt slots; Envoy 1.40: router mode)\n"
+        )
+    );
+    assert!(!stderr.contains(": valid ("), "{stderr}");
     for wanted in [
         "warning: providers[1]: provider \"spare\" is not used by any chain",
         "warning: chains[1].models: chain \"gpt\" can never match",
         "warning: chains[2].models[0]: \"gpt-4o\" is matched first by chain \"main\"",
         "warning: chains[2].routes: the rendered gateway has a single route",
         "warning: providers[2].credential.env: K_KEY is not set here",
-        "valid (3 providers, 3 chains, 2 attempt slots; Envoy 1.40: router mode)",
     ] {
         assert!(
             stderr.contains(&format!("{file}: {wanted}")),

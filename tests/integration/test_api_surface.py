@@ -2,8 +2,8 @@
 `openai` and `anthropic` Python packages and the `openai` Node package, against real Envoy and
 mock providers, during a primary outage, with the SDKs' own retries on and off.
 
-README's snippets are the files in examples/: the tests run those files unchanged and check
-README holds their exact text."""
+The snippets in docs/calling.md are the files in examples/: the tests run those files unchanged
+and check docs/calling.md holds their exact text."""
 import json
 import os
 import re
@@ -74,10 +74,21 @@ def run_snippet(path, gw, model, timeout=60):
     return p.stdout
 
 
-def test_readme_shows_the_snippets_the_tests_run():
+def test_docs_show_the_snippets_the_tests_run():
+    doc = (REPO_ROOT / "docs" / "calling.md").read_text()
+    for path in SNIPPETS:
+        assert path.read_text().strip() in doc, f"docs/calling.md must hold {path.name} verbatim"
+
+
+def test_snippets_default_to_models_the_quick_start_names():
+    """A user running a snippet as is asks for a model that exists: its default MODEL is a model
+    README's quick start routes (gpt-4o, claude-sonnet-4-5), not a made-up name."""
     readme = (REPO_ROOT / "README.md").read_text()
     for path in SNIPPETS:
-        assert path.read_text().strip() in readme, f"README must hold {path.name} verbatim"
+        m = re.search(r"""MODEL["')]*\s*(?:,|\?\?)\s*["']([^"']+)["']""", path.read_text())
+        assert m, f"{path.name}: no default MODEL"
+        assert re.search(rf"\b{re.escape(m.group(1))}\b", readme), (
+            f"{path.name} defaults to {m.group(1)!r}, which README's quick start does not name")
 
 
 @pytest.mark.parametrize("snippet", [SNIPPETS[0], SNIPPETS[2]], ids=["python", "node"])

@@ -1,0 +1,112 @@
+"""README's quick start, run as written (issue 25): its commands and its file are read from
+README.md, not copied here, and run by bash from a clean temporary directory with the built CLI,
+module and Envoy the README names, against two local mock providers standing in for OpenAI
+(down: it answers 503) and Anthropic.
+
+What the test changes, and only that: the providers' endpoints (`api.openai.com:443`,
+`api.anthropic.com:443`) become the mocks' `127.0.0.1` ports, the listener's port 10000 a free
+port (other Envoys run on this machine), and Envoy gets `--disable-hot-restart` (several Envoys
+at once); README says to run `envoy -c` in another terminal, so the test starts it in the
+background and runs the rest once it listens."""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from harness import REPO_ROOT, _spawn, _terminate, free_port, start_mock
+
+SECTION = "## Quick start with your own providers"
+
+
+def _quickstart():
+    readme = (REPO_ROOT / "README.md").read_text()
+    start = readme.index(SECTION)
+    end = readme.find("\n## ", start + len(SECTION))
+    section = readme[start:end if end > 0 else None]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, re.S)
+    langs = [lang for lang, _ in blocks]
+    assert langs == ["sh", "yaml", "sh", ""], (
+        f"README's quick start should be: set-up (sh), the file (yaml), the commands (sh), "
+        f"the headers they print; found {langs}")
+    return [text for _, text in blocks]
+
+
+def _bash(script: str, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], cwd=str(cwd), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def providers():
+    openai, anthropic = start_mock("openai"), start_mock("anthropic")
+    yield openai, anthropic
+    openai.stop()
+    anthropic.stop()
+
+
+def test_readme_quick_start_runs_as_written(providers, tmp_path):
+    openai, anthropic = providers
+    setup, file_text, commands, expected = _quickstart()
+    for built in ("target/release/llm-failover", "dist/llm_failover.wasm", ".venv/bin/envoy"):
+        assert (REPO_ROOT / built).exists(), f"{built} is missing: run ./scripts/build.sh first"
+    port = free_port()
+    file_text = (file_text.replace("api.openai.com:443", f"127.0.0.1:{openai.port}")
+                 .replace("api.anthropic.com:443", f"127.0.0.1:{anthropic.port}")
+                 .replace("port: 10000", f"port: {port}"))
+    assert f"127.0.0.1:{openai.port}" in file_text and f"port: {port}" in file_text
+    (tmp_path / "gateway.failover.yaml").write_text(file_text)
+    commands = commands.replace("localhost:10000", f"localhost:{port}")
+
+    lines = commands.splitlines()
+    envoy_at = next(i for i, line in enumerate(lines) if line.startswith("envoy "))
+    before, envoy_line, after = lines[:envoy_at], lines[envoy_at], lines[envoy_at + 1:]
+    # The set-up block runs in the repository (README: "in the repository"), the rest in a
+    # clean directory.
+    prologue = f"set -euo pipefail\ncd {REPO_ROOT}\n{setup}\ncd {tmp_path}\n"
+
+    steps = _bash(prologue + "\n".join(before), tmp_path)
+    assert steps.returncode == 0, f"README's commands failed:\n{steps.stdout}\n{steps.stderr}"
+    assert steps.stdout.startswith("gateway.failover.yaml: valid ("), steps.stdout
+    assert "anthropic" in steps.stdout and "claude-sonnet-4-5" in steps.stdout, steps.stdout
+    assert (tmp_path / "envoy.yaml").exists()
+
+    openai.set_default(status=503)
+    envoy_cmd = envoy_line.split("#")[0].strip() + " --disable-hot-restart"
+    envoy = _spawn(["bash", "-c", prologue + "exec " + envoy_cmd], cwd=str(tmp_path),
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):
+            assert envoy.poll() is None, (
+                f"Envoy exited: {envoy.stdout.read().decode(errors='replace')[-3000:]}")
+            assert time.monotonic() < deadline, "Envoy did not listen within 30 s"
+            time.sleep(0.1)
+        curl = _bash(prologue + "\n".join(after), tmp_path)
+    finally:
+        _terminate(envoy, grace=3)
+        if envoy.stdout:
+            envoy.stdout.close()
+    assert curl.returncode == 0, curl.stderr
+    got = [line.strip().lower() for line in curl.stdout.splitlines() if line.strip()]
+    want = [line.strip().lower() for line in expected.splitlines() if line.strip()]
+    assert got == want, f"README says the curl prints {want}, it printed {got}"
+
+    # The walk README describes: OpenAI tried once with its key, then Anthropic with its own key
+    # and the model rewritten.
+    assert openai.request_count() == 1
+    sent = anthropic.last_request()
+    assert json.loads(sent["body"])["model"] == "claude-sonnet-4-5"
+    keys = [v for k, v in sent["headers"] if k.lower() == "x-api-key"]
+    assert keys == ["sk-ant-..."], sent["headers"]
+    assert not [v for k, v in sent["headers"] if k.lower() == "authorization"]
