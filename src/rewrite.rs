@@ -745,7 +745,7 @@ pub(crate) fn unescape(raw: &str, mut emit: impl FnMut(char) -> bool) -> Result<
 }
 
 /// Whether the JSON string contents `raw` decode to exactly `target`.
-fn decoded_eq(raw: &str, target: &str) -> bool {
+pub(crate) fn decoded_eq(raw: &str, target: &str) -> bool {
     if !raw.contains('\\') {
         return raw == target;
     }
@@ -780,7 +780,7 @@ fn escaped_len(s: &str) -> usize {
 }
 
 /// Appends `s` JSON-escaped (without quotes).
-fn push_escaped(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn push_escaped(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
     let mut plain_from = 0;

@@ -1,0 +1,177 @@
+use super::*;
+
+fn vertex() -> Envelope {
+    Envelope::Vertex {
+        project: "my-proj".into(),
+        region: "us-east5".into(),
+    }
+}
+
+#[test]
+fn azure_deployments_take_the_entry_s_model_and_the_api_version() {
+    let e = Envelope::AzureOpenAi {
+        api_version: Some("2024-10-21".into()),
+    };
+    assert_eq!(
+        e.path("/v1/chat/completions", "gpt-4o-prod", false),
+        "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(
+        e.path("/v1/embeddings?x=1", "emb", false),
+        "/openai/deployments/emb/embeddings?api-version=2024-10-21"
+    );
+    assert_eq!(e.api(), Api::OpenAiChat);
+    assert_eq!(e.body(br#"{"model":"x"}"#, None), None);
+}
+
+#[test]
+fn azure_without_an_api_version_uses_the_v1_api() {
+    let e = Envelope::AzureOpenAi { api_version: None };
+    assert_eq!(
+        e.path("/v1/chat/completions", "gpt-4o", true),
+        "/openai/v1/chat/completions"
+    );
+}
+
+#[test]
+fn bedrock_puts_the_model_id_in_the_path_encoded_as_aws_sdks_do() {
+    let e = Envelope::Bedrock;
+    assert_eq!(
+        e.path(
+            "/v1/messages",
+            "anthropic.claude-3-5-sonnet-20241022-v2:0",
+            false
+        ),
+        "/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0/invoke"
+    );
+    assert_eq!(
+        e.path(
+            "/v1/messages",
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            true
+        ),
+        "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke-with-response-stream"
+    );
+    assert_eq!(
+        e.path(
+            "/v1/messages",
+            "arn:aws:bedrock:us-east-1:1:inference-profile/x",
+            false
+        ),
+        "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fx/invoke"
+    );
+    assert_eq!(e.api(), Api::AnthropicMessages);
+}
+
+#[test]
+fn a_model_name_cannot_climb_out_of_its_path_segment() {
+    let e = Envelope::AzureOpenAi {
+        api_version: Some("v".into()),
+    };
+    assert_eq!(
+        e.path("/v1/chat/completions", "../../admin?x=", false),
+        "/openai/deployments/..%2F..%2Fadmin%3Fx%3D/chat/completions?api-version=v"
+    );
+    assert_eq!(
+        e.path("/v1/chat/completions", "..", false),
+        "/openai/deployments/%2E%2E/chat/completions?api-version=v"
+    );
+    assert_eq!(
+        Envelope::Bedrock.path("/v1/messages", "a b#c", false),
+        "/model/a%20b%23c/invoke"
+    );
+}
+
+#[test]
+fn vertex_paths_name_project_region_and_model() {
+    assert_eq!(
+        vertex().path("/v1/messages", "claude-sonnet-4-5@20250929", false),
+        "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"
+    );
+    assert_eq!(
+        vertex().path("/v1/messages", "claude-sonnet-4-5@20250929", true),
+        "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict"
+    );
+}
+
+#[test]
+fn gemini_replaces_v1_with_its_openai_base() {
+    let google = Envelope::Gemini { vertex: None };
+    assert_eq!(
+        google.path("/v1/chat/completions", "gemini-2.5-flash", true),
+        "/v1beta/openai/chat/completions"
+    );
+    let on_vertex = Envelope::Gemini {
+        vertex: Some(("p".into(), "global".into())),
+    };
+    assert_eq!(
+        on_vertex.path("/v1/chat/completions", "google/gemini-2.5-flash", false),
+        "/v1/projects/p/locations/global/endpoints/openapi/chat/completions"
+    );
+}
+
+#[test]
+fn bedrock_body_drops_model_and_stream_and_adds_its_version() {
+    let body = br#"{"model": "claude-x", "max_tokens": 10, "stream": true, "messages": [{"role":"user","content":"hi \"model\""}]}"#;
+    let out = Envelope::Bedrock.body(body, None).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"max_tokens": 10,"messages": [{"role":"user","content":"hi \"model\""}],"anthropic_version":"bedrock-2023-05-31"}"#
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert!(v.get("model").is_none() && v.get("stream").is_none());
+}
+
+#[test]
+fn bedrock_body_carries_anthropic_beta_flags_and_replaces_a_caller_s_version() {
+    let body = br#"{"anthropic_version":"x","messages":[]}"#;
+    let out = Envelope::Bedrock
+        .body(
+            body,
+            Some("prompt-caching-2024-07-31, token-efficient-tools-2025-02-19"),
+        )
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["anthropic_version"], "bedrock-2023-05-31");
+    assert_eq!(
+        v["anthropic_beta"],
+        serde_json::json!([
+            "prompt-caching-2024-07-31",
+            "token-efficient-tools-2025-02-19"
+        ])
+    );
+    assert_eq!(v.as_object().unwrap().len(), 3);
+}
+
+#[test]
+fn vertex_body_keeps_stream_and_drops_model() {
+    let body = br#"{"stream":true,"mod\u0065l":"claude","max_tokens":5}"#;
+    let out = vertex().body(body, Some("ignored-beta")).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"stream":true,"max_tokens":5,"anthropic_version":"vertex-2023-10-16"}"#
+    );
+}
+
+#[test]
+fn edits_keep_valid_json_whatever_is_dropped() {
+    for body in [
+        &br#"{}"#[..],
+        br#"{"model":"m"}"#,
+        br#" { "model" : "m" , "stream" : false } "#,
+        br#"{"a":{"model":1},"model":"m","b":[1,{"stream":true}]}"#,
+    ] {
+        let out = Envelope::Bedrock.body(body, None).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+        assert_eq!(v["anthropic_version"], "bedrock-2023-05-31");
+        assert!(v.get("model").is_none());
+    }
+}
+
+#[test]
+fn a_body_that_is_not_a_json_object_is_left_alone() {
+    for body in [&b"[1]"[..], b"", b"{\"a\":1", b"{\"a\":1} x", b"nope"] {
+        assert_eq!(Envelope::Bedrock.body(body, None), None, "{body:?}");
+    }
+}
