@@ -22,6 +22,11 @@ until SIGTERM/SIGINT.  In-process::
     ...
     m.stop()
 
+Clouds (optional): ``MockProvider(name, cloud={"kind": "bedrock" | "vertex" | "azure", ...})``
+checks each request's path, body and credentials the way that cloud does and answers Bedrock's
+streams as AWS event streams (see ``cloud_mock.py``); a refused request's record gets
+``rejected``.
+
 TLS (optional): ``MockProvider(name, tls_cert=PEM, tls_key=PEM)`` or
 ``--tls-cert PEM --tls-key PEM`` serves the provider port over TLS (server side
 of Python's ``ssl``; the control port stays plain HTTP).  ALPN offers
@@ -172,6 +177,7 @@ import urllib.parse
 from itertools import count as itertools_count
 from typing import Any
 
+import cloud_mock
 import mock_api_rules
 
 __all__ = ["MockProvider", "BehaviourError", "BEHAVIOUR_FIELDS"]
@@ -506,8 +512,11 @@ class MockProvider:
 
     def __init__(self, name: str = "mock", port: int = 0, control_port: int = 0,
                  host: str = "127.0.0.1", tls_cert: str | None = None,
-                 tls_key: str | None = None, max_records: int = 0):
+                 tls_key: str | None = None, max_records: int = 0, cloud: dict | None = None):
         self.name = name
+        # A cloud's envelope (cloud_mock.py): its paths and credentials checked, Bedrock's
+        # streams framed as AWS event streams.
+        self.cloud = cloud_mock.validate(cloud) if cloud else None
         # Keep only about the last max_records request records (0 = all): long soaks read
         # them as they go (`since=`) and must not grow without bound.
         self._max_records = max_records
@@ -788,6 +797,18 @@ class MockProvider:
             req_json = None
         model = req_json.get("model") if isinstance(req_json, dict) else None
         wants_stream = bool(isinstance(req_json, dict) and req_json.get("stream") is True)
+        framed = False
+        if self.cloud:
+            verdict = cloud_mock.check(self.cloud, req.method, req.path, req.headers, req.body)
+            if isinstance(verdict, cloud_mock.Refused):
+                with self._lock:
+                    rec["rejected"] = verdict.why
+                b = {"status": verdict.status, "body": verdict.body, "headers": verdict.headers}
+            else:
+                model = verdict.model or model
+                if verdict.stream is not None:
+                    wants_stream = verdict.stream
+                framed = verdict.framed
         try:
             if b.get("delay_ms"):
                 conn.wait(b["delay_ms"] / 1000.0, self._stop)
@@ -803,7 +824,7 @@ class MockProvider:
                 self._finish(rec, "reset")
                 conn.reset()
                 return False
-            return self._respond(conn, req, rec, b, model, wants_stream, req_json)
+            return self._respond(conn, req, rec, b, model, wants_stream, req_json, framed)
         except _ClientGone:
             if self._stop.is_set() or conn.dropped:
                 self._finish(rec, "shutdown" if self._stop.is_set() else "dropped")
@@ -812,7 +833,8 @@ class MockProvider:
             return False
 
     def _respond(self, conn: _Conn, req: _Request, rec: dict, b: dict,
-                 model: Any, wants_stream: bool, req_json: Any = None) -> bool:
+                 model: Any, wants_stream: bool, req_json: Any = None,
+                 framed: bool = False) -> bool:
         if "preset" in b:
             b = {**PRESETS[b["preset"]], **{k: v for k, v in b.items() if k != "preset"}}
         if b.get("strict") and _api_of(req.path) in ("messages", "chat"):
@@ -864,9 +886,12 @@ class MockProvider:
                 conn.close()
             return not close
 
-        # --- SSE, chunked transfer-encoding, one HTTP chunk per event
+        # --- SSE, chunked transfer-encoding, one HTTP chunk per event (Bedrock: each event
+        # framed as an AWS event-stream message)
+        wrap = cloud_mock.frame_sse if framed else (lambda raw: raw)
         if not has_ct:
-            head.append(f"content-type: {b.get('content_type', 'text/event-stream')}")
+            default_type = "application/vnd.amazon.eventstream" if framed else "text/event-stream"
+            head.append(f"content-type: {b.get('content_type', default_type)}")
         head.append("cache-control: no-cache")
         head += [f"{k}: {v}" for k, v in extra]
         head.append("transfer-encoding: chunked")
@@ -885,6 +910,7 @@ class MockProvider:
             # The same bytes cut every chunk_bytes bytes, whatever the event boundaries.
             raw = b"".join(e.encode() for e in b["events"]) if b.get("events") is not None \
                 else b"".join(events + trailer)
+            raw = wrap(raw)
             size = b["chunk_bytes"]
             for i in range(0, len(raw), size):
                 if i > 0 and interval:
@@ -899,7 +925,7 @@ class MockProvider:
             for i, event in enumerate(b["events"]):
                 if i > 0 and interval:
                     conn.wait(interval, self._stop)
-                conn.send(_chunk(event.encode()))
+                conn.send(_chunk(wrap(event.encode())))
             conn.send(b"0\r\n\r\n")
             self._finish(rec, "streamed")
             if close:
@@ -920,8 +946,8 @@ class MockProvider:
                 break
             if i > 0 and interval:
                 conn.wait(interval, self._stop)
-            conn.send(_chunk(events[i]))
-        conn.send(b"".join(_chunk(t) for t in trailer) + b"0\r\n\r\n")
+            conn.send(_chunk(wrap(events[i])))
+        conn.send(b"".join(_chunk(wrap(t)) for t in trailer) + b"0\r\n\r\n")
         self._finish(rec, "streamed")
         if close:
             conn.close()
@@ -1024,7 +1050,9 @@ def _thirds(text: str) -> list[str]:
 def _api_of(path: str) -> str:
     """Which API a request path is for: the answer's shape follows it."""
     p = path.split("?", 1)[0].rstrip("/")
-    for suffix, api in (("/messages", "messages"), ("/responses", "responses"),
+    for suffix, api in (("/messages", "messages"), ("/invoke", "messages"),
+                        ("/invoke-with-response-stream", "messages"),
+                        (":rawPredict", "messages"), (":streamRawPredict", "messages"), ("/responses", "responses"),
                         ("/embeddings", "embeddings"), ("/chat/completions", "chat"),
                         ("/completions", "completions")):
         if p.endswith(suffix):
