@@ -12,6 +12,8 @@
 pub mod chat_to_messages;
 pub mod common;
 pub mod messages_to_chat;
+mod raw_json;
+mod sse;
 
 /// An API (wire dialect) a caller calls or a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,0 +1,200 @@
+//! Server-sent events read chunk by chunk, for the stream translators: lines end in `\n`,
+//! `\r\n` or `\r` (a line end may be split between chunks), a blank line ends an event, `data:`
+//! lines join with `\n`, `:` lines are comments, `event:` names the event, and other fields
+//! (`id`, `retry`) are ignored (the WHATWG event-stream format).
+//!
+//! Each byte is looked at once: a chunk's complete lines are handled in place, only a line cut
+//! by the chunk's end is copied (to wait for its rest), and an event's name and data are kept
+//! in buffers reused from event to event.
+
+/// One event: its `event:` name (empty when it had none) and its data lines joined by `\n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event<'a> {
+    pub name: &'a [u8],
+    pub data: &'a [u8],
+}
+
+/// The reader's state between chunks.
+#[derive(Debug, Default)]
+pub struct Reader {
+    /// The start of a line cut by the end of the previous chunk.
+    line: Vec<u8>,
+    /// The event being read: its name and data so far.
+    name: Vec<u8>,
+    data: Vec<u8>,
+    /// A `data:` line was read for this event (even an empty one).
+    has_data: bool,
+    /// The previous chunk ended in `\r`: a `\n` starting this one belongs to that line end.
+    after_cr: bool,
+}
+
+impl Reader {
+    /// Reads `chunk`, calling `on_event` for each event it completes, in order.
+    pub fn feed(&mut self, chunk: &[u8], on_event: &mut impl FnMut(Event<'_>)) {
+        let mut rest = chunk;
+        if std::mem::take(&mut self.after_cr) {
+            rest = rest.strip_prefix(b"\n").unwrap_or(rest);
+        }
+        while let Some(at) = rest.iter().position(|&c| c == b'\n' || c == b'\r') {
+            let (line, tail) = rest.split_at(at);
+            rest = match tail.split_first() {
+                Some((b'\r', after)) if after.is_empty() => {
+                    self.after_cr = true;
+                    after
+                }
+                Some((b'\r', after)) => after.strip_prefix(b"\n").unwrap_or(after),
+                Some((_, after)) => after,
+                None => tail,
+            };
+            if self.line.is_empty() {
+                self.line_done(line, on_event);
+            } else {
+                let mut whole = std::mem::take(&mut self.line);
+                whole.extend_from_slice(line);
+                self.line_done(&whole, on_event);
+                whole.clear();
+                self.line = whole;
+            }
+        }
+        self.line.extend_from_slice(rest);
+    }
+
+    /// The stream ended: a last line without its line end, and an event without its blank
+    /// line, are taken as they are (a provider's last `data: [DONE]` sometimes lacks them).
+    pub fn finish(&mut self, on_event: &mut impl FnMut(Event<'_>)) {
+        if !self.line.is_empty() {
+            let whole = std::mem::take(&mut self.line);
+            self.line_done(&whole, on_event);
+        }
+        self.line_done(b"", on_event);
+    }
+
+    fn line_done(&mut self, line: &[u8], on_event: &mut impl FnMut(Event<'_>)) {
+        if line.is_empty() {
+            if std::mem::take(&mut self.has_data) {
+                on_event(Event {
+                    name: &self.name,
+                    data: &self.data,
+                });
+            }
+            self.name.clear();
+            self.data.clear();
+            return;
+        }
+        let (field, value) = match line.iter().position(|&c| c == b':') {
+            Some(0) => return, // a comment
+            Some(at) => {
+                let (field, value) = line.split_at(at);
+                let value = value.get(1..).unwrap_or_default();
+                (field, value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+            }
+            b"event" => {
+                self.name.clear();
+                self.name.extend_from_slice(value);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(chunks: &[&[u8]]) -> Vec<(String, String)> {
+        let mut reader = Reader::default();
+        let mut got = Vec::new();
+        let mut on_event = |e: Event<'_>| {
+            got.push((
+                String::from_utf8_lossy(e.name).into_owned(),
+                String::from_utf8_lossy(e.data).into_owned(),
+            ))
+        };
+        for chunk in chunks {
+            reader.feed(chunk, &mut on_event);
+        }
+        reader.finish(&mut on_event);
+        got
+    }
+
+    fn pair(name: &str, data: &str) -> (String, String) {
+        (name.to_string(), data.to_string())
+    }
+
+    #[test]
+    fn events_end_at_blank_lines_with_any_line_end() {
+        let want = vec![pair("a", "1"), pair("", "2"), pair("c", "3")];
+        assert_eq!(
+            events(&[b"event: a\ndata: 1\n\ndata: 2\n\nevent: c\ndata: 3\n\n"]),
+            want
+        );
+        assert_eq!(
+            events(&[b"event: a\r\ndata: 1\r\n\r\ndata: 2\r\n\r\nevent: c\r\ndata: 3\r\n\r\n"]),
+            want
+        );
+        assert_eq!(
+            events(&[b"event: a\rdata: 1\r\rdata: 2\r\revent: c\rdata:3\r\r"]),
+            want
+        );
+    }
+
+    #[test]
+    fn a_crlf_split_between_chunks_is_one_line_end() {
+        assert_eq!(
+            events(&[b"event: a\r", b"\ndata: 1\r", b"\ndata: 2\r\n\r", b"\n"]),
+            vec![pair("a", "1\n2")]
+        );
+    }
+
+    #[test]
+    fn data_lines_join_comments_and_other_fields_are_skipped() {
+        assert_eq!(
+            events(&[b": ping\nid: 7\nretry: 10\nevent: x\ndata: {\"a\":\ndata:1}\n\n"]),
+            vec![pair("x", "{\"a\":\n1}")]
+        );
+        // Only the first space after the colon is dropped; a field without colon is a name.
+        assert_eq!(events(&[b"data:  two\ndata\n\n"]), vec![pair("", " two\n")]);
+    }
+
+    #[test]
+    fn an_event_without_data_is_not_dispatched() {
+        assert_eq!(
+            events(&[b"event: ping\n\n: keep-alive\n\n\n\ndata: x\n\n"]),
+            vec![pair("", "x")]
+        );
+    }
+
+    #[test]
+    fn a_line_split_anywhere_waits_for_its_rest() {
+        assert_eq!(
+            events(&[
+                b"eve",
+                b"nt: message_st",
+                b"op\nda",
+                b"ta: {}",
+                b"\n",
+                b"\n"
+            ]),
+            vec![pair("message_stop", "{}")]
+        );
+    }
+
+    #[test]
+    fn the_end_completes_a_last_event_without_its_blank_line() {
+        assert_eq!(
+            events(&[b"data: 1\n\ndata: [DONE]"]),
+            vec![pair("", "1"), pair("", "[DONE]")]
+        );
+        assert_eq!(events(&[b"data: [DONE]\n"]), vec![pair("", "[DONE]")]);
+    }
+}
