@@ -17,6 +17,8 @@ pub struct AnswerFacts {
     pub marker: bool,
     /// The answer's `:status` (0 when unreadable).
     pub status: u16,
+    /// When the request was planned (ms): its time budget runs from here.
+    pub start_ms: u64,
 }
 
 /// What the downstream role reads only when a decision needs it (each is a hostcall).
@@ -27,6 +29,8 @@ pub trait AnswerReads {
     fn outcome(&self, attempt: usize) -> Option<Class>;
     /// The upstream role refused to start the last attempt ([`crate::handoff::REFUSED`]).
     fn refused(&self) -> Option<Refused>;
+    /// The time now (ms), read only for an error answer (is the time budget spent?).
+    fn now_ms(&self) -> u64;
 }
 
 /// The caller's view of the request's attempts, to write on the answer.
@@ -48,9 +52,9 @@ pub struct Answer<'a> {
     pub exhausted: Option<&'a str>,
     /// With `fallbacks_exhausted`, the answer to send instead of the last provider's.
     pub replace: Option<Reply>,
-    /// `x-should-retry` on an exhausted chain's last answer, which the caller gets as it is:
-    /// whether trying again can help (a provider's own advice is about one provider, not the
-    /// chain).
+    /// `x-should-retry` on every error answer (status 400 and up), a provider's passed through
+    /// included: whether trying again can help ([`should_retry`]; a provider's own advice is
+    /// about one provider, not the chain). `None` on successes: nothing is written.
     pub should_retry: Option<bool>,
 }
 
@@ -118,8 +122,8 @@ pub fn answer<'a>(
     };
     let replace = (exhausted && chain.fallbacks_exhausted)
         .then(|| Reply::fallbacks_exhausted(&chain.name, attempts));
-    let should_retry =
-        (exhausted && !chain.fallbacks_exhausted).then(|| Reply::status_is_retriable(facts.status));
+    let status = replace.as_ref().map_or(facts.status, |r| r.status);
+    let should_retry = should_retry(config, status, budget_refused, facts.start_ms, reads);
     Answer {
         attempts,
         attempts_header: Some(attempts),
@@ -130,6 +134,30 @@ pub fn answer<'a>(
         replace,
         should_retry,
     }
+}
+
+/// `x-should-retry` for an answer with `status` (SPEC 6): `None` below 400 (nothing to
+/// write); `false` when the request's time budget is spent (the gateway already used the time
+/// a retry would need; `budget_refused`, or no room for another attempt now), else whether the
+/// status is retriable (`Reply::status_is_retriable`: 5xx, 408, 429).
+pub fn should_retry(
+    config: &Config,
+    status: u16,
+    budget_refused: bool,
+    start_ms: u64,
+    reads: &dyn AnswerReads,
+) -> Option<bool> {
+    if status < 400 {
+        return None;
+    }
+    if !Reply::status_is_retriable(status) {
+        return Some(false);
+    }
+    let spent = budget_refused
+        || !config
+            .timeouts
+            .room_for_attempt(reads.now_ms().saturating_sub(start_ms));
+    Some(!spent)
 }
 
 impl Answer<'_> {

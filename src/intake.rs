@@ -108,6 +108,40 @@ pub fn status_request(config: &Config, path: &str, method: &str) -> StatusReques
     }
 }
 
+/// Whether a request is for the liveness answer (SPEC section 10: `200 serving` from the
+/// filter, no key, no provider), and whether to send its body (GET; HEAD gets none). Only GET
+/// and HEAD on `liveness_path` (the query ignored), and only on the gateway's own route
+/// (`route` reads the request's route name; read only for such a request): no route at all
+/// (Envoy would answer 404), a name in `wire::GATEWAY_ROUTE_NAMES`, or one a chain's `routes`
+/// names. A route the user configured for that path goes on as if the filter were not there.
+pub fn liveness_request(
+    config: &Config,
+    path: &str,
+    method: &str,
+    route: impl FnOnce() -> Option<String>,
+) -> Option<bool> {
+    let liveness = config.liveness_path.as_deref()?;
+    if path.split_once('?').map_or(path, |(p, _)| p) != liveness {
+        return None;
+    }
+    let with_body = match method {
+        "GET" => true,
+        "HEAD" => false,
+        _ => return None,
+    };
+    let ours = match route().filter(|r| !r.is_empty()) {
+        None => true,
+        Some(r) => {
+            crate::wire::GATEWAY_ROUTE_NAMES.contains(&r.as_str())
+                || config.chains.iter().any(|c| c.routes.contains(&r))
+        }
+    };
+    ours.then_some(with_body)
+}
+
+/// The liveness answer's body.
+pub const LIVENESS_BODY: &[u8] = b"serving\n";
+
 /// The `GET <models_path>` answer for this request, if it is one (GET or HEAD; `anthropic`
 /// reads whether the caller speaks Anthropic's API), and whether to send its body.
 pub fn models_request(
@@ -327,6 +361,71 @@ mod tests {
             "chains":[{{"name":"main","providers":["a","b"]}}]}}"#
         );
         Config::from_json(json.as_bytes(), &|_| None).expect("valid config")
+    }
+
+    #[test]
+    fn liveness_answers_get_and_head_on_its_path_on_the_gateways_route_only() {
+        let c = config("");
+        let none = || None;
+        assert_eq!(liveness_request(&c, "/", "GET", none), Some(true));
+        assert_eq!(liveness_request(&c, "/?probe=1", "HEAD", none), Some(false));
+        assert_eq!(liveness_request(&c, "/", "POST", none), None);
+        assert_eq!(
+            liveness_request(&c, "/v1/chat/completions", "GET", none),
+            None
+        );
+        for ours in ["llm_failover", "llm-failover", ""] {
+            assert_eq!(
+                liveness_request(&c, "/", "GET", || Some(ours.into())),
+                Some(true),
+                "{ours}"
+            );
+        }
+        // A route the user configured for "/" (their web app) is not shadowed.
+        assert_eq!(
+            liveness_request(&c, "/", "GET", || Some("web".into())),
+            None
+        );
+        // Unless a chain says it serves that route.
+        let json = r#"{"providers":[{"name":"a","cluster":"ca"}],
+            "chains":[{"name":"web","routes":["web"],"providers":["a"]}]}"#;
+        let c = Config::from_json(json.as_bytes(), &|_| None).expect("valid config");
+        assert_eq!(
+            liveness_request(&c, "/", "GET", || Some("web".into())),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn the_liveness_path_moves_turns_off_and_yields_to_a_chains_paths() {
+        let moved = config(r#""liveness_path":"/healthz","#);
+        assert_eq!(
+            liveness_request(&moved, "/healthz", "GET", || None),
+            Some(true)
+        );
+        assert_eq!(liveness_request(&moved, "/", "GET", || None), None);
+        let off = config(r#""liveness_path":"","#);
+        assert_eq!(liveness_request(&off, "/", "GET", || None), None);
+        for paths in [r#"["/"]"#, r#"["/*"]"#, r#"["*"]"#] {
+            let json = format!(
+                r#"{{"providers":[{{"name":"a","cluster":"ca"}}],
+                "chains":[{{"name":"root","paths":{paths},"providers":["a"]}}]}}"#
+            );
+            let c = Config::from_json(json.as_bytes(), &|_| None).expect("valid config");
+            assert_eq!(liveness_request(&c, "/", "GET", || None), None, "{paths}");
+        }
+        let json = r#"{"providers":[{"name":"a","cluster":"ca"}],
+            "chains":[{"name":"chat","paths":["/v1/*"],"providers":["a"]}]}"#;
+        let c = Config::from_json(json.as_bytes(), &|_| None).expect("valid config");
+        assert_eq!(liveness_request(&c, "/", "GET", || None), Some(true));
+        let bad = br#"{"liveness_path":"healthz","providers":[{"name":"a"}],"chains":[{"name":"m","providers":["a"]}]}"#;
+        let problems = Config::from_json(bad, &|_| None).err().unwrap_or_default();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.to_string().contains("liveness_path")),
+            "{problems:?}"
+        );
     }
 
     fn plan(entries: &[u8]) -> Plan {

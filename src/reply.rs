@@ -133,10 +133,11 @@ impl Reply {
             kind: "server_error",
             code: last_class.as_str(),
             message: format!(
-                "Provider {last_provider:?} failed ({}) and the request's time budget ({budget_ms} ms) has too little left for another attempt. Retry later.",
+                "Provider {last_provider:?} failed ({}) and the request's time budget ({budget_ms} ms) has too little left for another attempt.",
                 last_class.as_str()
             ),
-            should_retry: true,
+            // The gateway already spent the time a retry would need (SPEC 6).
+            should_retry: false,
         }
     }
 
@@ -163,9 +164,9 @@ impl Reply {
         }
     }
 
-    /// Whether a caller should retry an answer with this status that the gateway passes on
-    /// from a provider after its chain is exhausted: 5xx, 429 and 408 can pass, other client
-    /// errors will fail the same way again.
+    /// Whether a caller should retry an error answer with this status (SPEC 6; the gateway's
+    /// own and a provider's passed on alike): 5xx, 429 and 408 can pass, other client errors
+    /// will fail the same way again. `answer::should_retry` adds the time budget.
     pub fn status_is_retriable(status: u16) -> bool {
         status >= 500 || status == 429 || status == 408
     }
@@ -285,7 +286,7 @@ mod tests {
     #[test]
     fn a_spent_budget_answers_with_the_last_failure() {
         let r = Reply::budget_spent("secondary", Class::Timeout, 3000);
-        assert_eq!((r.status, r.code, r.should_retry), (504, "timeout", true));
+        assert_eq!((r.status, r.code, r.should_retry), (504, "timeout", false));
         assert!(r.message.contains("secondary") && r.message.contains("budget"));
         let r = Reply::budget_spent("secondary", Class::ConnectionError, 3000);
         assert_eq!((r.status, r.code), (503, "connection_error"));

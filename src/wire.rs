@@ -34,6 +34,10 @@ pub const GROUP_CLUSTER_PREFIX: &str = "llm_failover~";
 pub const GROUP_CLUSTER_SEPARATOR: char = '~';
 /// Envoy stores wasm-set properties under this prefix in filter state.
 pub const ENVOY_WASM_STATE_PREFIX: &str = "wasm.";
+/// Names of the route the gateway's traffic takes: the standalone renderer's (and the snippet it
+/// prints for hand-merged configurations) and the Istio target's. The liveness answer is given
+/// on these routes (and on chains' `routes`), never on a route the user configured otherwise.
+pub const GATEWAY_ROUTE_NAMES: [&str; 2] = ["llm_failover", "llm-failover"];
 /// Filter-state property the upstream filters append each attempt's record to; also what
 /// access logs print: `%FILTER_STATE(wasm.llm_failover.attempts:PLAIN)%`.
 pub const ATTEMPTS_PROPERTY: &str = "llm_failover.attempts";

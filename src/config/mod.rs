@@ -67,6 +67,14 @@ impl Config {
             }
         }
         let caller_chains = chains.iter().any(|c| !c.callers.is_empty());
+        // A chain whose `paths` take the liveness path keeps it: the filter never answers a
+        // path the configuration routes.
+        let liveness_path = Some(raw.liveness_path.clone()).filter(|p| {
+            !p.is_empty()
+                && !chains
+                    .iter()
+                    .any(|c| crate::pattern::any_matches(&c.paths, p))
+        });
         let dead_marks = policies::dead_marks(&raw.dead_marks);
         let cleared_headers = providers.cleared_headers;
         let providers = providers.list;
@@ -96,6 +104,7 @@ impl Config {
             fingerprint: 0,
             caller_chains,
             models_path: Some(raw.models_path).filter(|p| !p.is_empty()),
+            liveness_path,
             forwarding,
         })
     }

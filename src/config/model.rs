@@ -174,6 +174,9 @@ pub struct Config {
     /// Where the filter answers `GET /v1/models` itself (`None`: turned off); `models::answer`
     /// builds the answers from the chains, outside this module.
     pub models_path: Option<String>,
+    /// Where the filter answers `200 serving` itself (`None`: turned off, or a chain's `paths`
+    /// take it); see `intake::liveness_request`.
+    pub liveness_path: Option<String>,
     /// Which caller headers reach which provider (from each provider's `forward`).
     pub forwarding: crate::forward::HeaderPolicy,
 }

@@ -56,7 +56,7 @@ pub fn timeouts(t: &RawTimeouts, problems: &mut Problems) -> Timeouts {
     }
 }
 
-/// `opt_out_header`, `caller_header`, `status_path` and `models_path`.
+/// `opt_out_header`, `caller_header`, `status_path`, `liveness_path` and `models_path`.
 pub fn request_settings(raw: &RawConfig, problems: &mut Problems) {
     if !is_header_name(&raw.opt_out_header.to_ascii_lowercase()) {
         problems.field(
@@ -73,6 +73,13 @@ pub fn request_settings(raw: &RawConfig, problems: &mut Problems) {
         if !p.starts_with('/') {
             problems.field("status_path", format!("{p:?} must start with '/'"));
         }
+    }
+    let p = &raw.liveness_path;
+    if !p.is_empty() && !p.starts_with('/') {
+        problems.field(
+            "liveness_path",
+            format!("{p:?} must start with '/' (\"\" turns it off)"),
+        );
     }
     let p = &raw.models_path;
     if !p.is_empty() && (!p.starts_with('/') || p.ends_with('/')) {

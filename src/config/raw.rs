@@ -77,6 +77,10 @@ pub struct RawConfig {
     /// `GET /v1/models`, and `/{id}` below it); `""` turns it off.
     #[serde(default = "RawConfig::default_models_path")]
     pub models_path: String,
+    /// Path answered `200 serving` by the filter itself, no key needed, contacting no provider
+    /// (a liveness check for load balancers; SPEC section 10); `""` turns it off.
+    #[serde(default = "RawConfig::default_liveness_path")]
+    pub liveness_path: String,
 }
 
 impl RawConfig {
@@ -88,6 +92,9 @@ impl RawConfig {
     }
     fn default_models_path() -> String {
         "/v1/models".to_string()
+    }
+    fn default_liveness_path() -> String {
+        "/".to_string()
     }
     fn default_gateway_credential_headers() -> Vec<String> {
         vec!["authorization".into(), "x-api-key".into(), "api-key".into()]

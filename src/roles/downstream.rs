@@ -36,6 +36,8 @@ pub struct Downstream<H: Host> {
     path: String,
     authority: String,
     plan: Option<Plan>,
+    /// When the request was planned (ms), as published in the plan record.
+    start_ms: u64,
     /// Provider calls made, from the final answer's attempt count.
     attempts: usize,
     /// Replacement body when an exhausted chain answers `503 fallbacks_exhausted`.
@@ -84,6 +86,10 @@ impl<H: Host> AnswerReads for Reads<'_, H> {
         let bytes = self.0.property(handoff::REFUSED.as_bytes())?;
         Some(Refused::decode(&bytes))
     }
+
+    fn now_ms(&self) -> u64 {
+        self.0.now_ms()
+    }
 }
 
 impl<H: Host> Downstream<H> {
@@ -97,6 +103,7 @@ impl<H: Host> Downstream<H> {
             path: String::new(),
             authority: String::new(),
             plan: None,
+            start_ms: 0,
             attempts: 0,
             exhausted_body: None,
             answered: false,
@@ -177,6 +184,25 @@ impl<H: Host> Downstream<H> {
             answer.status,
             &headers,
             with_body.then_some(answer.body.as_bytes()),
+        );
+        true
+    }
+
+    /// Answers the liveness path (SPEC section 10) when the request is for it. Returns whether
+    /// it answered.
+    fn answer_liveness(&self, method: &str) -> bool {
+        let route = || text_property(&self.host, b"xds\0route_name");
+        let Some(with_body) = intake::liveness_request(&self.config, &self.path, method, route)
+        else {
+            return false;
+        };
+        self.host.send_response(
+            200,
+            &[
+                ("content-type", "text/plain"),
+                ("cache-control", "no-store"),
+            ],
+            with_body.then_some(intake::LIVENESS_BODY),
         );
         true
     }
@@ -279,6 +305,7 @@ impl<H: Host> Downstream<H> {
             log::warn!("clear_route_cache is not available in this Envoy; the route may pick a stale cluster");
         }
         self.plan = Some(plan);
+        self.start_ms = now.0;
         true
     }
 
@@ -339,7 +366,8 @@ impl<H: Host> Downstream<H> {
             self.answered = true;
             return Flow::Pause;
         }
-        if self.answer_status(method) || self.answer_models(method) {
+        if self.answer_status(method) || self.answer_models(method) || self.answer_liveness(method)
+        {
             self.answered = true;
             return Flow::Pause;
         }
@@ -397,6 +425,7 @@ impl<H: Host> Downstream<H> {
             attempt_count,
             marker,
             status: status_code(&self.host, Map::Response),
+            start_ms: self.start_ms,
         };
         let answer = answer::answer(&self.config, plan, facts, &Reads(&self.host));
         self.attempts = answer.attempts;
@@ -433,11 +462,6 @@ impl<H: Host> Downstream<H> {
             host.set_header(Map::Response, ":status", Some(&reply.status.to_string()));
             host.set_header(Map::Response, "content-type", Some("application/json"));
             host.set_header(Map::Response, "content-length", None);
-            host.set_header(
-                Map::Response,
-                wire::SHOULD_RETRY_HEADER,
-                Some(if reply.should_retry { "true" } else { "false" }),
-            );
             self.exhausted_body = Some(reply.body());
         }
         if let Some(retry) = answer.should_retry {

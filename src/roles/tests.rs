@@ -704,6 +704,35 @@ fn fallbacks_exhausted_replaces_the_last_failure() {
 }
 
 #[test]
+fn every_error_answer_says_whether_to_retry() {
+    let gw = Gateway::new(THREE);
+    // A provider's 400 does not fall over: passed through, with the gateway's advice over the
+    // provider's own.
+    let bad = Provider::Answer(400, vec![("x-should-retry", "true")], r#"{"error":{}}"#);
+    let r = gw.chat("gpt-4o", &[bad]);
+    assert_eq!((r.status, r.clusters()), (400, vec!["ca"]));
+    assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), Some("false"));
+    // Statuses that do not fall over in this chain, passed through as they are.
+    for (code, advice) in [(408, "true"), (422, "false"), (500, "true"), (503, "true")] {
+        let gw = Gateway::new(&with_chain_options(r#""fallback_on": ["429"]"#));
+        let r = gw.chat("gpt-4o", &[status(code)]);
+        assert_eq!((r.status, r.clusters()), (code, vec!["ca"]), "{code}");
+        assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), Some(advice), "{code}");
+    }
+    // A success carries none, even when the provider sent one.
+    let chatty = Provider::Answer(200, vec![("x-should-retry", "false")], r#"{"ok":true}"#);
+    let r = gw.chat("gpt-4o", &[status(500), chatty]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header(wire::SHOULD_RETRY_HEADER),
+        Some("false"),
+        "the provider's own, untouched"
+    );
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), None);
+}
+
+#[test]
 fn max_attempts_and_the_opt_out_header_cap_the_walk() {
     let gw = Gateway::new(&with_chain_options(r#""max_attempts": 2"#));
     let r = gw.chat("gpt-4o", &[status(500), status(500), ok()]);
@@ -719,6 +748,20 @@ fn max_attempts_and_the_opt_out_header_cap_the_walk() {
 
 // ---------------------------------------------------------------------------------------------
 // SPEC section 2: planning, refusals and what callers cannot steer.
+
+#[test]
+fn get_slash_answers_serving_without_a_key_or_a_provider() {
+    let gw = Gateway::new(THREE);
+    let get = [(":method", "GET"), (":path", "/"), ("authorization", "")];
+    let r = gw.request(&get, "", &[ok()]);
+    assert!(r.local);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"serving\n"[..]));
+    assert!(r.sent.is_empty(), "no provider contacted");
+    let off =
+        Gateway::new(&THREE.replace(r#""status_path""#, r#""liveness_path": "", "status_path""#));
+    let r = off.request(&get, "", &[ok()]);
+    assert_eq!(r.body_json()["error"]["code"], "route_not_found");
+}
 
 #[test]
 fn refusals_contact_no_provider() {
@@ -874,6 +917,11 @@ fn no_attempt_starts_past_the_budget() {
     assert_eq!(r.clusters(), ["ca"], "a's 500 goes back to the caller");
     assert_eq!(r.status, 500);
     assert_eq!(r.header(wire::RETRY_MARKER_HEADER), None);
+    assert_eq!(
+        r.header(wire::SHOULD_RETRY_HEADER),
+        Some("false"),
+        "the budget is spent: a retry would have no more time"
+    );
     assert_eq!(gw.metric(&names::skipped("b", "budget")), 1);
     assert_eq!(gw.metric(&names::skipped("c", "budget")), 1);
     assert_eq!(gw.metric(&names::fallbacks("a", "b")), 0);
@@ -894,6 +942,7 @@ fn an_attempt_envoy_starts_past_the_budget_never_reaches_its_provider() {
     assert_eq!(r.clusters(), ["ca"], "b is never contacted");
     assert_eq!(r.status, 504);
     assert_eq!(r.body_json()["error"]["code"], "timeout");
+    assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), Some("false"));
     assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("1"));
     assert_eq!(r.header(wire::PROVIDER_HEADER), Some("a"));
     assert!(

@@ -1,0 +1,130 @@
+"""What clients and operators read (issue 24), through a real Envoy with real mock providers:
+`x-should-retry` on every error answer (SPEC 6), the liveness answer on `GET /` (SPEC 10),
+and each provider's health over time in the status endpoint, exact under two workers and
+concurrent traffic (SPEC 4 and 10)."""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import yaml
+
+import harness
+from harness import http_request
+
+CONFIG = "tests/integration/configs/operators.failover.yaml"
+STATUS = "/llm-failover/status"
+
+pytestmark = pytest.mark.skipif(
+    harness.external_mode(), reason="needs a fresh gateway with scripted knobs")
+
+
+@pytest.fixture
+def two(gateway):
+    primary, secondary = gateway.mocks("primary", "secondary")
+    return gateway, primary, secondary
+
+
+def status_of(gateway):
+    r = http_request(f"http://127.0.0.1:{gateway.env['STATUS_PORT']}", "GET", STATUS)
+    assert r.status == 200, r.text
+    return {p["name"]: p for p in r.json()["providers"]}
+
+
+# ------------------------------------------------------------------------------ x-should-retry
+
+def test_every_error_answer_carries_x_should_retry_a_providers_own_included(two):
+    gateway, primary, secondary = two
+    gw = gateway.start(CONFIG)  # falls over on server_error only
+    # A provider's 400 is not failed over: it reaches the caller with the gateway's advice,
+    # whatever the provider said.
+    primary.set_default(status=400, headers={"x-should-retry": "true"})
+    r = gw.chat("gpt-4o")
+    assert (r.status, r.header("x-mock-provider")) == (400, "primary")
+    assert r.header("x-should-retry") == "false"
+    for code, advice in [(408, "true"), (429, "true"), (404, "false"), (422, "false")]:
+        primary.set_default(status=code)
+        r = gw.chat("gpt-4o")
+        assert (r.status, r.header("x-mock-provider")) == (code, "primary"), code
+        assert r.header("x-should-retry") == advice, code
+    assert secondary.request_count() == 0, "none of these fell over"
+    # An exhausted chain's last 5xx: retriable.
+    primary.set_default(status=500)
+    secondary.set_default(status=503)
+    r = gw.chat("gpt-4o")
+    assert (r.status, r.header("x-should-retry")) == (503, "true")
+    # Successes carry none of the gateway's.
+    primary.set_default(status=200)
+    r = gw.chat("gpt-4o")
+    assert r.status == 200 and r.header("x-should-retry") is None
+
+
+def test_a_spent_budget_says_do_not_retry(two):
+    gateway, primary, secondary = two
+    gw = gateway.start(CONFIG, env={"BUDGET": "2s", "MIN_REMAINING": "1s"})
+    # primary's 500 comes after 1.2 s: 0.8 s left, less than an attempt needs.
+    primary.set_default(status=500, delay_ms=1200)
+    r = gw.chat("gpt-4o")
+    assert (r.status, r.header("x-mock-provider")) == (500, "primary")
+    assert r.header("x-should-retry") == "false"
+    assert secondary.request_count() == 0
+    # The same 500 in time falls over; the exhausted chain's answer is retriable.
+    primary.set_default(status=500)
+    secondary.set_default(status=500)
+    r = gw.chat("gpt-4o")
+    assert (r.status, r.header("x-llm-attempts"), r.header("x-should-retry")) == (500, "2", "true")
+
+
+# ------------------------------------------------------------------------------------ liveness
+
+def test_get_slash_answers_serving_with_no_key_and_no_provider(two):
+    gateway, primary, secondary = two
+    gw = gateway.start(CONFIG)
+    r = gw.request("GET", "/")
+    assert (r.status, r.body) == (200, b"serving\n")
+    assert r.header("content-type") == "text/plain"
+    assert r.header("x-llm-provider") is None
+    head = gw.request("HEAD", "/")
+    assert (head.status, head.body) == (200, b"")
+    assert primary.request_count() == secondary.request_count() == 0
+    # A POST to / is not the liveness check: planned like any request (this chain has no
+    # `paths`: it takes every path).
+    post = gw.chat("gpt-4o", path="/")
+    assert post.header("x-mock-provider") == "primary"
+    # The whole gateway down (every provider failing) still answers serving.
+    primary.down()
+    secondary.down()
+    assert gw.request("GET", "/").body == b"serving\n"
+
+
+def test_the_liveness_path_moves_and_turns_off(two):
+    gateway, primary, _ = two
+    gw = gateway.start(CONFIG, env={"LIVENESS_PATH": "/healthz"})
+    assert gw.request("GET", "/healthz").body == b"serving\n"
+    assert primary.request_count() == 0
+    # "/" is no longer answered: planned like any request, as it is with the answer off.
+    assert gw.request("GET", "/").header("x-mock-provider") == "primary"
+    gw.envoy.stop()
+    gw = gateway.start(CONFIG, env={"LIVENESS_PATH": '""'})
+    assert gw.request("GET", "/").header("x-mock-provider") == "primary"
+    assert primary.request_count() == 2
+
+
+def test_liveness_never_shadows_a_users_route(two, render):
+    """A hand-merged configuration: the user's own route for `/` (their web app) comes before
+    the gateway's route. The filter leaves it alone; the gateway's route still answers."""
+    gateway, primary, _ = two
+    path = render(CONFIG, gateway.env)
+    config = yaml.safe_load(path.read_text())
+    [api] = [listener for listener in config["static_resources"]["listeners"]
+             if listener["name"] == "llm_failover"]
+    hcm = api["filter_chains"][0]["filters"][0]["typed_config"]
+    routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    routes.insert(0, {"name": "web", "match": {"path": "/"},
+                      "direct_response": {"status": 200, "body": {"inline_string": "web app\n"}}})
+    path.write_text(yaml.safe_dump(config))
+    gw = gateway.start_bootstrap(path)
+    assert gw.request("GET", "/").body == b"web app\n"
+    assert gw.request("GET", "/?x=1").body == b"web app\n"
+    assert gw.chat("gpt-4o").header("x-mock-provider") == "primary"
+    assert primary.request_count() == 1
