@@ -575,6 +575,7 @@ pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
         body_len: p.body_len,
         log_started: p.log_started,
         stream: p.stream,
+        caller_api: p.caller_api,
         slots: walk,
         limit: u8::try_from(p.limit()).unwrap_or(u8::MAX),
         context_window: &context_window,

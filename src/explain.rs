@@ -7,6 +7,7 @@ use crate::classify::Class;
 use crate::config::{ChainEntry, Config, ModelPattern, ProviderId};
 use crate::health::Admission;
 use crate::plan::{self, Gatekeeper, RequestFacts, SkipReason};
+use crate::translate::Api;
 use std::fmt::Write;
 
 /// Every provider healthy: explain describes configuration, not live health.
@@ -34,16 +35,25 @@ pub struct AttemptChanges<'a> {
     pub headers: Vec<&'a str>,
     /// Header names removed because they belong to another provider or to the caller.
     pub removed: Vec<&'a str>,
+    /// The API the request is translated to (SPEC 13), when the provider speaks another.
+    pub translated_to: Option<Api>,
 }
 
-/// The changes an attempt to `entry` makes to a request for `model` on `path`.
+/// The changes an attempt to `entry` makes to a request for `model` on `path`, from a caller
+/// speaking `api`.
 pub fn attempt_changes<'a>(
     config: &'a Config,
     entry: &'a ChainEntry,
     model: &str,
     path: &str,
+    api: Option<Api>,
 ) -> AttemptChanges<'a> {
     let provider = config.provider(entry.provider);
+    let translated_to = provider.and_then(|p| p.translates(api));
+    let path = match translated_to {
+        Some(to) => to.endpoint(),
+        None => path,
+    };
     let headers: Vec<&str> = provider
         .into_iter()
         .flat_map(|p| &p.set_headers)
@@ -65,6 +75,7 @@ pub fn attempt_changes<'a>(
             .filter(|h| !headers.contains(h))
             .collect(),
         headers,
+        translated_to,
     }
 }
 
@@ -109,7 +120,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
                 let _ = writeln!(out, "chain: {}", chain.name);
                 for (entry, reason) in &refusal.skipped {
                     if let Some(entry) = chain.entry(*entry) {
-                        skip_line(&mut out, config, entry, *reason);
+                        skip_line(&mut out, config, &facts, entry, *reason);
                     }
                 }
             }
@@ -173,7 +184,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
         let Some(provider) = config.provider(entry.provider) else {
             continue;
         };
-        let changes = attempt_changes(config, entry, facts.model, path);
+        let changes = attempt_changes(config, entry, facts.model, path, facts.api);
         let _ = writeln!(
             out,
             "  {}. {} (cluster {})",
@@ -199,6 +210,20 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
                 .authority
                 .map_or(String::new(), |a| format!(", authority: {a}"))
         );
+        match (changes.translated_to, provider.api) {
+            (Some(to), _) => {
+                let from = facts.api.map_or("another API", Api::as_str);
+                let _ = writeln!(
+                    out,
+                    "       api: {} (translated from {from}, answers back to {from})",
+                    to.as_str()
+                );
+            }
+            (None, Some(api)) => {
+                let _ = writeln!(out, "       api: {}", api.as_str());
+            }
+            (None, None) => {}
+        }
         if !changes.headers.is_empty() {
             let _ = writeln!(out, "       sets: {}", changes.headers.join(", "));
         }
@@ -216,7 +241,7 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
             left_out = true;
         }
         match plan.skipped.iter().find(|(e, _)| *e == index) {
-            Some((_, reason)) => skip_line(&mut out, config, entry, *reason),
+            Some((_, reason)) => skip_line(&mut out, config, &facts, entry, *reason),
             None => {
                 let _ = writeln!(
                     out,
@@ -247,7 +272,13 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
     Ok(out)
 }
 
-fn skip_line(out: &mut String, config: &Config, entry: &ChainEntry, reason: SkipReason) {
+fn skip_line(
+    out: &mut String,
+    config: &Config,
+    facts: &RequestFacts,
+    entry: &ChainEntry,
+    reason: SkipReason,
+) {
     let Some(provider) = config.provider(entry.provider) else {
         return;
     };
@@ -264,6 +295,28 @@ fn skip_line(out: &mut String, config: &Config, entry: &ChainEntry, reason: Skip
                 }
             )
         }
+        SkipReason::CapabilityVision => {
+            "capability_vision (the request has images; this entry's model has vision: false)"
+                .to_string()
+        }
+        SkipReason::CapabilityTools => {
+            "capability_tools (the request has tools; this entry's model has tools: false)"
+                .to_string()
+        }
+        SkipReason::CapabilityContext => format!(
+            "capability_context (the prompt, about {} tokens, is above 95% of context_window {})",
+            facts.content.prompt_tokens(),
+            entry.capabilities.context_window.unwrap_or_default()
+        ),
+        SkipReason::ContentIncompatible => format!(
+            "content_incompatible ({} cannot carry this request: {})",
+            provider.api.map_or("its API", Api::as_str),
+            if facts.content.provider_state {
+                "it depends on state another provider keeps"
+            } else {
+                "no translation for this endpoint or a field it cannot express"
+            }
+        ),
         other => other.as_str().to_string(),
     };
     let _ = writeln!(out, "  {}: skipped: {why}", provider.name);
@@ -348,5 +401,37 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("refused: 400 model_not_recognized"), "{err}");
+    }
+
+    #[test]
+    fn each_entrys_api_and_the_entries_the_request_cannot_use_are_shown() {
+        let c = config(
+            r#"{"providers":[{"name":"openai","api":"openai"},
+              {"name":"anthropic","api":"anthropic","path_prefix":"/x"},{"name":"spare"}],
+            "chains":[{"name":"gpt","providers":["openai",
+              {"provider":"anthropic","model":"claude-sonnet-4-5","capabilities":{"vision":true}},
+              {"provider":"spare","capabilities":{"vision":false}}]}]}"#,
+        );
+        let facts = RequestFacts {
+            model: "gpt-4o",
+            api: Some(Api::OpenAiChat),
+            content: crate::eligible::Content {
+                images: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let text = explain(&c, &facts).unwrap();
+        assert!(text.contains("       api: openai\n"), "{text}");
+        assert!(
+            text.contains("api: anthropic (translated from openai, answers back to openai)"),
+            "{text}"
+        );
+        assert!(text.contains("path: /x/v1/messages"), "{text}");
+        assert!(text.contains("sets: anthropic-version"), "{text}");
+        assert!(
+            text.contains("spare: skipped: capability_vision (the request has images"),
+            "{text}"
+        );
     }
 }

@@ -12,6 +12,7 @@
 use crate::header_pairs::HeaderPairs;
 use crate::ids::ProviderId;
 use crate::pattern::ModelPattern;
+use crate::translate::Api;
 
 /// What every provider accepts unless its `forward_headers` says `all`: the request headers
 /// the official OpenAI, Azure OpenAI and Anthropic SDKs send that the APIs use.
@@ -69,8 +70,24 @@ impl Default for Forward {
 impl Forward {
     /// The default list plus `extra` names or `prefix*` patterns.
     pub fn with_extra<'a>(extra: impl Iterator<Item = &'a str>) -> Forward {
+        Forward::for_api_with_extra(None, extra)
+    }
+
+    /// The default list of a provider speaking `api` (see [`Forward::for_api_with_extra`]).
+    pub fn for_api(api: Option<Api>) -> Forward {
+        Forward::for_api_with_extra(api, std::iter::empty())
+    }
+
+    /// The default list plus `extra`, for a provider speaking `api`: one that declares OpenAI's
+    /// API does not take the caller's `anthropic-*` headers unless `extra` names them (they
+    /// come from an Anthropic caller whose request is translated for it, SPEC 13).
+    pub fn for_api_with_extra<'a>(
+        api: Option<Api>,
+        extra: impl Iterator<Item = &'a str>,
+    ) -> Forward {
         let mut list: Vec<ModelPattern> = DEFAULT_FORWARDED
             .iter()
+            .filter(|p| !(api == Some(Api::OpenAiChat) && **p == "anthropic-*"))
             .map(|p| ModelPattern::parse(p))
             .collect();
         for name in extra {

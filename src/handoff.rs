@@ -20,6 +20,7 @@ use crate::classify::Class;
 use crate::config::MAX_CHAIN_LEN;
 use crate::ids::{ChainId, EntryId};
 use crate::plan::Slot;
+use crate::translate::Api;
 use std::ops::Range;
 
 /// Filter-state name of the plan (`wasm.llm_failover.plan` in Envoy).
@@ -40,7 +41,10 @@ pub const OUTCOMES_VERSION: u8 = 1;
 // ---------------------------------------------------------------------------------------------
 // The plan, one line per field:
 //   version, configuration fingerprint (16 hex digits), chain index, request start (ms), body
-//   length, flags (1 = attempt log started, 2 = the caller asked for a stream, added), slots
+//   length, flags (one hex digit: 1 = attempt log started, 2 = the caller asked for a stream,
+//   4 = an OpenAI Chat caller, 8 = an Anthropic Messages caller, added; the caller's API is
+//   written only when some entry of the chain speaks another API, so a same-API plan is
+//   byte-for-byte what it was before translation existed), slots
 //   ("entry[p][q]" comma separated, p = pristine, q = probe), alternative lists (empty, or
 //   "limit;context_window entries;content_policy entries" with entries comma separated),
 //   original :path, original :authority, requested model.
@@ -60,6 +64,8 @@ pub struct PlanRecord<'a> {
     /// The caller asked for a stream (`"stream": true`): a `200` may be an SSE answer whose
     /// first event must be read before it is released.
     pub stream: bool,
+    /// The caller's API, when an attempt may be translated (SPEC 13); `None` otherwise.
+    pub caller_api: Option<Api>,
     pub slots: &'a [Slot],
     /// Attempts Envoy may make (`Plan::attempt_limit`); 0 means `slots.len()`.
     pub limit: u8,
@@ -69,6 +75,17 @@ pub struct PlanRecord<'a> {
     pub path: &'a str,
     pub authority: &'a str,
     pub model: &'a str,
+}
+
+const CHAT_CALLER: u8 = 4;
+const MESSAGES_CALLER: u8 = 8;
+
+fn api_flag(api: Option<Api>) -> u8 {
+    match api {
+        None => 0,
+        Some(Api::OpenAiChat) => CHAT_CALLER,
+        Some(Api::AnthropicMessages) => MESSAGES_CALLER,
+    }
 }
 
 fn push_entries(out: &mut String, entries: &[EntryId]) {
@@ -90,12 +107,12 @@ impl PlanRecord<'_> {
         );
         let _ = write!(
             out,
-            "{PLAN_VERSION}\n{:016x}\n{}\n{}\n{}\n{}\n",
+            "{PLAN_VERSION}\n{:016x}\n{}\n{}\n{}\n{:x}\n",
             self.config,
             self.chain,
             self.start_ms,
             self.body_len,
-            u8::from(self.log_started) | u8::from(self.stream) << 1
+            u8::from(self.log_started) | u8::from(self.stream) << 1 | api_flag(self.caller_api)
         );
         for (i, s) in self.slots.iter().enumerate() {
             if i > 0 {
@@ -131,6 +148,7 @@ pub struct PlanText {
     body_len: u64,
     log_started: bool,
     stream: bool,
+    caller_api: Option<Api>,
     limit: u8,
     /// Parsed once: every callback of the attempt reads them.
     slots: [Slot; MAX_CHAIN_LEN],
@@ -151,6 +169,8 @@ pub struct PlanView<'a> {
     pub body_len: u64,
     pub log_started: bool,
     pub stream: bool,
+    /// The caller's API when an attempt may be translated (see [`PlanRecord::caller_api`]).
+    pub caller_api: Option<Api>,
     limit: u8,
     slots: &'a [Slot],
     context_window: &'a str,
@@ -204,7 +224,13 @@ impl PlanText {
             return None;
         }
         let flags: u8 = match field(&flags)? {
-            f if f.len() == 1 => f.parse().ok().filter(|&f| f <= 3)?,
+            f if f.len() == 1 => u8::from_str_radix(f, 16).ok()?,
+            _ => return None,
+        };
+        let caller_api = match flags & (CHAT_CALLER | MESSAGES_CALLER) {
+            0 => None,
+            CHAT_CALLER => Some(Api::OpenAiChat),
+            MESSAGES_CALLER => Some(Api::AnthropicMessages),
             _ => return None,
         };
         // "limit;context_window;content_policy", each list's entries comma separated.
@@ -241,6 +267,7 @@ impl PlanText {
             body_len: field(&body)?.parse().ok()?,
             log_started: flags & 1 != 0,
             stream: flags & 2 != 0,
+            caller_api,
             limit,
             slots: parsed,
             slot_count,
@@ -262,6 +289,7 @@ impl PlanText {
             body_len: self.body_len,
             log_started: self.log_started,
             stream: self.stream,
+            caller_api: self.caller_api,
             limit: self.limit,
             slots: self
                 .slots
@@ -431,6 +459,7 @@ mod tests {
             body_len: 5 * 1024 * 1024,
             log_started: true,
             stream: false,
+            caller_api: None,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -505,6 +534,7 @@ mod tests {
             body_len: 42,
             log_started: true,
             stream: true,
+            caller_api: None,
             slots: &slots,
             limit: 5,
             context_window: &[4.into(), 5.into()],
@@ -526,6 +556,53 @@ mod tests {
     }
 
     #[test]
+    fn the_callers_api_rides_in_the_flags_only_when_set() {
+        let slots = [slot(0, true, false), slot(1, false, false)];
+        let record = PlanRecord {
+            config: 7,
+            chain: ChainId::FIRST,
+            start_ms: 1,
+            body_len: 2,
+            log_started: true,
+            stream: true,
+            caller_api: None,
+            slots: &slots,
+            limit: 0,
+            context_window: &[],
+            content_policy: &[],
+            path: "/v1/messages",
+            authority: "gw",
+            model: "m",
+        };
+        let same_api = record.encode();
+        assert_eq!(
+            same_api.split('\n').nth(5),
+            Some("3"),
+            "a same-API plan keeps the flags it always had"
+        );
+        for (api, flags) in [(Api::OpenAiChat, "7"), (Api::AnthropicMessages, "b")] {
+            let crossing = PlanRecord {
+                caller_api: Some(api),
+                ..record
+            };
+            let text = crossing.encode();
+            assert_eq!(text.split('\n').nth(5), Some(flags));
+            let read = PlanText::decode(text).expect("decodes");
+            let view = read.view();
+            assert_eq!(view.caller_api, Some(api));
+            assert!(view.log_started && view.stream);
+            assert_eq!(view.slot_list(), &slots);
+        }
+        assert_eq!(
+            PlanText::decode(same_api.clone()).map(|t| t.view().caller_api),
+            Some(None)
+        );
+        // Both caller bits at once is no record of ours.
+        let both = same_api.replacen("\n3\n", "\nf\n", 1);
+        assert_eq!(PlanText::decode(both), None);
+    }
+
+    #[test]
     fn other_versions_and_garbage_are_refused() {
         let slots = [slot(0, false, false)];
         let record = PlanRecord {
@@ -535,6 +612,7 @@ mod tests {
             body_len: 0,
             log_started: false,
             stream: false,
+            caller_api: None,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -554,7 +632,8 @@ mod tests {
             lines.join("\n")
         };
         assert!(PlanText::decode(with_line(5, "3")).is_some());
-        assert_eq!(PlanText::decode(with_line(5, "7")), None);
+        assert_eq!(PlanText::decode(with_line(5, "c")), None);
+        assert_eq!(PlanText::decode(with_line(5, "g")), None);
         assert_eq!(PlanText::decode(with_line(6, "x,y")), None);
         assert_eq!(PlanText::decode(with_line(7, "3;1;x")), None);
         assert_eq!(PlanText::decode(with_line(7, "3;1")), None);

@@ -3,6 +3,7 @@
 //! body asks for, and, once planned, everything to publish for the route and the attempts.
 
 use crate::config::{Config, Routing};
+use crate::eligible::Content;
 use crate::group;
 use crate::handoff::PlanRecord;
 use crate::ids::{ChainId, EntryId, ProviderId};
@@ -10,6 +11,7 @@ use crate::models;
 use crate::plan::{Plan, Refusal, SkipReason};
 use crate::reply::Reply;
 use crate::rewrite::{self, BodyScan};
+use crate::translate::Api;
 use crate::{attempt_log, wire};
 use std::borrow::Cow;
 
@@ -207,6 +209,11 @@ impl RequestBody<'_> {
         self.scan.as_ref().is_some_and(|s| s.stream)
     }
 
+    /// What the body carries that some chain entries cannot take (SPEC 2.4).
+    pub fn content(&self) -> Content {
+        self.scan.as_ref().map(|s| s.content).unwrap_or_default()
+    }
+
     /// The body without a client-sent `fallbacks` field (SPEC 2.6), or `None` when it has none.
     pub fn without_fallbacks(&self, body: &[u8]) -> Option<Vec<u8>> {
         rewrite::rewrite(body, self.scan.as_ref()?, None, true)
@@ -309,6 +316,8 @@ pub struct Published<'a> {
     pub path: &'a str,
     pub authority: &'a str,
     pub model: &'a str,
+    /// The caller's API (from its path).
+    pub api: Option<Api>,
 }
 
 impl<'a> Published<'a> {
@@ -324,6 +333,7 @@ impl<'a> Published<'a> {
             body_len: self.body_len as u64,
             log_started: !self.plan.skipped.is_empty(),
             stream: self.stream,
+            caller_api: self.api.filter(|_| self.crosses_apis(config)),
             slots: &self.plan.slots,
             limit: lists.map_or(0, |l| u8::try_from(l).unwrap_or(u8::MAX)),
             context_window: &self.plan.context_window,
@@ -332,6 +342,18 @@ impl<'a> Published<'a> {
             authority: self.authority,
             model: self.model,
         }
+    }
+
+    /// Some entry of the chain speaks another API than the caller: its attempts are
+    /// translated, and the upstream role must know the caller's API.
+    fn crosses_apis(&self, config: &Config) -> bool {
+        self.chain(config).is_some_and(|chain| {
+            chain.entries.iter().any(|e| {
+                config
+                    .provider(e.provider)
+                    .is_some_and(|p| p.translates(self.api).is_some())
+            })
+        })
     }
 
     fn chain<'c>(&self, config: &'c Config) -> Option<&'c crate::config::Chain> {

@@ -22,6 +22,7 @@ pub mod config;
 pub mod destination;
 pub mod dialects;
 pub mod duration;
+pub mod eligible;
 pub mod envelope;
 pub mod explain;
 pub mod forward;

@@ -312,13 +312,9 @@ mod tests {
         ] {
             assert!(word(reason));
         }
-        for reason in [
-            crate::plan::SkipReason::BreakerOpen,
-            crate::plan::SkipReason::Dead,
-            crate::plan::SkipReason::Model,
-            crate::plan::SkipReason::Budget,
-        ] {
+        for (i, reason) in crate::plan::SkipReason::ALL.into_iter().enumerate() {
             assert!(word(reason.as_str()));
+            assert_eq!(reason.index(), i, "ALL is in index order");
         }
     }
 

@@ -3,9 +3,11 @@
 
 use crate::classify::Class;
 use crate::config::{any_matches, AltList, Chain, Config};
+use crate::eligible::{self, Content};
 use crate::health::Admission;
 use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::reply::Reply;
+use crate::translate::Api;
 
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
 pub trait Gatekeeper {
@@ -22,16 +24,52 @@ pub enum SkipReason {
     /// The request's time budget was spent before this provider's turn (the upstream filter
     /// finds this out after an attempt; the planner never produces it).
     Budget,
+    /// The request has images; the entry's model declares `vision: false`.
+    CapabilityVision,
+    /// The request has tools; the entry's model declares `tools: false`.
+    CapabilityTools,
+    /// The estimated prompt is above 95% of the entry's `context_window`.
+    CapabilityContext,
+    /// The entry's API cannot carry the request, or the request depends on state another
+    /// provider keeps (SPEC 2.4).
+    ContentIncompatible,
 }
 
 impl SkipReason {
+    /// Every reason, in the order metrics index them.
+    pub const ALL: [SkipReason; 8] = [
+        SkipReason::BreakerOpen,
+        SkipReason::Dead,
+        SkipReason::Model,
+        SkipReason::Budget,
+        SkipReason::CapabilityVision,
+        SkipReason::CapabilityTools,
+        SkipReason::CapabilityContext,
+        SkipReason::ContentIncompatible,
+    ];
+
+    /// The fixed name (SPEC section 8 and 2.4).
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::BreakerOpen => "breaker_open",
             SkipReason::Dead => "dead",
             SkipReason::Model => "model",
             SkipReason::Budget => "budget",
+            SkipReason::CapabilityVision => "capability_vision",
+            SkipReason::CapabilityTools => "capability_tools",
+            SkipReason::CapabilityContext => "capability_context",
+            SkipReason::ContentIncompatible => "content_incompatible",
         }
+    }
+
+    /// Its place in [`SkipReason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Left out for what the request carries (SPEC 2.4), not for health or model.
+    pub fn is_content(self) -> bool {
+        self.index() >= SkipReason::CapabilityVision.index()
     }
 }
 
@@ -56,6 +94,12 @@ pub struct RequestFacts<'a> {
     pub caller: Option<&'a str>,
     /// The caller asked for no fallback (`x-llm-fallback: off`).
     pub no_fallback: bool,
+    /// The API the caller speaks, from its path (`translate::Api::of_path`).
+    pub api: Option<Api>,
+    /// What the body carries (`rewrite::scan_top_level`).
+    pub content: Content,
+    /// The body, for `translate::check` on entries of another API (empty: not checked).
+    pub body: &'a [u8],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,26 +196,32 @@ pub fn plan_or_refuse(
     let mut slots = Vec::with_capacity(limit.min(chain.entries.len()));
     let mut skipped = Vec::new();
     let mut deferred = Vec::new();
-    let mut eligible = 0usize;
+    let mut serving = 0usize;
 
+    // The provider of the first entry that serves the model: never skipped for what the
+    // request carries (SPEC 2.4).
+    let mut first = None;
     for (index, entry) in chain.main_ids() {
         let Some(provider) = config.provider(entry.provider) else {
             continue;
         };
-        let sent_model = entry.model.as_deref().unwrap_or(facts.model);
-        let caller_allowed = provider.callers.is_empty()
-            || facts
-                .caller
-                .is_some_and(|c| provider.callers.iter().any(|a| a == c));
-        if !caller_allowed || !any_matches(&provider.models, sent_model) {
-            skipped.push((index, SkipReason::Model));
+        // Full: later providers serving the model are neither read nor counted as skipped.
+        let full = slots.len() >= limit;
+        let reason = if full {
+            (!eligible::serves(provider, entry, facts)).then_some(SkipReason::Model)
+        } else {
+            eligible::skip_reason(config, entry, facts, first)
+        };
+        if let Some(reason) = reason {
+            skipped.push((index, reason));
             continue;
         }
-        eligible += 1;
-        if slots.len() >= limit {
-            // Full: later providers are neither read nor counted as skipped.
+        serving += 1;
+        if full {
             break;
         }
+        let sent_model = entry.model.as_deref().unwrap_or(facts.model);
+        first = first.or(Some(entry.provider));
         match health.gate(entry.provider, sent_model) {
             Admission::Available { pristine, probe } => slots.push(Slot {
                 entry: index,
@@ -190,7 +240,7 @@ pub fn plan_or_refuse(
             }
         }
     }
-    if eligible == 0 {
+    if serving == 0 {
         return Err(Refusal {
             reply: Reply::model_not_allowed(facts.model, &chain.name),
             chain: Some(chain_index),
@@ -222,15 +272,7 @@ pub fn plan_or_refuse(
             .copied()
             .filter(|&e| {
                 chain.entry(e).is_some_and(|entry| {
-                    let Some(provider) = config.provider(entry.provider) else {
-                        return false;
-                    };
-                    let sent_model = entry.model.as_deref().unwrap_or(facts.model);
-                    (provider.callers.is_empty()
-                        || facts
-                            .caller
-                            .is_some_and(|c| provider.callers.iter().any(|a| a == c)))
-                        && any_matches(&provider.models, sent_model)
+                    eligible::skip_reason(config, entry, facts, first).is_none()
                 })
             })
             .collect()
@@ -808,6 +850,105 @@ mod tests {
         };
         let walk = reroute(chain, &second, 2, Class::ContextWindowExceeded, &mut open).unwrap();
         assert_eq!(walk.len(), 2);
+    }
+
+    const XV: &str = r#"{"providers":[{"name":"o","api":"openai"},{"name":"a","api":"anthropic"},
+        {"name":"small"},{"name":"big"}],
+        "chains":[{"name":"main","max_attempts":4,"providers":[
+          {"provider":"small","capabilities":{"vision":false,"tools":false}},
+          {"provider":"o","capabilities":{"vision":false}},
+          {"provider":"a","model":"claude","capabilities":{"tools":false}},
+          {"provider":"big","capabilities":{"context_window":100}}],
+          "context_window":[{"provider":"big","model":"huge","capabilities":{"vision":false}}]}]}"#;
+
+    fn xv(content: Content) -> RequestFacts<'static> {
+        RequestFacts {
+            model: "m",
+            path: Some("/v1/chat/completions"),
+            api: Some(Api::OpenAiChat),
+            content,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn entries_that_cannot_take_the_request_are_skipped_never_the_first() {
+        let c = config(XV);
+        let health = FakeHealth::default();
+        let images = xv(Content {
+            images: true,
+            text_bytes: 1000,
+            ..Default::default()
+        });
+        let p = plan(&c, &images, &health).unwrap();
+        assert_eq!(entries(&p), vec![0, 2], "the first entry takes it anyway");
+        assert_eq!(
+            skips(&p.skipped),
+            vec![
+                (1, SkipReason::CapabilityVision),
+                (3, SkipReason::CapabilityContext)
+            ]
+        );
+        assert!(
+            !p.starts_after_skip(),
+            "a content skip is no breaker fallback"
+        );
+        assert!(
+            p.context_window.is_empty(),
+            "a list entry without vision is not a candidate"
+        );
+        assert_eq!(reads(&health), vec![2, 1], "skipped entries read no health");
+        let tools = xv(Content {
+            tools: true,
+            ..Default::default()
+        });
+        let p = plan(&c, &tools, &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 1, 3]);
+        assert_eq!(skips(&p.skipped), vec![(2, SkipReason::CapabilityTools)]);
+        assert_eq!(ids(&p.context_window), vec![4]);
+        // A plain request goes everywhere, as before.
+        let p = plan(&c, &xv(Content::default()), &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 1, 2, 3]);
+        assert!(p.skipped.is_empty());
+    }
+
+    #[test]
+    fn an_open_first_entry_is_still_the_first_the_others_are_checked() {
+        let c = config(XV);
+        let mut health = FakeHealth::default();
+        health.gates.insert(2.into(), Admission::BreakerOpen);
+        let images = xv(Content {
+            images: true,
+            ..Default::default()
+        });
+        let p = plan(&c, &images, &health).unwrap();
+        assert_eq!(entries(&p), vec![2, 3]);
+        assert_eq!(
+            skips(&p.skipped),
+            vec![
+                (0, SkipReason::BreakerOpen),
+                (1, SkipReason::CapabilityVision)
+            ]
+        );
+    }
+
+    #[test]
+    fn another_api_without_a_translation_is_content_incompatible() {
+        let c = config(XV);
+        let embeddings = RequestFacts {
+            path: Some("/v1/embeddings"),
+            api: None,
+            ..xv(Content::default())
+        };
+        let p = plan(&c, &embeddings, &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 3], "undeclared providers pass through");
+        assert_eq!(
+            skips(&p.skipped),
+            vec![
+                (1, SkipReason::ContentIncompatible),
+                (2, SkipReason::ContentIncompatible)
+            ]
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@
 //! - Error messages name the problem and the 0-based byte offset, e.g.
 //!   `request body is not valid JSON: expected ':' after the member name, found '}' at byte 17`.
 
+use crate::eligible::Content;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -67,6 +68,8 @@ pub struct BodyScan {
     pub fallbacks: Option<Span>,
     /// The top-level `stream` member is the literal `true` (the caller asked for SSE).
     pub stream: bool,
+    /// What the request carries that not every chain entry can take (SPEC 2.4).
+    pub content: Content,
 }
 
 /// Why a request body cannot be used. `Display` is a message a person can act on.
@@ -158,7 +161,7 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
             at: e.valid_up_to(),
         });
     }
-    let mut s = Scanner { b: body, i: 0 };
+    let mut s = Scanner::new(body);
     s.skip_ws();
     match s.peek() {
         None => return Err(BodyError::Empty),
@@ -242,6 +245,15 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
                     s.value()?;
                     scan.stream = body.get(value_start..s.i) == Some(b"true");
                 }
+                Member::Tools => {
+                    s.value()?;
+                    let value = body.get(value_start..s.i).unwrap_or_default();
+                    s.content.tools |= is_non_empty_array(value);
+                }
+                Member::ProviderState => {
+                    s.value()?;
+                    s.content.provider_state |= body.get(value_start..s.i) != Some(b"null");
+                }
                 Member::Other => s.value()?,
             }
             s.skip_ws();
@@ -268,7 +280,15 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
     if s.i < body.len() {
         return Err(s.error("nothing after the JSON object"));
     }
+    scan.content = s.content;
+    scan.content.text_bytes = body.len().saturating_sub(s.media_bytes);
     Ok(scan)
+}
+
+/// `[` with something in it (a JSON array value, already validated).
+fn is_non_empty_array(value: &[u8]) -> bool {
+    let mut rest = value.iter().filter(|c| !c.is_ascii_whitespace());
+    rest.next() == Some(&b'[') && rest.next() != Some(&b']')
 }
 
 /// The requested model: the decoded top-level `model` string, borrowed from `body` unless it
@@ -360,6 +380,10 @@ enum Member {
     Model,
     Fallbacks,
     Stream,
+    /// `tools` (or the older `functions`): a non-empty list means the request uses tools.
+    Tools,
+    /// `previous_response_id`, `conversation`: state a provider keeps (Responses API).
+    ProviderState,
     Other,
 }
 
@@ -367,26 +391,28 @@ impl Member {
     /// Classifies a member name by its raw bytes (between the quotes); decodes it only when it
     /// contains escapes.
     fn of(raw: &[u8], escaped: bool) -> Member {
+        const NAMED: [(&str, Member); 7] = [
+            ("model", Member::Model),
+            ("fallbacks", Member::Fallbacks),
+            ("stream", Member::Stream),
+            ("tools", Member::Tools),
+            ("functions", Member::Tools),
+            ("previous_response_id", Member::ProviderState),
+            ("conversation", Member::ProviderState),
+        ];
         if !escaped {
-            return match raw {
-                b"model" => Member::Model,
-                b"fallbacks" => Member::Fallbacks,
-                b"stream" => Member::Stream,
-                _ => Member::Other,
-            };
+            return NAMED
+                .iter()
+                .find(|(name, _)| name.as_bytes() == raw)
+                .map_or(Member::Other, |(_, m)| *m);
         }
         let Ok(raw) = std::str::from_utf8(raw) else {
             return Member::Other;
         };
-        if decoded_eq(raw, "model") {
-            Member::Model
-        } else if decoded_eq(raw, "fallbacks") {
-            Member::Fallbacks
-        } else if decoded_eq(raw, "stream") {
-            Member::Stream
-        } else {
-            Member::Other
-        }
+        NAMED
+            .iter()
+            .find(|(name, _)| decoded_eq(raw, name))
+            .map_or(Member::Other, |(_, m)| *m)
     }
 }
 
@@ -445,13 +471,67 @@ impl Containers {
 }
 
 /// One JSON token at a time, validating as it goes (also walked by the configuration's error
-/// paths, `config::error_path`).
+/// paths, `config::error_path`). While it skips nested values it notes what the request
+/// carries (`content`): images, a provider's file id, and the bytes of inline media, which
+/// the prompt-size estimate leaves out.
 pub(crate) struct Scanner<'a> {
     pub(crate) b: &'a [u8],
     pub(crate) i: usize,
+    content: Content,
+    media_bytes: usize,
+    /// The nested member name just read, when its string value tells something.
+    pending: Pending,
 }
 
-impl Scanner<'_> {
+/// A nested member whose string value the scanner notes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    None,
+    /// `type`: `image_url`, `image` or `input_image` is an image.
+    Type,
+    /// `file_id`: a file kept by a provider.
+    FileId,
+    /// `data`: inline (base64) media.
+    Data,
+}
+
+impl Pending {
+    fn of(name: &[u8]) -> Pending {
+        match name {
+            b"type" => Pending::Type,
+            b"file_id" => Pending::FileId,
+            b"data" => Pending::Data,
+            _ => Pending::None,
+        }
+    }
+}
+
+impl<'a> Scanner<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Scanner<'a> {
+        Scanner {
+            b,
+            i: 0,
+            content: Content::default(),
+            media_bytes: 0,
+            pending: Pending::None,
+        }
+    }
+
+    /// Notes a string value (the token from `start`, quotes included) read after `pending`.
+    fn note_string(&mut self, start: usize, pending: Pending) {
+        let token = self.b.get(start..self.i).unwrap_or_default();
+        match pending {
+            Pending::Type => {
+                self.content.images |=
+                    matches!(token, b"\"image_url\"" | b"\"image\"" | b"\"input_image\"");
+            }
+            Pending::FileId => self.content.provider_state = true,
+            Pending::Data => self.media_bytes += token.len(),
+            Pending::None if token.starts_with(b"\"data:") => self.media_bytes += token.len(),
+            Pending::None => {}
+        }
+    }
+
     pub(crate) fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
@@ -596,7 +676,10 @@ impl Scanner<'_> {
         if self.peek() != Some(b'"') {
             return Err(self.error("a member name in double quotes"));
         }
+        let start = self.i + 1;
         self.string()?;
+        let name = self.b.get(start..self.i.saturating_sub(1));
+        self.pending = Pending::of(name.unwrap_or_default());
         self.skip_ws();
         self.eat(b':', "':' after the member name")?;
         self.skip_ws();
@@ -610,9 +693,12 @@ impl Scanner<'_> {
         loop {
             // A value starts here.
             self.skip_ws();
+            let pending = std::mem::replace(&mut self.pending, Pending::None);
             match self.peek() {
                 Some(b'"') => {
+                    let start = self.i;
                     self.string()?;
+                    self.note_string(start, pending);
                 }
                 Some(b'-' | b'0'..=b'9') => self.number()?,
                 Some(b't') => self.literal(b"true", "'true'")?,

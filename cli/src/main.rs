@@ -1,7 +1,7 @@
 //! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]`
 //! `llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]`
 //! `llm-failover validate FILE [--envoy-version V] [--no-env]`
-//! `llm-failover explain FILE --model M [--caller C] [--path P] [--no-env]`
+//! `llm-failover explain FILE --model M [--caller C] [--path P] [--body FILE] [--no-env]`
 //! `llm-failover help [COMMAND]`, and `--help` on every command.
 //!
 //! Exit status: 0 done (warnings allowed), 1 the file has errors, an output could not be
@@ -17,7 +17,7 @@ const USAGE: &str = "\
 usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]
        llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]
        llm-failover validate FILE [--envoy-version V] [--no-env]
-       llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--no-env]
+       llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--body FILE] [--no-env]
        llm-failover help [COMMAND]     (or COMMAND --help)";
 
 #[derive(Parser)]
@@ -89,6 +89,10 @@ enum Command {
         /// The request asks for no fallback (the opt_out_header set to off)
         #[arg(long)]
         no_fallback: bool,
+        /// A JSON request body: entries that cannot take it (images, tools, prompt size,
+        /// another API) are shown as skipped
+        #[arg(long, value_name = "FILE")]
+        body: Option<String>,
     },
 }
 
@@ -245,14 +249,33 @@ fn run(command: Command) -> ExitCode {
             caller,
             path,
             no_fallback,
+            body,
             ..
         } => {
+            let body = match body.as_deref().map(std::fs::read) {
+                None => Vec::new(),
+                Some(Ok(body)) => body,
+                Some(Err(e)) => {
+                    eprintln!("--body: cannot read: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let content = match llm_failover::intake::read_body(&body) {
+                Ok(request) => request.content(),
+                Err(reply) => {
+                    eprintln!("--body: {}", reply.message);
+                    return ExitCode::from(2);
+                }
+            };
             let facts = llm_failover::plan::RequestFacts {
                 model,
                 path: Some(path),
                 caller: caller.as_deref(),
                 no_fallback: *no_fallback,
                 route: None,
+                api: llm_failover::translate::Api::of_path(path),
+                content,
+                body: &body,
             };
             return match llm_failover::explain::explain(&gw.config, &facts) {
                 Ok(text) => {

@@ -3,7 +3,9 @@
 
 use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
-use super::{Chain, ChainEntry, EntryId, ModelPattern, ProviderId, MAX_CHAINS, MAX_CHAIN_LEN};
+use super::{
+    Capabilities, Chain, ChainEntry, EntryId, ModelPattern, ProviderId, MAX_CHAINS, MAX_CHAIN_LEN,
+};
 use crate::classify::{Class, FailoverSet};
 use std::collections::BTreeMap;
 
@@ -147,10 +149,21 @@ fn resolve(
     let mut indices = Vec::with_capacity(raw.len());
     for (j, e) in raw.iter().enumerate() {
         let field = format!("{list}[{j}]");
-        let (name, model) = match e {
-            RawChainEntry::Name(n) => (n, None),
-            RawChainEntry::Entry { provider, model } => (provider, model.clone()),
+        let (name, model, capabilities) = match e {
+            RawChainEntry::Name(n) => (n, None, None),
+            RawChainEntry::Entry {
+                provider,
+                model,
+                capabilities,
+            } => (provider, model.clone(), *capabilities),
         };
+        let capabilities = capabilities.unwrap_or_default();
+        if capabilities.context_window == Some(0) {
+            at.field(
+                &format!("{field}.capabilities.context_window"),
+                "must be a number of tokens above 0 (omit it when unknown)",
+            );
+        }
         let Some(&index) = providers.get(name.as_str()) else {
             at.field(
                 &field,
@@ -162,8 +175,17 @@ fn resolve(
         let Some(provider) = ProviderId::new(index) else {
             continue;
         };
-        let entry = ChainEntry { provider, model };
-        if entries.get(first..).unwrap_or_default().contains(&entry) {
+        let entry = ChainEntry {
+            provider,
+            model,
+            capabilities: Capabilities {
+                vision: capabilities.vision,
+                tools: capabilities.tools,
+                context_window: capabilities.context_window,
+            },
+        };
+        let others = entries.get(first..).unwrap_or_default();
+        if others.iter().any(|e| e.same_destination(&entry)) {
             let place = if list == "providers" {
                 "this chain"
             } else {

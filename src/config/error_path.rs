@@ -54,7 +54,7 @@ enum Stop {
 /// The path serde_path_to_error would name for `err` from parsing `json` (`""`: the top level).
 pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
     let offset = byte_offset(json, err.line(), err.column());
-    let mut s = Scanner { b: json, i: 0 };
+    let mut s = Scanner::new(json);
     let mut open: Vec<Frame> = Vec::new();
     let mut expect = Expect::Value;
     // The container the last token closed (its last member is where some errors are).

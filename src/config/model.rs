@@ -3,6 +3,7 @@
 use super::{Role, Routing};
 use crate::classify::{Class, FailoverSet};
 use crate::ids::{ChainId, EntryId, ProviderId};
+use crate::translate::Api;
 use std::collections::BTreeMap;
 
 pub use crate::pattern::{any_matches, ModelPattern};
@@ -20,6 +21,27 @@ pub struct Provider {
     pub labels: BTreeMap<String, String>,
     /// Which of the caller's headers this provider receives (SPEC section 7).
     pub forward: crate::forward::Forward,
+    /// The API it speaks (SPEC 13); `None`: whatever the caller speaks (never translated).
+    pub api: Option<Api>,
+    /// `max_tokens` for a request translated to Anthropic Messages that sets none.
+    pub max_tokens: u32,
+}
+
+impl Provider {
+    /// The API an attempt of a caller speaking `caller` is sent in, when it differs from the
+    /// caller's (the attempt is translated); `None` when nothing is translated.
+    pub fn translates(&self, caller: Option<Api>) -> Option<Api> {
+        self.api.filter(|&api| caller != Some(api))
+    }
+}
+
+/// What a chain entry's model takes (SPEC 2.4); `None` = unknown, which counts as capable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    pub vision: Option<bool>,
+    pub tools: Option<bool>,
+    /// Context window in tokens.
+    pub context_window: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +49,14 @@ pub struct ChainEntry {
     pub provider: ProviderId,
     /// Model name sent to this provider; `None` keeps the requested model.
     pub model: Option<String>,
+    pub capabilities: Capabilities,
+}
+
+impl ChainEntry {
+    /// The same destination (provider and model): never tried twice in one walk (SPEC 2.7).
+    pub fn same_destination(&self, other: &ChainEntry) -> bool {
+        self.provider == other.provider && self.model == other.model
+    }
 }
 
 /// An alternative list a chain names for one class (SPEC 3a).

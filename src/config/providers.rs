@@ -5,6 +5,7 @@ use super::problems::{is_header_name, is_token, At, Problems};
 use super::raw::{RawCredential, RawForward, RawProvider};
 use super::{ModelPattern, Provider, MAX_PROVIDERS};
 use crate::forward::Forward;
+use crate::translate::Api;
 use std::collections::BTreeMap;
 
 /// The validated providers, their places in the list by name (a chain entry makes its
@@ -122,7 +123,36 @@ fn validate_one(
             at.field("authority", format!("{authority:?} is not a host[:port]"));
         }
     }
-    let forward = forward_rule(p.forward_headers.as_ref(), at);
+    let api = match p.api.as_deref() {
+        None => None,
+        Some(name) => {
+            let api = Api::parse(name);
+            if api.is_none() {
+                at.field(
+                    "api",
+                    format!("{name:?} is not an API this filter speaks: use openai or anthropic"),
+                );
+            }
+            api
+        }
+    };
+    if api == Some(Api::AnthropicMessages)
+        && !set_headers.iter().any(|(n, _)| n == ANTHROPIC_VERSION)
+    {
+        // Messages requires it; the provider's own `headers` win.
+        clear(cleared, ANTHROPIC_VERSION.to_string());
+        set_headers.push((
+            ANTHROPIC_VERSION.to_string(),
+            DEFAULT_ANTHROPIC_VERSION.to_string(),
+        ));
+    }
+    if p.max_tokens == Some(0) {
+        at.field(
+            "max_tokens",
+            "must be above 0 (omit it for the default, 4096)",
+        );
+    }
+    let forward = forward_rule(p.forward_headers.as_ref(), api, at);
     Provider {
         name: p.name.clone(),
         cluster,
@@ -133,13 +163,23 @@ fn validate_one(
         callers: p.callers.clone(),
         labels: p.labels.clone(),
         forward,
+        api,
+        max_tokens: p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
     }
 }
 
-/// `forward_headers`: extra header names or `prefix*` patterns, or `all`.
-fn forward_rule(raw: Option<&RawForward>, at: &mut At) -> Forward {
+/// The header Anthropic Messages requires, and the version set when a provider sets none.
+pub const ANTHROPIC_VERSION: &str = "anthropic-version";
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+/// `max_tokens` of a translated Messages request that sets none.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// `forward_headers`: extra header names or `prefix*` patterns, or `all`. A provider that
+/// declares `api: openai` does not take the caller's `anthropic-*` headers by default (an
+/// Anthropic caller translated for it).
+fn forward_rule(raw: Option<&RawForward>, api: Option<Api>, at: &mut At) -> Forward {
     match raw {
-        None => Forward::default(),
+        None => Forward::for_api(api),
         Some(RawForward::Word(w)) if w == "all" => Forward::All,
         Some(RawForward::Word(w)) => {
             at.field(
@@ -159,7 +199,7 @@ fn forward_rule(raw: Option<&RawForward>, at: &mut At) -> Forward {
                     );
                 }
             }
-            Forward::with_extra(names.iter().map(String::as_str))
+            Forward::for_api_with_extra(api, names.iter().map(String::as_str))
         }
     }
 }

@@ -131,6 +131,14 @@ pub struct RawProvider {
     /// or `all`.
     #[serde(default)]
     pub forward_headers: Option<RawForward>,
+    /// The API this provider speaks (`openai` or `anthropic`): a caller of the other API is
+    /// translated for it (SPEC 13). Unset: whatever the caller speaks, never translated.
+    #[serde(default)]
+    pub api: Option<String>,
+    /// `max_tokens` written into a request translated for an Anthropic provider when the
+    /// caller set none (Messages requires it).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
 }
 
 /// `forward_headers`: a list of extra names, or the word `all`.
@@ -205,7 +213,23 @@ pub enum RawChainEntry {
         provider: String,
         #[serde(default)]
         model: Option<String>,
+        /// What this entry's model takes (SPEC 2.4); unknown = capable.
+        #[serde(default)]
+        capabilities: Option<RawCapabilities>,
     },
+}
+
+/// A chain entry's `capabilities`: what its model takes. An unset field means capable.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCapabilities {
+    #[serde(default)]
+    pub vision: Option<bool>,
+    #[serde(default)]
+    pub tools: Option<bool>,
+    /// The model's context window in tokens.
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

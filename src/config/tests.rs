@@ -418,3 +418,122 @@ fn chains_past_what_a_chain_id_holds_are_refused() {
     ))
     .is_ok());
 }
+
+#[test]
+fn provider_api_max_tokens_and_the_default_anthropic_version() {
+    let c = load(
+        r#"{"providers":[{"name":"o","api":"openai"},{"name":"a","api":"anthropic","max_tokens":1024},
+        {"name":"v","api":"anthropic","headers":{"Anthropic-Version":"2024-01-01"}},{"name":"plain"}],
+        "chains":[{"name":"main","providers":["o","a","v","plain"]}]}"#,
+    )
+    .unwrap();
+    use crate::translate::Api;
+    let apis: Vec<_> = c.providers.iter().map(|p| p.api).collect();
+    assert_eq!(
+        apis,
+        vec![
+            Some(Api::OpenAiChat),
+            Some(Api::AnthropicMessages),
+            Some(Api::AnthropicMessages),
+            None
+        ]
+    );
+    assert_eq!(c.providers[1].max_tokens, 1024);
+    assert_eq!(c.providers[0].max_tokens, 4096, "the default");
+    let version = |i: usize| {
+        c.providers[i]
+            .set_headers
+            .iter()
+            .filter(|(n, _)| n == "anthropic-version")
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(version(1), vec!["2023-06-01"], "set when not configured");
+    assert_eq!(version(2), vec!["2024-01-01"], "the provider's own wins");
+    assert!(version(0).is_empty() && version(3).is_empty());
+    assert!(
+        c.cleared_headers.iter().any(|h| h == "anthropic-version"),
+        "cleared for the next attempt like any provider header"
+    );
+    // An undeclared provider translates nothing; a declared one only for the other API.
+    assert_eq!(
+        c.providers[3].translates(Some(Api::AnthropicMessages)),
+        None
+    );
+    assert_eq!(
+        c.providers[1].translates(Some(Api::OpenAiChat)),
+        Some(Api::AnthropicMessages)
+    );
+    assert_eq!(
+        c.providers[1].translates(Some(Api::AnthropicMessages)),
+        None
+    );
+    assert_eq!(
+        c.providers[0].translates(None),
+        Some(Api::OpenAiChat),
+        "an endpoint without translation"
+    );
+}
+
+#[test]
+fn chain_entry_capabilities_are_read_and_checked() {
+    let c = load(
+        r#"{"providers":[{"name":"a"},{"name":"b"}],
+        "chains":[{"name":"main","providers":["a",
+          {"provider":"b","model":"m","capabilities":{"vision":false,"tools":true,"context_window":200000}}]}]}"#,
+    )
+    .unwrap();
+    let caps = c.chains[0].entries[1].capabilities;
+    assert_eq!(
+        (caps.vision, caps.tools, caps.context_window),
+        (Some(false), Some(true), Some(200_000))
+    );
+    assert_eq!(c.chains[0].entries[0].capabilities, Capabilities::default());
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","api":"gemini","max_tokens":0},{"name":"b"}],
+        "chains":[{"name":"main","providers":["a",{"provider":"b","capabilities":{"context_window":0}}]}]}"#,
+    );
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(
+        e[0].starts_with("providers[0].api: \"gemini\" is not an API"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("providers[0].max_tokens: must be above 0"),
+        "{e:?}"
+    );
+    assert!(
+        e[2].starts_with("chains[0].providers[1].capabilities.context_window: must be"),
+        "{e:?}"
+    );
+    // A misspelt capability is refused, not ignored.
+    let e = errors_of(
+        r#"{"providers":[{"name":"b"}],
+        "chains":[{"name":"main","providers":[{"provider":"b","capabilities":{"vison":false}}]}]}"#,
+    );
+    assert!(e[0].starts_with("chains[0].providers[0]"), "{e:?}");
+    // The same provider and model twice is a duplicate whatever the capabilities say.
+    let e = errors_of(
+        r#"{"providers":[{"name":"b"}],
+        "chains":[{"name":"main","providers":["b",{"provider":"b","capabilities":{"vision":false}}]}]}"#,
+    );
+    assert!(e[0].contains("appears twice"), "{e:?}");
+}
+
+#[test]
+fn an_openai_provider_does_not_take_the_callers_anthropic_headers() {
+    let c = load(
+        r#"{"providers":[{"name":"o","api":"openai"},{"name":"a","api":"anthropic"}],
+        "chains":[{"name":"main","providers":["o","a"]}]}"#,
+    )
+    .unwrap();
+    assert!(!c.forwarding.uniform());
+    assert_eq!(
+        c.forwarding.verdict(b"anthropic-beta"),
+        crate::forward::Verdict::PerProvider
+    );
+    assert_eq!(
+        c.forwarding.verdict(b"openai-organization"),
+        crate::forward::Verdict::Keep
+    );
+}

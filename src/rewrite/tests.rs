@@ -506,3 +506,52 @@ fn notes_a_top_level_stream_true_only() {
     assert!(!stream(r#"{"model":"m","options":{"stream":true}}"#));
     assert!(!stream(r#"{"model":"m"}"#));
 }
+
+#[test]
+fn the_scan_notes_images_tools_provider_state_and_inline_media() {
+    let content = |body: &str| scan_top_level(body.as_bytes()).unwrap().content;
+    let plain_body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let plain = content(plain_body);
+    assert_eq!(
+        (plain.images, plain.tools, plain.provider_state),
+        (false, false, false)
+    );
+    assert_eq!(plain.text_bytes, plain_body.len());
+    let chat_image = r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},
+        {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAAAAAAAAAAAAAAAAAA"}}]}]}"#;
+    let c = content(chat_image);
+    assert!(c.images && !c.tools);
+    let uri_len = r#""data:image/png;base64,AAAAAAAAAAAAAAAAAAAA""#.len();
+    assert_eq!(
+        c.text_bytes,
+        chat_image.len() - uri_len,
+        "inline media left out"
+    );
+    let messages_image = r#"{"messages":[{"role":"user","content":[{"type":"image",
+        "source":{"type":"base64","media_type":"image/png","data":"QUJD"}}]}],"model":"m"}"#;
+    let c = content(messages_image);
+    assert!(c.images);
+    assert_eq!(c.text_bytes, messages_image.len() - 6);
+    assert!(content(r#"{"input":[{"type":"input_image","image_url":"https://x/y.png"}]}"#).images);
+    // A text that talks about images is text.
+    assert!(!content(r#"{"messages":[{"role":"user","content":"type image_url"}]}"#).images);
+    assert!(!content(r#"{"messages":[{"content":{"text":"image"}}]}"#).images);
+    // Tools: a non-empty list only.
+    assert!(content(r#"{"tools":[{"type":"function","function":{"name":"f"}}]}"#).tools);
+    assert!(content(r#"{"functions":[{"name":"f"}]}"#).tools);
+    assert!(!content(r#"{"tools":[ ]}"#).tools);
+    assert!(
+        !content(r#"{"messages":[{"tools":[1]}]}"#).tools,
+        "top level only"
+    );
+    // State kept by a provider.
+    assert!(content(r#"{"previous_response_id":"resp_1","input":"hi"}"#).provider_state);
+    assert!(content(r#"{"conversation":{"id":"conv_1"}}"#).provider_state);
+    assert!(!content(r#"{"previous_response_id":null}"#).provider_state);
+    assert!(
+        content(r#"{"messages":[{"content":[{"type":"file","file":{"file_id":"file-1"}}]}]}"#)
+            .provider_state
+    );
+    // A type that is not a string value, or the member after it, is not mistaken for one.
+    assert!(!content(r#"{"a":{"type":{"x":"image"}},"b":["image"]}"#).images);
+}

@@ -17,6 +17,7 @@ use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
 use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
 use crate::status;
+use crate::translate::Api;
 use crate::wire;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -250,6 +251,9 @@ impl<H: Host> Downstream<H> {
             path: Some(&self.path),
             caller: self.caller.as_deref(),
             no_fallback: self.no_fallback,
+            api: Api::of_path(&self.path),
+            content: request.content(),
+            body,
         };
         let config = Rc::clone(&self.config);
         let now = FixedClock(self.host.now_ms());
@@ -292,6 +296,7 @@ impl<H: Host> Downstream<H> {
             path: &self.path,
             authority: &self.authority,
             model: &request.model,
+            api: facts.api,
         };
         let record = published.record(&config).encode();
         self.host.set_property(handoff::PLAN, record.as_bytes());

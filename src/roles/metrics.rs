@@ -19,15 +19,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 const CLASSES: usize = Class::ALL.len();
-const REASONS: usize = 4;
+const REASONS: usize = SkipReason::ALL.len();
 
 fn reason_index(reason: SkipReason) -> usize {
-    match reason {
-        SkipReason::BreakerOpen => 0,
-        SkipReason::Dead => 1,
-        SkipReason::Model => 2,
-        SkipReason::Budget => 3,
-    }
+    reason.index()
 }
 
 /// Metric ids of one VM (one per plugin instance's root context; cheap to share by `Rc`).

@@ -1,0 +1,248 @@
+//! May this chain entry take this request (SPEC 2.4)? One answer, [`skip_reason`], used by
+//! planning for the chain's own entries and its alternative lists, and so by `explain`.
+//!
+//! The request's side comes from the one scan intake makes of the body ([`Content`], filled in
+//! by `rewrite::scan_top_level`) and from the path it called (its API, `translate::Api`).
+//! Capability and content checks never skip the first entry: a request no fallback can take
+//! runs on the first entry alone, as it would without fallbacks.
+
+use crate::config::{any_matches, ChainEntry, Config, Provider};
+use crate::ids::ProviderId;
+use crate::plan::{RequestFacts, SkipReason};
+use crate::translate;
+
+/// What a request carries that not every chain entry can take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Content {
+    /// An image part (`type` `image_url`, `image` or `input_image`) anywhere in the body.
+    pub images: bool,
+    /// A non-empty top-level `tools` (or `functions`) list.
+    pub tools: bool,
+    /// State kept by one provider: a non-null `previous_response_id` or `conversation`, or
+    /// a `file_id` anywhere in the body.
+    pub provider_state: bool,
+    /// Body bytes without inline media (base64 `data` and `data:` URIs), the base of the
+    /// prompt-size estimate.
+    pub text_bytes: usize,
+}
+
+/// Share of an entry's context window a prompt may take (SPEC 2.4: above 95% skips it).
+const CONTEXT_PERCENT: u64 = 95;
+
+impl Content {
+    /// The prompt's size in tokens, estimated as a quarter of the body's bytes without inline
+    /// media (about what English text and JSON take in OpenAI's and Anthropic's tokenizers;
+    /// the JSON around the messages makes it err on the large side).
+    pub fn prompt_tokens(&self) -> u64 {
+        (self.text_bytes / 4) as u64
+    }
+}
+
+/// Whether `provider` serves the model `entry` sends and the request's caller may use it.
+pub fn serves(provider: &Provider, entry: &ChainEntry, facts: &RequestFacts) -> bool {
+    let sent_model = entry.model.as_deref().unwrap_or(facts.model);
+    let caller_allowed = provider.callers.is_empty()
+        || facts
+            .caller
+            .is_some_and(|c| provider.callers.iter().any(|a| a == c));
+    caller_allowed && any_matches(&provider.models, sent_model)
+}
+
+/// Why `entry` cannot take the request, if it cannot. `first` is the provider of the request's
+/// first entry (the first one that serves the model), `None` while that is being decided:
+/// only the model and caller are checked for it.
+pub fn skip_reason(
+    config: &Config,
+    entry: &ChainEntry,
+    facts: &RequestFacts,
+    first: Option<ProviderId>,
+) -> Option<SkipReason> {
+    let Some(provider) = config.provider(entry.provider) else {
+        return Some(SkipReason::Model);
+    };
+    if !serves(provider, entry, facts) {
+        return Some(SkipReason::Model);
+    }
+    let first = first?;
+    let caps = entry.capabilities;
+    let content = &facts.content;
+    if content.images && caps.vision == Some(false) {
+        return Some(SkipReason::CapabilityVision);
+    }
+    if content.tools && caps.tools == Some(false) {
+        return Some(SkipReason::CapabilityTools);
+    }
+    if let Some(window) = caps.context_window {
+        if content.prompt_tokens().saturating_mul(100) > window.saturating_mul(CONTEXT_PERCENT) {
+            return Some(SkipReason::CapabilityContext);
+        }
+    }
+    if content.provider_state && entry.provider != first {
+        return Some(SkipReason::ContentIncompatible);
+    }
+    if let Some(to) = provider.translates(facts.api) {
+        // Only endpoints with a translation cross APIs; the check reads the body, and only
+        // cross-API entries pay for it.
+        let Some(from) = facts.api.filter(|_| facts.path.is_some()) else {
+            return Some(SkipReason::ContentIncompatible);
+        };
+        if !facts.body.is_empty() && translate::check(from, to, facts.body).is_err() {
+            return Some(SkipReason::ContentIncompatible);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::Api;
+
+    fn config(json: &str) -> Config {
+        Config::from_json(json.as_bytes(), &|_| None).expect("test config is valid")
+    }
+
+    const CAPS: &str = r#"{"providers":[{"name":"a"},{"name":"b"},{"name":"c","api":"anthropic"}],
+        "chains":[{"name":"main","providers":[
+          {"provider":"a","capabilities":{"vision":false,"tools":false,"context_window":1000}},
+          {"provider":"b","capabilities":{"vision":false,"tools":false,"context_window":1000}},
+          {"provider":"b","model":"big","capabilities":{"vision":true,"tools":true}},
+          "c"]}]}"#;
+
+    fn reason(c: &Config, entry: usize, facts: &RequestFacts, first: bool) -> Option<SkipReason> {
+        let entry = &c.chains[0].entries[entry];
+        skip_reason(c, entry, facts, (!first).then(|| 0u8.into()))
+    }
+
+    fn facts(content: Content) -> RequestFacts<'static> {
+        RequestFacts {
+            model: "m",
+            path: Some("/v1/chat/completions"),
+            api: Some(Api::OpenAiChat),
+            content,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_capability_skips_an_entry_that_declares_it_missing() {
+        let c = config(CAPS);
+        let images = facts(Content {
+            images: true,
+            ..Default::default()
+        });
+        assert_eq!(
+            reason(&c, 1, &images, false),
+            Some(SkipReason::CapabilityVision)
+        );
+        assert_eq!(reason(&c, 2, &images, false), None, "vision: true takes it");
+        let tools = facts(Content {
+            tools: true,
+            ..Default::default()
+        });
+        assert_eq!(
+            reason(&c, 1, &tools, false),
+            Some(SkipReason::CapabilityTools)
+        );
+        assert_eq!(reason(&c, 2, &tools, false), None);
+        // 95% of 1000 tokens is 950 tokens, about 3800 bytes.
+        let long = |bytes| {
+            facts(Content {
+                text_bytes: bytes,
+                ..Default::default()
+            })
+        };
+        assert_eq!(reason(&c, 1, &long(3800), false), None);
+        assert_eq!(
+            reason(&c, 1, &long(3804), false),
+            Some(SkipReason::CapabilityContext)
+        );
+        assert_eq!(
+            reason(&c, 2, &long(1 << 30), false),
+            None,
+            "unknown window = capable"
+        );
+        // A plain request: every entry takes it.
+        assert_eq!(reason(&c, 1, &facts(Content::default()), false), None);
+    }
+
+    #[test]
+    fn the_first_entry_is_never_skipped_for_what_the_request_carries() {
+        let c = config(CAPS);
+        let everything = facts(Content {
+            images: true,
+            tools: true,
+            provider_state: true,
+            text_bytes: 1 << 30,
+        });
+        assert_eq!(reason(&c, 0, &everything, true), None);
+        assert_eq!(
+            reason(&c, 0, &everything, false),
+            Some(SkipReason::CapabilityVision)
+        );
+    }
+
+    #[test]
+    fn state_kept_by_a_provider_skips_other_providers_only() {
+        let c = config(CAPS);
+        let state = facts(Content {
+            provider_state: true,
+            ..Default::default()
+        });
+        // Entry 0 is provider a, the first provider: the same provider again is fine.
+        assert_eq!(reason(&c, 0, &state, false), None);
+        assert_eq!(
+            reason(&c, 2, &state, false),
+            Some(SkipReason::ContentIncompatible)
+        );
+    }
+
+    #[test]
+    fn another_api_is_content_incompatible_where_no_translation_exists() {
+        let c = config(CAPS);
+        let embeddings = RequestFacts {
+            path: Some("/v1/embeddings"),
+            api: None,
+            ..facts(Content::default())
+        };
+        assert_eq!(
+            reason(&c, 3, &embeddings, false),
+            Some(SkipReason::ContentIncompatible)
+        );
+        assert_eq!(
+            reason(&c, 1, &embeddings, false),
+            None,
+            "undeclared API: passthrough"
+        );
+        // A Messages caller to a Messages provider: same API, nothing checked.
+        let messages = RequestFacts {
+            path: Some("/v1/messages"),
+            api: Some(Api::AnthropicMessages),
+            body: b"not even json",
+            ..facts(Content::default())
+        };
+        assert_eq!(reason(&c, 3, &messages, false), None);
+        // An OpenAI caller whose body cannot be translated for Messages.
+        let untranslatable = RequestFacts {
+            body: b"[1]",
+            ..facts(Content::default())
+        };
+        assert_eq!(
+            reason(&c, 3, &untranslatable, false),
+            Some(SkipReason::ContentIncompatible)
+        );
+    }
+
+    #[test]
+    fn model_and_caller_come_first_for_every_entry() {
+        let c = config(
+            r#"{"providers":[{"name":"a","models":["gpt-*"]}],
+            "chains":[{"name":"main","providers":["a"]}]}"#,
+        );
+        let f = RequestFacts {
+            model: "claude",
+            ..Default::default()
+        };
+        assert_eq!(reason(&c, 0, &f, true), Some(SkipReason::Model));
+    }
+}
