@@ -213,7 +213,7 @@ fn push_segment(path: &mut String, text: &str, keep_at: bool) {
 /// decoded) and `add` (member text, without braces) appended, in one pass; `None` when `body`
 /// is not a JSON object.
 pub fn edit_members(body: &[u8], drop: &[&str], add: &[u8]) -> Option<Vec<u8>> {
-    let mut s = Scanner { b: body, i: 0 };
+    let mut s = Scanner::new(body);
     s.skip_ws();
     if s.peek() != Some(b'{') {
         return None;
