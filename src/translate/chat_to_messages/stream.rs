@@ -289,6 +289,11 @@ impl State {
         push_number(out, u.total_tokens());
         out.extend_from_slice(br#","prompt_tokens_details":{"cached_tokens":"#);
         push_number(out, u.cache_read);
+        if u.cache_creation > 0 {
+            // Not OpenAI's (as in the translated JSON answer): so no counted token is lost.
+            out.extend_from_slice(br#","cache_creation_input_tokens":"#);
+            push_number(out, u.cache_creation);
+        }
         out.extend_from_slice(b"}}}\n\n");
     }
 

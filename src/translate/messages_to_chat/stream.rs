@@ -130,9 +130,13 @@ struct UsageIn {
     prompt_tokens_details: Option<PromptDetails>,
 }
 
+/// Cache reads, and cache writes when a gateway reports them (`cache_creation_input_tokens`,
+/// as the translated answers write it, or `cache_write_tokens`).
 #[derive(Deserialize)]
 struct PromptDetails {
     cached_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_write_tokens: Option<u64>,
 }
 
 impl State {
@@ -165,12 +169,15 @@ impl State {
             }
         }
         if let Some(u) = chunk.usage {
-            let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
+            let details = u.prompt_tokens_details;
+            let cached = details.as_ref().and_then(|d| d.cached_tokens);
+            let written =
+                details.and_then(|d| d.cache_creation_input_tokens.or(d.cache_write_tokens));
             self.usage = Some(Usage::from_openai(
                 u.prompt_tokens.unwrap_or(0),
                 u.completion_tokens.unwrap_or(0),
                 cached.unwrap_or(0),
-                0,
+                written.unwrap_or(0),
             ));
         }
         if self.stop.is_some() && self.usage.is_some() {

@@ -76,10 +76,14 @@ fn stop(index: u64) -> String {
 }
 
 fn end(reason: &str, input: u64, output: u64, cache_read: u64) -> String {
+    end_written(reason, input, output, cache_read, 0)
+}
+
+fn end_written(reason: &str, input: u64, output: u64, cache_read: u64, written: u64) -> String {
     [
         ev(
             "message_delta",
-            &format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"input_tokens":{input},"output_tokens":{output},"cache_read_input_tokens":{cache_read},"cache_creation_input_tokens":0}}}}"#),
+            &format!(r#"{{"type":"message_delta","delta":{{"stop_reason":"{reason}","stop_sequence":null}},"usage":{{"input_tokens":{input},"output_tokens":{output},"cache_read_input_tokens":{cache_read},"cache_creation_input_tokens":{written}}}}}"#),
         ),
         ev("message_stop", r#"{"type":"message_stop"}"#),
     ]
@@ -113,6 +117,21 @@ fn a_text_stream_with_usage_and_cached_tokens() {
     ]
     .concat();
     assert_eq!(whole(TEXT), (want, true));
+}
+
+/// Cache writes a gateway reports (under either name) are Anthropic's cache creation tokens,
+/// out of `input_tokens` like the cache reads.
+#[test]
+fn cache_writes_reported_by_a_gateway_are_kept() {
+    for name in ["cache_creation_input_tokens", "cache_write_tokens"] {
+        let stream = TEXT.replace(
+            r#""cached_tokens":1920,"#,
+            &format!(r#""cached_tokens":1920,"{name}":6,"#),
+        );
+        assert!(whole(&stream)
+            .0
+            .ends_with(&end_written("end_turn", 80, 300, 1920, 6)));
+    }
 }
 
 #[test]
