@@ -283,17 +283,24 @@ fn skip_line(
         return;
     };
     let why = match reason {
+        // The planner's one reason, told apart here: the model, or the caller.
         SkipReason::Model => {
-            let sent = entry.model.as_deref().unwrap_or("(the requested model)");
-            format!(
-                "does not serve {sent} (models {}) or the caller may not use it (callers {})",
-                patterns(&provider.models),
-                if provider.callers.is_empty() {
-                    "everyone".to_string()
-                } else {
+            let sent = entry.model.as_deref().unwrap_or(facts.model);
+            if !crate::config::any_matches(&provider.models, sent) {
+                format!(
+                    "does not serve {sent} (models {})",
+                    patterns(&provider.models)
+                )
+            } else {
+                format!(
+                    "{} may not use it (callers {})",
+                    facts.caller.map_or_else(
+                        || "a request without a caller".to_string(),
+                        |c| format!("caller {c}")
+                    ),
                     provider.callers.join(", ")
-                }
-            )
+                )
+            }
         }
         SkipReason::CapabilityVision => {
             "capability_vision (the request has images; this entry's model has vision: false)"
@@ -340,6 +347,42 @@ mod tests {
           {"name":"gpt","models":["gpt-*"],"max_attempts":3,
            "providers":["openai","anthropic","azure",{"provider":"anthropic","model":"claude-sonnet"},"spare"]},
           {"name":"vip","callers":["team-a"],"providers":["azure"]}]}"#;
+
+    #[test]
+    fn a_skip_says_whether_the_model_or_the_caller_left_the_provider_out() {
+        let c = config(
+            r#"{"caller_header":"x-team",
+            "providers":[{"name":"private","models":["gpt-*"],"callers":["team-a"]},
+                         {"name":"claude","models":["claude-*"]},{"name":"open"}],
+            "chains":[{"name":"c","providers":["private","claude","open"]}]}"#,
+        );
+        let facts = RequestFacts {
+            model: "gpt-4o",
+            caller: Some("team-b"),
+            ..Default::default()
+        };
+        let text = explain(&c, &facts).unwrap();
+        assert!(
+            text.contains("  private: skipped: caller team-b may not use it (callers team-a)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  claude: skipped: does not serve gpt-4o (models claude-*)\n"),
+            "{text}"
+        );
+        let anonymous = explain(
+            &c,
+            &RequestFacts {
+                caller: None,
+                ..facts
+            },
+        )
+        .unwrap();
+        assert!(
+            anonymous.contains("  private: skipped: a request without a caller may not use it"),
+            "{anonymous}"
+        );
+    }
 
     #[test]
     fn names_the_chain_the_attempts_and_what_each_changes() {

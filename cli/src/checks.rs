@@ -48,14 +48,16 @@ fn unused_providers(config: &Config, out: &mut Vec<Diag>) {
     }
 }
 
-/// Chains are tried in order and the first whose models and routes match is used: a later
-/// chain's model pattern that an earlier chain (for the same routes or all routes) already
-/// covers never selects it.
+/// Chains are tried in order and the first whose models, routes and paths match is used, a
+/// chain naming the caller before one naming nobody: a later chain's model pattern that an
+/// earlier chain already covers for every request the later one could take never selects it.
 fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
     for (j, later) in config.chains.iter().enumerate() {
         let earlier: Vec<_> = config.chains[..j]
             .iter()
             .filter(|c| routes_cover(&c.routes, &later.routes))
+            .filter(|c| paths_cover(&c.paths, &later.paths))
+            .filter(|c| callers_cover(&c.callers, &later.callers))
             .collect();
         let shadowed: Vec<(usize, &str)> = later
             .models
@@ -76,7 +78,7 @@ fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
             out.push(Diag::warning(
                 format!("chains[{j}].models"),
                 format!(
-                    "chain {:?} can never match: every model it lists is matched first by chain {} with the same routes — move it before, narrow the earlier chain's models, or give it routes",
+                    "chain {:?} can never match: every model it lists is matched first by chain {} for the same routes, paths and callers — move it before, narrow the earlier chain's models, or give it routes",
                     later.name,
                     by.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
                 ),
@@ -86,7 +88,7 @@ fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
                 out.push(Diag::warning(
                     format!("chains[{j}].models[{k}]"),
                     format!(
-                        "{} is matched first by chain {by:?} with the same routes, so it never selects chain {:?} — remove it or move this chain before {by:?}",
+                        "{} is matched first by chain {by:?} for the same routes, paths and callers, so it never selects chain {:?} — remove it or move this chain before {by:?}",
                         pattern_text(&later.models[k]),
                         later.name
                     ),
@@ -96,15 +98,19 @@ fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
     }
 }
 
-/// A chain entry whose provider declares no model the chain serves is always skipped.
+/// A chain entry whose provider declares no model the chain serves is always skipped; a chain
+/// whose every entry is skipped can never serve a request (an error: a misspelt model pattern).
 fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
     for (j, chain) in config.chains.iter().enumerate() {
-        for (k, entry) in chain.main_entries().iter().enumerate() {
+        let entries = chain.main_entries();
+        let mut skipped = 0;
+        for (k, entry) in entries.iter().enumerate() {
             let Some(p) = config.provider(entry.provider) else {
                 continue;
             };
             if let Some(model) = &entry.model {
                 if !p.models.iter().any(|pm| pm.matches(model)) {
+                    skipped += 1;
                     out.push(Diag::warning(
                         format!("chains[{j}].providers[{k}].model"),
                         format!(
@@ -120,6 +126,7 @@ fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
                 .iter()
                 .any(|m| p.models.iter().any(|pm| overlap(m, pm)));
             if !serves_some {
+                skipped += 1;
                 out.push(Diag::warning(
                     format!("chains[{j}].providers[{k}]"),
                     format!(
@@ -129,11 +136,35 @@ fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
                 ));
             }
         }
+        if skipped > 0 && skipped == entries.len() {
+            out.push(Diag::error(
+                format!("chains[{j}]"),
+                format!(
+                    "chain {:?} can never serve a request: every provider in it is skipped for its models (see the warnings above) — fix the model names in the chain or its providers",
+                    chain.name
+                ),
+            ));
+        }
     }
 }
 
 fn routes_cover(earlier: &[String], later: &[String]) -> bool {
     earlier.is_empty() || (!later.is_empty() && later.iter().all(|r| earlier.contains(r)))
+}
+
+/// Every path the later chain takes, the earlier one takes too.
+fn paths_cover(earlier: &[ModelPattern], later: &[ModelPattern]) -> bool {
+    earlier.is_empty()
+        || (!later.is_empty() && later.iter().all(|l| earlier.iter().any(|e| covers(e, l))))
+}
+
+/// A chain naming callers wins over one naming nobody, whatever their order: only a chain of the
+/// same kind that takes every caller of the later one comes first for all its requests.
+fn callers_cover(earlier: &[String], later: &[String]) -> bool {
+    if earlier.is_empty() || later.is_empty() {
+        return earlier.is_empty() && later.is_empty();
+    }
+    later.iter().all(|c| earlier.contains(c))
 }
 
 /// Every model `q` matches, `p` matches too.

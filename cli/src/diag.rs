@@ -1,4 +1,5 @@
-//! Messages for the person editing a failover file: `FILE: field.path: problem — fix`.
+//! Messages for the person editing a failover file: `FILE:LINE:COLUMN: field.path: problem —
+//! fix` (the position in the file as written, when the field is there).
 
 use std::fmt;
 
@@ -15,6 +16,8 @@ pub struct Diag {
     pub level: Level,
     pub field: String,
     pub problem: String,
+    /// Line and column (from 1) in the file as written (`input::locate`).
+    pub at: Option<(usize, usize)>,
 }
 
 impl Diag {
@@ -23,6 +26,7 @@ impl Diag {
             level: Level::Error,
             field: field.into(),
             problem: problem.into(),
+            at: None,
         }
     }
 
@@ -31,6 +35,7 @@ impl Diag {
             level: Level::Warning,
             field: field.into(),
             problem: problem.into(),
+            at: None,
         }
     }
 
@@ -38,9 +43,18 @@ impl Diag {
         self.level == Level::Error
     }
 
-    /// The line printed to the user: `FILE: [warning: ]field.path: problem`.
+    /// The same message, found at `line`, `column` of the file.
+    pub fn at(mut self, line: usize, column: usize) -> Diag {
+        self.at = Some((line, column));
+        self
+    }
+
+    /// The line printed to the user: `FILE[:LINE:COLUMN]: [warning: ]field.path: problem`.
     pub fn render(&self, file: &str) -> String {
-        format!("{file}: {self}")
+        match self.at {
+            Some((line, column)) => format!("{file}:{line}:{column}: {self}"),
+            None => format!("{file}: {self}"),
+        }
     }
 }
 

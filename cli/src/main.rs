@@ -44,8 +44,9 @@ enum Command {
         /// The wasm module path Envoy loads (overrides the file's module:)
         #[arg(long, value_name = "PATH")]
         module: Option<String>,
-        /// Also write http_filters.yaml, route.yaml, clusters.yaml, stats_config.yaml and
-        /// local_reply_config.yaml to DIR, for merging into an existing Envoy configuration
+        /// Also write http_filters.yaml, route.yaml, clusters.yaml, stats_config.yaml,
+        /// local_reply_config.yaml and (with status_path on its own listener)
+        /// status_listener.yaml to DIR, for merging into an existing Envoy configuration
         #[arg(long, value_name = "DIR")]
         pieces: Option<String>,
         /// Deliver both roles' plugin configuration from files in DIR that Envoy watches
@@ -114,6 +115,10 @@ struct Input {
     /// default 1.40): 1.39 and later get router mode, 1.36-1.38 grouping clusters
     #[arg(long, value_name = "V")]
     envoy_version: Option<String>,
+    /// Treat warnings about the file as errors (exit 1, nothing written), e.g. in CI; a
+    /// credential variable missing from this environment stays a warning
+    #[arg(long)]
+    strict: bool,
 }
 
 fn main() -> ExitCode {
@@ -150,6 +155,13 @@ fn print(file: &str, diags: &[Diag]) {
     }
 }
 
+/// [`print`], each message located in `text` (the file after substitution) first.
+fn print_in(file: &str, text: &str, diags: &[Diag]) {
+    let mut diags = diags.to_vec();
+    llm_failover_cli::input::locate::locate_all(text, &mut diags);
+    print(file, &diags);
+}
+
 fn run(command: Command) -> ExitCode {
     let (input, module) = match &command {
         Command::Render { input, module, .. } => (input, module.as_deref()),
@@ -176,7 +188,7 @@ fn run(command: Command) -> ExitCode {
         Ok(gw) => gw,
         Err(errors) => {
             print(file, &errors);
-            let n = errors.len();
+            let n = errors.iter().filter(|d| d.is_error()).count();
             eprintln!(
                 "{file}: {n} error{}{}",
                 if n == 1 { "" } else { "s" },
@@ -189,7 +201,31 @@ fn run(command: Command) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    print(file, &gw.warnings);
+    let mut warnings = gw.warnings.clone();
+    if matches!(
+        command,
+        Command::Validate { .. }
+            | Command::Render {
+                target: Target::Envoy,
+                ..
+            }
+    ) {
+        warnings.extend(module_warning(&gw.module));
+    }
+    print_in(file, &gw.text, &warnings);
+    if input.strict && !warnings.is_empty() {
+        let n = warnings.len();
+        eprintln!(
+            "{file}: {n} warning{} and --strict{}",
+            if n == 1 { "" } else { "s" },
+            if matches!(command, Command::Render { .. }) {
+                " — nothing was written"
+            } else {
+                ""
+            }
+        );
+        return ExitCode::from(1);
+    }
     let source = Path::new(file)
         .file_name()
         .map_or_else(|| file.to_string(), |n| n.to_string_lossy().into_owned());
@@ -217,7 +253,7 @@ fn run(command: Command) -> ExitCode {
                 input.envoy_version.as_deref(),
                 istio_version.as_deref(),
             );
-            return render_istio(file, loaded, &source, out.as_deref());
+            return render_istio(file, &gw.text, loaded, &source, out.as_deref());
         }
         Command::Render {
             istio_version: Some(_),
@@ -310,6 +346,25 @@ fn run(command: Command) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Envoy opens the module at start, a relative path from the directory it starts in: a path
+/// that is not there from here is worth a word before Envoy dies with "Invalid path".
+fn module_warning(module: &str) -> Option<Diag> {
+    let path = Path::new(module);
+    if path.exists() {
+        return None;
+    }
+    let problem = if path.is_absolute() {
+        format!("{module} does not exist — build it (./scripts/build.sh) or give --module the path of llm_failover.wasm")
+    } else {
+        let here = std::env::current_dir().unwrap_or_default().join(path);
+        format!(
+            "{module} is relative, and Envoy started in this directory would open {}, which does not exist — give --module an absolute path (e.g. --module \"$PWD/dist/llm_failover.wasm\" in the repository), or start Envoy where the path holds",
+            here.display()
+        )
+    };
+    Some(Diag::warning("module", problem))
+}
+
 type IstioLoad<'a> = &'a dyn Fn() -> Result<(llm_failover_cli::Gateway, istio::Options), Vec<Diag>>;
 
 fn validate(
@@ -323,12 +378,12 @@ fn validate(
         if let Err(errors) =
             istio_load().and_then(|(igw, opts)| istio::render_files(&igw, file, &opts).map(|_| ()))
         {
-            print(file, &errors);
+            print_in(file, &gw.text, &errors);
             eprintln!("{file}: {} error(s) for --target istio", errors.len());
             return ExitCode::from(1);
         }
     }
-    print(file, &env_warnings(gw, real_env));
+    print_in(file, &gw.text, &env_warnings(gw, real_env));
     let providers = gw.config.providers.len();
     let chains = gw.config.chains.len();
     let groups = gw.groups.len();
@@ -380,6 +435,7 @@ fn render_reloadable(
 
 fn render_istio(
     file: &str,
+    text: &str,
     loaded: Result<(llm_failover_cli::Gateway, istio::Options), Vec<Diag>>,
     source: &str,
     out: Option<&str>,
@@ -392,7 +448,7 @@ fn render_istio(
     let files = match files {
         Ok(f) => f,
         Err(errors) => {
-            print(file, &errors);
+            print_in(file, text, &errors);
             eprintln!("{file}: nothing was written");
             return ExitCode::from(1);
         }

@@ -224,7 +224,7 @@ fn credential(
         (None, Some(var)) => match env(var) {
             Some(v) if !v.is_empty() => Some(v),
             _ => {
-                at.field("credential.env", format!("environment variable {var} is not set in the wasm VM: export it and list it in vm_config.environment_variables.host_env_keys"));
+                at.field("credential.env", format!("environment variable {var} is not set in Envoy's environment: export it before starting Envoy (a configuration not made by llm-failover render must also list it in vm_config.environment_variables.host_env_keys)"));
                 None
             }
         },

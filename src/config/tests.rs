@@ -214,7 +214,7 @@ fn parse_errors_name_the_field() {
         (
             format!(r#"{{"providers":[{{"name":"a"}}],{chain},"breaker":{{"window":"soon"}}}}"#),
             "breaker.window",
-            "unknown unit in duration \"soon\": use ms, s, m or h (e.g. \"30s\")",
+            "\"soon\" is not a duration: write one number with one unit (ms, s, m or h), e.g. \"30s\"",
         ),
         // A missing field: the object.
         (
@@ -304,7 +304,7 @@ fn credentials_come_from_value_or_environment() {
         r#"{"providers":[{"name":"a","credential":{"header":"x-api-key","env":"MISSING"}}],"chains":[{"name":"c","providers":["a"]}]}"#,
     );
     assert!(
-        e[0].starts_with("providers[0].credential.env: environment variable MISSING"),
+        e[0].starts_with("providers[0].credential.env: environment variable MISSING is not set in Envoy's environment: export it before starting Envoy"),
         "{e:?}"
     );
 }

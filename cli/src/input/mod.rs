@@ -11,16 +11,17 @@ use crate::checks;
 use crate::diag::Diag;
 use crate::subst;
 use crate::version::{self, EnvoyVersion, Mode};
-use listen::{default_status_addr, parse_addr};
+use listen::{default_status_addr, parse_addr, port_clashes};
 use llm_failover::config::Config;
 use llm_failover::group::{self, Group};
 use serde_yaml_ng::{Mapping, Value};
-use suggest::explain_unknown_field;
+use suggest::in_users_terms;
 use upstream::{add_default_authorities, parse_upstream};
 use values::parse_envoy_version;
 use yaml::{non_empty_string, parse_yaml, show};
 
 mod listen;
+pub mod locate;
 mod suggest;
 mod upstream;
 mod values;
@@ -87,6 +88,8 @@ pub struct Gateway {
     pub env_keys: Vec<String>,
     /// Cross-check findings that do not stop rendering.
     pub warnings: Vec<Diag>,
+    /// The file's text after `${VAR}` substitution: where later messages are located.
+    pub text: String,
 }
 
 /// What credential `env:` lookups return while rendering: the key itself never goes into a
@@ -114,7 +117,26 @@ pub fn load_for(
     envoy_version: Option<&str>,
 ) -> Result<Gateway, Vec<Diag>> {
     let text = subst::substitute(text, env)?;
-    let mut root = parse_yaml(&text)?;
+    match read(&text, module, envoy_version) {
+        Ok(mut gw) => {
+            locate::locate_all(&text, &mut gw.warnings);
+            gw.text = text;
+            Ok(gw)
+        }
+        Err(mut errors) => {
+            locate::locate_all(&text, &mut errors);
+            Err(errors)
+        }
+    }
+}
+
+/// [`load_for`] on the file's text after `${VAR}` substitution; messages not yet located.
+fn read(
+    text: &str,
+    module: Option<&str>,
+    envoy_version: Option<&str>,
+) -> Result<Gateway, Vec<Diag>> {
+    let mut root = parse_yaml(text)?;
     let mut errors = Vec::new();
 
     let listen = match root.shift_remove("listen") {
@@ -128,6 +150,7 @@ pub fn load_for(
         .shift_remove("admin")
         .map(|v| parse_addr(&v, "admin", DEFAULT_ADMIN_PORT, &mut errors));
     // `api`, or an address (default 127.0.0.1:9902); read once status_path is known.
+    let status_written = root.contains_key("status_listen");
     let status_listen = match root.shift_remove("status_listen") {
         Some(Value::String(s)) if s == "api" => None,
         Some(Value::Null) => Some(default_status_addr()),
@@ -237,8 +260,9 @@ pub fn load_for(
     let config = match Config::from_json(json.as_bytes(), &placeholder_env) {
         Ok(config) => Some(config),
         Err(config_errors) => {
+            let names = provider_names(&root);
             for e in config_errors {
-                let problem = explain_unknown_field(&e.field, &e.problem);
+                let problem = in_users_terms(&e.field, &e.problem, &names);
                 errors.push(Diag::error(e.field, problem));
             }
             None
@@ -305,6 +329,14 @@ pub fn load_for(
             Some(StatusListen::Own { addr, path, json })
         }
     };
+    let status_addr = match &status {
+        Some(StatusListen::Own { addr, .. }) => Some(addr),
+        _ => None,
+    };
+    let clashes = port_clashes(&listen, admin.as_ref(), status_addr, status_written);
+    if !clashes.is_empty() {
+        return Err(clashes);
+    }
     let mode = envoy_version.mode();
     let (downstream_json, upstream_json) = match (
         plugin_json(&root, "downstream", envoy_version, max_request_body),
@@ -326,6 +358,9 @@ pub fn load_for(
     };
     let env_keys = credential_env_keys(&root);
     let warnings = checks::cross_check(&config);
+    if warnings.iter().any(Diag::is_error) {
+        return Err(warnings);
+    }
     Ok(Gateway {
         listen,
         admin,
@@ -344,6 +379,7 @@ pub fn load_for(
         upstreams: resolved,
         env_keys,
         warnings,
+        text: String::new(),
     })
 }
 
@@ -391,11 +427,25 @@ fn grouping_clusters(config: &Config, version: EnvoyVersion) -> Result<Vec<Group
     })
 }
 
+/// The `name` of every provider the file defines, for "did you mean".
+fn provider_names(root: &Mapping) -> Vec<&str> {
+    let Some(Value::Sequence(providers)) = root.get("providers") else {
+        return Vec::new();
+    };
+    providers
+        .iter()
+        .filter_map(|p| p.get("name").and_then(Value::as_str))
+        .collect()
+}
+
 /// The configuration as the filter will read it from `json`.
 fn loaded_config(json: &str) -> Result<Config, Vec<Diag>> {
     Config::from_json(json.as_bytes(), &placeholder_env).map_err(|errs| {
         errs.into_iter()
-            .map(|e| Diag::error(e.field, e.problem))
+            .map(|e| {
+                let problem = in_users_terms(&e.field, &e.problem, &[]);
+                Diag::error(e.field, problem)
+            })
             .collect()
     })
 }

@@ -1,10 +1,106 @@
-//! "Did you mean": unknown fields answered with the nearest field the file may have there.
+//! The filter's configuration messages in the file's own terms: "did you mean" for unknown
+//! fields and provider names, types in words ("a whole number", not `u32`), and no position in
+//! the JSON the filter reads (the message is located in the YAML file instead).
 
 use super::{PROVIDER_RENDERER_KEYS, RENDERER_KEYS};
 
+/// One message of the filter's configuration code, as the person editing the file should read
+/// it. `providers` are the provider names the file defines.
+pub(super) fn in_users_terms(field: &str, problem: &str, providers: &[&str]) -> String {
+    let problem = without_json_position(problem);
+    if problem.starts_with("unknown field `") {
+        return explain_unknown_field(field, problem);
+    }
+    if let Some(better) = unknown_provider(problem, providers) {
+        return better;
+    }
+    types_in_words(problem).unwrap_or_else(|| problem.to_string())
+}
+
+/// serde_json ends its messages with " at line 1 column 917": a place in the JSON text, which
+/// the user never sees.
+fn without_json_position(problem: &str) -> &str {
+    let Some(i) = problem.rfind(" at line ") else {
+        return problem;
+    };
+    let tail = &problem[i + " at line ".len()..];
+    let is_position = tail
+        .split_once(" column ")
+        .is_some_and(|(l, c)| is_number(l) && is_number(c));
+    if is_position {
+        &problem[..i]
+    } else {
+        problem
+    }
+}
+
+fn is_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `unknown provider "azur": ...` gets the nearest provider name the file defines.
+fn unknown_provider(problem: &str, providers: &[&str]) -> Option<String> {
+    let rest = problem.strip_prefix("unknown provider \"")?;
+    let (name, _) = rest.split_once('"')?;
+    let best = providers
+        .iter()
+        .filter(|p| edit_distance(name, p) <= 2)
+        .min_by_key(|p| edit_distance(name, p))?;
+    Some(format!(
+        "unknown provider {name:?} — did you mean {best:?}?"
+    ))
+}
+
+/// serde's `invalid type: string "three", expected u32` as `"three" is not a whole number`.
+fn types_in_words(problem: &str) -> Option<String> {
+    let (kind, rest) = problem.split_once(": ")?;
+    if kind != "invalid type" && kind != "invalid value" {
+        return None;
+    }
+    let (found, expected) = rest.rsplit_once(", expected ")?;
+    let found = value_in_words(found);
+    let unsigned = ["u8", "u16", "u32", "u64", "usize"].contains(&expected);
+    let expected = match expected {
+        "u8" | "u16" | "u32" | "u64" | "usize" | "i8" | "i16" | "i32" | "i64" | "isize" => {
+            "a whole number"
+        }
+        "f32" | "f64" => "a number",
+        "a sequence" => "a list",
+        "a boolean" => "true or false",
+        "a map" => "a mapping",
+        e if e.starts_with("struct ") => "a mapping",
+        e => e,
+    };
+    if unsigned && kind == "invalid value" {
+        return Some(format!("{found} is not {expected} of 0 or more"));
+    }
+    Some(format!("{found} is not {expected}"))
+}
+
+/// serde's description of the value found (`serde::de::Unexpected`), as the file shows it.
+fn value_in_words(found: &str) -> String {
+    for prefix in [
+        "string ",
+        "integer ",
+        "floating point ",
+        "boolean ",
+        "character ",
+    ] {
+        if let Some(v) = found.strip_prefix(prefix) {
+            return v.trim_matches('`').to_string();
+        }
+    }
+    match found {
+        "sequence" => "a list".into(),
+        "map" => "a mapping".into(),
+        "unit value" | "null" => "nothing".into(),
+        other => other.to_string(),
+    }
+}
+
 /// serde's "unknown field `x`, expected one of ..." becomes a suggestion; at the top level and
 /// in providers the renderer's own fields are offered too.
-pub(super) fn explain_unknown_field(field: &str, problem: &str) -> String {
+fn explain_unknown_field(field: &str, problem: &str) -> String {
     let Some(rest) = problem.strip_prefix("unknown field `") else {
         return problem.to_string();
     };
@@ -57,6 +153,40 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serde_messages_read_in_the_files_terms() {
+        let t = |p: &str| in_users_terms("x", p, &["openai", "azure"]);
+        assert_eq!(
+            t("invalid type: string \"three\", expected u32 at line 1 column 701"),
+            "\"three\" is not a whole number"
+        );
+        assert_eq!(
+            t("invalid type: string \"gpt\", expected a sequence at line 1 column 45"),
+            "\"gpt\" is not a list"
+        );
+        assert_eq!(
+            t("invalid value: integer `-1`, expected u32"),
+            "-1 is not a whole number of 0 or more"
+        );
+        assert_eq!(
+            t("invalid type: map, expected a string"),
+            "a mapping is not a string"
+        );
+        assert_eq!(
+            t("unknown provider \"azur\": define it under providers or fix the name"),
+            "unknown provider \"azur\" — did you mean \"azure\"?"
+        );
+        assert_eq!(
+            t("unknown provider \"zzz\": define it under providers or fix the name"),
+            "unknown provider \"zzz\": define it under providers or fix the name"
+        );
+        assert_eq!(
+            t("\"1m30s\" combines units at line 1 column 9"),
+            "\"1m30s\" combines units"
+        );
+        assert_eq!(t("ends at line seven"), "ends at line seven");
+    }
 
     #[test]
     fn unknown_fields_get_suggestions_including_renderer_fields() {
