@@ -357,4 +357,5 @@ pub fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
+#[cfg(not(target_arch = "wasm32"))] // proptest is a host-only dev-dependency
 mod tests;
