@@ -156,10 +156,16 @@ impl State {
         if chunk.error.is_some() || chunk.object == Some("error") || e.name == b"error" {
             return self.error(e.data, out);
         }
+        let choice = chunk.choices.and_then(|c| c.0);
         if !self.started {
+            if choice.is_none() && chunk.usage.is_none() {
+                // Azure OpenAI's first chunk (`prompt_filter_results`, empty id and model):
+                // the message starts with the first chunk that carries it.
+                return;
+            }
             self.start(chunk.id, chunk.model, out);
         }
-        if let Some(choice) = chunk.choices.and_then(|c| c.0) {
+        if let Some(choice) = choice {
             if let Some(delta) = &choice.delta {
                 self.delta(delta, out);
             }

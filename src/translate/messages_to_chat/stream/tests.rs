@@ -270,6 +270,17 @@ fn text_then_two_parallel_tool_calls_each_in_its_own_block() {
     assert!(!out.contains("both cities"));
 }
 
+/// Azure OpenAI starts with a chunk of prompt filter results, no choices, an empty id and model
+/// (and ends choices with content filter results): the message starts at the next chunk.
+#[test]
+fn azure_openais_prompt_filter_chunk_is_skipped() {
+    let azure = format!(
+        "{}\n\n{TEXT}",
+        r#"data: {"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}}}]}"#
+    );
+    assert_eq!(whole(&azure), whole(TEXT));
+}
+
 #[test]
 fn stop_reasons() {
     for (finish, reason) in [
