@@ -57,7 +57,7 @@ if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$want" ] || ! .venv/bin/envoy -
   echo "$want" >.venv/.setup-stamp
 fi
 
-# --- Node SDK (README's Node snippet runs against the gateway in the integration tests) ------
+# --- Node SDK (docs/calling.md's Node snippet runs against the gateway in the integration tests) ------
 NODE_PROJECT=examples/node
 lock="$(sha256sum "$NODE_PROJECT/package-lock.json" | cut -c1-16)"
 if [ "$(cat "$NODE_PROJECT/node_modules/.setup-stamp" 2>/dev/null)" != "$lock" ]; then

@@ -483,7 +483,7 @@ pub fn settle<'a>(
         (Some(_), false) => Marker::Remove,
     };
     // Without response headers Envoy retries by itself (connect-failure, reset, per-try
-    // timeout: see README "Known limits"), so count what happens, not what the chain says.
+    // timeout: see docs/features.md, "Known limits"), so count what happens, not what the chain says.
     // (When the budget is spent Envoy's own retry is refused as it starts: [`past_budget`].)
     let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
     let fallback = if moves_on {

@@ -9,7 +9,7 @@ pub struct Reply {
     pub status: u16,
     /// OpenAI error `type`.
     pub kind: &'static str,
-    /// Stable machine-readable code (documented in README).
+    /// Stable machine-readable code (documented in docs/errors.md).
     pub code: &'static str,
     pub message: String,
     pub should_retry: bool,

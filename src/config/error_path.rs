@@ -10,7 +10,7 @@
 //! refused (the value), after the `}` of an object that lacks a field (the object), at the first
 //! byte that is not JSON (the innermost value there). A differential test (`tests.rs`) holds the
 //! paths to serde_path_to_error's over thousands of broken configurations; the one deliberate
-//! difference (README "Configuration errors"): a syntax error where a member name belongs names
+//! difference (docs/observability.md, "Per-request log": configuration errors): a syntax error where a member name belongs names
 //! the object (`providers[0]`), where serde_path_to_error printed `providers[0].?`.
 
 use crate::rewrite::{unescape, Scanner};

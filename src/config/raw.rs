@@ -49,7 +49,7 @@ pub struct RawConfig {
     #[serde(default = "RawConfig::default_hold_answers")]
     pub hold_answers: bool,
     /// Set by the renderer for Envoy 1.36-1.38: the largest request body, which the downstream
-    /// role answers `413` above (there Envoy's own limit is twice it; README "Older Envoys").
+    /// role answers `413` above (there Envoy's own limit is twice it; docs/older-envoys.md).
     #[serde(default)]
     pub body_limit: Option<u64>,
     pub providers: Vec<RawProvider>,

@@ -936,7 +936,7 @@ class Gateway:
 
 
 # On Envoy 1.36-1.38 the filter's metrics live in a cluster's stats scope and carry two more
-# labels (README "Older Envoys"): llm_failover_scope, always empty, first, and Envoy's
+# labels (docs/older-envoys.md): llm_failover_scope, always empty, first, and Envoy's
 # envoy_cluster_name, last. Scenarios compare the SPEC labels: spec_prometheus checks and
 # removes these two (test_older_envoys checks the raw form).
 _GROUPING_LABELS = re.compile(

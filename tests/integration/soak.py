@@ -340,7 +340,7 @@ class Soak:
             # Per class: on a starved machine a few attempts end otherwise than the mock meant:
             # an answer sent after the attempt timeout is Envoy's timeout, and a hang cut by the
             # per-try timeout can reach the filter a moment early and read as a connection error
-            # (the filter tells them apart by duration, README "Known limits"). The 30-minute run
+            # (the filter tells them apart by duration, docs/features.md, "Known limits"). The 30-minute run
             # at load 13 on 2 cores saw 6 of 11k hangs and 27 of 650k answers so; a class that is
             # really wrong is far beyond this margin.
             slack = max(3, total // 1000)

@@ -40,7 +40,7 @@ chains:
 
 
 # Envoy 1.36-1.38 (grouping mode) fix a request's providers when it is routed: the renderer
-# refuses alternative lists there, so the `lists` chain goes without them (README "Older Envoys").
+# refuses alternative lists there, so the `lists` chain goes without them (docs/older-envoys.md).
 LISTS = ("    context_window: [{provider: big, model: big-context-model}]\n"
          "    content_policy: [safe]\n")
 SOLO_LIST = "    context_window: [big]\n"

@@ -361,7 +361,7 @@ def test_access_log_lists_each_requests_walk(demo):
     line = access_line(gw, "obs-healthy")
     assert walk(line) == "primary:ok:Nms"
     assert '"POST /v1/chat/completions HTTP/1.1" 200 ' in line
-    # On Envoy 1.36-1.38 the route's cluster is the plan's grouping cluster (README).
+    # On Envoy 1.36-1.38 the route's cluster is the plan's grouping cluster (docs/older-envoys.md).
     group = "llm_failover~primary~secondary~tertiary"
     assert f" attempts=1 cluster={group if harness.grouping_mode() else 'primary'} " in line
 

@@ -1,4 +1,4 @@
-"""What only grouping mode (Envoy 1.36-1.38, README "Older Envoys") has: attempts carried by an
+"""What only grouping mode (Envoy 1.36-1.38, docs/older-envoys.md) has: attempts carried by an
 aggregate cluster per provider order, the upstream role confirming each attempt's provider from
 the chosen host's metadata, and metrics in a cluster's stats scope. Every other scenario of the
 suite runs unchanged on those versions (ENVOY_VERSION=1.36 ./scripts/test.sh); these run there

@@ -186,7 +186,7 @@ def test_forward_headers_all_opens_a_provider(three, tmp_path):
 def test_the_openai_sdk_loses_nothing_it_sends(three, tmp_path):
     """The real openai SDK, pointed once at a mock directly and once at the gateway (whose
     first provider fails): every header it sends reaches the providers unchanged, except the
-    caller's key (replaced by the provider's), accept-encoding (not forwarded: see README) and
+    caller's key (replaced by the provider's), accept-encoding (not forwarded: see docs/configuration.md) and
     what the connection itself carries."""
     openai = pytest.importorskip("openai")
     gateway, primary, secondary, tertiary = three
