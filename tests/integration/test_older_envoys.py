@@ -103,7 +103,7 @@ def test_the_renderer_reports_the_groups_it_wrote(gateway, tmp_path):
          str(harness.REPO_ROOT / DEMO)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     # The demo's chain of three: three orders of two providers and one of three.
-    assert f"Envoy {major}.{minor}: grouping mode, 4 grouping clusters" in r.stderr
+    assert f"Envoy {major}.{minor}: grouping mode, 4 grouping clusters" in r.stdout, r.stdout
 
 
 def test_a_route_without_its_retry_priority_sends_no_key_to_the_wrong_provider(demo, tmp_path):
