@@ -14,6 +14,9 @@ pub(super) fn in_users_terms(field: &str, problem: &str, providers: &[&str]) -> 
     if let Some(better) = unknown_provider(problem, providers) {
         return better;
     }
+    if let Some(better) = super::values::one_unit_instead(problem) {
+        return better;
+    }
     types_in_words(problem).unwrap_or_else(|| problem.to_string())
 }
 

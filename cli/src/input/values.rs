@@ -47,9 +47,50 @@ pub fn parse_size(v: &Value) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// The filter's message for a duration with an unknown unit, when the text is several numbers
+/// with units ("1m30s"): what to write instead, in one unit ("90s").
+pub(super) fn one_unit_instead(problem: &str) -> Option<String> {
+    let rest = problem.strip_prefix('"')?;
+    let (text, tail) = rest.split_once('"')?;
+    if !tail.starts_with(" has an unknown unit") {
+        return None;
+    }
+    let mut total: u64 = 0;
+    let mut parts = 0;
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        // One number and its unit ("1m"), read by the filter's own parser.
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = rest[digits..]
+            .find(|c: char| c.is_ascii_digit())
+            .map_or(rest.len(), |n| digits + n);
+        if digits == 0 || unit == digits {
+            return None;
+        }
+        total = total.checked_add(parse_duration_ms(&rest[..unit]).ok()?)?;
+        parts += 1;
+        rest = &rest[unit..];
+    }
+    if parts < 2 {
+        return None;
+    }
+    let one = [("h", 3_600_000), ("m", 60_000), ("s", 1000)]
+        .iter()
+        .find(|(_, scale)| total > 0 && total % scale == 0)
+        .map_or_else(
+            || format!("{total}ms"),
+            |(u, scale)| format!("{}{u}", total / scale),
+        );
+    Some(format!(
+        "{text:?} combines units: write one number with one unit, e.g. \"{one}\""
+    ))
+}
+
 pub(super) fn duration_ms(v: &Value) -> Result<u64, String> {
     match v {
-        Value::String(s) => parse_duration_ms(s),
+        Value::String(s) => parse_duration_ms(s).map_err(|e| one_unit_instead(&e).unwrap_or(e)),
         Value::Number(n) => match n.as_f64() {
             Some(secs) if secs.is_finite() && (0.0..1e9).contains(&secs) => {
                 Ok((secs * 1000.0).round() as u64)
@@ -91,6 +132,25 @@ pub(super) fn parse_envoy_version(v: &Value) -> Result<EnvoyVersion, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn combined_units_get_one_unit_instead() {
+        let said = |t: &str| one_unit_instead(&parse_duration_ms(t).unwrap_err());
+        assert_eq!(
+            said("1m30s").as_deref(),
+            Some("\"1m30s\" combines units: write one number with one unit, e.g. \"90s\"")
+        );
+        assert_eq!(
+            said("2h30m").as_deref(),
+            Some("\"2h30m\" combines units: write one number with one unit, e.g. \"150m\"")
+        );
+        assert_eq!(
+            said("1s500ms").as_deref(),
+            Some("\"1s500ms\" combines units: write one number with one unit, e.g. \"1500ms\"")
+        );
+        assert_eq!(said("30x"), None);
+        assert_eq!(said("1m30x"), None);
+    }
 
     #[test]
     fn sizes_take_units() {
