@@ -354,11 +354,11 @@ fn module_warning(module: &str) -> Option<Diag> {
         return None;
     }
     let problem = if path.is_absolute() {
-        format!("{module} does not exist — build it (./scripts/build.sh) or give --module the path of llm_failover.wasm")
+        format!("{module} does not exist — build it (./scripts/build.sh), or write the path of llm_failover.wasm in module: (or render --module PATH)")
     } else {
         let here = std::env::current_dir().unwrap_or_default().join(path);
         format!(
-            "{module} is relative, and Envoy started in this directory would open {}, which does not exist — give --module an absolute path (e.g. --module \"$PWD/dist/llm_failover.wasm\" in the repository), or start Envoy where the path holds",
+            "{module} is relative, and Envoy started in this directory would open {}, which does not exist — write its absolute path in module: (or render --module \"$PWD/dist/llm_failover.wasm\" in the repository), or start Envoy where the path holds",
             here.display()
         )
     };

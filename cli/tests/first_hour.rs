@@ -243,7 +243,7 @@ fn a_module_path_envoy_would_not_find_is_named_as_envoy_resolves_it() {
     assert_eq!(
         stderr,
         format!(
-            "{file}:3:9: warning: module: dist/llm_failover.wasm is relative, and Envoy started in this directory would open {}, which does not exist — give --module an absolute path (e.g. --module \"$PWD/dist/llm_failover.wasm\" in the repository), or start Envoy where the path holds\n",
+            "{file}:3:9: warning: module: dist/llm_failover.wasm is relative, and Envoy started in this directory would open {}, which does not exist — write its absolute path in module: (or render --module \"$PWD/dist/llm_failover.wasm\" in the repository), or start Envoy where the path holds\n",
             resolved.display()
         )
     );
