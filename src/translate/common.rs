@@ -211,60 +211,6 @@ pub fn data_uri(media_type: &str, data: &str) -> String {
     uri
 }
 
-/// A JSON member that is either a string or something else (a list, an object): message
-/// content (a string or parts), `stop` (a string or a list), OpenAI's `tool_choice` (a mode or
-/// a named function), Anthropic's `system`. Read without serde's buffering `untagged` enums, so
-/// strings still borrow from the body and [`serde_json::value::RawValue`]s inside still work.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StrOr<'a, T> {
-    Str(Cow<'a, str>),
-    Other(T),
-}
-
-impl<'de: 'a, 'a, T: serde::Deserialize<'de>> serde::Deserialize<'de> for StrOr<'a, T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-        struct Visitor<'a, T>(std::marker::PhantomData<(&'a (), T)>);
-        impl<'de: 'a, 'a, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visitor<'a, T> {
-            type Value = StrOr<'a, T>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string, an array or an object")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
-                Ok(StrOr::Str(Cow::Borrowed(s)))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
-                Ok(StrOr::Str(Cow::Owned(s.to_owned())))
-            }
-            fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
-                Ok(StrOr::Str(Cow::Owned(s)))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                seq: A,
-            ) -> Result<Self::Value, A::Error> {
-                T::deserialize(SeqAccessDeserializer::new(seq)).map(StrOr::Other)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(StrOr::Other)
-            }
-        }
-        d.deserialize_any(Visitor(std::marker::PhantomData))
-    }
-}
-
-impl<T: serde::Serialize> serde::Serialize for StrOr<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            StrOr::Str(text) => s.serialize_str(text),
-            StrOr::Other(other) => other.serialize(s),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,11 +9,10 @@
 //!
 //! Same-API attempts never reach this module (SPEC 13: they pay nothing for it).
 
-pub mod anthropic;
 pub mod chat_to_messages;
 pub mod common;
+mod json;
 pub mod messages_to_chat;
-pub mod openai;
 mod raw_json;
 mod sse;
 

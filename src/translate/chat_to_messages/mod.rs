@@ -3,16 +3,13 @@
 //! ([`response`]). docs/translation.md is the user's table of what maps, what is dropped and
 //! what makes the entry `content_incompatible`.
 //!
-//! [`check`] and [`request`] run the same fallible conversions (one set of rules): `check` only
-//! drops what they return (borrowed blocks, nothing allocated but a tool result's parts).
+//! [`check`] and [`request`] run the same rules: [`head`] and [`walk`] decide, `request`
+//! writes what `walk` passes it and `check` drops it (no body is built).
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
-
-use super::anthropic as a;
-use super::common::{self, StrOr};
-use super::openai as o;
+use super::common::{self, Usage};
+use super::json::{self, Obj, Out, Raw, EMPTY};
 use super::{RequestContext, Untranslatable};
 
 pub mod stream;
@@ -22,223 +19,242 @@ mod tests;
 
 type Result<T> = core::result::Result<T, Untranslatable>;
 
-fn parse(body: &[u8]) -> Result<o::Request<'_>> {
-    serde_json::from_slice(body).map_err(|_| Untranslatable::NotJson)
+fn field(name: &'static str) -> Untranslatable {
+    Untranslatable::Field(name)
+}
+
+fn parse(body: &[u8]) -> Result<Obj<'_>> {
+    Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
 }
 
 /// Whether the request can go to a Messages provider (the rules of [`request`], no body built).
 pub fn check(body: &[u8]) -> Result<()> {
     let req = parse(body)?;
     head(&req)?;
-    for m in &req.messages {
-        blocks(m, &mut |_| ())?;
-    }
-    Ok(())
-}
-
-/// What of a request is not its messages, converted: the part of the rules `check` shares
-/// with [`request`] besides [`blocks`].
-struct Head<'b> {
-    tools: Vec<a::Tool<'b>>,
-    tool_choice: Option<a::ToolChoice<'b>>,
-    stop_sequences: Option<Vec<Cow<'b, str>>>,
-}
-
-fn head<'b>(req: &'b o::Request<'_>) -> Result<Head<'b>> {
-    rules(req)?;
-    Ok(Head {
-        tools: req
-            .tools
-            .iter()
-            .flatten()
-            .map(tool)
-            .collect::<Result<Vec<_>>>()?,
-        tool_choice: tool_choice(req)?,
-        stop_sequences: stop_sequences(req)?,
-    })
+    walk(&req, &mut |_, _| ())
 }
 
 /// The Messages request for the caller's Chat Completions request.
 pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     let req = parse(body)?;
-    let Head {
-        tools,
-        tool_choice,
-        stop_sequences,
-    } = head(&req)?;
-    let mut system = Vec::new();
-    let mut messages: Vec<a::Message<'_>> = Vec::with_capacity(req.messages.len());
-    for m in &req.messages {
-        let mut turn = Vec::new();
-        let role = blocks(m, &mut |b| turn.push(b))?;
-        let role = match role {
-            Role::System => {
-                system.append(&mut turn);
-                continue;
+    let head = head(&req)?;
+    // The blocks of `system`, and the turns: consecutive blocks of one role make one turn (the
+    // tool results answering one assistant turn, OpenAI's `role: tool` messages, go in a
+    // single user turn, before the text of a user message that follows them).
+    let mut system = Out::default();
+    let mut turns = Out::with_capacity(body.len() + 64);
+    let mut open = None;
+    walk(&req, &mut |role, block| {
+        if role == Role::System {
+            return write_block(&mut system, &block);
+        }
+        if open != Some(role) {
+            if open.is_some() {
+                turns.close_arr().close();
             }
-            // A message left empty (an assistant turn with an empty content) is not sent:
-            // Messages refuses empty content.
-            _ if turn.is_empty() => continue,
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        // Consecutive turns of one role become one: the tool results that answer one
-        // assistant turn (OpenAI's `role: tool` messages) go in a single user turn, before
-        // the text of a user message that follows them.
-        match messages.last_mut() {
-            Some(a::Message {
-                role: last,
-                content: StrOr::Other(blocks),
-            }) if *last == role => blocks.append(&mut turn),
-            _ => messages.push(a::Message {
-                role: Cow::Borrowed(role),
-                content: StrOr::Other(turn),
-            }),
+            let name = if role == Role::User {
+                "\"user\""
+            } else {
+                "\"assistant\""
+            };
+            turns.open().key("role").raw(name).key("content").open_arr();
+            open = Some(role);
+        }
+        write_block(&mut turns, &block);
+    })?;
+    if open.is_some() {
+        turns.close_arr().close();
+    }
+
+    let mut out = Out::with_capacity(turns.0.len() + system.0.len() + 512);
+    out.open().key("model").str(cx.model).key("max_tokens");
+    out.num(
+        req.u64("max_completion_tokens")
+            .or_else(|| req.u64("max_tokens"))
+            .unwrap_or(u64::from(cx.default_max_tokens)),
+    );
+    if !system.0.is_empty() {
+        out.key("system").open_arr().0.extend_from_slice(&system.0);
+        out.close_arr();
+    }
+    out.key("messages").open_arr().0.extend_from_slice(&turns.0);
+    out.close_arr();
+    if !head.stops.is_empty() {
+        out.key("stop_sequences").open_arr();
+        for stop in &head.stops {
+            out.raw(stop);
+        }
+        out.close_arr();
+    }
+    if let Some(t) = req.get("temperature") {
+        // Anthropic's temperature is 0-1, OpenAI's 0-2: above 1 is sent as 1 (the most random
+        // Messages allows).
+        out.key("temperature").raw(if json::above_one(t.get()) {
+            "1"
+        } else {
+            t.get()
+        });
+    }
+    if let Some(top_p) = req.get("top_p") {
+        out.key("top_p").raw(top_p.get());
+    }
+    // Tools and tool_choice only together (Messages refuses a tool_choice without tools).
+    if !head.tools.is_empty() {
+        out.key("tools").open_arr();
+        for tool in &head.tools {
+            out.open().key("name").raw(tool.name);
+            if let Some(description) = tool.description {
+                out.key("description").raw(description);
+            }
+            // A function without parameters: Messages requires a schema.
+            out.key("input_schema").raw(
+                tool.schema
+                    .unwrap_or(r#"{"type":"object","properties":{}}"#),
+            );
+            out.close();
+        }
+        out.close_arr();
+        if let Some(choice) = &head.choice {
+            out.key("tool_choice").open().key("type").raw(choice.kind);
+            if let Some(name) = choice.name {
+                out.key("name").raw(name);
+            }
+            if choice.serial {
+                out.key("disable_parallel_tool_use").bool(true);
+            }
+            out.close();
         }
     }
-    let has_tools = !tools.is_empty();
-    let out = a::Request {
-        model: Cow::Borrowed(cx.model),
-        max_tokens: Some(
-            req.max_completion_tokens
-                .or(req.max_tokens)
-                .unwrap_or(u64::from(cx.default_max_tokens)),
-        ),
-        system: (!system.is_empty()).then_some(StrOr::Other(system)),
-        messages,
-        stop_sequences,
-        temperature: req.temperature.map(temperature),
-        top_p: req.top_p,
-        tools: has_tools.then_some(tools),
-        tool_choice: tool_choice.filter(|_| has_tools),
-        metadata: req.user.as_deref().map(|user| a::Metadata {
-            user_id: Some(Cow::Borrowed(user)),
-        }),
-        stream: req.stream,
-        ..a::Request::default()
-    };
-    serde_json::to_vec(&out).map_err(|_| Untranslatable::NotJson)
+    if let Some(user) = req.raw_str("user") {
+        out.key("metadata").open().key("user_id").raw(user).close();
+    }
+    if let Some(stream) = req.bool("stream") {
+        out.key("stream").bool(stream);
+    }
+    out.close();
+    Ok(out.0)
 }
 
-fn field(name: &'static str) -> Untranslatable {
-    Untranslatable::Field(name)
+/// What of a request is not its messages: checked, and kept as written for `request`.
+struct Head<'a> {
+    tools: Vec<Tool<'a>>,
+    choice: Option<Choice<'a>>,
+    /// `stop` as JSON strings.
+    stops: Vec<&'a str>,
 }
 
-/// A member that is present and not `null`.
-fn is_set(raw: Option<&RawValue>) -> bool {
-    raw.is_some_and(|r| r.get() != "null")
+/// A function tool, its members as written.
+struct Tool<'a> {
+    name: &'a str,
+    description: Option<&'a str>,
+    schema: Option<&'a str>,
 }
 
-/// The request-wide fields Messages cannot carry (dropping them would change the answer).
-fn rules(req: &o::Request<'_>) -> Result<()> {
-    if req.n.is_some_and(|n| n > 1) {
+/// Messages' `tool_choice`: its type (as JSON), the tool's name, `disable_parallel_tool_use`.
+struct Choice<'a> {
+    kind: &'static str,
+    name: Option<&'a str>,
+    serial: bool,
+}
+
+/// The request-wide rules: what Messages cannot carry (dropping it would change the answer).
+fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
+    if req.u64("n").is_some_and(|n| n > 1) {
         return Err(field("n"));
     }
-    if req.logprobs == Some(true) {
+    if req.bool("logprobs") == Some(true) {
         return Err(field("logprobs"));
     }
     if req
-        .response_format
-        .as_ref()
-        .is_some_and(|f| f.kind != "text")
+        .obj("response_format")
+        .and_then(|f| f.str("type"))
+        .is_some_and(|t| t != "text")
     {
         return Err(field("response_format"));
     }
-    if is_set(req.audio) || req.modalities.iter().flatten().any(|m| m == "audio") {
+    let audio = |m: &Raw<'_>| json::str(m).as_deref() == Some("audio");
+    if req.has("audio") || req.arr("modalities").unwrap_or_default().iter().any(audio) {
         return Err(field("audio"));
     }
-    if req
-        .logit_bias
-        .is_some_and(|b| !matches!(b.get().trim(), "null" | "{}"))
-    {
+    if req.obj("logit_bias").is_some_and(|b| !b.is_empty()) {
         return Err(field("logit_bias"));
     }
-    if is_set(req.functions) || is_set(req.function_call) {
+    if req.has("functions") || req.has("function_call") {
         return Err(field("functions"));
     }
-    if is_set(req.web_search_options) {
+    if req.has("web_search_options") {
         return Err(field("web_search_options"));
     }
-    Ok(())
-}
-
-/// Anthropic's sampling temperature is 0-1, OpenAI's 0-2: above 1 is sent as 1 (the most
-/// random Messages allows); anything else as written.
-fn temperature(raw: &RawValue) -> &RawValue {
-    match raw.get().parse::<f64>() {
-        Ok(t) if t > 1.0 => serde_json::from_str("1").unwrap_or(raw),
-        _ => raw,
+    let mut tools = Vec::new();
+    for tool in req.arr("tools").unwrap_or_default() {
+        let tool = json::obj(tool).filter(|t| t.str("type").as_deref() == Some("function"));
+        let f = tool.and_then(|t| t.obj("function")).ok_or(field("tools"))?;
+        tools.push(Tool {
+            name: f.raw_str("name").ok_or(field("tools"))?,
+            description: f.raw_str("description"),
+            schema: f.get("parameters").map(|p| p.get()),
+        });
     }
+    Ok(Head {
+        tools,
+        choice: tool_choice(req)?,
+        stops: stops(req)?,
+    })
 }
 
-/// `stop` as `stop_sequences`. Empty strings stop nothing and are dropped; Messages refuses
-/// a stop sequence of only whitespace (`"\n"` is a common one), which cannot be dropped.
-fn stop_sequences<'b>(req: &'b o::Request<'_>) -> Result<Option<Vec<Cow<'b, str>>>> {
-    let stops: &[Cow<'_, str>] = match &req.stop {
-        None => return Ok(None),
-        Some(StrOr::Str(one)) => std::slice::from_ref(one),
-        Some(StrOr::Other(many)) => many,
-    };
-    let mut out = Vec::with_capacity(stops.len());
-    for stop in stops.iter().filter(|s| !s.is_empty()) {
-        if stop.trim().is_empty() {
-            return Err(field("stop"));
-        }
-        out.push(Cow::Borrowed(&**stop));
-    }
-    Ok((!out.is_empty()).then_some(out))
-}
-
-fn tool<'b>(tool: &'b o::Tool<'_>) -> Result<a::Tool<'b>> {
-    match (&*tool.kind, &tool.function) {
-        ("function", Some(f)) => Ok(a::Tool {
-            kind: None,
-            name: Cow::Borrowed(&f.name),
-            description: f.description.as_deref().map(Cow::Borrowed),
-            // OpenAI's parameters may be left out (a function without arguments); Messages
-            // requires a schema.
-            input_schema: match f.parameters {
-                Some(schema) => Some(schema),
-                None => empty_schema(),
-            },
-        }),
-        _ => Err(field("tools")),
-    }
-}
-
-fn empty_schema() -> Option<&'static RawValue> {
-    serde_json::from_str(r#"{"type":"object","properties":{}}"#).ok()
-}
-
-/// `tool_choice` and `parallel_tool_calls: false` as Messages' `tool_choice` (sent only with
-/// tools).
-fn tool_choice<'b>(req: &'b o::Request<'_>) -> Result<Option<a::ToolChoice<'b>>> {
-    let (kind, name) = match &req.tool_choice {
-        None => ("auto", None),
-        Some(StrOr::Str(mode)) => match &**mode {
-            "auto" => ("auto", None),
-            "none" => ("none", None),
-            "required" => ("any", None),
-            _ => return Err(field("tool_choice")),
+/// `tool_choice` and `parallel_tool_calls: false` as Messages' `tool_choice`.
+fn tool_choice<'a>(req: &Obj<'a>) -> Result<Option<Choice<'a>>> {
+    let given = req.get("tool_choice");
+    let (kind, name) = match given {
+        None => ("\"auto\"", None),
+        Some(choice) => match json::str(choice).as_deref() {
+            Some("auto") => ("\"auto\"", None),
+            Some("none") => ("\"none\"", None),
+            Some("required") => ("\"any\"", None),
+            Some(_) => return Err(field("tool_choice")),
+            None => {
+                let named = json::obj(choice)
+                    .filter(|c| c.str("type").as_deref() == Some("function"))
+                    .and_then(|c| c.obj("function"))
+                    .and_then(|f| f.raw_str("name"))
+                    .ok_or(field("tool_choice"))?;
+                ("\"tool\"", Some(named))
+            }
         },
-        Some(StrOr::Other(o::NamedToolChoice {
-            kind,
-            function: Some(f),
-        })) if kind == "function" => ("tool", Some(Cow::Borrowed(&*f.name))),
-        Some(StrOr::Other(_)) => return Err(field("tool_choice")),
     };
-    let serial = req.parallel_tool_calls == Some(false) && kind != "none";
-    if req.tool_choice.is_none() && !serial {
+    let serial = req.bool("parallel_tool_calls") == Some(false) && kind != "\"none\"";
+    if given.is_none() && !serial {
         return Ok(None);
     }
-    Ok(Some(a::ToolChoice {
-        kind: Cow::Borrowed(kind),
-        name,
-        disable_parallel_tool_use: serial.then_some(true),
-    }))
+    Ok(Some(Choice { kind, name, serial }))
+}
+
+/// `stop` as `stop_sequences`. Empty strings stop nothing and are dropped; Messages refuses a
+/// stop sequence of only whitespace (`"\n"` is a common one), which cannot be dropped.
+fn stops<'a>(req: &Obj<'a>) -> Result<Vec<&'a str>> {
+    let Some(stop) = req.get("stop") else {
+        return Ok(Vec::new());
+    };
+    let stops = match json::raw_str(stop) {
+        Some(_) => vec![stop],
+        None => json::arr(stop).ok_or(field("stop"))?,
+    };
+    let mut out = Vec::with_capacity(stops.len());
+    for stop in stops {
+        let value = json::str(stop).ok_or(field("stop"))?;
+        if value.is_empty() {
+            continue;
+        }
+        if value.trim().is_empty() {
+            return Err(field("stop"));
+        }
+        out.push(stop.get());
+    }
+    Ok(out)
 }
 
 /// Where a Chat message's blocks go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     /// Hoisted into `system` (system and developer messages, wherever they are).
     System,
@@ -246,69 +262,96 @@ enum Role {
     Assistant,
 }
 
-/// Passes each Messages block of one Chat message to `push` and says where they go.
-fn blocks<'b>(m: &'b o::Message<'_>, push: &mut impl FnMut(a::Block<'b>)) -> Result<Role> {
-    let role = match &*m.role {
-        "system" | "developer" => Role::System,
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" => {
-            push(tool_result(m)?);
+/// A Messages content block, its pieces as written where they can be copied.
+enum Block<'a> {
+    /// A JSON string.
+    Text(&'a str),
+    /// A data URI or an http(s) URL (checked by [`image`]).
+    Image(Cow<'a, str>),
+    ToolUse {
+        id: Cow<'a, str>,
+        /// A JSON string.
+        name: &'a str,
+        /// A JSON object's text.
+        input: Cow<'a, str>,
+    },
+    ToolResult {
+        id: Cow<'a, str>,
+        /// JSON strings: one as the content, several as text blocks.
+        content: Vec<&'a str>,
+        blocks: bool,
+    },
+}
+
+/// Passes each Messages block of the conversation to `push`, with where it goes.
+fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<()> {
+    let mut last = None;
+    for m in req.arr("messages").ok_or(field("messages"))? {
+        let m = json::obj(m).ok_or(field("messages"))?;
+        last = Some(message(&m, push)?);
+    }
+    // Messages continues a last assistant turn (a prefill); Chat answers after it.
+    if last == Some(Role::Assistant) {
+        return Err(field("messages"));
+    }
+    Ok(())
+}
+
+fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<Role> {
+    let role = match m.str("role").as_deref() {
+        Some("system" | "developer") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some("tool") => {
+            push(Role::User, tool_result(m)?);
             return Ok(Role::User);
         }
         _ => return Err(field("messages.role")),
     };
-    match &m.content {
-        Some(StrOr::Str(text)) if !text.is_empty() => push(text_block(text)),
-        None | Some(StrOr::Str(_)) => {}
-        Some(StrOr::Other(parts)) => {
-            for p in parts {
-                if let Some(block) = part(p, &role)? {
-                    push(block);
+    if let Some(content) = m.get("content") {
+        if let Some(text) = json::raw_str(content) {
+            // Messages refuses empty text blocks.
+            if text != EMPTY {
+                push(role, Block::Text(text));
+            }
+        } else {
+            for p in json::arr(content).ok_or(field("messages.content"))? {
+                if let Some(block) = part(p, role)? {
+                    push(role, block);
                 }
             }
         }
     }
-    if let Role::Assistant = role {
+    if role == Role::Assistant {
         // A refusal in the history is what the assistant said.
-        if let Some(refusal) = m.refusal.as_deref().filter(|r| !r.is_empty()) {
-            push(text_block(refusal));
+        if let Some(refusal) = m.raw_str("refusal").filter(|r| *r != EMPTY) {
+            push(role, Block::Text(refusal));
         }
-        for call in m.tool_calls.iter().flatten() {
-            push(tool_use(call)?);
+        for call in m.arr("tool_calls").unwrap_or_default() {
+            push(role, tool_use(call)?);
         }
     }
     Ok(role)
 }
 
-fn text_block(text: &str) -> a::Block<'_> {
-    a::Block {
-        kind: Cow::Borrowed("text"),
-        text: Some(Cow::Borrowed(text)),
-        ..a::Block::default()
-    }
-}
-
 /// One content part: text anywhere, images from users, refusals from the assistant. Empty
-/// text is dropped (Messages refuses empty text blocks).
-fn part<'b>(p: &'b o::Part<'_>, role: &Role) -> Result<Option<a::Block<'b>>> {
-    match (&*p.kind, role) {
-        ("text", _) => Ok(p.text.as_deref().filter(|t| !t.is_empty()).map(text_block)),
-        ("refusal", Role::Assistant) => Ok(p
-            .refusal
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .map(text_block)),
-        ("image_url", Role::User) => {
-            let url = p.image_url.as_ref().map_or("", |i| &*i.url);
-            Ok(Some(a::Block {
-                kind: Cow::Borrowed("image"),
-                source: Some(image_source(url)?),
-                ..a::Block::default()
-            }))
+/// text is dropped.
+fn part<'a>(p: Raw<'a>, role: Role) -> Result<Option<Block<'a>>> {
+    let p = json::obj(p).ok_or(field("messages.content"))?;
+    let text = |key| Ok(p.raw_str(key).filter(|t| *t != EMPTY).map(Block::Text));
+    match (p.str("type").as_deref(), role) {
+        (Some("text"), _) => text("text"),
+        (Some("refusal"), Role::Assistant) => text("refusal"),
+        (Some("image_url"), Role::User) => {
+            let url = p
+                .obj("image_url")
+                .and_then(|i| i.str("url"))
+                .unwrap_or_default();
+            image(&url)?;
+            Ok(Some(Block::Image(url)))
         }
-        ("input_audio", _) => Err(field("input_audio")),
-        ("file", _) => Err(field("file")),
+        (Some("input_audio"), _) => Err(field("input_audio")),
+        (Some("file"), _) => Err(field("file")),
         _ => Err(field("messages.content")),
     }
 }
@@ -316,78 +359,125 @@ fn part<'b>(p: &'b o::Part<'_>, role: &Role) -> Result<Option<a::Block<'b>>> {
 /// The image types Messages takes.
 const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
 
-/// A data URI as a base64 source, an http(s) URL as a URL source.
-fn image_source(url: &str) -> Result<a::Source<'_>> {
-    if let Some((media_type, data)) = common::split_data_uri(url) {
-        if !IMAGE_TYPES.contains(&media_type) {
-            return Err(field("image_url"));
-        }
-        return Ok(a::Source {
-            kind: Cow::Borrowed("base64"),
-            media_type: Some(Cow::Borrowed(media_type)),
-            data: Some(Cow::Borrowed(data)),
-            url: None,
-        });
+/// Whether Messages takes an image from this URL: a data URI of one of its types, or http(s).
+fn image(url: &str) -> Result<()> {
+    let taken = match common::split_data_uri(url) {
+        Some((media_type, _)) => IMAGE_TYPES.contains(&media_type),
+        None => url.starts_with("https://") || url.starts_with("http://"),
+    };
+    if taken {
+        Ok(())
+    } else {
+        Err(field("image_url"))
     }
-    if url.starts_with("https://") || url.starts_with("http://") {
-        return Ok(a::Source {
-            kind: Cow::Borrowed("url"),
-            url: Some(Cow::Borrowed(url)),
-            ..a::Source::default()
-        });
-    }
-    Err(field("image_url"))
 }
 
-fn tool_use<'b>(call: &'b o::ToolCall<'_>) -> Result<a::Block<'b>> {
-    if call.kind != "function" {
+/// A tool call id valid for Messages ([`common::tool_id`]), kept borrowed when it is.
+fn valid_id(id: Cow<'_, str>) -> Cow<'_, str> {
+    match common::tool_id(&id) {
+        Cow::Borrowed(_) => id,
+        Cow::Owned(valid) => Cow::Owned(valid),
+    }
+}
+
+fn tool_use(call: Raw<'_>) -> Result<Block<'_>> {
+    let call = json::obj(call).ok_or(field("tool_calls"))?;
+    if call.str("type").is_some_and(|t| t != "function") {
         return Err(field("tool_calls"));
     }
-    Ok(a::Block {
-        kind: Cow::Borrowed("tool_use"),
-        id: Some(common::tool_id(&call.id)),
-        name: Some(Cow::Borrowed(&call.function.name)),
-        input: Some(Cow::Borrowed(tool_input(&call.function.arguments)?)),
-        ..a::Block::default()
+    let f = call.obj("function").ok_or(field("tool_calls"))?;
+    Ok(Block::ToolUse {
+        id: valid_id(call.str("id").unwrap_or_default()),
+        name: f.raw_str("name").ok_or(field("tool_calls"))?,
+        input: tool_input(f.str("arguments").unwrap_or_default())?,
     })
 }
 
 /// OpenAI's `arguments` (JSON text) as Messages' `input` (an object): empty text is `{}`;
 /// anything but an object cannot be sent.
-pub(crate) fn tool_input(arguments: &str) -> Result<&RawValue> {
+pub(crate) fn tool_input(arguments: Cow<'_, str>) -> Result<Cow<'_, str>> {
     if arguments.trim().is_empty() {
-        return serde_json::from_str("{}").map_err(|_| field("tool_calls"));
+        return Ok(Cow::Borrowed("{}"));
     }
-    match serde_json::from_str::<&RawValue>(arguments) {
-        Ok(raw) if raw.get().starts_with('{') => Ok(raw),
-        _ => Err(field("tool_calls.function.arguments")),
+    if Obj::parse(&arguments).is_none() {
+        return Err(field("tool_calls.function.arguments"));
     }
+    Ok(arguments)
 }
 
 /// A `role: tool` message as a `tool_result` block (its id made valid like the call's).
-fn tool_result<'b>(m: &'b o::Message<'_>) -> Result<a::Block<'b>> {
-    let id = m.tool_call_id.as_deref().ok_or(field("tool_call_id"))?;
-    let content = match &m.content {
-        None => None,
-        Some(StrOr::Str(text)) => (!text.is_empty()).then(|| StrOr::Str(Cow::Borrowed(&**text))),
-        Some(StrOr::Other(parts)) => {
-            let mut blocks = Vec::with_capacity(parts.len());
-            for p in parts {
-                match (&*p.kind, p.text.as_deref()) {
-                    ("text", Some(text)) if !text.is_empty() => blocks.push(text_block(text)),
-                    ("text", _) => {}
-                    _ => return Err(field("messages.content")),
+fn tool_result<'a>(m: &Obj<'a>) -> Result<Block<'a>> {
+    let id = valid_id(m.str("tool_call_id").ok_or(field("tool_call_id"))?);
+    let (content, blocks) = match m.get("content") {
+        None => (Vec::new(), false),
+        Some(content) => match json::raw_str(content) {
+            Some(text) => (Vec::from_iter((text != EMPTY).then_some(text)), false),
+            None => {
+                let mut texts = Vec::new();
+                for p in json::arr(content).ok_or(field("messages.content"))? {
+                    let p = json::obj(p).filter(|p| p.str("type").as_deref() == Some("text"));
+                    let p = p.ok_or(field("messages.content"))?;
+                    texts.extend(p.raw_str("text").filter(|t| *t != EMPTY));
+                }
+                (texts, true)
+            }
+        },
+    };
+    Ok(Block::ToolResult {
+        id,
+        content,
+        blocks,
+    })
+}
+
+fn write_block(out: &mut Out, block: &Block<'_>) {
+    out.open();
+    match block {
+        Block::Text(text) => {
+            out.key("type").raw("\"text\"").key("text").raw(text);
+        }
+        Block::Image(url) => {
+            out.key("type").raw("\"image\"").key("source").open();
+            match common::split_data_uri(url) {
+                Some((media_type, data)) => {
+                    out.key("type").raw("\"base64\"");
+                    out.key("media_type").str(media_type).key("data").str(data);
+                }
+                None => {
+                    out.key("type").raw("\"url\"").key("url").str(url);
                 }
             }
-            (!blocks.is_empty()).then_some(StrOr::Other(blocks))
+            out.close();
         }
-    };
-    Ok(a::Block {
-        kind: Cow::Borrowed("tool_result"),
-        tool_use_id: Some(common::tool_id(id)),
-        content,
-        ..a::Block::default()
-    })
+        Block::ToolUse { id, name, input } => {
+            out.key("type").raw("\"tool_use\"").key("id").str(id);
+            out.key("name").raw(name).key("input").raw(input.trim());
+        }
+        Block::ToolResult {
+            id,
+            content,
+            blocks,
+        } => {
+            out.key("type")
+                .raw("\"tool_result\"")
+                .key("tool_use_id")
+                .str(id);
+            match (content.as_slice(), blocks) {
+                ([], _) => {}
+                ([text], false) => {
+                    out.key("content").raw(text);
+                }
+                (texts, _) => {
+                    out.key("content").open_arr();
+                    for text in texts {
+                        write_block(out, &Block::Text(text));
+                    }
+                    out.close_arr();
+                }
+            }
+        }
+    }
+    out.close();
 }
 
 /// The provider's answer (or error) for the OpenAI caller. `created`: Unix seconds.
@@ -395,65 +485,118 @@ pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
     if !(200..300).contains(&status) {
         return error(status, body);
     }
-    let Ok(answer) = serde_json::from_slice::<a::Response<'_>>(body) else {
+    let answer = Obj::parse_bytes(body);
+    let Some(content) = answer.as_ref().and_then(|a| a.arr("content")) else {
         return common::openai_error_body(
             "api_error",
             None,
             "The provider's answer is not an Anthropic Messages answer and could not be translated.",
         );
     };
-    let mut text: Option<Cow<'_, str>> = None;
-    let mut tool_calls = Vec::new();
-    for block in &answer.content {
-        match (&*block.kind, &block.text) {
-            ("text", Some(t)) => {
-                if let Some(all) = &mut text {
-                    all.to_mut().push_str(t);
-                } else {
-                    text = Some(Cow::Borrowed(t));
-                }
-            }
-            ("tool_use", _) => tool_calls.push(o::ToolCall {
-                id: Cow::Borrowed(block.id.as_deref().unwrap_or_default()),
-                kind: Cow::Borrowed("function"),
-                function: o::FunctionCall {
-                    name: Cow::Borrowed(block.name.as_deref().unwrap_or_default()),
-                    arguments: Cow::Borrowed(block.input.as_deref().map_or("{}", RawValue::get)),
-                },
-            }),
+    let answer = answer.unwrap_or_default();
+    let mut texts = Vec::new();
+    let mut calls = Vec::new();
+    for block in content.iter().filter_map(|b| json::obj(b)) {
+        match block.str("type").as_deref() {
+            Some("text") => texts.extend(block.raw_str("text")),
+            Some("tool_use") => calls.push(block),
             // Thinking and server-tool blocks do not cross vendors.
             _ => {}
         }
     }
-    let stop_reason = answer.stop_reason.as_deref().unwrap_or("end_turn");
+    let stop_reason = answer.str("stop_reason");
+    let stop_reason = stop_reason.as_deref().unwrap_or("end_turn");
     // Anthropic's classifiers stopped the answer: what was said is OpenAI's `refusal`.
-    let (content, refusal) = if stop_reason == "refusal" {
-        (None, text.filter(|t| !t.is_empty()))
-    } else if text.is_none() && tool_calls.is_empty() {
-        (Some(Cow::Borrowed("")), None)
+    let refused = stop_reason == "refusal";
+
+    let mut out = Out::with_capacity(body.len() + 256);
+    out.open()
+        .key("id")
+        .raw(answer.raw_str("id").unwrap_or(EMPTY));
+    out.key("object")
+        .raw("\"chat.completion\"")
+        .key("created")
+        .num(created);
+    out.key("model")
+        .raw(answer.raw_str("model").unwrap_or(EMPTY));
+    out.key("choices").open_arr().open().key("index").num(0);
+    out.key("message")
+        .open()
+        .key("role")
+        .raw("\"assistant\"")
+        .key("content");
+    if refused || (texts.is_empty() && !calls.is_empty()) {
+        out.null();
     } else {
-        (text, None)
+        joined(&mut out, &texts);
+    }
+    if refused && texts.iter().any(|t| *t != EMPTY) {
+        joined(out.key("refusal"), &texts);
+    }
+    if !calls.is_empty() {
+        out.key("tool_calls").open_arr();
+        for call in &calls {
+            out.open()
+                .key("id")
+                .raw(call.raw_str("id").unwrap_or(EMPTY));
+            out.key("type").raw("\"function\"").key("function").open();
+            out.key("name").raw(call.raw_str("name").unwrap_or(EMPTY));
+            out.key("arguments")
+                .str(call.get("input").map_or("{}", |i| i.get()));
+            out.close().close();
+        }
+        out.close_arr();
+    }
+    out.close().key("logprobs").null();
+    out.key("finish_reason")
+        .str(common::finish_reason(stop_reason))
+        .close()
+        .close_arr();
+    let usage = answer.obj("usage").unwrap_or_default();
+    let usage = Usage {
+        input: usage.u64("input_tokens").unwrap_or(0),
+        output: usage.u64("output_tokens").unwrap_or(0),
+        cache_read: usage.u64("cache_read_input_tokens").unwrap_or(0),
+        cache_creation: usage.u64("cache_creation_input_tokens").unwrap_or(0),
     };
-    let out = o::Response {
-        id: answer.id,
-        object: Cow::Borrowed("chat.completion"),
-        created,
-        model: answer.model,
-        choices: vec![o::Choice {
-            index: 0,
-            message: o::Message {
-                role: Cow::Borrowed("assistant"),
-                content: content.map(StrOr::Str),
-                refusal,
-                tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-                tool_call_id: None,
-            },
-            logprobs: None,
-            finish_reason: Some(Cow::Borrowed(common::finish_reason(stop_reason))),
-        }],
-        usage: Some(o::Usage::from_common(answer.usage.common())),
-    };
-    serde_json::to_vec(&out).unwrap_or_default()
+    write_openai_usage(&mut out, &usage);
+    out.close();
+    out.0
+}
+
+/// Texts (JSON strings) as one string: the one as written, several joined.
+fn joined(out: &mut Out, texts: &[&str]) {
+    match texts {
+        [] => {
+            out.raw(EMPTY);
+        }
+        [one] => {
+            out.raw(one);
+        }
+        many => {
+            let all: String = many.iter().filter_map(|t| json::unescape(t)).collect();
+            out.str(&all);
+        }
+    }
+}
+
+/// OpenAI's `usage` member. `cache_creation_input_tokens` is not OpenAI's (it reports no cache
+/// writes): written when an Anthropic provider reported some, so nothing counted is lost.
+pub(crate) fn write_openai_usage(out: &mut Out, u: &Usage) {
+    out.key("usage")
+        .open()
+        .key("prompt_tokens")
+        .num(u.prompt_tokens());
+    out.key("completion_tokens").num(u.output);
+    out.key("total_tokens").num(u.total_tokens());
+    out.key("prompt_tokens_details")
+        .open()
+        .key("cached_tokens")
+        .num(u.cache_read);
+    if u.cache_creation > 0 {
+        out.key("cache_creation_input_tokens").num(u.cache_creation);
+    }
+    out.close().close();
 }
 
 /// A provider's error answer in OpenAI's shape: its message and type when it gave them.

@@ -388,7 +388,7 @@ fn what_messages_cannot_carry_skips_the_entry() {
     assert_eq!(with("tool_choice", json!("sometimes")), f("tool_choice"));
     let message = |m: Value| {
         let mut body = base();
-        body["messages"] = json!([m]);
+        body["messages"] = json!([m, {"role": "user", "content": "ok"}]);
         refused(body)
     };
     let part = |p: Value| message(json!({"role": "user", "content": [p]}));
@@ -433,6 +433,11 @@ fn what_messages_cannot_carry_skips_the_entry() {
             {"id": "c", "type": "custom", "custom": {"name": "f", "input": "x"}}]})),
         f("tool_calls")
     );
+    // A last assistant turn: a prefill that Messages would continue.
+    let mut prefill = base();
+    prefill["messages"] =
+        json!([{"role": "user", "content": "x"}, {"role": "assistant", "content": "{"}]);
+    assert_eq!(refused(prefill), f("messages"));
     assert_eq!(refused(json!([1, 2])), Untranslatable::NotJson);
     assert_eq!(request(b"{\"model\": ", &CX), Err(Untranslatable::NotJson));
     assert_eq!(check(b"not json"), Err(Untranslatable::NotJson));
@@ -600,4 +605,142 @@ fn the_gateways_own_errors_in_openais_shape() {
         out,
         json!({"error": {"message": "Retry later.", "type": "service_unavailable", "param": null, "code": "circuit_open"}})
     );
+}
+
+/// Chat -> Messages -> Chat keeps the conversation: the same messages (system messages first,
+/// as Messages hoists them), tools, tool choice and parameters.
+#[cfg(not(target_arch = "wasm32"))]
+mod round_trip {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9 .,!?\"\\\\\n\u{e9}\u{1F600}]{0,16}[a-zA-Z\u{e9}]"
+    }
+
+    fn arguments() -> impl Strategy<Value = String> {
+        proptest::collection::btree_map("[a-z]{1,6}", any::<i32>(), 0..3).prop_map(|m| {
+            if m.is_empty() {
+                "{}".to_owned()
+            } else {
+                serde_json::to_string(&m).unwrap()
+            }
+        })
+    }
+
+    /// One exchange: the user's text, the assistant's text and/or tool calls, the tools'
+    /// results.
+    fn exchange() -> impl Strategy<Value = Vec<Value>> {
+        (
+            text(),
+            proptest::option::of(text()),
+            proptest::collection::vec(("[a-zA-Z0-9_-]{1,10}", arguments(), text()), 0..3),
+        )
+            .prop_filter(
+                "an assistant turn says or calls something",
+                |(_, said, calls)| said.is_some() || !calls.is_empty(),
+            )
+            .prop_map(|(user, said, calls)| {
+                let mut out = vec![json!({"role": "user", "content": user})];
+                let mut assistant = json!({"role": "assistant", "content": said});
+                if !calls.is_empty() {
+                    assistant["tool_calls"] = calls
+                        .iter()
+                        .map(|(id, args, _)| {
+                            json!({"id": id, "type": "function",
+                                   "function": {"name": "lookup", "arguments": args}})
+                        })
+                        .collect();
+                }
+                out.push(assistant);
+                for (id, _, result) in &calls {
+                    out.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
+                }
+                out
+            })
+    }
+
+    fn conversation() -> impl Strategy<Value = Vec<Value>> {
+        (
+            proptest::collection::vec(text(), 0..3),
+            proptest::collection::vec(exchange(), 1..4),
+            proptest::option::of(text()),
+        )
+            .prop_map(|(system, exchanges, last)| {
+                let mut out: Vec<Value> = system
+                    .into_iter()
+                    .map(|s| json!({"role": "system", "content": s}))
+                    .collect();
+                out.extend(exchanges.into_iter().flatten());
+                // A conversation ends with the user or the tools (a last assistant turn is a
+                // prefill to Messages: refused).
+                let assistant_last = out.last().is_some_and(|m| m["role"] == "assistant");
+                if let Some(last) = last.filter(|_| assistant_last) {
+                    out.push(json!({"role": "user", "content": last}));
+                } else if assistant_last {
+                    out.push(json!({"role": "user", "content": "go on"}));
+                }
+                out
+            })
+    }
+
+    fn choice() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            Just(json!("auto")),
+            Just(json!("none")),
+            Just(json!("required")),
+            Just(json!({"type": "function", "function": {"name": "lookup"}})),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn chat_to_messages_to_chat_keeps_the_conversation(
+            messages in conversation(),
+            choice in choice(),
+            serial in any::<bool>(),
+            stream in any::<bool>(),
+            stop in proptest::collection::vec("[a-zA-Z]{1,5}", 0..4),
+            temperature in 0u8..=10,
+        ) {
+            let mut chat = json!({
+                "model": "claude-sonnet-4-5",
+                "messages": messages,
+                "max_completion_tokens": 300,
+                "temperature": f64::from(temperature) / 10.0,
+                "top_p": 0.5,
+                "user": "u-1",
+                "stream": stream,
+                "tools": [{"type": "function", "function": {
+                    "name": "lookup", "description": "Looks up.",
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+            });
+            if !choice.is_null() {
+                chat["tool_choice"] = choice.clone();
+            }
+            if serial {
+                chat["parallel_tool_calls"] = json!(false);
+            }
+            if !stop.is_empty() {
+                chat["stop"] = json!(stop);
+            }
+            if stream {
+                chat["stream_options"] = json!({"include_usage": true});
+            }
+            let body = chat.to_string();
+            let messages = request(body.as_bytes(), &CX).unwrap();
+            let back = crate::translate::messages_to_chat::request(&messages, &CX).unwrap();
+            let back: Value = serde_json::from_slice(&back).unwrap();
+            // A parallel_tool_calls: false with tool_choice none says nothing; without a
+            // tool_choice it comes back with the default one, auto.
+            if serial && choice == json!("none") {
+                chat.as_object_mut().unwrap().remove("parallel_tool_calls");
+            }
+            if serial && choice.is_null() {
+                chat["tool_choice"] = json!("auto");
+            }
+            prop_assert_eq!(back, chat);
+        }
+    }
 }
