@@ -46,8 +46,18 @@ pub const EXHAUSTED: &str = "llm_failover_exhausted_total";
 /// `llm_failover_breaker_state{provider}` gauge: 0 closed, 1 open, 2 half-open.
 pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
 
+/// `llm_failover_health_state{provider}` gauge: the provider's state over the last 15 minutes
+/// (SPEC section 10): 0 healthy, 1 degraded, 2 failing, 3 idle.
+pub const HEALTH_STATE: &str = "llm_failover_health_state";
 /// Every metric, for docs and tests.
-pub const ALL: [&str; 5] = [ATTEMPTS, FALLBACKS, SKIPPED, EXHAUSTED, BREAKER_STATE];
+pub const ALL: [&str; 6] = [
+    ATTEMPTS,
+    FALLBACKS,
+    SKIPPED,
+    EXHAUSTED,
+    BREAKER_STATE,
+    HEALTH_STATE,
+];
 
 /// Label names (Envoy tag names; a tag name can appear only once in a bootstrap).
 pub const PROVIDER: &str = "provider";
@@ -133,6 +143,11 @@ pub fn breaker_state(provider: &str) -> String {
     name(BREAKER_STATE, &[(PROVIDER, provider)])
 }
 
+/// `llm_failover_health_state.provider=<p>`
+pub fn health_state(provider: &str) -> String {
+    name(HEALTH_STATE, &[(PROVIDER, provider)])
+}
+
 /// Tag of the rule that, on Envoy 1.36-1.38, takes `cluster.` off the filter's stat names (the
 /// cluster name after it is taken off by Envoy's own `envoy.cluster_name` tag). Its value is
 /// always empty, which Prometheus treats as no label.
@@ -178,11 +193,11 @@ pub fn cluster_scoped_stats_tags() -> Vec<TagRule> {
 fn rules(ns: String) -> Vec<TagRule> {
     let rule = |tag, regex: String| TagRule { tag, regex };
     vec![
-        // Provider: the first label of three metrics, followed by at most one fixed-word label.
+        // Provider: the first label of four metrics, followed by at most one fixed-word label.
         rule(
             PROVIDER,
             format!(
-                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+)?$"
+                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+)?$"
             ),
         ),
         rule(

@@ -11,13 +11,20 @@
 //!    "last_failure": {"class": "server_error", "at_ms": 1699999999000},
 //!    "open_until_ms": 1700000059000, "probe_in_flight": false,
 //!    "dead_until_ms": null,
-//!    "dead_models": [{"model": "gpt-4o", "class": "model_not_found", "until_ms": 1700021600000}]}]}
+//!    "dead_models": [{"model": "gpt-4o", "class": "model_not_found", "until_ms": 1700021600000}],
+//!    "health": {"state": "failing", "state_value": 2, "attempts": 40, "failed": 31,
+//!               "window_ms": 900000, "answered_last_5m": true, "last_answer_ms": 1699999990000}}]}
 //! ```
 //! Times are milliseconds since the Unix epoch; `null` means "none". `state` is `closed`, `open`
-//! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge).
+//! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge). `health` is
+//! the provider over the last 15 minutes (the current minute and the 14 before it): `healthy`
+//! (under 10% of attempts failed, or fewer than 5 attempts), `degraded` (10% to under 50%),
+//! `failing` (50% or more) or `idle` (no attempts) (`state_value` 0 to 3: the
+//! `llm_failover_health_state` gauge); an answer is a success or a refusal of the caller's
+//! request (`health::tally::counts`). A worker's successes show up to a second late.
 
 use crate::config::Config;
-use crate::health::{Health, HealthSnapshot};
+use crate::health::{Health, HealthSnapshot, Recent, BUCKETS, BUCKET_MS};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -54,6 +61,33 @@ struct ProviderStatus<'a> {
     probe_in_flight: bool,
     dead_until_ms: Option<u64>,
     dead_models: Vec<DeadModel>,
+    health: RecentHealth,
+}
+
+/// Health over the last 15 minutes.
+#[derive(Serialize)]
+struct RecentHealth {
+    state: &'static str,
+    state_value: u8,
+    attempts: u32,
+    failed: u32,
+    window_ms: u64,
+    answered_last_5m: bool,
+    last_answer_ms: Option<u64>,
+}
+
+impl From<Recent> for RecentHealth {
+    fn from(r: Recent) -> RecentHealth {
+        RecentHealth {
+            state: r.state.as_str(),
+            state_value: r.state.metric_value(),
+            attempts: r.attempts,
+            failed: r.failed,
+            window_ms: BUCKETS as u64 * BUCKET_MS,
+            answered_last_5m: r.answered_recently,
+            last_answer_ms: r.last_answer_ms,
+        }
+    }
 }
 
 fn provider_status<'a>(
@@ -86,6 +120,7 @@ fn provider_status<'a>(
                 until_ms: m.until_ms,
             })
             .collect(),
+        health: s.recent.into(),
     }
 }
 
@@ -155,6 +190,30 @@ mod tests {
             b["dead_models"],
             json!([{"model": "gpt-x", "class": "model_not_found", "until_ms": 1_000_010 + 6 * 3_600_000}])
         );
+        assert_eq!(
+            a["health"],
+            json!({"state": "healthy", "state_value": 0, "attempts": 2, "failed": 2,
+                   "window_ms": 900_000, "answered_last_5m": false, "last_answer_ms": null})
+        );
+        // Three more failures and five answers: 5 of 10 failed.
+        for _ in 0..3 {
+            health.report("a", "m", &Report::new(Class::Timeout, true));
+        }
+        let mut held = crate::health::Pending::default();
+        for _ in 0..5 {
+            held.add(clock.now_ms());
+        }
+        assert!(health.add_answers("a", &held));
+        let v: Value = serde_json::from_str(&render(&config, &health, clock.now_ms())).unwrap();
+        let h = &v["providers"][0]["health"];
+        assert_eq!(
+            (&h["state"], &h["state_value"]),
+            (&json!("failing"), &json!(2))
+        );
+        assert_eq!((&h["attempts"], &h["failed"]), (&json!(10), &json!(5)));
+        assert_eq!(h["answered_last_5m"], true);
+        assert_eq!(h["last_answer_ms"], 1_000_010);
+        assert_eq!(v["providers"][1]["health"]["state"], "healthy");
     }
 
     #[test]
@@ -177,5 +236,6 @@ mod tests {
         assert_eq!(v["providers"][0]["state"], "closed");
         assert_eq!(v["providers"][0]["last_failure"], Value::Null);
         assert_eq!(v["providers"][0]["failures_in_window"], 0);
+        assert_eq!(v["providers"][0]["health"]["state"], "idle");
     }
 }

@@ -13,8 +13,9 @@ use proxy_wasm::types::{Action, ContextType, LogLevel};
 use std::rc::Rc;
 use std::time::Duration;
 
-/// How often the downstream root re-reads the breaker states into the gauge.
-const GAUGE_REFRESH: Duration = Duration::from_secs(1);
+/// How often every root writes the answers its worker held (`Metrics::flush_answers`), and the
+/// downstream root re-reads the breaker and health states into the gauges.
+const TICK: Duration = Duration::from_secs(1);
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -34,7 +35,15 @@ struct Root {
     metrics: Option<Rc<Metrics>>,
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_done(&mut self) -> bool {
+        // Answers held in this VM reach shared data before it goes.
+        if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
+            metrics.flush_answers(config, &EnvoyHost);
+        }
+        true
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -49,9 +58,7 @@ impl RootContext for Root {
                 roles::init_health_records(&config, &EnvoyHost);
                 let metrics = Metrics::new(&config, &EnvoyHost);
                 metrics.refresh_breaker_states(&config, &EnvoyHost);
-                if config.role == Role::Downstream {
-                    self.set_tick_period(GAUGE_REFRESH);
-                }
+                self.set_tick_period(TICK);
                 let (config, metrics) = (Rc::new(config), Rc::new(metrics));
                 roles::registry::register(&config, &metrics);
                 self.metrics = Some(metrics);
@@ -71,7 +78,10 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
-            metrics.refresh_breaker_states(config, &EnvoyHost);
+            metrics.flush_answers(config, &EnvoyHost);
+            if config.role == Role::Downstream {
+                metrics.refresh_breaker_states(config, &EnvoyHost);
+            }
         }
     }
 

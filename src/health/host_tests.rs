@@ -44,10 +44,33 @@ fn record_strategy() -> impl Strategy<Value = Record> {
         any::<u64>(),
         proptest::collection::vec(any::<u64>(), 0..40),
         proptest::collection::vec(mark, 0..=MAX_MODEL_MARKS),
+        (
+            any::<u64>(),
+            proptest::collection::vec(any::<(u32, u32, u32)>(), BUCKETS),
+        ),
     )
         .prop_map(
-            |(last_failure, open_until, probe_until, provider_dead_until, mut failures, models)| {
+            |(
+                last_failure,
+                open_until,
+                probe_until,
+                provider_dead_until,
+                mut failures,
+                models,
+                (last_answer, buckets),
+            )| {
                 failures.sort_unstable();
+                let mut tally = Tally {
+                    last_answer,
+                    ..Tally::default()
+                };
+                for (b, (minute, attempts, failed)) in tally.buckets.iter_mut().zip(buckets) {
+                    *b = tally::Bucket {
+                        minute,
+                        attempts,
+                        failed,
+                    };
+                }
                 Record {
                     last_failure,
                     open_until,
@@ -55,6 +78,7 @@ fn record_strategy() -> impl Strategy<Value = Record> {
                     provider_dead_until,
                     failures,
                     models,
+                    tally,
                 }
             },
         )
@@ -130,6 +154,60 @@ fn concurrent_reports_from_8_threads_count_exactly() {
         THREADS * (PER_THREAD - PER_THREAD / 3)
     );
     assert_eq!(snap.state, BreakerState::Closed);
+}
+
+#[test]
+fn concurrent_reports_and_pending_answers_tally_exactly() {
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 200;
+    let store = MemoryStore::default();
+    let clock = ManualClock::at(T0);
+    let (breaker, dead) = policies(1000);
+    let barrier = Barrier::new(THREADS);
+    let lost = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (store, clock, breaker, dead, barrier, lost) =
+                (&store, &clock, &breaker, &dead, &barrier, &lost);
+            s.spawn(move || {
+                let h = Health::new(store, clock, breaker, dead);
+                let mut pending = Pending::default();
+                barrier.wait();
+                for i in 0..PER_THREAD {
+                    // Each thread is a worker: failures are reported, successes held and
+                    // written now and then, alone or folded into a report.
+                    if i % 4 == 0 {
+                        let held = if t % 2 == 0 {
+                            pending.take()
+                        } else {
+                            Pending::default()
+                        };
+                        let e =
+                            h.report_with("p", "m", &Report::new(Class::ServerError, true), &held);
+                        if e.gave_up {
+                            lost.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else if let Some(earlier) = pending.add(clock.now_ms()) {
+                        assert!(h.add_answers("p", &earlier));
+                    }
+                    if i % 10 == 9 && !h.add_answers("p", &pending.take()) {
+                        lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                h.add_answers("p", &pending.take());
+            });
+        }
+    });
+    assert_eq!(lost.load(Ordering::Relaxed), 0);
+    let recent = Health::new(&store, &clock, &breaker, &dead)
+        .snapshot("p")
+        .recent;
+    assert_eq!(
+        (recent.attempts as usize, recent.failed as usize),
+        (THREADS * PER_THREAD, THREADS * PER_THREAD / 4)
+    );
+    assert_eq!(recent.state, HealthState::Degraded);
+    assert_eq!(recent.last_answer_ms, Some(T0));
 }
 
 #[test]

@@ -40,10 +40,13 @@
 //! # Layout
 //! - [`record`]: the shared-data record format (versioned bytes, a zero-copy view, an owned form);
 //! - [`breaker`]: the state machine: what one report does to a record;
-//! - [`update`]: the compare-and-swap loop every write goes through.
+//! - [`update`]: the compare-and-swap loop every write goes through;
+//! - [`tally`]: health over time (attempts and failures per minute over 15 minutes, the last
+//!   answer), in the same record, and the answers a worker holds before writing them.
 
 mod breaker;
 mod record;
+mod tally;
 mod update;
 
 use crate::classify::Class;
@@ -55,6 +58,9 @@ use record::{put_u64, Record, View, OFF_PROBE_UNTIL};
 #[cfg(test)]
 use record::{ModelMark, HEADER_LEN};
 pub use record::{MAX_FAILURES, MAX_MODEL_MARKS, MAX_MODEL_NAME, RECORD_VERSION};
+#[cfg(test)]
+use tally::Tally;
+pub use tally::{HealthState, Pending, Recent, BUCKETS, BUCKET_MS};
 use update::Step;
 pub use update::MAX_CAS_ATTEMPTS;
 
@@ -225,6 +231,8 @@ pub struct HealthSnapshot {
     pub provider_dead_until_ms: Option<u64>,
     /// Live model dead marks.
     pub dead_models: Vec<ModelDeadMark>,
+    /// Health over the last 15 minutes (SPEC section 10).
+    pub recent: Recent,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,11 +316,26 @@ impl<'a> Health<'a> {
 
     /// Records one attempt's outcome. Reads, then writes only when something changed.
     pub fn report(&self, provider: &str, model: &str, report: &Report) -> ReportEffect {
+        self.report_with(provider, model, report, &Pending::default())
+    }
+
+    /// [`Health::report`], adding in the same write the answers this worker holds for the
+    /// provider (`pending`; see [`Health::add_answers`]).
+    pub fn report_with(
+        &self,
+        provider: &str,
+        model: &str,
+        report: &Report,
+        pending: &Pending,
+    ) -> ReportEffect {
         let mut last_state = BreakerState::Closed;
         let effect = self.update(provider, |bytes, now| {
             let mut record = bytes.map_or_else(Record::default, |b| Record::decode(&b));
             record.prune(now, self.breaker.window_ms);
-            let effect = record.apply(now, model, report, self.breaker, self.dead);
+            let mut effect = record.apply(now, model, report, self.breaker, self.dead);
+            let counted = record.tally.record(now, report.class);
+            let added = record.tally.add_pending(pending);
+            effect.written |= counted || added;
             last_state = effect.state;
             if effect.written {
                 Step::Write(record.encode(), effect)
@@ -324,6 +347,24 @@ impl<'a> Health<'a> {
             gave_up: true,
             ..ReportEffect::nothing(last_state)
         })
+    }
+
+    /// Adds answers a worker counted without writing them (successes from a provider with
+    /// nothing else to record: [`Pending`]). One compare-and-swap; returns whether they were
+    /// written (`false`: none held, too old for their bucket, or every race lost).
+    pub fn add_answers(&self, provider: &str, pending: &Pending) -> bool {
+        if pending.is_empty() {
+            return false;
+        }
+        let added = self.update(provider, |bytes, _| {
+            let mut record = bytes.map_or_else(Record::default, |b| Record::decode(&b));
+            if record.tally.add_pending(pending) {
+                Step::Write(record.encode(), true)
+            } else {
+                Step::Done(false)
+            }
+        });
+        added.unwrap_or(false)
     }
 
     /// A request that claimed the probe ([`Admission::Available`] with `probe`) ended without
@@ -376,6 +417,7 @@ impl<'a> Health<'a> {
                     class: m.class,
                 })
                 .collect(),
+            recent: view.tally().recent(now),
         }
     }
 }

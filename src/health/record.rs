@@ -1,10 +1,10 @@
 //! The health record as stored in shared data: a zero-copy view for reads, an owned form for
 //! updates.
 //!
-//! # Layout (version 1, little-endian, no padding)
+//! # Layout (version 2, little-endian, no padding)
 //! ```text
 //! offset  size  field
-//!      0     1  version = 1 (any other value: the record is read as fresh and healthy)
+//!      0     1  version = 2 (any other value: the record is read as fresh and healthy)
 //!      1     1  last failure class (Class as u8), 0xFF = none
 //!      2     1  M = number of model marks (0..=16)
 //!      3     1  reserved, 0
@@ -17,16 +17,20 @@
 //!     40   8*F  failure timestamps ms, ascending
 //!      …        M model marks, each: until ms (8), class (1), name length N (1, 1..=255),
 //!               N bytes of UTF-8 model name
+//!      …   188  the tally (`super::tally`): last answer ms (8), then 15 buckets of minute,
+//!               attempts, failed (u32 each; minute m at index m % 15)
 //! ```
-//! The record must end exactly after the last mark. Anything that does not parse (short, too
+//! The record must end exactly after the tally. Anything that does not parse (short, too
 //! long, wrong version, bad class byte, bad UTF-8, counts over the caps) reads as a fresh,
 //! healthy record, and the next update overwrites it. A 10-failure record with no marks is
-//! 120 bytes.
+//! 308 bytes. (Version 1 had no tally: a version 1 record left by an older module reads as
+//! fresh, once.)
 
+use super::tally::{Bucket, Tally, TALLY_LEN};
 use crate::classify::Class;
 
 /// Encoding version (first byte of every record).
-pub const RECORD_VERSION: u8 = 1;
+pub const RECORD_VERSION: u8 = 2;
 /// Most failure timestamps a record holds (the config cap on `breaker.failures`).
 pub const MAX_FAILURES: usize = 1000;
 /// Most model dead marks a record holds.
@@ -45,6 +49,12 @@ pub(super) fn get_u64(b: &[u8], off: usize) -> u64 {
     b.get(off..off + 8)
         .and_then(|s| <[u8; 8]>::try_from(s).ok())
         .map_or(0, u64::from_le_bytes)
+}
+
+fn get_u32(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map_or(0, u32::from_le_bytes)
 }
 
 pub(super) fn put_u64(b: &mut [u8], off: usize, v: u64) {
@@ -68,6 +78,8 @@ pub(super) struct View<'a> {
     pub(super) provider_dead_until: u64,
     pub(super) failures: &'a [u8],
     pub(super) marks: &'a [u8],
+    /// The tally's [`TALLY_LEN`] bytes.
+    pub(super) tally: &'a [u8],
 }
 
 impl<'a> View<'a> {
@@ -88,15 +100,17 @@ impl<'a> View<'a> {
             c => Some((Class::from_u8(c)?, get_u64(header, OFF_LAST_FAILURE))),
         };
         let failures_end = HEADER_LEN + 8 * n_failures;
+        let tally_start = b.len().checked_sub(TALLY_LEN)?;
         let view = View {
             last_failure,
             open_until: get_u64(header, OFF_OPEN_UNTIL),
             probe_until: get_u64(header, OFF_PROBE_UNTIL),
             provider_dead_until: get_u64(header, OFF_PROVIDER_DEAD),
             failures: b.get(HEADER_LEN..failures_end)?,
-            marks: b.get(failures_end..)?,
+            marks: b.get(failures_end..tally_start)?,
+            tally: b.get(tally_start..)?,
         };
-        // Every mark must parse and the record must end right after the last one.
+        // Every mark must parse and the tally must start right after the last one.
         let mut rest = view.marks;
         for _ in 0..n_models {
             let (_, after) = next_mark(rest)?;
@@ -114,6 +128,23 @@ impl<'a> View<'a> {
 
     pub(super) fn marks(&self) -> MarkIter<'a> {
         MarkIter { rest: self.marks }
+    }
+
+    /// The tally (all zero for a view of nothing).
+    pub(super) fn tally(&self) -> Tally {
+        let mut tally = Tally {
+            last_answer: get_u64(self.tally, 0),
+            ..Tally::default()
+        };
+        for (i, b) in tally.buckets.iter_mut().enumerate() {
+            let off = 8 + 12 * i;
+            *b = Bucket {
+                minute: get_u32(self.tally, off),
+                attempts: get_u32(self.tally, off + 4),
+                failed: get_u32(self.tally, off + 8),
+            };
+        }
+        tally
     }
 }
 
@@ -165,6 +196,7 @@ pub(super) struct Record {
     /// Ascending.
     pub(super) failures: Vec<u64>,
     pub(super) models: Vec<ModelMark>,
+    pub(super) tally: Tally,
 }
 
 impl Record {
@@ -195,6 +227,7 @@ impl Record {
                     class: m.class,
                 })
                 .collect(),
+            tally: view.tally(),
         }
     }
 
@@ -210,7 +243,7 @@ impl Record {
             .take(MAX_MODEL_MARKS)
             .collect();
         let marks_len: usize = models.iter().map(|m| 10 + m.model.len()).sum();
-        let mut b = Vec::with_capacity(HEADER_LEN + 8 * failures.len() + marks_len);
+        let mut b = Vec::with_capacity(HEADER_LEN + 8 * failures.len() + marks_len + TALLY_LEN);
         b.push(RECORD_VERSION);
         b.push(self.last_failure.map_or(NO_CLASS, |(c, _)| c as u8));
         b.push(u8::try_from(models.len()).unwrap_or(0));
@@ -229,6 +262,12 @@ impl Record {
             b.push(m.class as u8);
             b.push(u8::try_from(m.model.len()).unwrap_or(0));
             b.extend_from_slice(m.model.as_bytes());
+        }
+        b.extend_from_slice(&self.tally.last_answer.to_le_bytes());
+        for bucket in &self.tally.buckets {
+            for v in [bucket.minute, bucket.attempts, bucket.failed] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
         }
         b
     }

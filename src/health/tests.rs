@@ -387,7 +387,7 @@ fn dead_marks_expire_by_themselves_and_are_pruned() {
     // The next write drops the expired marks from the record.
     f.fail(Class::Timeout);
     let len = f.store.get(&health_key("p")).map(|(b, _)| b.len());
-    assert_eq!(len, Some(HEADER_LEN + 8));
+    assert_eq!(len, Some(HEADER_LEN + 8 + tally::TALLY_LEN));
 }
 
 #[test]
@@ -401,9 +401,11 @@ fn a_success_clears_that_models_mark_and_the_provider_mark() {
     assert!(e.cleared_dead_mark && e.written);
     assert_eq!(h.admit("p", "m", PROBE_TIMEOUT), AVAILABLE);
     assert_eq!(h.admit("p", "m2", PROBE_TIMEOUT), Admission::Dead);
-    // A success on a healthy record writes nothing.
+    // A success reported on a healthy record changes only its tally (successes the planner
+    // saw as pristine are not reported at all: `Pending`).
     let e = h.report("p", "m", &Report::new(Class::Ok, false));
-    assert!(!e.written && !e.cleared_dead_mark);
+    assert!(e.written && !e.cleared_dead_mark && e.breaker == BreakerChange::Unchanged);
+    assert_eq!(h.snapshot("p").recent.attempts, 5);
 }
 
 #[test]
@@ -449,8 +451,10 @@ fn a_probe_answer_that_says_nothing_about_health_releases_the_claim() {
         assert!(e.probe_released && e.written, "{class:?}");
         assert_eq!(e.state, BreakerState::HalfOpen);
     }
-    // Without a claim there is nothing to write.
+    // Without a claim there is nothing to release; a caller who left says nothing at all.
     let e = f.report(Report::new(Class::InvalidRequest, false));
+    assert!(e.written && !e.probe_released, "tallied");
+    let e = f.report(Report::new(Class::ClientDisconnect, false));
     assert!(!e.written && !e.probe_released);
 }
 
@@ -545,7 +549,13 @@ fn ensure_record_creates_a_fresh_record_once() {
 
 #[test]
 fn the_encoding_is_the_documented_layout() {
+    let mut tally = Tally {
+        last_answer: 8,
+        ..Tally::default()
+    };
+    tally.add(16, 5, 2);
     let r = Record {
+        tally,
         last_failure: Some((Class::Timeout, 7)),
         open_until: 0x0102,
         probe_until: 3,
@@ -558,18 +568,30 @@ fn the_encoding_is_the_documented_layout() {
         }],
     };
     let b = r.encode();
-    let mut want = vec![1, Class::Timeout as u8, 1, 0, 2, 0, 0, 0];
+    let mut want = vec![2, Class::Timeout as u8, 1, 0, 2, 0, 0, 0];
     for v in [0x0102u64, 3, 7, 4, 5, 6, 9] {
         want.extend_from_slice(&v.to_le_bytes());
     }
     want.extend_from_slice(&[Class::ModelNotFound as u8, 3, b'g', b'p', b't']);
+    want.extend_from_slice(&8u64.to_le_bytes());
+    for minute in 0..15u32 {
+        let (m, a, f) = if minute == 1 {
+            (16u32, 5u32, 2u32)
+        } else {
+            (0, 0, 0)
+        };
+        assert_eq!(minute == 1, 16 % 15 == minute);
+        for v in [m, a, f] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+    }
     assert_eq!(b, want);
     assert_eq!(Record::decode(&b), r);
     let ten = Record {
         failures: (0..10).collect(),
         ..Record::default()
     };
-    assert_eq!(ten.encode().len(), 120);
+    assert_eq!(ten.encode().len(), 308);
 }
 
 /// A store whose writes always lose the race.
@@ -620,8 +642,11 @@ fn updates_give_up_after_bounded_retries() {
     let e = h.report("p", "m", &Report::new(Class::ServerError, true));
     assert!(e.gave_up && !e.written);
     assert_eq!(h.admit("p", "m", PROBE_TIMEOUT), Admission::BreakerOpen);
-    // A report that needs no write never gives up.
-    assert!(!h.report("q", "m", &Report::new(Class::Ok, false)).gave_up);
+    // A report that needs no write never gives up (a caller who left says nothing).
+    assert!(
+        !h.report("q", "m", &Report::new(Class::ClientDisconnect, false))
+            .gave_up
+    );
 }
 
 #[test]
@@ -636,6 +661,13 @@ fn snapshot_shows_everything_the_status_endpoint_needs() {
         probe_in_flight: false,
         provider_dead_until_ms: None,
         dead_models: vec![],
+        recent: Recent {
+            attempts: 0,
+            failed: 0,
+            state: HealthState::Idle,
+            last_answer_ms: None,
+            answered_recently: false,
+        },
     };
     assert_eq!(h.snapshot("p"), healthy);
     h.report("p", "m", &Report::new(Class::ServerError, true));
@@ -650,8 +682,18 @@ fn snapshot_shows_everything_the_status_endpoint_needs() {
         class: Class::ModelNotFound,
     };
     assert_eq!(snap.dead_models, vec![mark]);
+    assert_eq!(
+        (snap.recent.attempts, snap.recent.failed, snap.recent.state),
+        (2, 2, HealthState::Healthy),
+        "fewer than 5 attempts"
+    );
     f.clock.advance(30 * S);
     assert_eq!(h.snapshot("p").failures_in_window, 0);
+    assert_eq!(
+        h.snapshot("p").recent.attempts,
+        2,
+        "health keeps 15 minutes"
+    );
 }
 
 #[test]

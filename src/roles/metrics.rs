@@ -11,7 +11,7 @@
 use super::{health, Host, MetricKind};
 use crate::classify::Class;
 use crate::config::Config;
-use crate::health::BreakerState;
+use crate::health::{BreakerState, Pending};
 use crate::ids::{ChainId, ProviderId};
 use crate::metrics as names;
 use crate::plan::SkipReason;
@@ -38,6 +38,11 @@ pub struct Metrics {
     fallbacks: RefCell<BTreeMap<(ProviderId, ProviderId), u32>>,
     /// Provider -> gauge id, defined at configure so every provider's state shows from the start.
     breaker: Vec<Option<u32>>,
+    /// Provider -> `llm_failover_health_state` gauge id, likewise.
+    health: Vec<Option<u32>>,
+    /// Provider -> answers this worker counted and has not written to the shared health record
+    /// yet (`health::Pending`: the success path writes nothing; the root's tick adds them).
+    answers: Vec<Cell<Pending>>,
 }
 
 /// A provider's name (ids come from the validated configuration).
@@ -80,6 +85,12 @@ impl Metrics {
                 .iter()
                 .map(|p| host.define_metric(MetricKind::Gauge, &names::breaker_state(&p.name)))
                 .collect(),
+            health: config
+                .providers
+                .iter()
+                .map(|p| host.define_metric(MetricKind::Gauge, &names::health_state(&p.name)))
+                .collect(),
+            answers: (0..providers).map(|_| Cell::default()).collect(),
         }
     }
 
@@ -149,13 +160,48 @@ impl Metrics {
         }
     }
 
-    /// Sets every provider's breaker gauge from the shared health records (one shared-data read
-    /// each). Called at configure and from the downstream root's tick, so the gauge also follows
-    /// changes nobody reports, such as a cooldown ending (open -> half-open) with no traffic.
+    /// Sets every provider's breaker and health gauges from the shared health records (one
+    /// shared-data read each). Called at configure and from the downstream root's tick, so the
+    /// gauges also follow changes nobody reports, such as a cooldown ending (open -> half-open)
+    /// with no traffic, or a quiet provider's window emptying.
     pub fn refresh_breaker_states(&self, config: &Config, host: &impl Host) {
         let health = health(config, host, host);
         for (id, provider) in config.provider_ids() {
-            self.breaker_state(host, id, health.snapshot(&provider.name).state);
+            let snapshot = health.snapshot(&provider.name);
+            self.breaker_state(host, id, snapshot.state);
+            if let Some(Some(gauge)) = self.health.get(id.index()) {
+                host.record_metric(*gauge, u64::from(snapshot.recent.state.metric_value()));
+            }
+        }
+    }
+
+    /// Counts an answer from `provider` at `now` without writing it; returns the answers of an
+    /// earlier minute to write now ([`Pending::add`]).
+    pub fn hold_answer(&self, provider: ProviderId, now: u64) -> Option<Pending> {
+        let cell = self.answers.get(provider.index())?;
+        let mut pending = cell.get();
+        let earlier = pending.add(now);
+        cell.set(pending);
+        earlier
+    }
+
+    /// The answers held for `provider`, leaving none (to fold into a report's write).
+    pub fn take_answers(&self, provider: ProviderId) -> Pending {
+        self.answers
+            .get(provider.index())
+            .map(Cell::take)
+            .unwrap_or_default()
+    }
+
+    /// Writes every provider's held answers to the shared health records (one compare-and-swap
+    /// per provider that has some). Called from each root's tick and when a root goes away.
+    pub fn flush_answers(&self, config: &Config, host: &impl Host) {
+        let health = health(config, host, host);
+        for (id, provider) in config.provider_ids() {
+            let pending = self.take_answers(id);
+            if !pending.is_empty() {
+                health.add_answers(&provider.name, &pending);
+            }
         }
     }
 }

@@ -979,6 +979,59 @@ fn the_status_endpoint_answers_get_and_head_only() {
     assert_eq!(post.status, 405);
 }
 
+#[test]
+fn successes_write_nothing_until_the_tick_then_the_status_counts_every_attempt() {
+    let gw = Gateway::new(THREE);
+    let root = Recording {
+        world: Rc::clone(&gw.world),
+        stream: Rc::default(),
+    };
+    let key = crate::wire::health_key("a");
+    let cas = || gw.world.store.get(&key).map(|(_, cas)| cas);
+    let before = cas();
+    for _ in 0..6 {
+        assert_eq!(gw.chat("gpt-4o", &[ok()]).status, 200);
+    }
+    assert_eq!(cas(), before, "the success path wrote nothing");
+    let health = || {
+        let r = gw.request(
+            &[(":method", "GET"), (":path", "/llm-failover/status")],
+            "",
+            &[],
+        );
+        r.body_json()["providers"][0]["health"].clone()
+    };
+    assert_eq!(
+        health()["state"],
+        "idle",
+        "held in the worker until the tick"
+    );
+    gw.up_metrics.flush_answers(&gw.up_config, &root);
+    assert_ne!(cas(), before);
+    let h = health();
+    assert_eq!(
+        (h["attempts"].as_u64(), h["failed"].as_u64()),
+        (Some(6), Some(0))
+    );
+    assert_eq!(h["answered_last_5m"], true);
+    // A failure writes at once, and carries what the worker held since.
+    assert_eq!(gw.chat("gpt-4o", &[ok()]).status, 200);
+    assert_eq!(gw.chat("gpt-4o", &[status(500), ok()]).status, 200);
+    let h = health();
+    assert_eq!(
+        (h["attempts"].as_u64(), h["failed"].as_u64()),
+        (Some(8), Some(1))
+    );
+    assert_eq!(h["state"], "degraded", "1 of 8 failed: 12.5%");
+    gw.up_metrics.flush_answers(&gw.up_config, &root);
+    let h = health();
+    assert_eq!(h["attempts"].as_u64(), Some(8), "nothing counted twice");
+    // The health gauge follows the tick's read.
+    gw.down_metrics.refresh_breaker_states(&gw.config, &root);
+    assert_eq!(gw.metric(&names::health_state("a")), 1);
+    assert_eq!(gw.metric(&names::health_state("c")), 3, "idle");
+}
+
 // ---------------------------------------------------------------------------------------------
 // SPEC section 7: fail closed.
 

@@ -126,9 +126,15 @@ impl<H: Host> Upstream<H> {
             );
         }
         if let Some((model, report)) = &settled.report {
-            let effect = health.report(&a.provider.name, model, report);
+            // The answers this worker holds for the provider ride along in the same write.
+            let held = metrics.take_answers(settled.provider);
+            let effect = health.report_with(&a.provider.name, model, report, &held);
             metrics.breaker_state(host, settled.provider, effect.state);
             log::debug!("{} {} -> {:?}", a.provider.name, class.as_str(), effect);
+        } else if let Some(earlier) = metrics.hold_answer(settled.provider, now) {
+            // A success that changes nothing but the tally: held, written once a minute at most
+            // from here (the tick writes the rest).
+            health.add_answers(&a.provider.name, &earlier);
         }
         for &skipped in &settled.budget_skips {
             metrics.skipped(host, config, skipped, SkipReason::Budget);

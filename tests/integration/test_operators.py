@@ -128,3 +128,60 @@ def test_liveness_never_shadows_a_users_route(two, render):
     assert gw.request("GET", "/?x=1").body == b"web app\n"
     assert gw.chat("gpt-4o").header("x-mock-provider") == "primary"
     assert primary.request_count() == 1
+
+
+# ------------------------------------------------------------------------ health over time
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_health_windows_are_exact_under_two_workers_and_concurrent_traffic(two):
+    gateway, primary, secondary = two
+    gw = gateway.start(CONFIG)  # two workers (the harness's --concurrency 2)
+    before = status_of(gateway)
+    assert before["primary"]["health"] == {
+        "state": "idle", "state_value": 3, "attempts": 0, "failed": 0, "window_ms": 900_000,
+        "answered_last_5m": False, "last_answer_ms": None}
+    requests, failures = 400, 100
+    primary.enqueue(*[{"status": 500}] * failures)  # then its default: 200
+    t0 = int(time.time() * 1000)
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: gw.chat("gpt-4o"), range(requests)))
+    assert all(r.status == 200 for r in answers)
+    served = [r.header("x-mock-provider") for r in answers]
+    assert served.count("secondary") == failures
+    # Both workers took traffic (each request is its own connection).
+    port = gateway.env["LISTEN_PORT"]
+    per_worker = [v for k, v in gw.stats("worker_").items()
+                  if k.endswith("downstream_cx_total") and f"_{port}." in k]
+    assert len([v for v in per_worker if v > 0]) == 2, per_worker
+
+    # Successes reach the shared record within a tick (a second) of each worker.
+    def settled():
+        s = status_of(gateway)
+        return s if s["primary"]["health"]["attempts"] == requests else None
+    s = wait_for(settled, 5, "every attempt in the status endpoint")
+    p, q = s["primary"]["health"], s["secondary"]["health"]
+    assert (p["attempts"], p["failed"], p["state"]) == (requests, failures, "degraded")
+    assert (q["attempts"], q["failed"], q["state"]) == (failures, 0, "healthy")
+    assert p["answered_last_5m"] and t0 <= p["last_answer_ms"] <= int(time.time() * 1000)
+    time.sleep(1.5)
+    assert status_of(gateway)["primary"]["health"]["attempts"] == requests, "nothing counted twice"
+    prom = gw.prometheus()
+    assert 'llm_failover_health_state{provider="primary"} 1' in prom
+    assert 'llm_failover_health_state{provider="secondary"} 0' in prom
+    # Past half failed: failing.
+    primary.set_default(status=500)
+    for _ in range(requests):
+        gw.chat("gpt-4o")
+    s = wait_for(lambda: (x := status_of(gateway))["primary"]["health"]["failed"] == 500 and x,
+                 5, "the failures")
+    assert (s["primary"]["health"]["attempts"], s["primary"]["health"]["state"]) == (800, "failing")
