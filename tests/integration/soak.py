@@ -92,6 +92,8 @@ def is_stream(rid: str) -> bool:
 class Soak:
     def __init__(self, seconds: float, callers: int, workdir: Path, seed: int):
         self.seconds, self.callers, self.workdir = seconds, callers, workdir
+        self.table_out: str | None = None
+        self.scrape_out: str | None = None
         self.rng = random.Random(seed)
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -147,6 +149,22 @@ class Soak:
             self.stop.wait(2.0)
             self.mocks["p2"].up()
             self.down_windows.append((t0, time.monotonic()))
+
+    def scrape(self) -> None:
+        """With --scrape FILE: the filter's metrics from /stats/prometheus every second, one
+        JSON line each ({"t": seconds since the start, "text": the llm_failover lines}), what
+        examples/grafana/plot.py draws the dashboard's panels from."""
+        t0 = time.monotonic()
+        with open(self.scrape_out, "w") as out:
+            while not self.stop.wait(1.0):
+                try:
+                    text = self.envoy.admin("/stats/prometheus")
+                except Exception as e:  # noqa: BLE001
+                    self.violation("harness", f"scrape: {e!r}")
+                    continue
+                ours = "\n".join(ln for ln in text.splitlines() if "llm_failover_" in ln)
+                out.write(json.dumps({"t": round(time.monotonic() - t0, 2), "text": ours}) + "\n")
+                out.flush()
 
     def sample_memory(self) -> None:
         pid = self.envoy.proc.pid
@@ -223,8 +241,10 @@ class Soak:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
-        helpers = [threading.Thread(target=f, daemon=True)
-                   for f in (self.feed, self.flap, self.sample_memory, self.harvester)]
+        jobs = [self.feed, self.flap, self.sample_memory, self.harvester]
+        if self.scrape_out:
+            jobs.append(self.scrape)
+        helpers = [threading.Thread(target=f, daemon=True) for f in jobs]
         for t in helpers:
             t.start()
         time.sleep(0.5)
@@ -420,6 +440,8 @@ def main(argv=None) -> int:
     ap.add_argument("--callers", type=int, default=200)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--table-out", help="also write the table to this file")
+    ap.add_argument("--scrape", help="write the filter's Prometheus metrics every second to "
+                    "this file (JSON lines; examples/grafana/plot.py draws them)")
     args = ap.parse_args(argv)
     seconds = args.minutes * 60 if args.minutes else args.seconds
     if args.callers < 1 or seconds <= 0 or seconds > 24 * 3600:
@@ -427,6 +449,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="llm-failover-soak-") as tmp:
         soak = Soak(seconds, args.callers, Path(tmp), args.seed)
         soak.table_out = args.table_out
+        soak.scrape_out = args.scrape
         soak.start()
         try:
             return soak.run()

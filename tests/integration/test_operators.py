@@ -3,6 +3,7 @@
 and each provider's health over time in the status endpoint, exact under two workers and
 concurrent traffic (SPEC 4 and 10)."""
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,10 +11,11 @@ import pytest
 import yaml
 
 import harness
-from harness import http_request
+from harness import REPO_ROOT, http_request, prometheus_samples
 
 CONFIG = "tests/integration/configs/operators.failover.yaml"
 STATUS = "/llm-failover/status"
+DASHBOARD = REPO_ROOT / "examples" / "grafana" / "llm-failover.json"
 
 pytestmark = pytest.mark.skipif(
     harness.external_mode(), reason="needs a fresh gateway with scripted knobs")
@@ -185,3 +187,48 @@ def test_health_windows_are_exact_under_two_workers_and_concurrent_traffic(two):
     s = wait_for(lambda: (x := status_of(gateway))["primary"]["health"]["failed"] == 500 and x,
                  5, "the failures")
     assert (s["primary"]["health"]["attempts"], s["primary"]["health"]["state"]) == (800, "failing")
+
+
+# ---------------------------------------------------------------------------------- dashboard
+
+def dashboard_queries():
+    d = json.loads(DASHBOARD.read_text())
+    queries = [(p["title"], t["expr"], t.get("legendFormat", ""))
+               for p in d["panels"] for t in p["targets"]]
+    queries += [(v["name"], v["query"]["query"], "") for v in d["templating"]["list"]
+                if isinstance(v.get("query"), dict)]
+    return queries
+
+
+def test_every_dashboard_query_names_a_metric_and_labels_the_filter_exports(two):
+    """The dashboard users import (examples/grafana/llm-failover.json) against the real
+    /stats/prometheus of a gateway that saw every kind of event: each query's metrics and
+    labels exist, and every llm_failover metric the filter exports has a panel."""
+    gateway, primary, secondary = two
+    gw = gateway.start(CONFIG, env={"BREAKER_FAILURES": "1"})
+    primary.set_default(status=500)
+    assert gw.chat("gpt-4o").header("x-mock-provider") == "secondary"  # fallback; opens
+    assert gw.chat("gpt-4o").header("x-llm-fallback-reason") == "breaker_open"  # a skip
+    secondary.set_default(status=500)
+    assert gw.chat("gpt-4o").status == 500  # exhausted
+    prom = wait_for(lambda: "llm_failover_health_state" in (t := gw.prometheus()) and t,
+                    5, "the gauges")
+    families = set(re.findall(r"^# TYPE (llm_failover_\w+) ", prom, re.M))
+    assert families >= {"llm_failover_attempts_total", "llm_failover_fallbacks_total",
+                        "llm_failover_skipped_total", "llm_failover_exhausted_total",
+                        "llm_failover_breaker_state", "llm_failover_health_state"}, families
+    labels = {f: set().union(*[set(ls) for ls, _ in prometheus_samples(prom, f)]) for f in families}
+    used = set()
+    for title, expr, legend in dashboard_queries():
+        names = set(re.findall(r"\bllm_failover_\w+", expr))
+        assert names, f"{title}: {expr} names no metric of the filter"
+        assert names <= families, f"{title}: {names - families} not exported"
+        used |= names
+        wanted = set(re.findall(r"by \(([^)]*)\)", expr))
+        wanted = {w.strip() for group in wanted for w in group.split(",")}
+        wanted |= set(re.findall(r"[{,]\s*(\w+)\s*(?:=~|!=|=)", expr))
+        wanted |= set(re.findall(r"\{\{(\w+)\}\}", legend))
+        wanted |= set(re.findall(r"label_values\(\w+, (\w+)\)", expr))
+        for name in names:
+            assert wanted <= labels[name], f"{title}: {name} has no {wanted - labels[name]}"
+    assert used == families, f"exported but on no panel: {families - used}"
