@@ -159,7 +159,8 @@ def main(argv=None):
             ax.set_yticks(range(len(names)),
                           [legend(target["legendFormat"], g, m.group(1)) for g in names])
             ax.legend(handles=[Patch(color=s["color"], label=s["text"]) for s in mapping.values()],
-                      loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+                      loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, fontsize=8,
+                      frameon=False)
             continue
         percent = panel["fieldConfig"]["defaults"].get("unit") == "percentunit"
         for target in panel["targets"]:
@@ -176,7 +177,9 @@ def main(argv=None):
         ax.set_ylabel("% of attempts" if percent else "per second", color="#9fa7b3", fontsize=8)
         ax.grid(color="#2c3235", linewidth=0.5)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+            ax.legend(loc="upper left", ncol=4, fontsize=7, framealpha=0.7,
+                      facecolor="#181b1f", edgecolor="#2c3235")
+            ax.set_ylim(top=ax.get_ylim()[1] * 1.35)  # room for the legend
     fig.savefig(args.out, dpi=80, facecolor=fig.get_facecolor())
     print(f"wrote {args.out} ({len(samples)} samples)")
 
