@@ -434,6 +434,16 @@ def test_a_control_plane_that_drops_refresh_cluster_on_retry_fails_closed(istio,
     retries_stay_on_alpha_and_are_refused(ig)
 
 
+# ------------------------------------------------------------------ what operators read
+def test_get_slash_answers_serving_on_istios_route_without_a_provider(istio):
+    """The liveness answer (SPEC 10) on the route Istio builds from the VirtualService
+    (`llm-failover`): the filter knows it as the gateway's own."""
+    ig = istio()
+    r = ig.gw.request("GET", "/")
+    assert (r.status, r.body) == (200, b"serving\n"), r.text
+    assert all(m.request_count() == 0 for m in ig.mocks.values())
+
+
 # ------------------------------------------------------------------ Envoy's own local replies
 def test_envoys_own_replies_are_json_errors_a_body_over_the_limit(istio):
     ig = istio()
