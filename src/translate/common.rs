@@ -4,6 +4,8 @@
 
 use std::borrow::Cow;
 
+use super::json::Out;
+
 /// OpenAI's `finish_reason` for an Anthropic `stop_reason`. `refusal` (Anthropic's classifiers
 /// stopped the answer) is OpenAI's `content_filter`; `pause_turn` (a server tool paused a long
 /// turn) has no OpenAI meaning and ends the turn like `end_turn`.
@@ -109,12 +111,11 @@ pub fn error_type(status: u16) -> &'static str {
 /// (OpenAI `{"error": {"message", "type"}}`, Anthropic `{"type": "error", "error": {"type",
 /// "message"}}`), or `None` when the body has neither.
 pub fn provider_error(body: &[u8]) -> Option<ProviderError<'_>> {
-    #[derive(serde::Deserialize)]
-    struct Body<'a> {
-        #[serde(borrow)]
-        error: Option<ProviderError<'a>>,
-    }
-    serde_json::from_slice::<Body<'_>>(body).ok()?.error
+    let error = super::json::Obj::parse_bytes(body)?.obj("error")?;
+    Some(ProviderError {
+        message: error.str("message"),
+        kind: error.str("type"),
+    })
 }
 
 /// The readable parts of a provider's error body.
@@ -147,50 +148,27 @@ pub fn error_message(status: u16, error: Option<&ProviderError<'_>>, body: &[u8]
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}` (`param` is always
 /// null here; `code` when there is one).
 pub fn openai_error_body(kind: &str, code: Option<&str>, message: &str) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        error: Error<'a>,
-    }
-    #[derive(serde::Serialize)]
-    struct Error<'a> {
-        message: &'a str,
-        #[serde(rename = "type")]
-        kind: &'a str,
-        param: Option<&'a str>,
-        code: Option<&'a str>,
-    }
-    let body = Body {
-        error: Error {
-            message,
-            kind,
-            param: None,
-            code,
-        },
+    let mut out = Out::with_capacity(message.len() + 96);
+    out.raw(r#"{"error":{"message":"#)
+        .str(message)
+        .key("type")
+        .str(kind);
+    out.raw(r#""param":null,"code":"#);
+    match code {
+        Some(code) => out.str(code),
+        None => out.null(),
     };
-    // Serialising strings into a Vec cannot fail.
-    serde_json::to_vec(&body).unwrap_or_default()
+    out.close().close();
+    out.0
 }
 
-/// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`, the type
-/// following the status ([`error_type`]) unless the provider named one.
+/// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}` (the type:
+/// [`error_type`] of the status, unless the provider named one).
 pub fn anthropic_error_body(kind: &str, message: &str) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        error: Error<'a>,
-    }
-    #[derive(serde::Serialize)]
-    struct Error<'a> {
-        #[serde(rename = "type")]
-        kind: &'a str,
-        message: &'a str,
-    }
-    let body = Body {
-        kind: "error",
-        error: Error { kind, message },
-    };
-    serde_json::to_vec(&body).unwrap_or_default()
+    let mut out = Out::with_capacity(message.len() + 64);
+    out.raw(r#"{"type":"error","error":{"type":"#).str(kind);
+    out.key("message").str(message).close().close();
+    out.0
 }
 
 /// The media type and base64 data of a `data:<media type>;base64,<data>` URI.

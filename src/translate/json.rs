@@ -59,6 +59,15 @@ impl<'a> Obj<'a> {
         self.get(key).and_then(str)
     }
 
+    /// A name-like string member (a `type`, a `role`, a stop reason) as written, without its
+    /// quotes: compared as written, without unescaping (`"t\u0065xt"` is not `text`; no API
+    /// or SDK escapes such names).
+    #[inline(never)]
+    pub fn tag(&self, key: &str) -> Option<&'a str> {
+        let raw = self.raw_str(key)?;
+        raw.get(1..raw.len().saturating_sub(1))
+    }
+
     /// A string member as written (quotes and escapes included), to copy into the output.
     #[inline(never)]
     pub fn raw_str(&self, key: &str) -> Option<&'a str> {

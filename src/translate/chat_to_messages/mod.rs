@@ -53,11 +53,11 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
                 turns.close_arr().close();
             }
             let name = if role == Role::User {
-                "\"user\""
+                r#"{"role":"user""#
             } else {
-                "\"assistant\""
+                r#"{"role":"assistant""#
             };
-            turns.open().key("role").raw(name).key("content").open_arr();
+            turns.raw(name).raw(r#""content":["#);
             open = Some(role);
         }
         write_block(&mut turns, &block);
@@ -67,7 +67,7 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     }
 
     let mut out = Out::with_capacity(turns.0.len() + system.0.len() + 512);
-    out.open().key("model").str(cx.model).key("max_tokens");
+    out.raw(r#"{"model":"#).str(cx.model).key("max_tokens");
     out.num(
         req.u64("max_completion_tokens")
             .or_else(|| req.u64("max_tokens"))
@@ -126,7 +126,7 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
         }
     }
     if let Some(user) = req.raw_str("user") {
-        out.key("metadata").open().key("user_id").raw(user).close();
+        out.raw(r#""metadata":{"user_id":"#).raw(user).close();
     }
     if let Some(stream) = req.bool("stream") {
         out.key("stream").bool(stream);
@@ -167,7 +167,7 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
     }
     if req
         .obj("response_format")
-        .and_then(|f| f.str("type"))
+        .and_then(|f| f.tag("type"))
         .is_some_and(|t| t != "text")
     {
         return Err(field("response_format"));
@@ -187,7 +187,7 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
     }
     let mut tools = Vec::new();
     for tool in req.arr("tools").unwrap_or_default() {
-        let tool = json::obj(tool).filter(|t| t.str("type").as_deref() == Some("function"));
+        let tool = json::obj(tool).filter(|t| t.tag("type") == Some("function"));
         let f = tool.and_then(|t| t.obj("function")).ok_or(field("tools"))?;
         tools.push(Tool {
             name: f.raw_str("name").ok_or(field("tools"))?,
@@ -214,7 +214,7 @@ fn tool_choice<'a>(req: &Obj<'a>) -> Result<Option<Choice<'a>>> {
             Some(_) => return Err(field("tool_choice")),
             None => {
                 let named = json::obj(choice)
-                    .filter(|c| c.str("type").as_deref() == Some("function"))
+                    .filter(|c| c.tag("type") == Some("function"))
                     .and_then(|c| c.obj("function"))
                     .and_then(|f| f.raw_str("name"))
                     .ok_or(field("tool_choice"))?;
@@ -298,7 +298,7 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<()> 
 }
 
 fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<Role> {
-    let role = match m.str("role").as_deref() {
+    let role = match m.tag("role") {
         Some("system" | "developer") => Role::System,
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
@@ -339,7 +339,7 @@ fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<Rol
 fn part<'a>(p: Raw<'a>, role: Role) -> Result<Option<Block<'a>>> {
     let p = json::obj(p).ok_or(field("messages.content"))?;
     let text = |key| Ok(p.raw_str(key).filter(|t| *t != EMPTY).map(Block::Text));
-    match (p.str("type").as_deref(), role) {
+    match (p.tag("type"), role) {
         (Some("text"), _) => text("text"),
         (Some("refusal"), Role::Assistant) => text("refusal"),
         (Some("image_url"), Role::User) => {
@@ -382,7 +382,7 @@ fn valid_id(id: Cow<'_, str>) -> Cow<'_, str> {
 
 fn tool_use(call: Raw<'_>) -> Result<Block<'_>> {
     let call = json::obj(call).ok_or(field("tool_calls"))?;
-    if call.str("type").is_some_and(|t| t != "function") {
+    if call.tag("type").is_some_and(|t| t != "function") {
         return Err(field("tool_calls"));
     }
     let f = call.obj("function").ok_or(field("tool_calls"))?;
@@ -415,7 +415,7 @@ fn tool_result<'a>(m: &Obj<'a>) -> Result<Block<'a>> {
             None => {
                 let mut texts = Vec::new();
                 for p in json::arr(content).ok_or(field("messages.content"))? {
-                    let p = json::obj(p).filter(|p| p.str("type").as_deref() == Some("text"));
+                    let p = json::obj(p).filter(|p| p.tag("type") == Some("text"));
                     let p = p.ok_or(field("messages.content"))?;
                     texts.extend(p.raw_str("text").filter(|t| *t != EMPTY));
                 }
@@ -430,27 +430,24 @@ fn tool_result<'a>(m: &Obj<'a>) -> Result<Block<'a>> {
     })
 }
 
+/// Writes a block (JSON fragments in one call each: every call is code in the module).
 fn write_block(out: &mut Out, block: &Block<'_>) {
-    out.open();
     match block {
         Block::Text(text) => {
-            out.key("type").raw("\"text\"").key("text").raw(text);
+            out.raw(r#"{"type":"text","text":"#).raw(text);
         }
-        Block::Image(url) => {
-            out.key("type").raw("\"image\"").key("source").open();
-            match common::split_data_uri(url) {
-                Some((media_type, data)) => {
-                    out.key("type").raw("\"base64\"");
-                    out.key("media_type").str(media_type).key("data").str(data);
-                }
-                None => {
-                    out.key("type").raw("\"url\"").key("url").str(url);
-                }
+        Block::Image(url) => match common::split_data_uri(url) {
+            Some((media_type, data)) => {
+                out.raw(r#"{"type":"image","source":{"type":"base64","media_type":"#);
+                out.str(media_type).key("data").str(data).close();
             }
-            out.close();
-        }
+            None => {
+                out.raw(r#"{"type":"image","source":{"type":"url","url":"#);
+                out.str(url).close();
+            }
+        },
         Block::ToolUse { id, name, input } => {
-            out.key("type").raw("\"tool_use\"").key("id").str(id);
+            out.raw(r#"{"type":"tool_use","id":"#).str(id);
             out.key("name").raw(name).key("input").raw(input.trim());
         }
         Block::ToolResult {
@@ -458,10 +455,7 @@ fn write_block(out: &mut Out, block: &Block<'_>) {
             content,
             blocks,
         } => {
-            out.key("type")
-                .raw("\"tool_result\"")
-                .key("tool_use_id")
-                .str(id);
+            out.raw(r#"{"type":"tool_result","tool_use_id":"#).str(id);
             match (content.as_slice(), blocks) {
                 ([], _) => {}
                 ([text], false) => {
@@ -497,34 +491,25 @@ pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
     let mut texts = Vec::new();
     let mut calls = Vec::new();
     for block in content.iter().filter_map(|b| json::obj(b)) {
-        match block.str("type").as_deref() {
+        match block.tag("type") {
             Some("text") => texts.extend(block.raw_str("text")),
             Some("tool_use") => calls.push(block),
             // Thinking and server-tool blocks do not cross vendors.
             _ => {}
         }
     }
-    let stop_reason = answer.str("stop_reason");
-    let stop_reason = stop_reason.as_deref().unwrap_or("end_turn");
+    let stop_reason = answer.tag("stop_reason").unwrap_or("end_turn");
     // Anthropic's classifiers stopped the answer: what was said is OpenAI's `refusal`.
     let refused = stop_reason == "refusal";
 
     let mut out = Out::with_capacity(body.len() + 256);
-    out.open()
-        .key("id")
+    out.raw(r#"{"id":"#)
         .raw(answer.raw_str("id").unwrap_or(EMPTY));
-    out.key("object")
-        .raw("\"chat.completion\"")
-        .key("created")
+    out.raw(r#""object":"chat.completion","created":"#)
         .num(created);
     out.key("model")
         .raw(answer.raw_str("model").unwrap_or(EMPTY));
-    out.key("choices").open_arr().open().key("index").num(0);
-    out.key("message")
-        .open()
-        .key("role")
-        .raw("\"assistant\"")
-        .key("content");
+    out.raw(r#""choices":[{"index":0,"message":{"role":"assistant","content":"#);
     if refused || (texts.is_empty() && !calls.is_empty()) {
         out.null();
     } else {
@@ -536,20 +521,18 @@ pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
     if !calls.is_empty() {
         out.key("tool_calls").open_arr();
         for call in &calls {
-            out.open()
-                .key("id")
+            out.raw(r#"{"id":"#)
                 .raw(call.raw_str("id").unwrap_or(EMPTY));
-            out.key("type").raw("\"function\"").key("function").open();
-            out.key("name").raw(call.raw_str("name").unwrap_or(EMPTY));
-            out.key("arguments")
-                .str(call.get("input").map_or("{}", |i| i.get()));
+            out.raw(r#""type":"function","function":{"name":"#);
+            out.raw(call.raw_str("name").unwrap_or(EMPTY))
+                .key("arguments");
+            out.str(call.get("input").map_or("{}", |i| i.get()));
             out.close().close();
         }
         out.close_arr();
     }
-    out.close().key("logprobs").null();
-    out.key("finish_reason")
-        .str(common::finish_reason(stop_reason))
+    out.close().raw(r#""logprobs":null,"finish_reason":"#);
+    out.str(common::finish_reason(stop_reason))
         .close()
         .close_arr();
     let usage = answer.obj("usage").unwrap_or_default();
@@ -583,16 +566,12 @@ fn joined(out: &mut Out, texts: &[&str]) {
 /// OpenAI's `usage` member. `cache_creation_input_tokens` is not OpenAI's (it reports no cache
 /// writes): written when an Anthropic provider reported some, so nothing counted is lost.
 pub(crate) fn write_openai_usage(out: &mut Out, u: &Usage) {
-    out.key("usage")
-        .open()
-        .key("prompt_tokens")
+    out.raw(r#""usage":{"prompt_tokens":"#)
         .num(u.prompt_tokens());
     out.key("completion_tokens").num(u.output);
     out.key("total_tokens").num(u.total_tokens());
-    out.key("prompt_tokens_details")
-        .open()
-        .key("cached_tokens")
-        .num(u.cache_read);
+    out.raw(r#""prompt_tokens_details":{"cached_tokens":"#);
+    out.num(u.cache_read);
     if u.cache_creation > 0 {
         out.key("cache_creation_input_tokens").num(u.cache_creation);
     }

@@ -40,11 +40,7 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     let req = parse(body)?;
     let head = head(&req)?;
     let mut out = Out::with_capacity(body.len() + 256);
-    out.open()
-        .key("model")
-        .str(cx.model)
-        .key("messages")
-        .open_arr();
+    out.raw(r#"{"model":"#).str(cx.model).raw(r#""messages":["#);
     walk(&req, &mut |m| write_message(&mut out, &m))?;
     out.close_arr();
     // Not max_tokens: OpenAI's reasoning models refuse it.
@@ -68,12 +64,8 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     if !head.tools.is_empty() {
         out.key("tools").open_arr();
         for tool in &head.tools {
-            out.open()
-                .key("type")
-                .raw("\"function\"")
-                .key("function")
-                .open();
-            out.key("name").raw(tool.name);
+            out.raw(r#"{"type":"function","function":{"name":"#)
+                .raw(tool.name);
             if let Some(description) = tool.description {
                 out.key("description").raw(description);
             }
@@ -87,12 +79,9 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
             out.key("tool_choice");
             match choice.name {
                 Some(name) => {
-                    out.open()
-                        .key("type")
-                        .raw("\"function\"")
-                        .key("function")
-                        .open();
-                    out.key("name").raw(name).close().close();
+                    out.raw(r#"{"type":"function","function":{"name":"#)
+                        .raw(name);
+                    out.close().close();
                 }
                 None => {
                     out.raw(choice.mode);
@@ -110,11 +99,7 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
         out.key("stream").bool(stream);
         if stream {
             // So that a translated stream can report usage (OpenAI sends none unasked).
-            out.key("stream_options")
-                .open()
-                .key("include_usage")
-                .bool(true)
-                .close();
+            out.raw(r#""stream_options":{"include_usage":true}"#);
         }
     }
     out.close();
@@ -162,7 +147,7 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
     let mut tools = Vec::new();
     for tool in req.arr("tools").unwrap_or_default() {
         let tool = json::obj(tool).ok_or(field("tools"))?;
-        if tool.str("type").is_some_and(|t| t != "custom") {
+        if tool.tag("type").is_some_and(|t| t != "custom") {
             return Err(field("tools"));
         }
         tools.push(Tool {
@@ -174,7 +159,7 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
     let choice = match req.obj("tool_choice") {
         None => None,
         Some(choice) => {
-            let (mode, name) = match choice.str("type").as_deref() {
+            let (mode, name) = match choice.tag("type") {
                 Some("auto") => ("\"auto\"", None),
                 Some("any") => ("\"required\"", None),
                 Some("none") => ("\"none\"", None),
@@ -234,8 +219,7 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Message<'a>)) -> Result<()> {
             Some(text) => push(Message::System(text)),
             None => {
                 for block in json::arr(system).ok_or(field("system"))? {
-                    let block =
-                        json::obj(block).filter(|b| b.str("type").as_deref() == Some("text"));
+                    let block = json::obj(block).filter(|b| b.tag("type") == Some("text"));
                     push(Message::System(
                         block
                             .and_then(|b| b.raw_str("text"))
@@ -261,7 +245,7 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Message<'a>)) -> Result<()> {
 /// Chat wants them right after the assistant's calls), then the rest of it; an assistant
 /// turn's text and tool calls as one message. Whether it was the assistant's.
 fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Message<'a>)) -> Result<bool> {
-    let assistant = match m.str("role").as_deref() {
+    let assistant = match m.tag("role") {
         Some("user") => false,
         Some("assistant") => true,
         _ => return Err(field("messages.role")),
@@ -284,7 +268,7 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Message<'a>)) -> Result<bool> {
     let mut parts = Vec::new();
     for block in blocks {
         let block = json::obj(block).ok_or(field("messages.content"))?;
-        match (block.str("type").as_deref(), assistant) {
+        match (block.tag("type"), assistant) {
             (Some("text"), false) => parts.push(Part::Text(block.raw_str("text").unwrap_or(EMPTY))),
             (Some("text"), true) => texts.push(block.raw_str("text").unwrap_or(EMPTY)),
             (Some("image"), false) => parts.push(image(&block)?),
@@ -311,7 +295,7 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Message<'a>)) -> Result<bool> {
 /// source lives at Anthropic.
 fn image<'a>(block: &Obj<'a>) -> Result<Part<'a>> {
     let source = block.obj("source").ok_or(field("image"))?;
-    match source.str("type").as_deref() {
+    match source.tag("type") {
         Some("base64") => match (source.get("media_type"), source.get("data")) {
             (Some(media_type), Some(data)) if json::raw_str(media_type).is_some() => {
                 json::raw_str(data).ok_or(field("image"))?;
@@ -335,7 +319,7 @@ fn tool_message<'a>(block: &Obj<'a>) -> Result<Message<'a>> {
             None => {
                 let mut texts = Vec::new();
                 for b in json::arr(content).ok_or(field("tool_result.content"))? {
-                    let b = json::obj(b).filter(|b| b.str("type").as_deref() == Some("text"));
+                    let b = json::obj(b).filter(|b| b.tag("type") == Some("text"));
                     texts.push(
                         b.and_then(|b| b.raw_str("text"))
                             .ok_or(field("tool_result.content"))?,
@@ -351,15 +335,11 @@ fn tool_message<'a>(block: &Obj<'a>) -> Result<Message<'a>> {
 fn write_message(out: &mut Out, m: &Message<'_>) {
     match m {
         Message::System(text) => {
-            out.open()
-                .key("role")
-                .raw("\"system\"")
-                .key("content")
-                .raw(text);
+            out.raw(r#"{"role":"system","content":"#).raw(text);
         }
         // A lone text as a plain string (what every OpenAI-compatible server takes).
         Message::User(parts) => {
-            out.open().key("role").raw("\"user\"").key("content");
+            out.raw(r#"{"role":"user","content":"#);
             if let [Part::Text(text)] = parts.as_slice() {
                 out.raw(text);
             } else {
@@ -371,7 +351,7 @@ fn write_message(out: &mut Out, m: &Message<'_>) {
             }
         }
         Message::Tool { id, texts, parts } => {
-            out.open().key("role").raw("\"tool\"").key("content");
+            out.raw(r#"{"role":"tool","content":"#);
             match (texts.as_slice(), parts) {
                 ([], false) => {
                     out.raw(EMPTY);
@@ -395,7 +375,7 @@ fn write_message(out: &mut Out, m: &Message<'_>) {
             if texts.is_empty() && calls.is_empty() {
                 return;
             }
-            out.open().key("role").raw("\"assistant\"").key("content");
+            out.raw(r#"{"role":"assistant","content":"#);
             match texts.as_slice() {
                 [] => {
                     out.null();
@@ -411,12 +391,9 @@ fn write_message(out: &mut Out, m: &Message<'_>) {
             if !calls.is_empty() {
                 out.key("tool_calls").open_arr();
                 for call in calls {
-                    out.open()
-                        .key("id")
-                        .raw(call.id)
-                        .key("type")
-                        .raw("\"function\"");
-                    out.key("function").open().key("name").raw(call.name);
+                    out.raw(r#"{"id":"#).raw(call.id);
+                    out.raw(r#""type":"function","function":{"name":"#)
+                        .raw(call.name);
                     out.key("arguments").str(call.input).close().close();
                 }
                 out.close_arr();
@@ -430,12 +407,11 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
     out.open();
     match part {
         Part::Text(text) => {
-            out.key("type").raw("\"text\"").key("text").raw(text);
+            out.raw(r#""type":"text","text":"#).raw(text);
         }
         Part::Data(media_type, data) => {
-            out.key("type").raw("\"image_url\"").key("image_url").open();
             // The pieces of JSON strings joined inside one string keep their escapes.
-            out.key("url").raw("\"data:");
+            out.raw(r#""type":"image_url","image_url":{"url":"data:"#);
             out.0.extend_from_slice(inner(media_type.get()).as_bytes());
             out.0.extend_from_slice(b";base64,");
             out.0.extend_from_slice(inner(data.get()).as_bytes());
@@ -443,8 +419,9 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
             out.close();
         }
         Part::Url(url) => {
-            out.key("type").raw("\"image_url\"").key("image_url").open();
-            out.key("url").raw(url).close();
+            out.raw(r#""type":"image_url","image_url":{"url":"#)
+                .raw(url)
+                .close();
         }
     }
     out.close();
@@ -479,18 +456,13 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
     let refusal = message.raw_str("refusal").filter(|r| *r != EMPTY);
 
     let mut out = Out::with_capacity(body.len() + 256);
-    out.open()
-        .key("id")
+    out.raw(r#"{"id":"#)
         .raw(answer.raw_str("id").unwrap_or(EMPTY));
-    out.key("type")
-        .raw("\"message\"")
-        .key("role")
-        .raw("\"assistant\"");
-    out.key("model")
-        .raw(answer.raw_str("model").unwrap_or(EMPTY));
-    out.key("content").open_arr();
+    out.raw(r#""type":"message","role":"assistant","model":"#);
+    out.raw(answer.raw_str("model").unwrap_or(EMPTY))
+        .raw(r#""content":["#);
     let text_block = |out: &mut Out| {
-        out.open().key("type").raw("\"text\"").key("text");
+        out.raw(r#"{"type":"text","text":"#);
     };
     if let Some(content) = message.get("content") {
         match json::raw_str(content) {
@@ -524,9 +496,8 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
         // Arguments that are not an object (cut short by max_tokens) cannot be an input.
         let arguments = f.str("arguments").unwrap_or_default();
         let input = super::chat_to_messages::tool_input(arguments).unwrap_or(Cow::Borrowed("{}"));
-        out.open().key("type").raw("\"tool_use\"");
-        out.key("id")
-            .str(&common::tool_id(&call.str("id").unwrap_or_default()));
+        out.raw(r#"{"type":"tool_use","id":"#);
+        out.str(&common::tool_id(&call.str("id").unwrap_or_default()));
         out.key("name").raw(f.raw_str("name").unwrap_or(EMPTY));
         out.key("input").raw(input.trim()).close();
     }
@@ -534,10 +505,11 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
     let stop_reason = if refusal.is_some() {
         "refusal"
     } else {
-        common::stop_reason(choice.str("finish_reason").as_deref().unwrap_or("stop"))
+        common::stop_reason(choice.tag("finish_reason").unwrap_or("stop"))
     };
-    out.key("stop_reason").str(stop_reason);
-    out.key("stop_sequence").null();
+    out.key("stop_reason")
+        .str(stop_reason)
+        .raw(r#""stop_sequence":null"#);
     let usage = answer.obj("usage").unwrap_or_default();
     let details = usage.obj("prompt_tokens_details").unwrap_or_default();
     let usage = common::Usage::from_openai(
@@ -546,7 +518,7 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
         details.u64("cached_tokens").unwrap_or(0),
         details.u64("cache_creation_input_tokens").unwrap_or(0),
     );
-    out.key("usage").open().key("input_tokens").num(usage.input);
+    out.raw(r#""usage":{"input_tokens":"#).num(usage.input);
     out.key("cache_creation_input_tokens")
         .num(usage.cache_creation);
     out.key("cache_read_input_tokens").num(usage.cache_read);
