@@ -744,3 +744,14 @@ mod round_trip {
         }
     }
 }
+
+#[test]
+fn an_empty_or_escaped_answer() {
+    let out: Value = serde_json::from_slice(&response(200, b"", 7)).unwrap();
+    assert_eq!(out["error"]["type"], "api_error");
+    // Escapes are kept as written where a string is copied, and joined texts escaped anew.
+    let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"a \"q\"\n"},{"type":"text","text":"\u00e9\/"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2,"cache_read_input_tokens":null}}"#;
+    let out: Value = serde_json::from_slice(&response(200, body, 7)).unwrap();
+    assert_eq!(out["choices"][0]["message"]["content"], "a \"q\"\né/");
+    assert_eq!(out["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}

@@ -462,3 +462,38 @@ fn the_gateways_own_errors_in_anthropics_shape() {
         json!({"type": "error", "error": {"type": "overloaded_error", "message": "Retry later."}})
     );
 }
+
+/// What OpenAI-compatible servers send besides OpenAI's own answers (the upstream role passes
+/// every 2xx body here once the attempt goes to the caller).
+#[test]
+fn answers_of_openai_compatible_servers() {
+    // No choice at all (a filtered prompt), an empty tool_calls list, vLLM's reasoning text
+    // and content parts.
+    let out = answer(
+        200,
+        json!({"id": "cmpl-1", "object": "chat.completion", "created": 1, "model": "m", "choices": []}),
+    );
+    assert_eq!(
+        (out["content"].clone(), out["stop_reason"].clone()),
+        (json!([]), json!("end_turn"))
+    );
+    let out = answer(
+        200,
+        json!({"id": "cmpl-2", "object": "chat.completion", "created": 1, "model": "qwen3",
+               "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                   "role": "assistant", "content": "42", "reasoning_content": "think", "tool_calls": []}}],
+               "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                         "prompt_tokens_details": null}}),
+    );
+    assert_eq!(out["content"], json!([{"type": "text", "text": "42"}]));
+    assert_eq!(out["usage"]["input_tokens"], 5);
+    let out = answer(
+        200,
+        json!({"id": "x", "model": "m", "choices": [{"finish_reason": "stop", "message": {
+            "role": "assistant", "content": [{"type": "text", "text": "a\n"}, {"type": "text", "text": "b"}]}}]}),
+    );
+    assert_eq!(out["content"], json!([{"type": "text", "text": "a\nb"}]));
+    // An empty 200 (the provider closed without a body) is an error in the caller's shape.
+    let out: Value = serde_json::from_slice(&response(200, b"")).unwrap();
+    assert_eq!(out["type"], "error");
+}
