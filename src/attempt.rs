@@ -20,6 +20,7 @@ use crate::plan::{self, Walk};
 use crate::plan::{SkipReason, Slot};
 use crate::reply::Reply;
 use crate::rewrite;
+use crate::translate::{self, Api};
 use std::borrow::Cow;
 
 /// What this attempt is: its number, the plan it belongs to, and the chain entry it serves.
@@ -33,6 +34,16 @@ pub struct Attempt<'c, 'p> {
     pub entry: &'c ChainEntry,
     pub provider_id: ProviderId,
     pub provider: &'c Provider,
+    /// The attempt is sent in another API than the caller's (SPEC 13).
+    pub translation: Option<Translation>,
+}
+
+/// An attempt translated for its provider: the request from the caller's API to the
+/// provider's, the answer back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Translation {
+    pub caller: Api,
+    pub provider: Api,
 }
 
 /// Attempt `number` of the plan read from filter state (`None`: it was there but unreadable),
@@ -84,6 +95,15 @@ pub fn resolve<'c, 'p>(
     }
     let entry = chain.entry(slot.entry)?;
     let provider = config.provider(entry.provider)?;
+    // The plan names the caller's API only when its chain crosses APIs: same-API attempts
+    // stop at this comparison.
+    let translation = plan.caller_api.and_then(|caller| {
+        let to = provider.translates(Some(caller))?;
+        Some(Translation {
+            caller,
+            provider: to,
+        })
+    });
     Some(Attempt {
         number,
         plan,
@@ -92,6 +112,7 @@ pub fn resolve<'c, 'p>(
         entry,
         provider_id: entry.provider,
         provider,
+        translation,
     })
 }
 
@@ -123,6 +144,9 @@ pub enum BodyEdit<'a> {
     /// Hold the headers until the whole body is here, then write this model into it
     /// ([`rewrite_body`]) and set the new length.
     RewriteModel(&'a str),
+    /// Hold the headers until the whole body is here, then translate it for the provider's
+    /// API ([`translate_body`]) and set the new length.
+    Translate(Translation),
 }
 
 /// Everything attempt k changes on its request, in the order to apply it.
@@ -156,20 +180,29 @@ pub fn request_edits<'a>(
         None if later => Some(a.plan.authority),
         None => None,
     };
-    let path = match &a.provider.path_prefix {
-        Some(prefix) => Some(Cow::Owned(format!("{prefix}{}", a.plan.path))),
-        None if later => Some(Cow::Borrowed(a.plan.path)),
-        None => None,
+    let prefix = a.provider.path_prefix.as_deref();
+    let path = match (a.translation, prefix) {
+        // The provider API's endpoint (the caller's query is for the caller's API).
+        (Some(t), _) => Some(Cow::Owned(format!(
+            "{}{}",
+            prefix.unwrap_or(""),
+            t.provider.endpoint()
+        ))),
+        (None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{}", a.plan.path))),
+        (None, None) if later => Some(Cow::Borrowed(a.plan.path)),
+        (None, None) => None,
     };
+    let has_body = a.plan.body_len > 0 && !end_of_stream;
     let rewrite_to = a
         .entry
         .model
         .as_deref()
-        .filter(|m| *m != a.plan.model && a.plan.body_len > 0 && !end_of_stream);
-    let body = match rewrite_to {
-        Some(model) => BodyEdit::RewriteModel(model),
-        None if later => BodyEdit::RestoreLength(a.plan.body_len),
-        None => BodyEdit::Keep,
+        .filter(|m| *m != a.plan.model && has_body);
+    let body = match (a.translation, rewrite_to) {
+        (Some(t), _) if has_body => BodyEdit::Translate(t),
+        (_, Some(model)) => BodyEdit::RewriteModel(model),
+        _ if later => BodyEdit::RestoreLength(a.plan.body_len),
+        _ => BodyEdit::Keep,
     };
     RequestEdits {
         clear: &config.cleared_headers,
@@ -190,6 +223,43 @@ pub fn rewrite_body(body: &[u8], model: &str) -> (Option<Vec<u8>>, usize) {
         .and_then(|scan| rewrite::rewrite(body, &scan, Some(model), false));
     let len = new_body.as_ref().map_or(body.len(), Vec::len);
     (new_body, len)
+}
+
+/// The caller's body translated for attempt `a`'s provider (the entry's model written in, the
+/// provider's `max_tokens` where Messages needs one), or the `400` the caller gets when it
+/// cannot be (only the first entry can get here: planning skips the others, SPEC 2.4).
+pub fn translate_body(a: &Attempt<'_, '_>, t: Translation, body: &[u8]) -> Result<Vec<u8>, Reply> {
+    let cx = translate::RequestContext {
+        model: a.entry.model.as_deref().unwrap_or(a.plan.model),
+        default_max_tokens: a.provider.max_tokens,
+    };
+    translate::request(t.caller, t.provider, body, &cx).map_err(|why| {
+        let what = match why {
+            translate::Untranslatable::NotJson => "the body is not a JSON object",
+            translate::Untranslatable::Field(field) => field,
+        };
+        Reply::untranslatable(&a.provider.name, t.provider.as_str(), what)
+    })
+}
+
+/// How a translated attempt's answer goes back to the caller (SPEC 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerTranslation {
+    /// Held whole, then replaced by `translate::response` (its length changes: no
+    /// `content-length`; JSON whatever the provider sent).
+    Whole { status: u16 },
+    /// A `200` event stream: each chunk through a `translate::StreamTranslator`.
+    Stream,
+}
+
+/// How the answer of translated attempt `t` with `status` goes back to the caller;
+/// `event_stream` reads whether it is an event stream.
+pub fn answer_translation(status: u16, event_stream: impl FnOnce() -> bool) -> AnswerTranslation {
+    if status == 200 && event_stream() {
+        AnswerTranslation::Stream
+    } else {
+        AnswerTranslation::Whole { status }
+    }
 }
 
 /// An attempt Envoy started by itself (after a refused connection, a reset or a per-try

@@ -2,6 +2,7 @@
 //! a person can act on, and `x-should-retry` telling clients whether trying again can help.
 
 use crate::classify::Class;
+use crate::translate::{self, Api};
 
 /// A local reply: status, machine-readable code and a human message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +60,20 @@ impl Reply {
             kind: "invalid_request_error",
             code: "no_provider_configured",
             message: format!("Chain {chain:?} has no provider configured."),
+            should_retry: false,
+        }
+    }
+
+    /// The first entry's provider speaks another API and the request uses something that API
+    /// cannot carry (SPEC 13; fallbacks that cannot take it are skipped before sending).
+    pub fn untranslatable(provider: &str, api: &str, what: &str) -> Reply {
+        Reply {
+            status: 400,
+            kind: "invalid_request_error",
+            code: "untranslatable_request",
+            message: format!(
+                "This request cannot be sent to provider {provider:?}, which speaks the {api} API: {what}. Remove it from the request, or put a provider of your API first in the chain."
+            ),
             should_retry: false,
         }
     }
@@ -215,6 +230,39 @@ impl Reply {
     /// order `body_value` prints them in). Serialised from borrowed fields rather than through
     /// a `serde_json::Value`: that would link serde_json's float printer into the module
     /// (about 20 KB) for a body that holds no number.
+    /// The body in the shape of the caller's API: for a Messages caller Anthropic's error
+    /// shape, `{"type": "error", "error": {"type", "message"}}` with the error type its SDK
+    /// reads from the status (`translate::common::error_type`), plus the gateway's `code`
+    /// (SPEC 6: machine-readable, documented; SDKs keep unknown members); else [`Reply::body`].
+    pub fn body_for(&self, caller: Option<Api>) -> Vec<u8> {
+        if caller != Some(Api::AnthropicMessages) {
+            return self.body().into_bytes();
+        }
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            error: Error<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct Error<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            message: &'a str,
+            code: &'a str,
+        }
+        let body = Body {
+            kind: "error",
+            error: Error {
+                kind: translate::common::error_type(self.status),
+                message: &self.message,
+                code: self.code,
+            },
+        };
+        // Serialising strings cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
     pub fn body(&self) -> String {
         #[derive(serde::Serialize)]
         struct Body<'a> {

@@ -388,6 +388,49 @@ fn help_works_on_every_command_both_ways() {
 }
 
 #[test]
+fn explain_with_a_body_shows_each_entrys_api_and_the_entries_it_skips() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../envoy/cross-vendor.failover.yaml")
+        .display()
+        .to_string();
+    let dir = Scratch::new("explain-body");
+    let body = dir.file(
+        "image.json",
+        r#"{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"what is it"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#,
+    );
+    let (code, stdout, stderr) = run(bin().args([
+        "explain", &file, "--model", "gpt-4o", "--no-env", "--body", &body,
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("1. openai"), "{stdout}");
+    assert!(stdout.contains("       api: openai\n"), "{stdout}");
+    assert!(
+        stdout.contains("api: anthropic (translated from openai, answers back to openai)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("path: /v1/messages"), "{stdout}");
+    assert!(
+        stdout.contains("local: skipped: capability_vision"),
+        "{stdout}"
+    );
+    // Without a body nothing is known of the request: no entry is skipped for it.
+    let (code, stdout, _) = run(bin().args(["explain", &file, "--model", "gpt-4o", "--no-env"]));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("3. local"), "{stdout}");
+    let (code, _, stderr) = run(bin().args([
+        "explain",
+        &file,
+        "--model",
+        "gpt-4o",
+        "--no-env",
+        "--body",
+        "/nonexistent.json",
+    ]));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--body"), "{stderr}");
+}
+
+#[test]
 fn explain_prints_the_walk_and_refusals_exit_1() {
     let dir = Scratch::new("explain");
     let file = dir.file(

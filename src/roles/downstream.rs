@@ -42,7 +42,7 @@ pub struct Downstream<H: Host> {
     /// Provider calls made, from the final answer's attempt count.
     attempts: usize,
     /// Replacement body when an exhausted chain answers `503 fallbacks_exhausted`.
-    exhausted_body: Option<String>,
+    exhausted_body: Option<Vec<u8>>,
     /// The filter answered this request itself (status endpoint, unreadable request).
     answered: bool,
 }
@@ -236,7 +236,7 @@ impl<H: Host> Downstream<H> {
         let request = match intake::read_body(body) {
             Ok(request) => request,
             Err(reply) => {
-                send_reply(&self.host, &reply);
+                send_reply(&self.host, &reply, Api::of_path(&self.path));
                 return false;
             }
         };
@@ -272,7 +272,7 @@ impl<H: Host> Downstream<H> {
                     self.log_skips(chain, skipped);
                     self.log_chain(chain);
                 }
-                send_reply(&self.host, &refusal.reply);
+                send_reply(&self.host, &refusal.reply, Api::of_path(&self.path));
                 return false;
             }
         };
@@ -367,7 +367,7 @@ impl<H: Host> Downstream<H> {
                 .set_property(handoff::FORWARD, &forward::encode_kept(&kept));
         }
         if !readable {
-            send_reply(&self.host, &intake::unreadable_request());
+            send_reply(&self.host, &intake::unreadable_request(), None);
             self.answered = true;
             return Flow::Pause;
         }
@@ -392,7 +392,7 @@ impl<H: Host> Downstream<H> {
             return Flow::Pause;
         }
         if let Some(reply) = intake::body_too_large(&self.config, body_size) {
-            send_reply(&self.host, &reply);
+            send_reply(&self.host, &reply, Api::of_path(&self.path));
             self.answered = true;
             return Flow::Pause;
         }
@@ -467,7 +467,7 @@ impl<H: Host> Downstream<H> {
             host.set_header(Map::Response, ":status", Some(&reply.status.to_string()));
             host.set_header(Map::Response, "content-type", Some("application/json"));
             host.set_header(Map::Response, "content-length", None);
-            self.exhausted_body = Some(reply.body());
+            self.exhausted_body = Some(reply.body_for(Api::of_path(&self.path)));
         }
         if let Some(retry) = answer.should_retry {
             host.set_header(
@@ -486,8 +486,7 @@ impl<H: Host> Downstream<H> {
         if !end_of_stream {
             return Flow::Pause;
         }
-        self.host
-            .set_body(Map::Response, body_size, body.as_bytes());
+        self.host.set_body(Map::Response, body_size, body);
         Flow::Continue
     }
 }

@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::health::Health;
 use crate::host::{Clock, SharedStore};
 use crate::reply::Reply;
+use crate::translate::Api;
 use crate::wire;
 
 /// Which header map (and body) of the stream.
@@ -93,10 +94,10 @@ fn status_code(host: &impl Host, map: Map) -> u16 {
         .unwrap_or(0)
 }
 
-/// Answers with one of the filter's own replies (SPEC section 6): JSON error body and
-/// `x-should-retry`.
-fn send_reply(host: &impl Host, reply: &Reply) {
-    let body = reply.body();
+/// Answers with one of the filter's own replies (SPEC section 6): JSON error body in the
+/// caller's API's shape (`caller`, from its path) and `x-should-retry`.
+fn send_reply(host: &impl Host, reply: &Reply, caller: Option<Api>) {
+    let body = reply.body_for(caller);
     let should_retry = if reply.should_retry { "true" } else { "false" };
     host.send_response(
         reply.status,
@@ -104,7 +105,7 @@ fn send_reply(host: &impl Host, reply: &Reply) {
             ("content-type", "application/json"),
             (wire::SHOULD_RETRY_HEADER, should_retry),
         ],
-        Some(body.as_bytes()),
+        Some(&body),
     );
 }
 

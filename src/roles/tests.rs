@@ -390,7 +390,11 @@ impl Gateway {
             );
             *host.stream.request_body.borrow_mut() = routed_body.clone();
             let request_body = routed_body.clone();
-            if up.on_request_headers(request_body.is_empty()) == Flow::Pause {
+            let mut flow = up.on_request_headers(request_body.is_empty());
+            if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
+                flow = up.on_request_body(request_body.len(), true);
+            }
+            if flow == Flow::Pause {
                 if let Some((code, headers, body)) = host.stream.local_reply.borrow_mut().take() {
                     // The upstream role answered the attempt itself: that is the response.
                     let mut response: Headers =
@@ -402,7 +406,7 @@ impl Gateway {
                     details = "upstream_local_reply";
                     break;
                 }
-                assert_eq!(up.on_request_body(request_body.len(), true), Flow::Continue);
+                panic!("the upstream role paused the request without answering");
             }
             sent.push(Sent {
                 cluster,
@@ -427,8 +431,10 @@ impl Gateway {
                     );
                     *host.stream.response.borrow_mut() = response;
                     *host.stream.response_body.borrow_mut() = body.as_bytes().to_vec();
-                    if up.on_response_headers(body.is_empty()) == Flow::Pause {
+                    let held = up.on_response_headers(body.is_empty()) == Flow::Pause;
+                    if held || !body.is_empty() {
                         // Held to read the start of the body (SPEC 3a): the router buffers.
+                        // Otherwise the body passes the filter as one chunk.
                         assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
                     }
                     up.on_done();
@@ -1262,3 +1268,5 @@ fn without_held_answers_a_quota_body_is_not_read() {
 
 #[cfg(not(target_arch = "wasm32"))]
 mod proptests;
+
+mod translation;

@@ -6,7 +6,9 @@ use super::registry;
 use super::{
     health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
 };
-use crate::attempt::{self, BodyEdit, DelaySource, Hold, Marker, Outcome};
+use crate::attempt::{
+    self, AnswerTranslation, BodyEdit, DelaySource, Hold, Marker, Outcome, Translation,
+};
 use crate::classify::{classify_status, Class};
 use crate::config::Config;
 use crate::destination::{self, Refusal};
@@ -15,6 +17,7 @@ use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
 use crate::plan::SkipReason;
 use crate::retry_after;
+use crate::translate::{self, Api, StreamContext, StreamTranslator};
 use crate::wire;
 use std::rc::Rc;
 
@@ -35,12 +38,28 @@ pub struct Upstream<H: Host> {
     current: Option<Current>,
     /// Model name to write into the body for this provider, while waiting for the body.
     rewrite_to: Option<String>,
+    /// The attempt is translated for its provider (SPEC 13): its body, while waiting for it,
+    /// and its answer.
+    translation: Option<Translation>,
+    translate_request: bool,
+    /// An OpenAI caller asked for usage in its stream (read from its body when translated).
+    include_usage: bool,
+    /// How the answer is translated for the caller, once it is known to go to the caller.
+    answer: Option<Answering>,
     /// Response headers arrived (or the outcome was otherwise settled).
     settled: bool,
     /// The response is held until the start of its body is read (SPEC 3a).
     hold: Option<Hold>,
     /// Bytes of the held body received so far.
     held: usize,
+}
+
+/// A translated attempt's answer on its way to the caller.
+enum Answering {
+    /// Buffered whole, then replaced (`translate::response`).
+    Whole { status: u16 },
+    /// Translated chunk by chunk.
+    Stream(StreamTranslator),
 }
 
 impl<H: Host> Upstream<H> {
@@ -51,6 +70,10 @@ impl<H: Host> Upstream<H> {
             metrics,
             current: None,
             rewrite_to: None,
+            translation: None,
+            translate_request: false,
+            include_usage: false,
+            answer: None,
             settled: false,
             hold: None,
             held: 0,
@@ -70,18 +93,19 @@ impl<H: Host> Upstream<H> {
         Some((number, PlanText::decode(text)))
     }
 
-    /// Settles the attempt: applies what `attempt::settle` decides.
-    fn settle(&mut self, class: Class, status: Option<u16>, retry_after_ms: Option<u64>) {
+    /// Settles the attempt: applies what `attempt::settle` decides. Returns what it did with
+    /// the retry marker.
+    fn settle(&mut self, class: Class, status: Option<u16>, retry_after_ms: Option<u64>) -> Marker {
         if self.settled {
-            return;
+            return Marker::Untouched;
         }
         self.settled = true;
         let Some(current) = &self.current else {
-            return;
+            return Marker::Untouched;
         };
         let config = &*self.config;
         let Some(a) = attempt::resolve(config, current.plan.view(), current.number) else {
-            return;
+            return Marker::Untouched;
         };
         let host = &self.host;
         let metrics = &self.metrics;
@@ -156,11 +180,12 @@ impl<H: Host> Upstream<H> {
         };
         settled.write_log(config, &mut log);
         host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        settled.marker
     }
 
     /// Answers an attempt refused for the time budget with the last attempt's failure; its
     /// provider and the later ones are skips for budget.
-    fn refuse_past_budget(&mut self, refusal: &attempt::PastBudget) {
+    fn refuse_past_budget(&mut self, refusal: &attempt::PastBudget, caller: Option<Api>) {
         self.settled = true;
         let (host, config) = (&self.host, &*self.config);
         for &skipped in &refusal.skipped {
@@ -172,20 +197,20 @@ impl<H: Host> Upstream<H> {
         host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
         log::debug!("attempt not started: the time budget is spent");
         host.set_property(handoff::REFUSED, &Refused::Budget.encode());
-        send_reply(host, &refusal.reply);
+        send_reply(host, &refusal.reply, caller);
     }
 
     /// Refuses the attempt before anything is attached to it (SPEC section 7, fail closed):
     /// the caller gets the gateway's own `502`, the attempt is not sent, counts toward no
     /// provider's health, and the downstream role learns it from filter state.
-    fn refuse(&mut self, refusal: &Refusal) {
+    fn refuse(&mut self, refusal: &Refusal, caller: Option<Api>) {
         self.settled = true;
         let reply = refusal.reply();
         let report = refusal.report();
         log::log!(report.level, "{}{}", report.lead, reply.message);
         self.host
             .set_property(handoff::REFUSED, &report.record.encode());
-        send_reply(&self.host, &reply);
+        send_reply(&self.host, &reply, caller);
     }
 
     /// The delay a failing answer asked for, read only where `attempt::delay_source` says.
@@ -247,10 +272,12 @@ impl<H: Host> Upstream<H> {
         }
         let config = Rc::clone(&self.config);
         let start_ms = self.host.now_ms();
+        // Refusals only: the gateway's own replies come in the caller's API's shape.
+        let caller = || plan.as_ref().and_then(|p| Api::of_path(p.view().path));
         let a = match attempt::admit(&config, plan.as_ref(), number) {
             Ok(a) => a,
             Err(refusal) => {
-                self.refuse(&refusal);
+                self.refuse(&refusal, caller());
                 return Flow::Pause;
             }
         };
@@ -259,7 +286,7 @@ impl<H: Host> Upstream<H> {
             Outcomes::new(&bytes).of(number - 1)
         };
         if let Some(refusal) = attempt::past_budget(&config, &a, start_ms, last_class) {
-            self.refuse_past_budget(&refusal);
+            self.refuse_past_budget(&refusal, caller());
             return Flow::Pause;
         }
         // Nothing of the provider's is attached before Envoy confirms where the attempt goes.
@@ -269,7 +296,7 @@ impl<H: Host> Upstream<H> {
             .unwrap_or_default();
         let host_provider = || self.host.property(wire::HOST_PROVIDER_PROPERTY);
         if let Err(refusal) = destination::confirm(a.provider, number, &cluster, host_provider) {
-            self.refuse(&refusal);
+            self.refuse(&refusal, caller());
             return Flow::Pause;
         }
         let edits = attempt::request_edits(&config, &a, end_of_stream);
@@ -308,13 +335,16 @@ impl<H: Host> Upstream<H> {
                 None
             }
             BodyEdit::RewriteModel(model) => Some(model.to_string()),
+            BodyEdit::Translate(_) => None,
         };
+        self.translation = a.translation;
+        self.translate_request = matches!(edits.body, BodyEdit::Translate(_));
         self.current = plan.map(|plan| Current {
             number,
             plan,
             start_ms,
         });
-        if rewrite_to.is_some() {
+        if rewrite_to.is_some() || self.translate_request {
             self.rewrite_to = rewrite_to;
             // Hold the headers until the body is rewritten and its length known.
             return Flow::Pause;
@@ -323,6 +353,9 @@ impl<H: Host> Upstream<H> {
     }
 
     pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        if self.translate_request {
+            return self.translate_request_body(body_size, end_of_stream);
+        }
         let Some(model) = &self.rewrite_to else {
             return Flow::Continue;
         };
@@ -340,6 +373,41 @@ impl<H: Host> Upstream<H> {
         Flow::Continue
     }
 
+    /// The whole request body translated for the provider's API (SPEC 13); a request the
+    /// provider's API cannot carry is answered `400` here, never sent.
+    fn translate_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        self.translate_request = false;
+        let (Some(t), Some(current)) = (self.translation, &self.current) else {
+            return Flow::Continue;
+        };
+        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
+        self.include_usage = t.caller == Api::OpenAiChat && translate::wants_stream_usage(&body);
+        let translated = attempt::resolve(&self.config, current.plan.view(), current.number)
+            .map(|a| attempt::translate_body(&a, t, &body));
+        match translated {
+            Some(Ok(new_body)) => {
+                self.host.set_body(Map::Request, body_size, &new_body);
+                self.host.set_header(
+                    Map::Request,
+                    "content-length",
+                    Some(&new_body.len().to_string()),
+                );
+                Flow::Continue
+            }
+            Some(Err(reply)) => {
+                // Not sent: no provider's health is touched.
+                self.settled = true;
+                log::debug!("{}", reply.message);
+                send_reply(&self.host, &reply, Some(t.caller));
+                Flow::Pause
+            }
+            None => Flow::Continue,
+        }
+    }
+
     pub fn on_response_headers(&mut self, end_of_stream: bool) -> Flow {
         let Some(current) = &self.current else {
             return Flow::Continue;
@@ -353,13 +421,81 @@ impl<H: Host> Upstream<H> {
             self.hold = Some(hold);
             return Flow::Pause;
         }
-        self.settle_status(status, classify_status(status));
+        let marker = self.settle_status(status, classify_status(status));
+        if !end_of_stream {
+            self.start_answer(status, marker);
+        }
         Flow::Continue
     }
 
     pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
         self.held = body_size;
-        self.decide_held(end_of_stream)
+        if self.hold.is_some() {
+            return self.decide_held(end_of_stream);
+        }
+        self.translate_answer(body_size, end_of_stream)
+    }
+
+    /// A translated attempt's answer that goes to the caller (not marked for a retry: a
+    /// retried answer never reaches the caller) is translated back (SPEC 13): the headers say
+    /// what comes instead of the provider's body.
+    fn start_answer(&mut self, status: u16, marker: Marker) {
+        let Some(t) = self.translation.filter(|_| marker != Marker::Set) else {
+            return;
+        };
+        let host = &self.host;
+        let event_stream = || {
+            host.header(Map::Response, "content-type")
+                .is_some_and(|v| crate::dialects::is_event_stream(&v))
+        };
+        host.set_header(Map::Response, "content-length", None);
+        self.answer = Some(match attempt::answer_translation(status, event_stream) {
+            AnswerTranslation::Whole { status } => {
+                host.set_header(Map::Response, "content-type", Some("application/json"));
+                Answering::Whole { status }
+            }
+            AnswerTranslation::Stream => {
+                let cx = StreamContext {
+                    created: self.started_s(),
+                    include_usage: self.include_usage,
+                };
+                match StreamTranslator::new(t.provider, t.caller, cx) {
+                    Some(stream) => Answering::Stream(stream),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// When the attempt started, in Unix seconds (OpenAI answers' `created`).
+    fn started_s(&self) -> u64 {
+        self.current.as_ref().map_or(0, |c| c.start_ms / 1000)
+    }
+
+    /// Translates what of the answer is buffered (`body_size` bytes) for the caller.
+    fn translate_answer(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        let created = self.started_s();
+        let (Some(t), Some(answer)) = (self.translation, self.answer.as_mut()) else {
+            return Flow::Continue;
+        };
+        let out = match answer {
+            Answering::Whole { status } => {
+                if !end_of_stream {
+                    // Until the whole answer is here: the router buffers it.
+                    return Flow::Pause;
+                }
+                let body = self.host.body(Map::Response, body_size).unwrap_or_default();
+                translate::response(t.provider, t.caller, *status, &body, created)
+            }
+            Answering::Stream(stream) => {
+                let chunk = self.host.body(Map::Response, body_size).unwrap_or_default();
+                let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 2);
+                stream.push(&chunk, end_of_stream, &mut out);
+                out
+            }
+        };
+        self.host.set_body(Map::Response, body_size, &out);
+        Flow::Continue
     }
 
     pub fn on_response_trailers(&mut self) -> Flow {
@@ -367,9 +503,9 @@ impl<H: Host> Upstream<H> {
     }
 
     /// Settles an answer with this status as `class`, reading the delay it asked for.
-    fn settle_status(&mut self, status: u16, class: Class) {
+    fn settle_status(&mut self, status: u16, class: Class) -> Marker {
         let delay = self.requested_delay(class);
-        self.settle(class, Some(status), delay);
+        self.settle(class, Some(status), delay)
     }
 
     /// A held answer: decides once enough of its body is here, then releases it, with the
@@ -385,12 +521,15 @@ impl<H: Host> Upstream<H> {
         let Some(decided) = hold.decide(&body, end_of_stream) else {
             return Flow::Pause;
         };
-        if decided.read_delay {
-            self.settle_status(decided.status, decided.class);
+        let marker = if decided.read_delay {
+            self.settle_status(decided.status, decided.class)
         } else {
-            self.settle(decided.class, Some(decided.status), None);
-        }
+            self.settle(decided.class, Some(decided.status), None)
+        };
         self.hold = None;
-        Flow::Continue
+        // Decided on the provider's own bytes; then translated for the caller, all of what
+        // is held so far.
+        self.start_answer(decided.status, marker);
+        self.translate_answer(self.held, end_of_stream)
     }
 }

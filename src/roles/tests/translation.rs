@@ -1,0 +1,284 @@
+//! Cross-vendor attempts (SPEC 13) through both roles: a translated attempt's path, headers,
+//! body and answer; a same-API attempt unchanged; the gateway's replies in the caller's shape.
+
+use super::*;
+
+const XV: &str = r#"{
+    "providers": [
+        {"name": "oai", "cluster": "co", "api": "openai",
+         "credential": {"header": "authorization", "value": "sk-o", "prefix": "Bearer "}},
+        {"name": "ant", "cluster": "ca", "api": "anthropic", "path_prefix": "/anthropic",
+         "max_tokens": 512, "credential": {"header": "x-api-key", "value": "sk-a"}},
+        {"name": "oai2", "cluster": "co2", "api": "openai"}
+    ],
+    "chains": [
+        {"name": "gpt", "models": ["gpt-*"],
+         "providers": ["oai", {"provider": "ant", "model": "claude-sonnet-4-5"}, "oai2"]},
+        {"name": "claude", "models": ["claude-*"],
+         "providers": ["ant", {"provider": "oai", "model": "gpt-4o"}]},
+        {"name": "same", "models": ["same-*"], "providers": ["oai", "oai2"]}
+    ]
+}"#;
+
+const ANTHROPIC_ANSWER: &str = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello from claude"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":4}}"#;
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).expect("JSON")
+}
+
+const CHAT: &str = r#"{"model":"gpt-4o","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}"#;
+
+#[test]
+fn an_openai_caller_falls_over_to_an_anthropic_provider_translated_both_ways() {
+    let gw = Gateway::new(XV);
+    let anthropic = Provider::Answer(
+        200,
+        vec![
+            ("content-type", "application/json"),
+            ("content-length", "220"),
+        ],
+        ANTHROPIC_ANSWER,
+    );
+    let r = gw.request(&[("anthropic-beta", "x")], CHAT, &[status(503), anthropic]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["co", "ca"]);
+    // The first attempt went out as the caller sent it.
+    let first = &r.sent[0];
+    assert_eq!(first.header(":path"), Some("/v1/chat/completions"));
+    assert_eq!(first.body, CHAT.as_bytes());
+    assert_eq!(first.header("anthropic-version"), None);
+    assert_eq!(
+        first.header("anthropic-beta"),
+        None,
+        "not for an OpenAI provider"
+    );
+    // The fallback: Messages, with its version and key, none of the OpenAI provider's.
+    let sent = &r.sent[1];
+    assert_eq!(sent.header(":path"), Some("/anthropic/v1/messages"));
+    assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(
+        sent.header("anthropic-beta"),
+        Some("x"),
+        "the caller's own goes on"
+    );
+    assert_eq!(sent.header("x-api-key"), Some("sk-a"));
+    assert_eq!(sent.header("authorization"), None);
+    let body = json(&sent.body);
+    assert_eq!(body["model"], "claude-sonnet-4-5");
+    assert_eq!(body["max_tokens"], 512, "the provider's default");
+    assert_eq!(body["system"][0]["text"], "be brief");
+    assert_eq!(body["messages"][0]["role"], "user");
+    assert_eq!(
+        sent.header("content-length"),
+        Some(sent.body.len().to_string().as_str())
+    );
+    // The answer, back in the caller's API.
+    let answer = r.body_json();
+    assert_eq!(answer["object"], "chat.completion");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "Hello from claude"
+    );
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(answer["model"], "claude-sonnet-4-5");
+    assert_eq!(r.header("content-length"), None, "the length changed");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("ant"));
+}
+
+#[test]
+fn an_attempt_after_a_translated_one_gets_the_callers_request_back() {
+    let gw = Gateway::new(XV);
+    let r = gw.request(&[], CHAT, &[status(503), status(529), ok()]);
+    assert_eq!(r.clusters(), ["co", "ca", "co2"]);
+    let third = &r.sent[2];
+    assert_eq!(third.header(":path"), Some("/v1/chat/completions"));
+    assert_eq!(third.body, CHAT.as_bytes());
+    assert_eq!(
+        third.header("content-length"),
+        Some(CHAT.len().to_string().as_str())
+    );
+    assert_eq!(third.header("anthropic-version"), None, "cleared");
+    assert_eq!(third.header("x-api-key"), None);
+    assert_eq!(
+        r.body, br#"{"ok":true}"#,
+        "a same-API answer passes unchanged"
+    );
+}
+
+#[test]
+fn a_translated_stream_is_held_for_its_first_event_then_translated() {
+    let gw = Gateway::new(XV);
+    let stream = Provider::Answer(
+        200,
+        vec![("content-type", "text/event-stream")],
+        concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi there\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":3}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        ),
+    );
+    let body = r#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(&[], body, &[status(503), stream]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["co", "ca"]);
+    assert_eq!(json(&r.sent[1].body)["stream"], true);
+    let text = String::from_utf8(r.body.clone()).unwrap();
+    assert!(text.starts_with("data: {"), "{text}");
+    assert!(text.contains("chat.completion.chunk"), "{text}");
+    assert!(text.contains("Hi there"), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert!(!text.contains("message_start"), "{text}");
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("overloaded"));
+}
+
+#[test]
+fn a_providers_error_that_goes_back_comes_in_the_callers_shape() {
+    let gw = Gateway::new(XV);
+    let refusal = Provider::Answer(
+        400,
+        vec![("content-type", "application/json")],
+        r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#,
+    );
+    let r = gw.request(&[], CHAT, &[status(503), refusal]);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.clusters(), ["co", "ca"]);
+    let error = r.body_json();
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_tokens: too large")),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_gateways_own_replies_to_an_anthropic_caller_are_anthropic_errors() {
+    let gw = Gateway::new(XV);
+    let r = gw.request(
+        &[(":path", "/v1/messages")],
+        r#"{"model":"llama-3","max_tokens":5,"messages":[]}"#,
+        &[],
+    );
+    assert!(r.local);
+    assert_eq!(r.status, 400);
+    let error = r.body_json();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        error["error"]["code"], "model_not_recognized",
+        "the gateway's code too"
+    );
+    assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), Some("false"));
+    // An OpenAI caller keeps OpenAI's shape.
+    let r = gw.chat("llama-3", &[]);
+    assert_eq!(r.body_json()["error"]["code"], "model_not_recognized");
+}
+
+#[test]
+fn a_first_entry_that_cannot_carry_the_request_is_answered_400_unsent() {
+    let gw = Gateway::new(XV);
+    // n > 1 has no Messages equivalent; the chain's first entry speaks Messages.
+    let body = r#"{"model":"claude-sonnet-4-5","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(&[], body, &[ok()]);
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert!(r.sent.is_empty(), "nothing reached a provider");
+    assert_eq!(r.body_json()["error"]["code"], "untranslatable_request");
+    assert_eq!(gw.metric(&names::attempts("ant", Class::InvalidRequest)), 0);
+}
+
+#[test]
+fn a_fallback_that_cannot_carry_the_request_is_skipped_before_the_first_attempt() {
+    let gw = Gateway::new(XV);
+    let body = r#"{"model":"gpt-4o","n":2,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(&[], body, &[status(503), ok()]);
+    assert_eq!(r.clusters(), ["co", "co2"], "ant was skipped");
+    assert_eq!(gw.metric(&names::skipped("ant", "content_incompatible")), 1);
+    assert!(
+        r.log
+            .as_deref()
+            .is_some_and(|l| l.contains("content_incompatible")),
+        "{:?}",
+        r.log
+    );
+}
+
+#[test]
+fn a_same_api_chain_is_sent_byte_for_byte_and_its_plan_names_no_api() {
+    let gw = Gateway::new(XV);
+    let body = r#"{"model":"same-1","messages":[]}"#;
+    let r = gw.request(&[], body, &[status(500), ok()]);
+    assert_eq!(r.clusters(), ["co", "co2"]);
+    for sent in &r.sent {
+        assert_eq!(sent.body, body.as_bytes());
+        assert_eq!(sent.header(":path"), Some("/v1/chat/completions"));
+    }
+    assert_eq!(r.body, br#"{"ok":true}"#);
+}
+
+#[test]
+fn an_anthropic_callers_stream_from_an_openai_provider_is_translated() {
+    let gw = Gateway::new(XV);
+    let stream = Provider::Answer(
+        200,
+        vec![("content-type", "text/event-stream")],
+        concat!(
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi there\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n"
+        ),
+    );
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(
+        &[
+            (":path", "/v1/messages"),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        body,
+        &[status(529), stream],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["ca", "co"]);
+    let sent = &r.sent[1];
+    assert_eq!(sent.header(":path"), Some("/v1/chat/completions"));
+    assert_eq!(sent.header("anthropic-version"), None, "not for OpenAI");
+    assert_eq!(sent.header("authorization"), Some("Bearer sk-o"));
+    let sent_body = json(&sent.body);
+    assert_eq!(sent_body["model"], "gpt-4o");
+    assert_eq!(sent_body["stream"], true);
+    let text = String::from_utf8(r.body.clone()).unwrap();
+    assert!(text.starts_with("event: message_start\n"), "{text}");
+    assert!(text.contains("Hi there"), "{text}");
+    assert!(text.contains("event: message_stop"), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+}
+
+#[test]
+fn an_openai_providers_error_reaches_an_anthropic_caller_as_an_anthropic_error() {
+    let gw = Gateway::new(XV);
+    let refusal = Provider::Answer(
+        400,
+        vec![("content-type", "application/json")],
+        r#"{"error":{"message":"bad temperature","type":"invalid_request_error","param":null,"code":null}}"#,
+    );
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(&[(":path", "/v1/messages")], body, &[status(529), refusal]);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.clusters(), ["ca", "co"]);
+    let error = r.body_json();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("bad temperature")),
+        "{error}"
+    );
+}
