@@ -286,12 +286,18 @@ enum Block<'a> {
 /// Passes each Messages block of the conversation to `push`, with where it goes.
 fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<()> {
     let mut last = None;
+    let mut turns = false;
+    let mut counted = |role, block| {
+        turns |= role != Role::System;
+        push(role, block);
+    };
     for m in req.arr("messages").ok_or(field("messages"))? {
         let m = json::obj(m).ok_or(field("messages"))?;
-        last = Some(message(&m, push)?);
+        last = Some(message(&m, &mut counted)?);
     }
-    // Messages continues a last assistant turn (a prefill); Chat answers after it.
-    if last == Some(Role::Assistant) {
+    // Messages continues a last assistant turn (a prefill) where Chat answers after it, and
+    // refuses a conversation of system messages only, which Chat answers.
+    if last == Some(Role::Assistant) || !turns {
         return Err(field("messages"));
     }
     Ok(())

@@ -438,6 +438,10 @@ fn what_messages_cannot_carry_skips_the_entry() {
     prefill["messages"] =
         json!([{"role": "user", "content": "x"}, {"role": "assistant", "content": "{"}]);
     assert_eq!(refused(prefill), f("messages"));
+    // System messages only: Messages needs a turn.
+    let mut system_only = base();
+    system_only["messages"] = json!([{"role": "system", "content": "Say hi."}]);
+    assert_eq!(refused(system_only), f("messages"));
     assert_eq!(refused(json!([1, 2])), Untranslatable::NotJson);
     assert_eq!(request(b"{\"model\": ", &CX), Err(Untranslatable::NotJson));
     assert_eq!(check(b"not json"), Err(Untranslatable::NotJson));
