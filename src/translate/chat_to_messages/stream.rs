@@ -17,10 +17,8 @@
 //! input and cache tokens in `message_start` and may update them, with the output tokens, in
 //! `message_delta`: the last value of each wins.
 
-use serde::Deserialize;
-
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
-use crate::translate::raw_json::{push_number, RawStr};
+use crate::translate::raw_json::{number, pick, put, Digits, RawStr};
 use crate::translate::sse::{self, Reader};
 use crate::translate::StreamContext;
 
@@ -77,122 +75,99 @@ impl Translator {
     }
 }
 
-/// One Anthropic event (every event type's members; those absent from a type stay `None`).
-#[derive(Deserialize)]
+/// The members of an Anthropic event this translation reads, as written (empty where absent).
 struct Event<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<&'a str>,
-    #[serde(borrow)]
-    message: Option<Message<'a>>,
+    kind: &'a [u8],
+    message: &'a [u8],
     index: Option<u64>,
-    #[serde(borrow)]
-    content_block: Option<Block<'a>>,
-    #[serde(borrow)]
-    delta: Option<Delta<'a>>,
-    usage: Option<UsageIn>,
+    content_block: &'a [u8],
+    delta: &'a [u8],
+    usage: &'a [u8],
 }
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    id: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    model: Option<RawStr<'a>>,
-    usage: Option<UsageIn>,
+impl<'a> Event<'a> {
+    fn read(data: &'a [u8]) -> Event<'a> {
+        let [kind, message, index, content_block, delta, usage] = pick(
+            data,
+            [
+                b"type",
+                b"message",
+                b"index",
+                b"content_block",
+                b"delta",
+                b"usage",
+            ],
+        );
+        Event {
+            kind,
+            message,
+            index: number(index),
+            content_block,
+            delta,
+            usage,
+        }
+    }
 }
 
-#[derive(Deserialize)]
-struct Block<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<&'a str>,
-    #[serde(borrow)]
-    id: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    name: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    text: Option<RawStr<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Delta<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<&'a str>,
-    #[serde(borrow)]
-    text: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    partial_json: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    stop_reason: Option<&'a str>,
-}
-
-#[derive(Deserialize)]
-struct UsageIn {
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    cache_read_input_tokens: Option<u64>,
-    cache_creation_input_tokens: Option<u64>,
-}
-
-impl UsageIn {
-    /// The counts this event reports replace the ones known.
-    fn update(&self, usage: &mut Usage) {
-        let fields = [
-            (self.input_tokens, &mut usage.input),
-            (self.output_tokens, &mut usage.output),
-            (self.cache_read_input_tokens, &mut usage.cache_read),
-            (self.cache_creation_input_tokens, &mut usage.cache_creation),
-        ];
-        for (reported, known) in fields {
-            if let Some(n) = reported {
-                *known = n;
-            }
+/// The counts a `usage` object reports replace the ones known.
+fn update_usage(reported: &[u8], usage: &mut Usage) {
+    let counts = pick(
+        reported,
+        [
+            b"input_tokens",
+            b"output_tokens",
+            b"cache_read_input_tokens",
+            b"cache_creation_input_tokens",
+        ],
+    );
+    let known = [
+        &mut usage.input,
+        &mut usage.output,
+        &mut usage.cache_read,
+        &mut usage.cache_creation,
+    ];
+    for (count, known) in counts.into_iter().zip(known) {
+        if let Some(n) = number(count) {
+            *known = n;
         }
     }
 }
 
 impl State {
+    #[inline(never)]
     fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
         if self.finished || self.failed {
             return;
         }
-        let event = serde_json::from_slice::<Event<'_>>(e.data);
-        let kind = event.as_ref().ok().and_then(|ev| ev.kind);
-        if e.name == b"error" || kind == Some("error") {
+        let event = Event::read(e.data);
+        if e.name == b"error" || event.kind == br#""error""# {
             return self.error(e.data, out);
         }
-        let Ok(event) = event else {
-            return; // not an event we can read: nothing the caller could use
-        };
-        match kind {
-            Some("message_start") => {
-                if let Some(message) = &event.message {
-                    self.set_head(message.id, message.model);
-                    if let Some(usage) = &message.usage {
-                        usage.update(&mut self.usage);
-                    }
-                }
-                self.chunk(out, |o| {
-                    o.extend_from_slice(br#""role":"assistant","content":"""#)
-                });
+        match event.kind {
+            br#""message_start""# => {
+                let [id, model, usage] = pick(event.message, [b"id", b"model", b"usage"]);
+                self.set_head(RawStr::of(id), RawStr::of(model));
+                update_usage(usage, &mut self.usage);
+                self.chunk(out, &[br#""role":"assistant","content":"""#]);
             }
-            Some("content_block_start") => self.block_start(&event, out),
-            Some("content_block_delta") => self.delta(&event, out),
-            Some("message_delta") => {
-                if let Some(usage) = &event.usage {
-                    usage.update(&mut self.usage);
-                }
-                if let Some(reason) = event.delta.as_ref().and_then(|d| d.stop_reason) {
+            br#""content_block_start""# => self.block_start(&event, out),
+            br#""content_block_delta""# => self.delta(&event, out),
+            br#""message_delta""# => {
+                update_usage(event.usage, &mut self.usage);
+                let [reason] = pick(event.delta, [b"stop_reason"]);
+                if let Some(reason) = RawStr::of(reason) {
+                    let reason = std::str::from_utf8(reason.inner()).unwrap_or_default();
                     self.finish(finish_reason(reason), out);
                 }
             }
-            Some("message_stop") => {
+            br#""message_stop""# => {
                 if !self.finish_sent {
                     self.finish("stop", out);
                 }
                 if self.cx.include_usage {
                     self.usage_chunk(out);
                 }
-                out.extend_from_slice(b"data: [DONE]\n\n");
+                put(out, &[b"data: [DONE]\n\n"]);
                 self.finished = true;
             }
             _ => {} // ping, content_block_stop, and event types added later
@@ -200,104 +175,121 @@ impl State {
     }
 
     fn block_start(&mut self, event: &Event<'_>, out: &mut Vec<u8>) {
-        let Some(block) = &event.content_block else {
-            return;
-        };
-        match block.kind {
-            Some("text") => {
-                if let Some(text) = block.text.filter(|t| !t.is_empty()) {
+        let [kind, id, name, text] = pick(event.content_block, [b"type", b"id", b"name", b"text"]);
+        match kind {
+            br#""text""# => {
+                if let Some(text) = RawStr::of(text).filter(|t| !t.is_empty()) {
                     self.content(text, out);
                 }
             }
-            Some("tool_use") => {
+            br#""tool_use""# => {
                 let tool = self.tools.len() as u64;
                 self.tools.push((event.index.unwrap_or(0), tool));
-                self.chunk(out, |o| {
-                    o.extend_from_slice(br#""tool_calls":[{"index":"#);
-                    push_number(o, tool);
-                    o.extend_from_slice(br#","id":"#);
-                    o.extend_from_slice(block.id.map_or("\"\"", |s| s.0).as_bytes());
-                    o.extend_from_slice(br#","type":"function","function":{"name":"#);
-                    o.extend_from_slice(block.name.map_or("\"\"", |s| s.0).as_bytes());
-                    o.extend_from_slice(br#","arguments":""}}]"#);
-                });
+                self.chunk(
+                    out,
+                    &[
+                        br#""tool_calls":[{"index":"#,
+                        Digits::of(tool).get(),
+                        br#","id":"#,
+                        RawStr::or_empty(RawStr::of(id)),
+                        br#","type":"function","function":{"name":"#,
+                        RawStr::or_empty(RawStr::of(name)),
+                        br#","arguments":""}}]"#,
+                    ],
+                );
             }
             _ => {} // thinking, redacted thinking, server tools: not carried across vendors
         }
     }
 
     fn delta(&mut self, event: &Event<'_>, out: &mut Vec<u8>) {
-        let Some(delta) = &event.delta else {
-            return;
-        };
-        match (delta.kind, delta.text, delta.partial_json) {
-            (Some("text_delta"), Some(text), _) if !text.is_empty() => self.content(text, out),
-            (Some("input_json_delta"), _, Some(json)) if !json.is_empty() => {
+        let [kind, text, json] = pick(event.delta, [b"type", b"text", b"partial_json"]);
+        match (kind, RawStr::of(text), RawStr::of(json)) {
+            (br#""text_delta""#, Some(text), _) if !text.is_empty() => self.content(text, out),
+            (br#""input_json_delta""#, _, Some(json)) if !json.is_empty() => {
                 let block = event.index.unwrap_or(0);
                 let Some(&(_, tool)) = self.tools.iter().find(|(b, _)| *b == block) else {
                     return;
                 };
-                self.chunk(out, |o| {
-                    o.extend_from_slice(br#""tool_calls":[{"index":"#);
-                    push_number(o, tool);
-                    o.extend_from_slice(br#","function":{"arguments":"#);
-                    o.extend_from_slice(json.0.as_bytes());
-                    o.extend_from_slice(b"}}]");
-                });
+                self.chunk(
+                    out,
+                    &[
+                        br#""tool_calls":[{"index":"#,
+                        Digits::of(tool).get(),
+                        br#","function":{"arguments":"#,
+                        json.0,
+                        b"}}]",
+                    ],
+                );
             }
             _ => {} // thinking, signature and citations deltas
         }
     }
 
     fn content(&self, text: RawStr<'_>, out: &mut Vec<u8>) {
-        self.chunk(out, |o| {
-            o.extend_from_slice(br#""content":"#);
-            o.extend_from_slice(text.0.as_bytes());
-        });
+        self.chunk(out, &[br#""content":"#, text.0]);
     }
 
     fn finish(&mut self, reason: &str, out: &mut Vec<u8>) {
         self.finish_sent = true;
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(
-            br#""choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":""#,
+        put(
+            out,
+            &[
+                b"data: ",
+                &self.head,
+                br#""choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":""#,
+                reason.as_bytes(),
+                b"\"}]}\n\n",
+            ],
         );
-        out.extend_from_slice(reason.as_bytes());
-        out.extend_from_slice(b"\"}]}\n\n");
     }
 
-    /// A chunk of the one choice, its delta's members written by `delta`.
-    fn chunk(&self, out: &mut Vec<u8>, delta: impl FnOnce(&mut Vec<u8>)) {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(br#""choices":[{"index":0,"delta":{"#);
-        delta(out);
-        out.extend_from_slice(b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    /// A chunk of the one choice, its delta's members written as `delta`.
+    fn chunk(&self, out: &mut Vec<u8>, delta: &[&[u8]]) {
+        put(
+            out,
+            &[b"data: ", &self.head, br#""choices":[{"index":0,"delta":{"#],
+        );
+        put(out, delta);
+        put(out, &[b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"]);
     }
 
     /// OpenAI's last chunk when usage was asked for: no choices, the whole request's usage.
     fn usage_chunk(&self, out: &mut Vec<u8>) {
         let u = &self.usage;
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(br#""choices":[],"usage":{"prompt_tokens":"#);
-        push_number(out, u.prompt_tokens());
-        out.extend_from_slice(br#","completion_tokens":"#);
-        push_number(out, u.output);
-        out.extend_from_slice(br#","total_tokens":"#);
-        push_number(out, u.total_tokens());
-        out.extend_from_slice(br#","prompt_tokens_details":{"cached_tokens":"#);
-        push_number(out, u.cache_read);
-        if u.cache_creation > 0 {
-            // Not OpenAI's (as in the translated JSON answer): so no counted token is lost.
-            out.extend_from_slice(br#","cache_creation_input_tokens":"#);
-            push_number(out, u.cache_creation);
-        }
-        out.extend_from_slice(b"}}}\n\n");
+        let written = Digits::of(u.cache_creation);
+        put(
+            out,
+            &[
+                b"data: ",
+                &self.head,
+                br#""choices":[],"usage":{"prompt_tokens":"#,
+                Digits::of(u.prompt_tokens()).get(),
+                br#","completion_tokens":"#,
+                Digits::of(u.output).get(),
+                br#","total_tokens":"#,
+                Digits::of(u.total_tokens()).get(),
+                br#","prompt_tokens_details":{"cached_tokens":"#,
+                Digits::of(u.cache_read).get(),
+                // Not OpenAI's (as in the translated JSON answer): so no counted token is lost.
+                if u.cache_creation > 0 {
+                    br#","cache_creation_input_tokens":"#
+                } else {
+                    b""
+                },
+                if u.cache_creation > 0 {
+                    written.get()
+                } else {
+                    b""
+                },
+                b"}}}\n\n",
+            ],
+        );
     }
 
     /// The provider's error event as OpenAI's error frame, its type and message kept.
+    #[cold]
+    #[inline(never)]
     fn error(&mut self, data: &[u8], out: &mut Vec<u8>) {
         self.failed = true;
         let error = provider_error(data).unwrap_or_default();
@@ -305,43 +297,31 @@ impl State {
             .message
             .as_deref()
             .unwrap_or("The provider's stream reported an error.");
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&openai_error_body(
-            error.kind.as_deref().unwrap_or("api_error"),
-            None,
-            message,
-        ));
-        out.extend_from_slice(b"\n\n");
+        let body = openai_error_body(error.kind.as_deref().unwrap_or("api_error"), None, message);
+        put(out, &[b"data: ", &body, b"\n\n"]);
     }
 
     fn set_head(&mut self, id: Option<RawStr<'_>>, model: Option<RawStr<'_>>) {
-        let head = &mut self.head;
-        head.clear();
-        head.extend_from_slice(br#"{"id":"#);
-        head.extend_from_slice(id.map_or("\"\"", |s| s.0).as_bytes());
-        head.extend_from_slice(br#","object":"chat.completion.chunk","created":"#);
-        push_number(head, self.cx.created);
-        head.extend_from_slice(br#","model":"#);
-        head.extend_from_slice(model.map_or("\"\"", |s| s.0).as_bytes());
-        head.push(b',');
+        self.head.clear();
+        put(
+            &mut self.head,
+            &[
+                br#"{"id":"#,
+                RawStr::or_empty(id),
+                br#","object":"chat.completion.chunk","created":"#,
+                Digits::of(self.cx.created).get(),
+                br#","model":"#,
+                RawStr::or_empty(model),
+                b",",
+            ],
+        );
     }
 }
 
 /// Whether an OpenAI Chat request body sets `stream_options.include_usage` to `true`.
 pub fn wants_usage(body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Request {
-        stream_options: Option<StreamOptions>,
-    }
-    #[derive(serde::Deserialize)]
-    struct StreamOptions {
-        include_usage: Option<bool>,
-    }
-    serde_json::from_slice::<Request>(body).is_ok_and(|r| {
-        r.stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false)
-    })
+    let [options] = pick(body, [b"stream_options"]);
+    pick(options, [b"include_usage"]) == [&b"true"[..]]
 }
 
 #[cfg(test)]

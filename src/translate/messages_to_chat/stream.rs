@@ -16,11 +16,10 @@
 //! last chunk after the one with `finish_reason`: `message_delta` waits for it (or `[DONE]`, or
 //! the end of a stream whose finish came).
 
-use serde::de::IgnoredAny;
-use serde::Deserialize;
-
 use crate::translate::common::{anthropic_error_body, provider_error, stop_reason, tool_id, Usage};
-use crate::translate::raw_json::{push_number, First, RawStr};
+use std::borrow::Cow;
+
+use crate::translate::raw_json::{elements, number, pick, put, Digits, RawStr};
 use crate::translate::sse::{self, Reader};
 
 /// The translation state between chunks.
@@ -73,73 +72,8 @@ impl Translator {
     }
 }
 
-/// One OpenAI chunk (or error frame).
-#[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(borrow)]
-    id: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    model: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    object: Option<&'a str>,
-    #[serde(borrow)]
-    choices: Option<First<Choice<'a>>>,
-    usage: Option<UsageIn>,
-    error: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct Choice<'a> {
-    #[serde(borrow)]
-    delta: Option<Delta<'a>>,
-    #[serde(borrow)]
-    finish_reason: Option<&'a str>,
-}
-
-#[derive(Deserialize)]
-struct Delta<'a> {
-    #[serde(borrow)]
-    content: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    refusal: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    tool_calls: Option<Vec<ToolCall<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct ToolCall<'a> {
-    index: Option<u64>,
-    #[serde(borrow)]
-    id: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    function: Option<Function<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Function<'a> {
-    #[serde(borrow)]
-    name: Option<RawStr<'a>>,
-    #[serde(borrow)]
-    arguments: Option<RawStr<'a>>,
-}
-
-#[derive(Deserialize)]
-struct UsageIn {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-    prompt_tokens_details: Option<PromptDetails>,
-}
-
-/// Cache reads, and cache writes when a gateway reports them (`cache_creation_input_tokens`,
-/// as the translated answers write it, or `cache_write_tokens`).
-#[derive(Deserialize)]
-struct PromptDetails {
-    cached_tokens: Option<u64>,
-    cache_creation_input_tokens: Option<u64>,
-    cache_write_tokens: Option<u64>,
-}
-
 impl State {
+    #[inline(never)]
     fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
         if self.finished || self.failed {
             return;
@@ -147,43 +81,58 @@ impl State {
         if e.data == b"[DONE]" {
             return self.end(out);
         }
-        let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(e.data) else {
-            if e.name == b"error" {
-                self.error(e.data, out);
-            }
-            return; // not a chunk we can read: nothing the caller could use
-        };
-        if chunk.error.is_some() || chunk.object == Some("error") || e.name == b"error" {
+        let [id, model, object, choices, usage, error] = pick(
+            e.data,
+            [b"id", b"model", b"object", b"choices", b"usage", b"error"],
+        );
+        let is_error = !matches!(error, b"" | b"null") || object == br#""error""#;
+        if is_error || e.name == b"error" {
             return self.error(e.data, out);
         }
-        let choice = chunk.choices.and_then(|c| c.0);
+        let choice = elements(choices).next();
+        let usage = usage.starts_with(b"{").then_some(usage);
         if !self.started {
-            if choice.is_none() && chunk.usage.is_none() {
-                // Azure OpenAI's first chunk (`prompt_filter_results`, empty id and model):
-                // the message starts with the first chunk that carries it.
+            if choice.is_none() && usage.is_none() {
+                // Azure OpenAI's first chunk (`prompt_filter_results`, empty id and model),
+                // or not a chunk at all: the message starts with the first chunk of an answer.
                 return;
             }
-            self.start(chunk.id, chunk.model, out);
+            self.start(RawStr::of(id), RawStr::of(model), out);
         }
         if let Some(choice) = choice {
-            if let Some(delta) = &choice.delta {
-                self.delta(delta, out);
-            }
-            if let Some(reason) = choice.finish_reason {
+            let [delta, finish] = pick(choice, [b"delta", b"finish_reason"]);
+            self.delta(delta, out);
+            if let Some(reason) = RawStr::of(finish) {
+                let reason = std::str::from_utf8(reason.inner()).unwrap_or_default();
                 self.stop = Some(stop_reason(reason));
                 self.close(out);
             }
         }
-        if let Some(u) = chunk.usage {
-            let details = u.prompt_tokens_details;
-            let cached = details.as_ref().and_then(|d| d.cached_tokens);
-            let written =
-                details.and_then(|d| d.cache_creation_input_tokens.or(d.cache_write_tokens));
+        if let Some(usage) = usage {
+            let [prompt, completion, details] = pick(
+                usage,
+                [
+                    b"prompt_tokens",
+                    b"completion_tokens",
+                    b"prompt_tokens_details",
+                ],
+            );
+            // Cache reads, and cache writes when a gateway reports them
+            // (`cache_creation_input_tokens`, as the translated answers write it, or
+            // `cache_write_tokens`).
+            let [cached, creation, write] = pick(
+                details,
+                [
+                    b"cached_tokens",
+                    b"cache_creation_input_tokens",
+                    b"cache_write_tokens",
+                ],
+            );
             self.usage = Some(Usage::from_openai(
-                u.prompt_tokens.unwrap_or(0),
-                u.completion_tokens.unwrap_or(0),
-                cached.unwrap_or(0),
-                written.unwrap_or(0),
+                number(prompt).unwrap_or(0),
+                number(completion).unwrap_or(0),
+                number(cached).unwrap_or(0),
+                number(creation).or(number(write)).unwrap_or(0),
             ));
         }
         if self.stop.is_some() && self.usage.is_some() {
@@ -191,8 +140,10 @@ impl State {
         }
     }
 
-    fn delta(&mut self, delta: &Delta<'_>, out: &mut Vec<u8>) {
-        for text in [delta.content, delta.refusal].into_iter().flatten() {
+    #[inline(never)]
+    fn delta(&mut self, delta: &[u8], out: &mut Vec<u8>) {
+        let [content, refusal, tool_calls] = pick(delta, [b"content", b"refusal", b"tool_calls"]);
+        for text in [content, refusal].into_iter().filter_map(RawStr::of) {
             if text.is_empty() {
                 continue;
             }
@@ -200,45 +151,59 @@ impl State {
                 Some(block) if self.open_is_text => block,
                 _ => {
                     let block = self.open_block(out, true);
-                    event(out, b"content_block_start", |o| {
-                        o.extend_from_slice(br#"{"type":"content_block_start","index":"#);
-                        push_number(o, block);
-                        o.extend_from_slice(br#","content_block":{"type":"text","text":""}}"#);
-                    });
+                    event(
+                        out,
+                        b"content_block_start",
+                        &[
+                            br#"{"type":"content_block_start","index":"#,
+                            Digits::of(block).get(),
+                            br#","content_block":{"type":"text","text":""}}"#,
+                        ],
+                    );
                     block
                 }
             };
-            event(out, b"content_block_delta", |o| {
-                o.extend_from_slice(br#"{"type":"content_block_delta","index":"#);
-                push_number(o, block);
-                o.extend_from_slice(br#","delta":{"type":"text_delta","text":"#);
-                o.extend_from_slice(text.0.as_bytes());
-                o.extend_from_slice(b"}}");
-            });
+            event(
+                out,
+                b"content_block_delta",
+                &[
+                    br#"{"type":"content_block_delta","index":"#,
+                    Digits::of(block).get(),
+                    br#","delta":{"type":"text_delta","text":"#,
+                    text.0,
+                    b"}}",
+                ],
+            );
         }
-        for (position, call) in delta.tool_calls.iter().flatten().enumerate() {
-            let index = call.index.unwrap_or(position as u64);
-            let function = call.function.as_ref();
+        for (position, call) in elements(tool_calls).enumerate() {
+            let [index, id, function] = pick(call, [b"index", b"id", b"function"]);
+            let [name, arguments] = pick(function, [b"name", b"arguments"]);
+            let index = number(index).unwrap_or(position as u64);
             let block = match self.tools.iter().find(|(i, _)| *i == index) {
                 Some(&(_, block)) => block,
-                None => self.tool_start(index, call.id, function.and_then(|f| f.name), out),
+                None => self.tool_start(index, RawStr::of(id), RawStr::of(name), out),
             };
-            let Some(json) = function.and_then(|f| f.arguments).filter(|a| !a.is_empty()) else {
+            let Some(json) = RawStr::of(arguments).filter(|a| !a.is_empty()) else {
                 continue;
             };
             // Calls come one after another; a delta for an earlier call (never seen from
             // OpenAI) still names its own block, which Anthropic's clients read by index.
-            event(out, b"content_block_delta", |o| {
-                o.extend_from_slice(br#"{"type":"content_block_delta","index":"#);
-                push_number(o, block);
-                o.extend_from_slice(br#","delta":{"type":"input_json_delta","partial_json":"#);
-                o.extend_from_slice(json.0.as_bytes());
-                o.extend_from_slice(b"}}");
-            });
+            event(
+                out,
+                b"content_block_delta",
+                &[
+                    br#"{"type":"content_block_delta","index":"#,
+                    Digits::of(block).get(),
+                    br#","delta":{"type":"input_json_delta","partial_json":"#,
+                    json.0,
+                    b"}}",
+                ],
+            );
         }
     }
 
     /// Starts the `tool_use` block of OpenAI's call `index`; returns its block index.
+    #[inline(never)]
     fn tool_start(
         &mut self,
         index: u64,
@@ -248,15 +213,19 @@ impl State {
     ) -> u64 {
         let block = self.open_block(out, false);
         self.tools.push((index, block));
-        event(out, b"content_block_start", |o| {
-            o.extend_from_slice(br#"{"type":"content_block_start","index":"#);
-            push_number(o, block);
-            o.extend_from_slice(br#","content_block":{"type":"tool_use","id":"#);
-            push_tool_id(o, id, block);
-            o.extend_from_slice(br#","name":"#);
-            o.extend_from_slice(name.map_or("\"\"", |n| n.0).as_bytes());
-            o.extend_from_slice(br#","input":{}}}"#);
-        });
+        event(
+            out,
+            b"content_block_start",
+            &[
+                br#"{"type":"content_block_start","index":"#,
+                Digits::of(block).get(),
+                br#","content_block":{"type":"tool_use","id":"#,
+                &tool_id_json(id, block),
+                br#","name":"#,
+                RawStr::or_empty(name),
+                br#","input":{}}}"#,
+            ],
+        );
         block
     }
 
@@ -272,23 +241,31 @@ impl State {
 
     fn close(&mut self, out: &mut Vec<u8>) {
         if let Some(block) = self.open.take() {
-            event(out, b"content_block_stop", |o| {
-                o.extend_from_slice(br#"{"type":"content_block_stop","index":"#);
-                push_number(o, block);
-                o.push(b'}');
-            });
+            event(
+                out,
+                b"content_block_stop",
+                &[
+                    br#"{"type":"content_block_stop","index":"#,
+                    Digits::of(block).get(),
+                    b"}",
+                ],
+            );
         }
     }
 
     fn start(&mut self, id: Option<RawStr<'_>>, model: Option<RawStr<'_>>, out: &mut Vec<u8>) {
         self.started = true;
-        event(out, b"message_start", |o| {
-            o.extend_from_slice(br#"{"type":"message_start","message":{"id":"#);
-            o.extend_from_slice(id.map_or("\"\"", |s| s.0).as_bytes());
-            o.extend_from_slice(br#","type":"message","role":"assistant","model":"#);
-            o.extend_from_slice(model.map_or("\"\"", |s| s.0).as_bytes());
-            o.extend_from_slice(br#","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}"#);
-        });
+        event(
+            out,
+            b"message_start",
+            &[
+                br#"{"type":"message_start","message":{"id":"#,
+                RawStr::or_empty(id),
+                br#","type":"message","role":"assistant","model":"#,
+                RawStr::or_empty(model),
+                br#","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}"#,
+            ],
+        );
     }
 
     /// The message's end: the open block stopped, `message_delta` with the stop reason and
@@ -302,27 +279,31 @@ impl State {
         }
         self.close(out);
         let u = self.usage.unwrap_or_default();
-        event(out, b"message_delta", |o| {
-            o.extend_from_slice(br#"{"type":"message_delta","delta":{"stop_reason":""#);
-            o.extend_from_slice(self.stop.unwrap_or("end_turn").as_bytes());
-            o.extend_from_slice(br#"","stop_sequence":null},"usage":{"input_tokens":"#);
-            push_number(o, u.input);
-            o.extend_from_slice(br#","output_tokens":"#);
-            push_number(o, u.output);
-            o.extend_from_slice(br#","cache_read_input_tokens":"#);
-            push_number(o, u.cache_read);
-            o.extend_from_slice(br#","cache_creation_input_tokens":"#);
-            push_number(o, u.cache_creation);
-            o.extend_from_slice(b"}}");
-        });
-        event(out, b"message_stop", |o| {
-            o.extend_from_slice(br#"{"type":"message_stop"}"#);
-        });
+        event(
+            out,
+            b"message_delta",
+            &[
+                br#"{"type":"message_delta","delta":{"stop_reason":""#,
+                self.stop.unwrap_or("end_turn").as_bytes(),
+                br#"","stop_sequence":null},"usage":{"input_tokens":"#,
+                Digits::of(u.input).get(),
+                br#","output_tokens":"#,
+                Digits::of(u.output).get(),
+                br#","cache_read_input_tokens":"#,
+                Digits::of(u.cache_read).get(),
+                br#","cache_creation_input_tokens":"#,
+                Digits::of(u.cache_creation).get(),
+                b"}}",
+            ],
+        );
+        event(out, b"message_stop", &[br#"{"type":"message_stop"}"#]);
         self.finished = true;
     }
 
     /// The provider's error frame as Anthropic's error event: its message kept, its type one
     /// of Anthropic's.
+    #[cold]
+    #[inline(never)]
     fn error(&mut self, data: &[u8], out: &mut Vec<u8>) {
         self.failed = true;
         // OpenAI's `{"error": {...}}`, else vLLM's and SGLang's flat `{"object": "error", ...}`.
@@ -334,9 +315,7 @@ impl State {
             .as_deref()
             .unwrap_or("The provider's stream reported an error.");
         let kind = anthropic_error_type(error.kind.as_deref());
-        event(out, b"error", |o| {
-            o.extend_from_slice(&anthropic_error_body(kind, message));
-        });
+        event(out, b"error", &[&anthropic_error_body(kind, message)]);
     }
 }
 
@@ -356,32 +335,23 @@ fn anthropic_error_type(openai: Option<&str>) -> &'static str {
     }
 }
 
-/// A tool call id Anthropic accepts: OpenAI's as it is when valid, else made valid
-/// ([`tool_id`], as the request translator does for the call's result), else one of our own.
-fn push_tool_id(out: &mut Vec<u8>, id: Option<RawStr<'_>>, block: u64) {
+/// A tool call id Anthropic accepts, as a JSON string: OpenAI's as it is when valid, else made
+/// valid ([`tool_id`], as the request translator does for the call's result), else one of our
+/// own.
+fn tool_id_json(id: Option<RawStr<'_>>, block: u64) -> Cow<'_, [u8]> {
     let valid = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'-';
     match id {
-        Some(id) if !id.is_empty() && id.only(valid) => out.extend_from_slice(id.0.as_bytes()),
-        Some(id) if !id.is_empty() => {
-            out.push(b'"');
-            out.extend_from_slice(tool_id(&id.value()).as_bytes());
-            out.push(b'"');
-        }
-        _ => {
-            out.extend_from_slice(b"\"toolu_");
-            push_number(out, block);
-            out.push(b'"');
-        }
+        Some(id) if !id.is_empty() && id.inner().iter().all(|&b| valid(b)) => Cow::Borrowed(id.0),
+        Some(id) if !id.is_empty() => format!("\"{}\"", tool_id(&id.value())).into_bytes().into(),
+        _ => format!("\"toolu_{block}\"").into_bytes().into(),
     }
 }
 
-/// Writes one event: `event: <name>`, its data written by `data`, and the blank line.
-fn event(out: &mut Vec<u8>, name: &[u8], data: impl FnOnce(&mut Vec<u8>)) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name);
-    out.extend_from_slice(b"\ndata: ");
-    data(out);
-    out.extend_from_slice(b"\n\n");
+/// Writes one event: `event: <name>`, the `data` line, and the blank line.
+fn event(out: &mut Vec<u8>, name: &[u8], data: &[&[u8]]) {
+    put(out, &[b"event: ", name, b"\ndata: "]);
+    put(out, data);
+    put(out, &[b"\n\n"]);
 }
 
 #[cfg(test)]
