@@ -18,6 +18,9 @@ chains:
   - name: gpt
     models: ["gpt-*"]
     providers: [openai, {provider: claude, model: claude-sonnet-4-5}]
+  - name: claude
+    models: ["claude-*"]
+    providers: [claude, {provider: openai, model: gpt-4o}]
 """
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "system", "content": "be brief"},
@@ -101,3 +104,30 @@ def test_an_error_the_anthropic_provider_gives_back_is_an_openai_error(gateway):
     assert error["type"] == "invalid_request_error", r.text
     assert "too many images" in error["message"], r.text
     assert r.header("x-llm-provider") == "claude"
+
+
+def test_anthropic_caller_falls_over_to_an_openai_provider_translated_both_ways(gateway):
+    openai, claude = gateway.mocks("openai", "claude")
+    claude.set_default(status=529)
+    openai.set_default(strict=True)   # refuses Anthropic-only shapes, as OpenAI does
+    gw = gateway.start(CONFIG)
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "be brief",
+            "messages": [{"role": "user", "content": "hi"}]}
+    r = gw.post("/v1/messages", body=json.dumps(body).encode(),
+                headers={"content-type": "application/json", "x-api-key": "caller-key",
+                         "anthropic-version": "2023-06-01"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "openai"
+    answer = r.json()
+    assert answer["type"] == "message", answer
+    assert answer["content"][0]["text"] == "Hello from openai (model gpt-4o)"
+    assert answer["stop_reason"] == "end_turn"
+    [sent] = openai.requests()
+    assert sent["path"] == "/v1/chat/completions"
+    assert not sent.get("rejected"), sent.get("rejected")
+    sent_body = json.loads(sent["body"])
+    assert sent_body["model"] == "gpt-4o"
+    assert sent_body["messages"][0]["role"] == "system"
+    assert header(sent, "anthropic-version") == [], "not for an OpenAI provider"
+    assert header(sent, "authorization") == ["Bearer sk-openai"]
+    assert header(sent, "x-api-key") == [], "no caller key, no Anthropic key"
