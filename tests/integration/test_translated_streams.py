@@ -1,0 +1,159 @@
+"""Translated streams on real Envoy (SPEC 13, issue 21): whatever the chunk boundaries the
+provider's stream arrives in, the caller's SDK reads the same answer as from one chunk per event,
+the first (held) event included, and the stream ends with the caller's end marker. Both
+directions, through a fallback after a failing primary (so the fallback's answer is held for
+its first event, then translated), and on the last entry (not held).
+
+Regression: envoyproxy/ai-gateway#2162 (usage lost when an event spans body chunks) and
+#2290/#2352 (input and cache tokens dropped from a translated stream)."""
+import json
+
+import anthropic
+import httpx2 as httpx
+import openai
+import pytest
+
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+providers:
+  - {name: openai, endpoint: "127.0.0.1:${OPENAI_PORT}", api: openai,
+     credential: {header: authorization, prefix: "Bearer ", value: sk-openai}}
+  - {name: claude, endpoint: "127.0.0.1:${CLAUDE_PORT}", api: anthropic, max_tokens: 300,
+     credential: {header: x-api-key, value: sk-claude}}
+chains:
+  - name: gpt
+    models: ["gpt-*"]
+    providers: [openai, {provider: claude, model: claude-sonnet-4-5}]
+  - name: claude
+    models: ["claude-*"]
+    providers: [claude, {provider: openai, model: gpt-4o}]
+"""
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
+CALLS = [{"id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+         {"id": "call_2", "name": "get_weather", "arguments": '{"city": "Rome"}'}]
+
+# Cut every 7 bytes (events, lines and `\n\n` split anywhere), or one chunk per event.
+CUTS = [None, 7]
+
+
+def openai_client(gw):
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="gw-key", max_retries=0,
+                         http_client=httpx.Client(timeout=30))
+
+
+def anthropic_client(gw):
+    return anthropic.Anthropic(base_url=gw.url, api_key="gw-key", max_retries=0,
+                               http_client=httpx.Client(timeout=30))
+
+
+@pytest.mark.parametrize("cut", CUTS)
+def test_an_openai_sdk_reads_a_translated_anthropic_stream_cut_anywhere(gateway, cut):
+    openai_mock, claude = gateway.mocks("openai", "claude")
+    openai_mock.set_default(status=503)
+    behaviour = {"strict": True, "chunks": 2, "tool_calls": CALLS, "usage_events": "both",
+                 "usage": {"input_tokens": 11, "cache_read_input_tokens": 1920,
+                           "cache_creation_input_tokens": 5, "output_tokens": 42}}
+    if cut:
+        behaviour["chunk_bytes"] = cut
+    claude.set_default(**behaviour)
+    gw = gateway.start(CONFIG)
+    with openai_client(gw).chat.completions.stream(
+            model="gpt-4o", messages=[{"role": "user", "content": "weather?"}],
+            tools=[TOOL], stream_options={"include_usage": True}) as stream:
+        for _ in stream:
+            pass
+        answer = stream.get_final_completion()
+    [sent] = claude.requests()
+    assert sent["path"] == "/v1/messages" and not sent.get("rejected"), sent.get("rejected")
+    choice = answer.choices[0]
+    assert choice.message.content == "claude:0 claude:1 "
+    assert [(t.id, t.function.name, json.loads(t.function.arguments))
+            for t in choice.message.tool_calls] == \
+        [("call_1", "get_weather", {"city": "Paris"}), ("call_2", "get_weather", {"city": "Rome"})]
+    assert choice.finish_reason == "tool_calls"
+    assert answer.model == "claude-sonnet-4-5"
+    # prompt_tokens counts every input token (11 + 1920 read + 5 written), as OpenAI does.
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens,
+            answer.usage.total_tokens) == (1936, 42, 1978)
+    assert answer.usage.prompt_tokens_details.cached_tokens == 1920
+
+
+@pytest.mark.parametrize("cut", CUTS)
+def test_an_anthropic_sdk_reads_a_translated_openai_stream_cut_anywhere(gateway, cut):
+    openai_mock, claude = gateway.mocks("openai", "claude")
+    claude.set_default(status=529)
+    behaviour = {"strict": True, "chunks": 2, "tool_calls": CALLS,
+                 "usage": {"prompt_tokens": 2006, "completion_tokens": 300,
+                           "total_tokens": 2306,
+                           "prompt_tokens_details": {"cached_tokens": 1920}}}
+    if cut:
+        behaviour["chunk_bytes"] = cut
+    openai_mock.set_default(**behaviour)
+    gw = gateway.start(CONFIG)
+    with anthropic_client(gw).messages.stream(
+            model="claude-sonnet-4-5", max_tokens=100,
+            messages=[{"role": "user", "content": "weather?"}],
+            tools=[{"name": "get_weather", "input_schema": TOOL["function"]["parameters"]}],
+    ) as stream:
+        for _ in stream:
+            pass
+        message = stream.get_final_message()
+    [sent] = openai_mock.requests()
+    assert sent["path"] == "/v1/chat/completions" and not sent.get("rejected"), \
+        sent.get("rejected")
+    assert json.loads(sent["body"])["stream_options"] == {"include_usage": True}
+    blocks = [(b.type, b.text if b.type == "text" else (b.id, b.name, b.input))
+              for b in message.content]
+    assert blocks == [("text", "openai:0 openai:1 "),
+                      ("tool_use", ("call_1", "get_weather", {"city": "Paris"})),
+                      ("tool_use", ("call_2", "get_weather", {"city": "Rome"}))]
+    assert message.stop_reason == "tool_use"
+    assert message.model == "gpt-4o"
+    # Anthropic counts cache reads apart from input_tokens.
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens,
+            message.usage.output_tokens) == (86, 1920, 300)
+
+
+def test_a_translated_stream_on_the_last_entry_is_not_held_and_still_ends_right(gateway):
+    """The last entry's answer is not held for its first event: it is translated from the
+    response headers on, chunk by chunk, and ends with [DONE]."""
+    openai_mock, claude = gateway.mocks("openai", "claude")
+    openai_mock.set_default(status=503)
+    claude.set_default(strict=True, chunks=3, chunk_bytes=3)
+    gw = gateway.start(CONFIG)
+    r = gw.post("/v1/chat/completions", body=json.dumps({
+        "model": "gpt-4o", "stream": True,
+        "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"content-type": "application/json", "authorization": "Bearer k"})
+    assert r.status == 200, r.text
+    events = r.text.split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""], r.text
+    chunks = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == \
+        "claude:0 claude:1 claude:2 "
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert not any("usage" in c for c in chunks), "usage only when the caller asks"
+
+
+@pytest.mark.parametrize("caller", ["openai", "anthropic"])
+def test_a_translated_stream_cut_short_never_looks_complete(gateway, caller):
+    """The provider's stream stops (FIN) after two events: the caller's stream has no end
+    marker ([DONE], message_stop), so its client cannot take it for a whole answer."""
+    openai_mock, claude = gateway.mocks("openai", "claude")
+    provider, primary = (claude, openai_mock) if caller == "openai" else (openai_mock, claude)
+    primary.set_default(status=503)
+    provider.set_default(chunks=5, abort_after_chunks=2, abort="close")
+    gw = gateway.start(CONFIG)
+    path, model = (("/v1/chat/completions", "gpt-4o") if caller == "openai"
+                   else ("/v1/messages", "claude-sonnet-4-5"))
+    r = gw.post(path, body=json.dumps({
+        "model": model, "stream": True, "max_tokens": 50,
+        "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"content-type": "application/json", "authorization": "Bearer k"})
+    assert r.status == 200, r.text
+    assert "[DONE]" not in r.text and "message_stop" not in r.text, r.text
+    name = "claude" if caller == "openai" else "openai"
+    assert f"{name}:0 " in r.text and f"{name}:1 " in r.text, r.text
