@@ -58,10 +58,14 @@ pub struct Answer<'a> {
     pub should_retry: Option<bool>,
 }
 
-/// Whether an upstream role may have moved the walk to an alternative list (SPEC 3a), so the
-/// plan must be read back before answering (only after a fallback, only for chains with lists).
+/// Whether an upstream role may have moved the walk to an alternative list (SPEC 3a) or
+/// retried a provider in place (SPEC 5), so the plan must be read back before answering (only
+/// after a fallback, only for chains with lists or in-place retry).
 pub fn may_have_rerouted(config: &Config, plan: &Plan, attempt_count: u64) -> bool {
-    attempt_count > 1 && config.chain(plan.chain).is_some_and(Chain::has_lists)
+    attempt_count > 1
+        && config
+            .chain(plan.chain)
+            .is_some_and(|c| c.has_lists() || c.retry_in_place.is_some())
 }
 
 /// The public view of a planned request's final answer.

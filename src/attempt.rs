@@ -308,6 +308,46 @@ pub fn past_budget(
     Some(PastBudget { reply, skipped })
 }
 
+/// When the upstream role must act on an attempt by itself (SPEC 5): Envoy's own timers are
+/// set once per request, these depend on the attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deadlines {
+    /// A streamed attempt with no output by then falls over as a `timeout`.
+    pub first_token_at: Option<u64>,
+    /// The budget ends before Envoy would stop waiting for this attempt's answer: the caller
+    /// gets the budget's answer then.
+    pub budget_at: Option<u64>,
+}
+
+/// The deadlines of attempt `a`, started at `start_ms`.
+pub fn deadlines(config: &Config, a: &Attempt<'_, '_>, start_ms: u64) -> Deadlines {
+    let t = &config.timeouts;
+    let stream = a.plan.stream;
+    let budget_end = a.plan.start_ms.saturating_add(t.budget_ms);
+    let envoy_gives_up = start_ms.saturating_add(t.headers_wait_ms(stream));
+    Deadlines {
+        first_token_at: t.first_token(stream).map(|ms| start_ms.saturating_add(ms)),
+        budget_at: (t.budget_ms > 0 && budget_end < envoy_gives_up).then_some(budget_end),
+    }
+}
+
+/// Attempt `a` is still waiting for its answer when the budget ends: the caller gets the
+/// budget's answer naming this provider's timeout, and the later planned providers are skips
+/// for budget.
+pub fn budget_ended(config: &Config, a: &Attempt<'_, '_>) -> PastBudget {
+    let skipped = a
+        .plan
+        .slots()
+        .skip(a.number)
+        .filter_map(|s| a.chain.entry(s.entry))
+        .map(|e| e.provider)
+        .collect();
+    PastBudget {
+        reply: Reply::budget_spent(&a.provider.name, Class::Timeout, config.timeouts.budget_ms),
+        skipped,
+    }
+}
+
 impl PastBudget {
     /// Appends the budget skips to the access log's attempt record.
     pub fn write_log(&self, config: &Config, log: &mut String) {
@@ -351,9 +391,11 @@ pub fn delay_source(class: Class) -> DelaySource {
     }
 }
 
-/// The class of an attempt that ended without response headers, from what Envoy says about it.
+/// The class of an attempt that ended without response headers, from what Envoy says about it
+/// (`stream`: the request asked for a stream; its wait may be the first-token timeout).
 pub fn no_response_class(
     config: &Config,
+    stream: bool,
     transport_failure: bool,
     client_gone: bool,
     elapsed_ms: u64,
@@ -362,7 +404,7 @@ pub fn no_response_class(
         transport_failure,
         client_gone,
         elapsed_ms,
-        attempt_timeout_ms: config.timeouts.attempt_ms,
+        attempt_timeout_ms: config.timeouts.headers_wait_ms(stream),
         stall_timeout_ms: config.timeouts.stall_ms,
     })
 }
@@ -403,27 +445,100 @@ pub enum Hold {
     Body(u16),
     /// A `200` event stream, until its first complete event.
     Stream,
+    /// A `200` event stream under a first-token timeout, until its first output
+    /// ([`dialects::first_output`]); the timeout fires while it is held.
+    FirstOutput,
 }
 
-/// Whether to hold an answer with `status` to read the start of its body. The healthy
-/// non-streaming path reads nothing more; a streamed request's `200` reads its content type
-/// (`content_type`). Never when the configuration turns holding off (Envoy 1.36 crashes
-/// retrying a held answer: the renderer turns it off there).
+/// What the upstream role reads of an answer's headers, from one read of the whole map (one
+/// hostcall, where reading the status and removing a provider's marker took two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHead<'m> {
+    pub status: u16,
+    pub content_type: Option<&'m [u8]>,
+    /// The answer has no body: it ended with its headers, or says `content-length: 0`.
+    pub empty: bool,
+    /// The provider sent a header named like the gateway's retry marker (it must go).
+    pub marker: bool,
+}
+
+impl<'m> ResponseHead<'m> {
+    /// Reads a serialized header map (`header_pairs` layout); `end_of_stream`: no body follows.
+    pub fn read(map: &'m [u8], end_of_stream: bool) -> Self {
+        let mut head = ResponseHead {
+            status: 0,
+            content_type: None,
+            empty: end_of_stream,
+            marker: false,
+        };
+        for (name, value) in crate::header_pairs::HeaderPairs::new(map) {
+            match name {
+                b":status" => {
+                    head.status = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                }
+                b"content-type" => head.content_type = Some(value),
+                b"content-length" => head.empty |= value == b"0",
+                _ if name == crate::wire::RETRY_MARKER_HEADER.as_bytes() => head.marker = true,
+                _ => {}
+            }
+        }
+        head
+    }
+
+    /// The class the status line and headers give attempt `a`'s answer: a `200` that is empty
+    /// or not what a model endpoint answers with (an HTML page from a proxy in front of the
+    /// provider) is a `server_error` (SPEC 3); requests without a model (other GETs) may get
+    /// any content.
+    pub fn class(&self, a: &Attempt<'_, '_>) -> Class {
+        let class = crate::classify::classify_status(self.status);
+        let unreadable = self.status == 200
+            && !a.plan.model.is_empty()
+            && (self.empty || self.content_type.is_some_and(|t| !dialects::is_readable(t)));
+        if unreadable {
+            Class::ServerError
+        } else {
+            class
+        }
+    }
+}
+
+/// Whether the end of attempt `a`'s answer is watched for its final event (SPEC 5: a stream
+/// cut short must not look complete): a streamed request's `200` event stream. `Some(true)`
+/// when the caller speaks Anthropic Messages (the error event is then theirs).
+pub fn watch_end(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<bool> {
+    let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
+    (a.plan.stream && head.status == 200 && event_stream).then(|| {
+        let path = a.plan.path.split('?').next().unwrap_or_default();
+        path.ends_with("/messages")
+    })
+}
+
+/// Whether to hold an answer to read the start of its body. A streamed request's `200` event
+/// stream is held until its first event; a failing answer whose body may refine its class,
+/// until the start of its body. Never when the configuration turns holding off (Envoy 1.36
+/// crashes retrying a held answer: the renderer turns it off there).
 pub fn hold(
     config: &Config,
     a: &Attempt<'_, '_>,
-    status: u16,
+    head: &ResponseHead<'_>,
     end_of_stream: bool,
-    content_type: impl FnOnce() -> Option<Vec<u8>>,
 ) -> Option<Hold> {
     if end_of_stream || !config.hold_answers {
         return None;
     }
-    let event_stream = || content_type().is_some_and(|v| dialects::is_event_stream(&v));
-    if status == 200 {
-        (a.plan.stream && event_stream()).then_some(Hold::Stream)
+    if head.status == 200 {
+        let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
+        let first_token = config.timeouts.first_token(a.plan.stream).is_some();
+        (a.plan.stream && event_stream).then_some(if first_token {
+            Hold::FirstOutput
+        } else {
+            Hold::Stream
+        })
     } else {
-        dialects::refinable(status).then_some(Hold::Body(status))
+        dialects::refinable(head.status).then_some(Hold::Body(head.status))
     }
 }
 
@@ -458,8 +573,13 @@ impl Hold {
                 status,
                 read_delay: true,
             }),
-            Hold::Stream => {
-                let class = match dialects::first_event(body, end_of_stream) {
+            Hold::Stream | Hold::FirstOutput => {
+                let start = if self == Hold::Stream {
+                    dialects::first_event(body, end_of_stream)
+                } else {
+                    dialects::first_output(body, end_of_stream)
+                };
+                let class = match start {
                     StreamStart::NeedMore => return None,
                     StreamStart::Healthy => Class::Ok,
                     StreamStart::Error(class) => class,
@@ -490,9 +610,13 @@ pub struct Settlement<'a> {
     /// Planned providers that will not be tried because the budget is spent (`budget` skips).
     pub budget_skips: Vec<ProviderId>,
     pub duration_ms: u64,
-    /// The walk moved to an alternative list (SPEC 3a): publish it before the router retries
-    /// ([`rerouted_slots`], [`rerouted_plan`]).
+    /// The walk moved to an alternative list (SPEC 3a), or takes this provider again (in-place
+    /// retry, SPEC 5): publish it before the router retries ([`rerouted_slots`],
+    /// [`rerouted_plan`]).
     pub reroute: Option<Vec<Slot>>,
+    /// An in-place retry: how long the next attempt waits before it is sent
+    /// (`wire::RETRY_AT_PROPERTY` holds when it may go).
+    pub retry_in_place_after_ms: Option<u64>,
 }
 
 /// Settles attempt `a` given its outcome, the time now and when the attempt started. `gate`
@@ -529,6 +653,15 @@ pub fn settle<'a>(
     } else {
         None
     };
+    // Otherwise the same provider once more, after a short wait (SPEC 5).
+    let in_place = match &reroute {
+        None if falls_over && room => retry_in_place(config, a, class, retry_after_ms),
+        _ => None,
+    };
+    let reroute = match in_place {
+        Some(_) => Some(in_place_walk(a)),
+        None => reroute,
+    };
     // Providers of the attempts after this one, along the (possibly rerouted) walk.
     let walk = reroute.as_deref().unwrap_or(a.plan.slot_list());
     let later = || {
@@ -556,7 +689,8 @@ pub fn settle<'a>(
     // timeout: see docs/features.md, "Known limits"), so count what happens, not what the chain says.
     // (When the budget is spent Envoy's own retry is refused as it starts: [`past_budget`].)
     let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
-    let fallback = if moves_on {
+    // A retry in place is no fallback: the request stays with this provider.
+    let fallback = if moves_on && in_place.is_none() {
         later().next().map(|next| (a.provider_id, next))
     } else {
         None
@@ -582,7 +716,62 @@ pub fn settle<'a>(
         budget_skips,
         duration_ms: now_ms.saturating_sub(attempt_start_ms),
         reroute,
+        retry_in_place_after_ms: in_place,
     }
+}
+
+/// Whether attempt `a`, failed with `class`, is retried on the same provider, and after how
+/// long (SPEC 5): only where its chain asks, once per provider, within the attempt limit; for
+/// connection errors, server errors and overload after the chain's back-off; for a 429 only
+/// when its `Retry-After` asks for no more than the chain allows, after that wait. Timeouts,
+/// setup faults and classes read from the body move on at once.
+pub fn retry_in_place(
+    config: &Config,
+    a: &Attempt<'_, '_>,
+    class: Class,
+    retry_after_ms: Option<u64>,
+) -> Option<u64> {
+    let policy = a.chain.retry_in_place?;
+    if config.routing != crate::config::Routing::Slots
+        || is_retry_in_place(a)
+        || a.number >= a.plan.limit()
+    {
+        return None;
+    }
+    let wait = match class {
+        Class::ConnectionError | Class::ServerError | Class::Overloaded => Some(policy.back_off_ms),
+        Class::RateLimited => retry_after_ms.filter(|&ms| ms <= policy.max_retry_after_ms),
+        _ => None,
+    };
+    // Envoy's per-try timer runs while the retry waits: a wait that leaves the retry less than
+    // half its time for an answer is not worth taking (move on instead).
+    let answer_wait = config.timeouts.headers_wait_ms(a.plan.stream);
+    wait.filter(|&ms| ms.saturating_mul(2) < answer_wait)
+}
+
+/// Attempt `a` is itself a retry in place: the attempt before it went to the same entry.
+pub fn is_retry_in_place(a: &Attempt<'_, '_>) -> bool {
+    a.number > 1
+        && a.plan
+            .slot(a.number - 1)
+            .is_some_and(|s| s.entry == a.slot.entry)
+}
+
+/// The walk with attempt `a`'s slot inserted again right after it, within the attempt limit
+/// (a later provider may drop off the end: the retry counts toward `max_attempts`).
+fn in_place_walk(a: &Attempt<'_, '_>) -> Vec<Slot> {
+    let slots = a.plan.slot_list();
+    let mut walk = Vec::with_capacity(slots.len() + 1);
+    walk.extend(slots.iter().take(a.number).copied());
+    walk.push(Slot {
+        entry: a.slot.entry,
+        // It failed just now: its success must be reported (and it probes nothing).
+        pristine: false,
+        probe: false,
+    });
+    walk.extend(slots.iter().skip(a.number).copied());
+    walk.truncate(a.plan.limit());
+    walk
 }
 
 /// Admits an alternative list's entry for attempt `a`'s request by its provider's health.

@@ -375,6 +375,18 @@ pub fn is_event_stream(content_type: &[u8]) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case(b"text/event-stream"))
 }
 
+/// Whether a `content-type` value is one a model endpoint answers with: JSON (any `+json` or
+/// `ndjson` included) or an event stream (SSE, or AWS's binary `vnd.amazon.eventstream`).
+/// Anything else (`text/html`, `text/plain`) is a proxy's page, not the provider's answer.
+pub fn is_readable(content_type: &[u8]) -> bool {
+    const READABLE: [&[u8]; 3] = [b"json", b"event-stream", b"eventstream"];
+    READABLE.iter().any(|needle| {
+        content_type
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    })
+}
+
 /// What to do with the start of a `200 text/event-stream` answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamStart {
@@ -405,6 +417,129 @@ pub fn first_event(held: &[u8], end_of_stream: bool) -> StreamStart {
         Some(class) => StreamStart::Error(class),
         None => StreamStart::Healthy,
     }
+}
+
+/// Decides on a held stream under a first-token timeout (SPEC 5): healthy at the first event
+/// that carries output (text, reasoning, a tool call, a refusal, or the answer's end), an
+/// error at an error event before it; events before any output (OpenAI's role chunk,
+/// Anthropic's `message_start` and `ping`) keep it held. With `end_of_stream`, or once `held`
+/// reaches [`BODY_PREFIX_LIMIT`], what is held is released.
+pub fn first_output(held: &[u8], end_of_stream: bool) -> StreamStart {
+    let mut rest = held.get(..BODY_PREFIX_LIMIT).unwrap_or(held);
+    while let Some((event, after)) = next_event(rest) {
+        if let Some(class) = error_event(event) {
+            return StreamStart::Error(class);
+        }
+        if is_output(event) {
+            return StreamStart::Healthy;
+        }
+        rest = after;
+    }
+    if end_of_stream || held.len() >= BODY_PREFIX_LIMIT {
+        StreamStart::Healthy
+    } else {
+        StreamStart::NeedMore
+    }
+}
+
+/// How much of a stream's end [`stream_complete`] needs: the final chunk and a usage chunk
+/// after it fit.
+pub const STREAM_TAIL: usize = 1024;
+
+/// Whether a stream's last bytes (`tail`, at most [`STREAM_TAIL`]) hold its final event:
+/// `[DONE]`, Anthropic's `message_stop` (or a `stop_reason`), the Responses API's
+/// `response.completed` / `.incomplete` / `.failed`, an error event, or a chunk with a
+/// `finish_reason`. A stream that ended without one was cut short (SPEC 5).
+pub fn stream_complete(tail: &[u8]) -> bool {
+    [
+        &b"[DONE]"[..],
+        b"message_stop",
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+        b"event: error",
+        b"\"error\"",
+    ]
+    .iter()
+    .any(|marker| find(tail, marker).is_some())
+        || has_text(tail, b"\"finish_reason\"")
+        || has_text(tail, b"\"stop_reason\"")
+}
+
+/// The event that ends a stream cut short, in the caller's dialect, so its client raises an
+/// error instead of taking a truncated answer for a complete one (SPEC 5): Anthropic's
+/// `event: error` for Messages callers, an OpenAI-style error frame for the others.
+pub fn cut_stream_event(messages_caller: bool) -> &'static [u8] {
+    if messages_caller {
+        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream ended before its final event\"}}\n\n"
+    } else {
+        b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n"
+    }
+}
+
+/// The first complete SSE event of `bytes` and what follows it.
+fn next_event(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (end, sep) = match (find(bytes, b"\n\n"), find(bytes, b"\r\n\r\n")) {
+        (Some(a), Some(b)) if b < a => (b, 4),
+        (Some(a), _) => (a, 2),
+        (None, Some(b)) => (b, 4),
+        (None, None) => return None,
+    };
+    Some((bytes.get(..end)?, bytes.get(end + sep..)?))
+}
+
+/// Whether a (non-error) SSE event carries output or ends the answer.
+fn is_output(event: &[u8]) -> bool {
+    let mut data_output = false;
+    for line in event.split(|&c| c == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(name) = field(line, b"event") {
+            // Anthropic's and the Responses API's named events: only these come before output.
+            return !matches!(
+                name,
+                b"message_start"
+                    | b"ping"
+                    | b"response.created"
+                    | b"response.in_progress"
+                    | b"response.output_item.added"
+                    | b"response.content_part.added"
+            );
+        }
+        if let Some(data) = field(line, b"data") {
+            const OUTPUT: [&[u8]; 7] = [
+                b"\"content\"",
+                b"\"reasoning_content\"",
+                b"\"reasoning\"",
+                b"\"refusal\"",
+                b"\"text\"",
+                b"\"finish_reason\"",
+                b"\"delta\"",
+            ];
+            data_output |= data == b"[DONE]"
+                || OUTPUT.iter().any(|key| has_text(data, key))
+                || find(data, b"\"tool_calls\"").is_some();
+        }
+    }
+    data_output
+}
+
+/// Whether JSON text has a member named `quoted_key` (quotes included) whose value is a
+/// non-empty string (a cheap scan, not a parse: it runs only until a stream's first output).
+#[inline(never)]
+fn has_text(json: &[u8], quoted_key: &[u8]) -> bool {
+    let mut rest = json;
+    while let Some(at) = find(rest, quoted_key) {
+        rest = rest.get(at + quoted_key.len()..).unwrap_or_default();
+        let value = rest
+            .trim_ascii_start()
+            .strip_prefix(b":")
+            .map(<[u8]>::trim_ascii_start)
+            .unwrap_or_default();
+        if value.starts_with(b"\"") && !value.starts_with(b"\"\"") {
+            return true;
+        }
+    }
+    false
 }
 
 /// The class of an SSE event that reports an error, `None` for any other event. An error is an

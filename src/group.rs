@@ -164,6 +164,16 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
                     .to_string(),
             });
         }
+        if chain.retry_in_place.is_some() {
+            // A retry in place inserts the same provider again after routing: same reason.
+            errors.push(ConfigError {
+                field: format!("chains[{c}].retry_in_place"),
+                problem: "in-place retry needs Envoy 1.39 or later: on older Envoys the \
+                          providers of a request are fixed when it is routed — remove it (a \
+                          failed attempt then falls over to the next provider at once)"
+                    .to_string(),
+            });
+        }
         let main = chain.main_entries();
         if chain.max_attempts.min(main.len()) < 2 {
             continue;

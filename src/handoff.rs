@@ -32,6 +32,9 @@ pub const OUTCOMES: &str = "llm_failover.outcomes";
 pub const FORWARD: &str = "llm_failover.forward";
 /// Filter-state name of an attempt's refusal.
 pub const REFUSED: &str = "llm_failover.refused";
+/// When an in-place retry may be sent (milliseconds on the host's clock, decimal): written by
+/// the failed attempt, read by its retry (SPEC 5).
+pub const RETRY_AT: &str = "llm_failover.retry_at";
 
 /// Version of the plan record's text format (its first line).
 pub const PLAN_VERSION: &str = "1";

@@ -322,9 +322,10 @@ pub struct Published<'a> {
 
 impl<'a> Published<'a> {
     pub fn record(&self, config: &Config) -> PlanRecord<'a> {
+        // The limit is written only where it may exceed the planned slots.
         let lists = self
             .chain(config)
-            .is_some_and(|c| c.has_lists())
+            .is_some_and(|c| c.has_lists() || c.retry_in_place.is_some())
             .then(|| self.attempt_limit(config));
         PlanRecord {
             config: config.fingerprint,

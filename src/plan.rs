@@ -121,10 +121,16 @@ impl Plan {
     /// after the last slot, within `max_attempts`.
     pub fn attempt_limit(&self, chain: &Chain) -> usize {
         let longest = self.context_window.len().max(self.content_policy.len());
-        if longest == 0 {
+        // With in-place retry each planned provider may be tried twice (SPEC 5).
+        let retries = if chain.retry_in_place.is_some() {
+            self.slots.len()
+        } else {
+            0
+        };
+        if longest == 0 && retries == 0 {
             return self.slots.len();
         }
-        (self.slots.len() + longest)
+        (self.slots.len() + longest + retries)
             .min(chain.max_attempts)
             .max(self.slots.len())
     }

@@ -74,6 +74,8 @@ pub const ENVOY_STEERING_HEADERS: [&str; 8] = [
     "x-envoy-hedge-on-per-try-timeout",
 ];
 pub const MAX_RETRIES_HEADER: &str = "x-envoy-max-retries";
+/// Envoy's per-request override of the route's `per_try_timeout` (read once per request).
+pub const PER_TRY_TIMEOUT_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
 
 /// Public response headers (SPEC section 6, fixed names).
 pub const PROVIDER_HEADER: &str = "x-llm-provider";

@@ -192,53 +192,153 @@ fn an_attempt_envoy_starts_past_the_budget_is_refused_with_the_last_failure() {
     );
 }
 
+/// A serialized header map (`header_pairs` layout), as Envoy hands it over.
+fn map(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = (pairs.len() as u32).to_le_bytes().to_vec();
+    for (k, v) in pairs {
+        out.extend((k.len() as u32).to_le_bytes());
+        out.extend((v.len() as u32).to_le_bytes());
+    }
+    for (k, v) in pairs {
+        out.extend(k.as_bytes());
+        out.push(0);
+        out.extend(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+fn streamed_plan() -> PlanText {
+    let record = PlanRecord {
+        config: 0,
+        chain: ChainId::FIRST,
+        start_ms: 1_000,
+        body_len: 20,
+        log_started: false,
+        stream: true,
+        caller_api: None,
+        slots: &SLOTS,
+        limit: 0,
+        context_window: &[],
+        content_policy: &[],
+        path: "/v1/chat",
+        authority: "gw",
+        model: "m",
+    };
+    PlanText::decode(record.encode()).expect("decodes")
+}
+
 #[test]
 fn answers_are_held_where_a_body_may_refine_them_and_the_configuration_allows() {
     let c = config();
     let p = plan(&SLOTS);
     let a = resolve(&c, p.view(), 1).expect("attempt 1");
-    // A 200 of a request that asked for no stream: released, its content type not even read.
-    assert_eq!(
-        hold(&c, &a, 200, false, || panic!("content type read")),
-        None
-    );
+    let head = |status: &str, content_type: &str| {
+        let m = map(&[(":status", status), ("content-type", content_type)]);
+        let h = ResponseHead::read(&m, false);
+        (h.status, h.content_type.map(<[u8]>::to_vec))
+    };
+    let held = |c: &Config, a: &Attempt<'_, '_>, status: &str, ct: &str, eos: bool| {
+        let m = map(&[(":status", status), ("content-type", ct)]);
+        hold(c, a, &ResponseHead::read(&m, eos), eos)
+    };
+    assert_eq!(head("429", "x"), (429, Some(b"x".to_vec())));
+    // A 200 of a request that asked for no stream: released.
+    assert_eq!(held(&c, &a, "200", "text/event-stream", false), None);
     // A failing answer a body rule may refine is held, unless it is already complete.
-    assert_eq!(hold(&c, &a, 400, false, || None), Some(Hold::Body(400)));
-    assert_eq!(hold(&c, &a, 400, true, || None), None);
+    assert_eq!(held(&c, &a, "400", "", false), Some(Hold::Body(400)));
+    assert_eq!(held(&c, &a, "400", "", true), None);
     // Holding turned off (Envoy 1.36): nothing is held.
     let mut off = config();
     off.hold_answers = false;
-    assert_eq!(hold(&off, &a, 400, false, || None), None);
+    assert_eq!(held(&off, &a, "400", "", false), None);
     // A streamed request's 200: held only when it is an event stream.
-    let record = PlanRecord {
-        stream: true,
-        ..PlanRecord {
-            config: 0,
-            chain: ChainId::FIRST,
-            start_ms: 1_000,
-            body_len: 20,
-            log_started: false,
-            stream: false,
-            caller_api: None,
-            slots: &SLOTS,
-            limit: 0,
-            context_window: &[],
-            content_policy: &[],
-            path: "/v1/chat",
-            authority: "gw",
-            model: "m",
-        }
-    };
-    let streamed = PlanText::decode(record.encode()).expect("decodes");
+    let streamed = streamed_plan();
     let a = resolve(&c, streamed.view(), 1).expect("attempt 1");
-    let sse = || Some(b"Text/Event-Stream; charset=utf-8".to_vec());
-    assert_eq!(hold(&c, &a, 200, false, sse), Some(Hold::Stream));
+    let sse = "Text/Event-Stream; charset=utf-8";
+    assert_eq!(held(&c, &a, "200", sse, false), Some(Hold::Stream));
+    assert_eq!(held(&c, &a, "200", "application/json", false), None);
+    let bare = map(&[(":status", "200")]);
+    assert_eq!(hold(&c, &a, &ResponseHead::read(&bare, false), false), None);
+    assert_eq!(held(&off, &a, "200", sse, false), None);
+}
+
+#[test]
+fn an_empty_or_unreadable_200_is_a_server_error() {
+    let c = config();
+    let p = plan(&SLOTS);
+    let a = resolve(&c, p.view(), 1).expect("attempt 1");
+    let class = |pairs: &[(&str, &str)], eos: bool| ResponseHead::read(&map(pairs), eos).class(&a);
+    let json = ("content-type", "application/json; charset=utf-8");
+    assert_eq!(class(&[(":status", "200"), json], false), Class::Ok);
     assert_eq!(
-        hold(&c, &a, 200, false, || Some(b"application/json".to_vec())),
-        None
+        class(
+            &[(":status", "200"), ("content-type", "text/event-stream")],
+            false
+        ),
+        Class::Ok
     );
-    assert_eq!(hold(&c, &a, 200, false, || None), None);
-    assert_eq!(hold(&off, &a, 200, false, sse), None);
+    assert_eq!(
+        class(
+            &[
+                (":status", "200"),
+                ("content-type", "application/vnd.amazon.eventstream")
+            ],
+            false
+        ),
+        Class::Ok
+    );
+    // No content type at all: given the benefit of the doubt.
+    assert_eq!(class(&[(":status", "200")], false), Class::Ok);
+    // An HTML page from a proxy in front of the provider, or a body that is not there.
+    assert_eq!(
+        class(
+            &[
+                (":status", "200"),
+                ("content-type", "text/html; charset=utf-8")
+            ],
+            false
+        ),
+        Class::ServerError
+    );
+    assert_eq!(
+        class(&[(":status", "200"), json, ("content-length", "0")], false),
+        Class::ServerError
+    );
+    assert_eq!(class(&[(":status", "200"), json], true), Class::ServerError);
+    // Other statuses keep their class; a 204 is no model answer's status but not "empty 200".
+    assert_eq!(
+        class(&[(":status", "503"), ("content-type", "text/html")], false),
+        Class::Overloaded
+    );
+    // A request without a model (another GET) may get any content.
+    let record = PlanRecord {
+        config: 0,
+        chain: ChainId::FIRST,
+        start_ms: 1_000,
+        body_len: 0,
+        log_started: false,
+        stream: false,
+        caller_api: None,
+        slots: &SLOTS,
+        limit: 0,
+        context_window: &[],
+        content_policy: &[],
+        path: "/v1/files/f/content",
+        authority: "gw",
+        model: "",
+    };
+    let get = PlanText::decode(record.encode()).expect("decodes");
+    let a = resolve(&c, get.view(), 1).expect("attempt 1");
+    let m = map(&[
+        (":status", "200"),
+        ("content-type", "application/octet-stream"),
+    ]);
+    assert_eq!(ResponseHead::read(&m, false).class(&a), Class::Ok);
+    // The provider's own retry marker is seen (and removed by the glue).
+    let m = map(&[(":status", "200"), (crate::wire::RETRY_MARKER_HEADER, "1")]);
+    assert!(ResponseHead::read(&m, false).marker);
+    assert!(!ResponseHead::read(&map(&[(":status", "200")]), false).marker);
 }
 
 #[test]
@@ -263,4 +363,230 @@ fn a_probes_success_is_always_reported_and_a_departed_caller_is_no_fallback() {
     };
     let s = settle(&c, &a, gone, 2_000, 1_000, &mut no_lists);
     assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
+}
+
+/// The test configuration with in-place retry on its chain (and a first-token timeout).
+fn retrying() -> Config {
+    let json = r#"{"role":"upstream",
+        "providers":[{"name":"a"},{"name":"b"}],
+        "chains":[{"name":"main","providers":["a","b"],"max_attempts":3,
+                   "retry_in_place":{"back_off":"400ms","max_retry_after":"2s"}}],
+        "timeouts":{"attempt":"20s","budget":"100s","min_remaining":"10s","first_token":"5s"}}"#;
+    Config::from_json(json.as_bytes(), &|_| None).expect("valid config")
+}
+
+fn limited_plan(slots: &[Slot], limit: u8) -> PlanText {
+    let record = PlanRecord {
+        config: 0,
+        chain: ChainId::FIRST,
+        start_ms: 1_000,
+        body_len: 20,
+        log_started: false,
+        stream: true,
+        caller_api: None,
+        slots,
+        limit,
+        context_window: &[],
+        content_policy: &[],
+        path: "/v1/messages",
+        authority: "gw",
+        model: "m",
+    };
+    PlanText::decode(record.encode()).expect("decodes")
+}
+
+fn failed(class: Class, status: Option<u16>, retry_after_ms: Option<u64>) -> Outcome {
+    Outcome {
+        class,
+        status,
+        retry_after_ms,
+    }
+}
+
+#[test]
+fn a_retryable_failure_is_retried_once_in_place_within_the_attempt_limit() {
+    let c = retrying();
+    let p = limited_plan(&SLOTS, 3);
+    let a = resolve(&c, p.view(), 1).expect("attempt 1");
+    let entries = |walk: &Option<Vec<Slot>>| {
+        walk.as_ref()
+            .map(|w| w.iter().map(|s| s.entry.index()).collect::<Vec<_>>())
+    };
+    for (class, status) in [
+        (Class::ServerError, Some(500)),
+        (Class::Overloaded, Some(503)),
+        (Class::ConnectionError, None),
+    ] {
+        let s = settle(
+            &c,
+            &a,
+            failed(class, status, None),
+            2_000,
+            1_500,
+            &mut no_lists,
+        );
+        assert_eq!(s.retry_in_place_after_ms, Some(400), "{class:?}");
+        assert_eq!(entries(&s.reroute), Some(vec![0, 0, 1]), "{class:?}");
+        assert_eq!(s.fallback, None, "a retry in place is no fallback");
+        assert!(s.report.is_some(), "it still counts toward the breaker");
+    }
+    // The retried slot reports its success (it failed just now) and probes nothing.
+    let s = settle(
+        &c,
+        &a,
+        failed(Class::ServerError, Some(500), None),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    let again = s.reroute.expect("rerouted")[1];
+    assert!(!again.pristine && !again.probe);
+    // A 429 only when Retry-After asks for no more than max_retry_after, after that wait.
+    let s = settle(
+        &c,
+        &a,
+        failed(Class::RateLimited, Some(429), Some(1_000)),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    assert_eq!(s.retry_in_place_after_ms, Some(1_000));
+    for retry_after in [Some(2_001), None] {
+        let s = settle(
+            &c,
+            &a,
+            failed(Class::RateLimited, Some(429), retry_after),
+            2_000,
+            1_500,
+            &mut no_lists,
+        );
+        assert_eq!((s.retry_in_place_after_ms, &s.reroute), (None, &None));
+        assert_eq!(pair(s.fallback), Some((0, 1)));
+    }
+    // Never for timeouts, setup faults or classes read from the body.
+    for class in [Class::Timeout, Class::QuotaExhausted, Class::ModelNotFound] {
+        let s = settle(
+            &c,
+            &a,
+            failed(class, Some(500), Some(10)),
+            2_000,
+            1_500,
+            &mut no_lists,
+        );
+        assert_eq!(s.retry_in_place_after_ms, None, "{class:?}");
+    }
+    // Once: the retry itself moves on.
+    let walk = [SLOTS[0], SLOTS[0], SLOTS[1]];
+    let p2 = limited_plan(&walk, 3);
+    let retry = resolve(&c, p2.view(), 2).expect("attempt 2");
+    assert!(is_retry_in_place(&retry));
+    let s = settle(
+        &c,
+        &retry,
+        failed(Class::ServerError, Some(500), None),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    assert_eq!((s.retry_in_place_after_ms, s.marker), (None, Marker::Set));
+    // Not past the attempt limit: the last attempt fails as it is.
+    let p3 = limited_plan(&SLOTS, 2);
+    let last = resolve(&c, p3.view(), 2).expect("attempt 2");
+    let s = settle(
+        &c,
+        &last,
+        failed(Class::ServerError, Some(500), None),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    assert_eq!(s.retry_in_place_after_ms, None);
+    // A wait that would leave the retry less than half its time for an answer moves on: here
+    // the streamed attempt's wait for headers is the first-token timeout (5 s).
+    let s = settle(
+        &c,
+        &a,
+        failed(Class::RateLimited, Some(429), Some(2_000)),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    assert_eq!(s.retry_in_place_after_ms, Some(2_000));
+    let mut short = retrying();
+    short.timeouts.first_token_ms = 4_000;
+    let s = settle(
+        &short,
+        &a,
+        failed(Class::RateLimited, Some(429), Some(2_000)),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    assert_eq!(s.retry_in_place_after_ms, None);
+    // Chains without it never retry in place.
+    let plain = config();
+    let a = resolve(&plain, p.view(), 1).expect("attempt 1");
+    let s = settle(
+        &plain,
+        &a,
+        failed(Class::ServerError, Some(500), None),
+        2_000,
+        1_500,
+        &mut no_lists,
+    );
+    assert_eq!(s.retry_in_place_after_ms, None);
+}
+
+#[test]
+fn deadlines_follow_the_first_token_timeout_and_the_budget() {
+    let c = retrying();
+    let p = limited_plan(&SLOTS, 3);
+    let a = resolve(&c, p.view(), 1).expect("attempt 1");
+    // Streamed: first token 5 s after the attempt's start; the budget (ends at 101 s) is
+    // beyond Envoy's own wait for headers (5 s).
+    assert_eq!(
+        deadlines(&c, &a, 2_000),
+        Deadlines {
+            first_token_at: Some(7_000),
+            budget_at: None
+        }
+    );
+    // Late in the budget: the attempt waits only until the budget's end.
+    assert_eq!(deadlines(&c, &a, 97_000).budget_at, Some(101_000));
+    // A request that asked for no stream has no first-token deadline; its wait is the attempt's.
+    let q = plan(&SLOTS);
+    let b = resolve(&c, q.view(), 1).expect("attempt 1");
+    assert_eq!(deadlines(&c, &b, 2_000), Deadlines::default());
+    assert_eq!(deadlines(&c, &b, 85_000).budget_at, Some(101_000));
+    assert_eq!(c.timeouts.headers_wait_ms(true), 5_000);
+    assert_eq!(c.timeouts.headers_wait_ms(false), 20_000);
+    // The budget's answer names this provider's timeout and skips the rest.
+    let ended = budget_ended(&c, &a);
+    assert_eq!(
+        (ended.reply.status, indices(&ended.skipped)),
+        (504, vec![1])
+    );
+}
+
+#[test]
+fn the_end_of_a_streamed_answer_is_watched_in_the_callers_dialect() {
+    let c = retrying();
+    let p = limited_plan(&SLOTS, 3);
+    let a = resolve(&c, p.view(), 1).expect("attempt 1");
+    let sse = map(&[(":status", "200"), ("content-type", "text/event-stream")]);
+    assert_eq!(watch_end(&a, &ResponseHead::read(&sse, false)), Some(true));
+    let json = map(&[(":status", "200"), ("content-type", "application/json")]);
+    assert_eq!(watch_end(&a, &ResponseHead::read(&json, false)), None);
+    let q = plan(&SLOTS);
+    let b = resolve(&c, q.view(), 1).expect("attempt 1");
+    assert_eq!(
+        watch_end(&b, &ResponseHead::read(&sse, false)),
+        None,
+        "not streamed"
+    );
+    // Under a first-token timeout a streamed 200 is held until its first output.
+    assert_eq!(
+        hold(&c, &a, &ResponseHead::read(&sse, false), false),
+        Some(Hold::FirstOutput)
+    );
 }

@@ -4,7 +4,8 @@
 use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
 use super::{
-    Capabilities, Chain, ChainEntry, EntryId, ModelPattern, ProviderId, MAX_CHAINS, MAX_CHAIN_LEN,
+    Capabilities, Chain, ChainEntry, EntryId, ModelPattern, ProviderId, RetryInPlace, MAX_CHAINS,
+    MAX_CHAIN_LEN,
 };
 use crate::classify::{Class, FailoverSet};
 use std::collections::BTreeMap;
@@ -131,6 +132,10 @@ fn validate_one(c: &RawChain, providers: &BTreeMap<&str, usize>, at: &mut At) ->
         content_policy,
         max_attempts: (c.max_attempts as usize).clamp(1, MAX_CHAIN_LEN),
         fallback_on,
+        retry_in_place: c.retry_in_place.as_ref().map(|s| RetryInPlace {
+            back_off_ms: s.back_off,
+            max_retry_after_ms: s.max_retry_after,
+        }),
         try_last: c.try_last,
         fallbacks_exhausted: c.fallbacks_exhausted,
     }

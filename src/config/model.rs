@@ -97,6 +97,8 @@ pub struct Chain {
     pub content_policy: Vec<EntryId>,
     pub max_attempts: usize,
     pub fallback_on: FailoverSet,
+    /// Retry a failed attempt once on the same provider before moving on.
+    pub retry_in_place: Option<RetryInPlace>,
     pub try_last: bool,
     pub fallbacks_exhausted: bool,
 }
@@ -160,6 +162,8 @@ pub struct Timeouts {
     pub stall_ms: u64,
     pub budget_ms: u64,
     pub min_remaining_ms: u64,
+    /// First-token timeout of streamed attempts (SPEC 5); 0 = off.
+    pub first_token_ms: u64,
 }
 
 impl Timeouts {
@@ -170,6 +174,26 @@ impl Timeouts {
     pub fn room_for_attempt(&self, spent_ms: u64) -> bool {
         self.budget_ms == 0 || spent_ms.saturating_add(self.min_remaining_ms) <= self.budget_ms
     }
+
+    /// The first-token timeout that applies to a request (`stream`: it asked for a stream).
+    pub fn first_token(&self, stream: bool) -> Option<u64> {
+        (stream && self.first_token_ms > 0).then_some(self.first_token_ms)
+    }
+
+    /// How long Envoy waits for an attempt's response headers (`per_try_timeout`): for a
+    /// streamed request with a first-token timeout, at most that (no headers, no output);
+    /// the downstream role sets it per request (`x-envoy-upstream-rq-per-try-timeout-ms`).
+    pub fn headers_wait_ms(&self, stream: bool) -> u64 {
+        self.first_token(stream)
+            .map_or(self.attempt_ms, |t| t.min(self.attempt_ms))
+    }
+}
+
+/// In-place retry of a chain (SPEC 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryInPlace {
+    pub back_off_ms: u64,
+    pub max_retry_after_ms: u64,
 }
 
 #[derive(Debug, Clone)]

@@ -53,6 +53,7 @@ pub fn timeouts(t: &RawTimeouts, problems: &mut Problems) -> Timeouts {
         stall_ms: t.stall,
         budget_ms: t.budget,
         min_remaining_ms: t.min_remaining,
+        first_token_ms: t.first_token,
     }
 }
 

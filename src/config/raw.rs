@@ -203,6 +203,31 @@ pub struct RawChain {
     /// Entries for a `content_filtered` answer; without them that answer goes to the caller.
     #[serde(default)]
     pub content_policy: Vec<RawChainEntry>,
+    /// Retry a failed attempt once on the same provider before moving on (SPEC 5):
+    /// `{back_off, max_retry_after}`, `{}` for the defaults. (An object only: an untagged
+    /// `true | {...}` would cost the module about 5 KB of serde's buffering.)
+    #[serde(default)]
+    pub retry_in_place: Option<RawRetrySettings>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetrySettings {
+    /// Wait before retrying a connection error, server error or overload.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub back_off: u64,
+    /// A 429 is retried in place only when its `Retry-After` asks for no more than this.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub max_retry_after: u64,
+}
+
+impl Default for RawRetrySettings {
+    fn default() -> Self {
+        RawRetrySettings {
+            back_off: 500,
+            max_retry_after: 2_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -298,6 +323,10 @@ pub struct RawTimeouts {
     pub budget: u64,
     #[serde(deserialize_with = "serde_duration::deserialize")]
     pub min_remaining: u64,
+    /// A streamed attempt with no output this long after its start falls over as a timeout
+    /// (SPEC 5); 0 = off.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub first_token: u64,
 }
 
 impl Default for RawTimeouts {
@@ -307,6 +336,7 @@ impl Default for RawTimeouts {
             stall: 0,
             budget: 300_000,
             min_remaining: 10_000,
+            first_token: 0,
         }
     }
 }

@@ -354,6 +354,7 @@ fn no_attempt_starts_with_less_than_min_remaining_of_the_budget() {
         stall_ms: 0,
         budget_ms: 2500,
         min_remaining_ms: 1000,
+        first_token_ms: 0,
     };
     assert!(t.room_for_attempt(0));
     assert!(t.room_for_attempt(1500), "exactly min_remaining left");
@@ -536,4 +537,30 @@ fn an_openai_provider_does_not_take_the_callers_anthropic_headers() {
         c.forwarding.verdict(b"openai-organization"),
         crate::forward::Verdict::Keep
     );
+}
+
+#[test]
+fn retry_in_place_and_the_first_token_timeout_are_read_with_their_defaults() {
+    let c = load(
+        r#"{"providers":[{"name":"a"}],"timeouts":{"first_token":"3s"},
+            "chains":[{"name":"x","providers":["a"],"retry_in_place":{}},
+                      {"name":"y","providers":["a"],"retry_in_place":{"back_off":"1s","max_retry_after":"5s"}},
+                      {"name":"z","providers":["a"]}]}"#,
+    )
+    .unwrap();
+    let policy = |i: usize| {
+        c.chains[i]
+            .retry_in_place
+            .map(|p| (p.back_off_ms, p.max_retry_after_ms))
+    };
+    assert_eq!(policy(0), Some((500, 2_000)));
+    assert_eq!(policy(1), Some((1_000, 5_000)));
+    assert_eq!(policy(2), None, "off by default");
+    assert_eq!(c.timeouts.first_token(true), Some(3_000));
+    assert_eq!(c.timeouts.first_token(false), None);
+    assert_eq!(load(MINIMAL).unwrap().timeouts.first_token(true), None);
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"x","providers":["a"],"retry_in_place":{"backoff":"1s"}}]}"#,
+    );
+    assert!(e[0].contains("retry_in_place"), "{e:?}");
 }

@@ -321,3 +321,98 @@ fn event_streams_are_told_by_their_content_type_in_any_case() {
     assert!(!is_event_stream(b"text/event"));
     assert!(!is_event_stream(b""));
 }
+
+#[test]
+fn first_output_waits_past_the_role_chunk_and_message_start() {
+    let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\": \"assistant\", \"content\": \"\"},\"finish_reason\":null}]}\n\n";
+    let token = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    assert_eq!(first_output(role.as_bytes(), false), StreamStart::NeedMore);
+    let both = format!("{role}{token}");
+    assert_eq!(first_output(both.as_bytes(), false), StreamStart::Healthy);
+    // A tool call, reasoning, a refusal, or the answer's end count as output.
+    for chunk in [
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0}]}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"refusal\":\"no\"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    ] {
+        let s = format!("{role}{chunk}");
+        assert_eq!(
+            first_output(s.as_bytes(), false),
+            StreamStart::Healthy,
+            "{chunk}"
+        );
+    }
+    // Anthropic: message_start and ping come before output; a content block is output.
+    let start =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n";
+    let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+    let waiting = format!("{start}{ping}");
+    assert_eq!(
+        first_output(waiting.as_bytes(), false),
+        StreamStart::NeedMore
+    );
+    let s = format!("{start}{ping}{delta}");
+    assert_eq!(first_output(s.as_bytes(), false), StreamStart::Healthy);
+    // An error before any output still falls over.
+    let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let s = format!("{start}{error}");
+    assert_eq!(
+        first_output(s.as_bytes(), false),
+        StreamStart::Error(Overloaded)
+    );
+    // The end of the stream, or the prefix limit, releases what is held.
+    assert_eq!(first_output(role.as_bytes(), true), StreamStart::Healthy);
+    let pings = ping.repeat(BODY_PREFIX_LIMIT / ping.len() + 1);
+    assert_eq!(first_output(pings.as_bytes(), false), StreamStart::Healthy);
+}
+
+#[test]
+fn a_streams_end_is_complete_with_its_final_event_only() {
+    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    assert!(!stream_complete(token.as_bytes()));
+    assert!(stream_complete(b"data: [DONE]\n\n"));
+    let last = "data: {\"choices\":[{\"delta\":{},\"finish_reason\": \"stop\"}]}\n\n";
+    assert!(
+        stream_complete(format!("{token}{last}").as_bytes()),
+        "no [DONE] is complete"
+    );
+    assert!(stream_complete(
+        b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+    ));
+    assert!(!stream_complete(
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"x\"}}\n\n"
+    ));
+    assert!(stream_complete(b"event: response.completed\ndata: {}\n\n"));
+    // The error events this filter writes end a stream in each caller's dialect.
+    for messages in [true, false] {
+        let event = cut_stream_event(messages);
+        assert!(stream_complete(event));
+        assert_eq!(first_event(event, false), StreamStart::Error(Overloaded));
+    }
+}
+
+#[test]
+fn readable_content_types() {
+    for t in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "application/problem+json",
+        "text/event-stream",
+        "application/vnd.amazon.eventstream",
+        "application/x-ndjson",
+    ] {
+        assert!(is_readable(t.as_bytes()), "{t}");
+    }
+    for t in [
+        "text/html",
+        "text/html; charset=utf-8",
+        "text/plain",
+        "application/octet-stream",
+    ] {
+        assert!(!is_readable(t.as_bytes()), "{t}");
+    }
+}

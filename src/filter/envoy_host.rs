@@ -132,6 +132,23 @@ impl Host for EnvoyHost {
         let _ = hostcalls::set_buffer(body(map), 0, size, value);
     }
 
+    fn body_range(&self, map: Map, start: usize, len: usize) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(body(map), start, len).ok().flatten()
+    }
+
+    fn append_body(&self, map: Map, size: usize, value: &[u8]) {
+        // Envoy appends what is written at or past the buffer's end (prepends at 0, which is
+        // the same for an empty buffer).
+        let _ = hostcalls::set_buffer(body(map), size, 0, value);
+    }
+
+    fn resume(&self, map: Map) {
+        let _ = match map {
+            Map::Request => hostcalls::resume_http_request(),
+            Map::Response => hostcalls::resume_http_response(),
+        };
+    }
+
     fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>) {
         let _ = hostcalls::send_http_response(u32::from(status), headers.to_vec(), body);
     }

@@ -3,6 +3,7 @@
 //! which context a plugin instance creates (DESIGN section 1, router mode).
 
 mod envoy_host;
+mod timers;
 
 use crate::config::{Config, Role};
 use crate::roles::{self, Downstream, Flow, Metrics, Upstream};
@@ -25,7 +26,7 @@ proxy_wasm::main! {{
         let _ = hostcalls::log(LogLevel::Critical, &format!("llm_failover: panic: {info}"));
     }));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(Root { config: None, metrics: None })
+        Box::new(Root { config: None, metrics: None, timers: Rc::default() })
     });
 }}
 
@@ -33,6 +34,8 @@ proxy_wasm::main! {{
 struct Root {
     config: Option<Rc<Config>>,
     metrics: Option<Rc<Metrics>>,
+    /// The upstream role's per-attempt deadlines: they bring the next tick forward.
+    timers: Rc<timers::Timers>,
 }
 
 impl Context for Root {
@@ -79,20 +82,28 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
             metrics.flush_answers(config, &EnvoyHost);
-            if config.role == Role::Downstream {
-                metrics.refresh_breaker_states(config, &EnvoyHost);
+            match config.role {
+                Role::Downstream => metrics.refresh_breaker_states(config, &EnvoyHost),
+                Role::Upstream => self.timers.fire(),
             }
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let config = Rc::clone(self.config.as_ref()?);
         let metrics = Rc::clone(self.metrics.as_ref()?);
         Some(match config.role {
             Role::Downstream => Box::new(DownstreamContext(Downstream::new(
                 EnvoyHost, config, metrics,
             ))),
-            Role::Upstream => Box::new(UpstreamContext(Upstream::new(EnvoyHost, config, metrics))),
+            Role::Upstream => Box::new(UpstreamContext {
+                id: context_id,
+                role: Rc::new(std::cell::RefCell::new(Upstream::new(
+                    EnvoyHost, config, metrics,
+                ))),
+                timers: Rc::clone(&self.timers),
+                deadline: None,
+            }),
         })
     }
 
@@ -135,33 +146,72 @@ impl HttpContext for DownstreamContext {
     }
 }
 
-struct UpstreamContext(Upstream<EnvoyHost>);
+/// One attempt in the upstream role. The role is shared with the root's timers, which wake it
+/// at its deadline ([`timers`]); after every callback its deadline is handed to them.
+struct UpstreamContext {
+    id: u32,
+    role: timers::Shared,
+    timers: Rc<timers::Timers>,
+    /// The deadline the timers hold for this attempt.
+    deadline: Option<u64>,
+}
+
+impl UpstreamContext {
+    /// After each callback: hands the attempt's deadline to the timers when it changed.
+    #[inline(never)]
+    fn after(&mut self) {
+        let deadline = self.role.borrow().deadline();
+        if deadline != self.deadline {
+            self.deadline = deadline;
+            self.timers.set(self.id, deadline, &self.role);
+        }
+    }
+}
 
 impl Context for UpstreamContext {
     fn on_done(&mut self) -> bool {
-        self.0.on_done();
+        self.role.borrow_mut().on_done();
+        if self.deadline.take().is_some() {
+            self.timers.set(self.id, None, &self.role);
+        }
         true
     }
 }
 
 impl HttpContext for UpstreamContext {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_request_headers(end_of_stream))
+        let flow = self.role.borrow_mut().on_request_headers(end_of_stream);
+        self.after();
+        action(flow)
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_request_body(body_size, end_of_stream))
+        let flow = self
+            .role
+            .borrow_mut()
+            .on_request_body(body_size, end_of_stream);
+        self.after();
+        action(flow)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_response_headers(end_of_stream))
+        let flow = self.role.borrow_mut().on_response_headers(end_of_stream);
+        self.after();
+        action(flow)
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_response_body(body_size, end_of_stream))
+        let flow = self
+            .role
+            .borrow_mut()
+            .on_response_body(body_size, end_of_stream);
+        self.after();
+        action(flow)
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
-        action(self.0.on_response_trailers())
+        let flow = self.role.borrow_mut().on_response_trailers();
+        self.after();
+        action(flow)
     }
 }

@@ -305,6 +305,13 @@ impl<H: Host> Downstream<H> {
         let retries = published.max_retries(&config).to_string();
         self.host
             .set_header(Map::Request, wire::MAX_RETRIES_HEADER, Some(&retries));
+        if config.timeouts.first_token(request.stream()).is_some() {
+            // A stream whose headers do not come within the first-token timeout has produced
+            // no output either: Envoy's per-try timer ends it (read once per request).
+            let wait = config.timeouts.headers_wait_ms(true).to_string();
+            self.host
+                .set_header(Map::Request, wire::PER_TRY_TIMEOUT_HEADER, Some(&wait));
+        }
         // The route's matcher must see the slot properties we just wrote.
         if !self.host.clear_route_cache() && !WARNED_ROUTE_CACHE.with(|w| w.replace(true)) {
             log::warn!("clear_route_cache is not available in this Envoy; the route may pick a stale cluster");

@@ -64,6 +64,12 @@ pub trait Host: SharedStore + Clock {
     fn body(&self, map: Map, size: usize) -> Option<Vec<u8>>;
     /// Replaces the first `size` bytes of the buffered body with `value`.
     fn set_body(&self, map: Map, size: usize, value: &[u8]);
+    /// `len` bytes of the buffered body from `start` (fewer when it is shorter).
+    fn body_range(&self, map: Map, start: usize, len: usize) -> Option<Vec<u8>>;
+    /// Adds `value` after the `size` bytes of the buffered body.
+    fn append_body(&self, map: Map, size: usize, value: &[u8]);
+    /// Resumes the request (`Map::Request`) or response paused by an earlier callback.
+    fn resume(&self, map: Map);
     /// Answers the request locally (the stream goes no further).
     fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>);
     /// Defines (or finds) a metric; `None` when the host refuses.

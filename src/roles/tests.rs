@@ -53,6 +53,8 @@ struct Stream {
     properties: RefCell<HashMap<Vec<u8>, Vec<u8>>>,
     local_reply: RefCell<Option<LocalReply>>,
     route_cache_cleared: Cell<usize>,
+    /// What `Host::resume` was called for (a timer's action).
+    resumed: RefCell<Vec<Map>>,
 }
 
 #[derive(Clone)]
@@ -157,6 +159,19 @@ impl Host for Recording {
         let mut body = self.buffer(map).borrow_mut();
         let size = size.min(body.len());
         body.splice(..size, value.iter().copied());
+    }
+    fn body_range(&self, map: Map, start: usize, len: usize) -> Option<Vec<u8>> {
+        let body = self.buffer(map).borrow();
+        let end = start.saturating_add(len).min(body.len());
+        Some(body.get(start.min(end)..end)?.to_vec())
+    }
+    fn append_body(&self, map: Map, size: usize, value: &[u8]) {
+        let mut body = self.buffer(map).borrow_mut();
+        let size = size.min(body.len());
+        body.splice(size..size, value.iter().copied());
+    }
+    fn resume(&self, map: Map) {
+        self.stream.resumed.borrow_mut().push(map);
     }
     fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>) {
         let headers = headers
@@ -1132,11 +1147,25 @@ fn a_stream_whose_first_event_is_an_error_falls_over() {
     let healthy = Provider::Answer(
         200,
         vec![("content-type", "text/event-stream")],
-        "data: {\"choices\":[]}\n\n",
+        "data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
     );
     let r = gw.request(&[], body, &[healthy]);
     assert_eq!((r.status, r.clusters()), (200, vec!["ca"]));
-    assert_eq!(r.body, b"data: {\"choices\":[]}\n\n");
+    assert_eq!(r.body, b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n");
+    // One that ends before its final event ends with an error frame (SPEC 5).
+    let cut = Provider::Answer(
+        200,
+        vec![("content-type", "text/event-stream")],
+        "data: {\"choices\":[]}\n\n",
+    );
+    let r = gw.request(&[], body, &[cut]);
+    assert_eq!((r.status, r.clusters()), (200, vec!["ca"]));
+    let expected = [
+        &b"data: {\"choices\":[]}\n\n"[..],
+        crate::dialects::cut_stream_event(false),
+    ]
+    .concat();
+    assert_eq!(r.body, expected);
 }
 
 #[test]

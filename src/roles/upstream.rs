@@ -3,15 +3,14 @@
 //! for it (marker header, metrics, breaker report, attempt log, outcome record).
 
 use super::registry;
-use super::{
-    health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
-};
+use super::{health, send_reply, text_property, u64_property, Flow, Host, Map, Metrics};
 use crate::attempt::{
     self, AnswerTranslation, BodyEdit, DelaySource, Hold, Marker, Outcome, Translation,
 };
 use crate::classify::{classify_status, Class};
 use crate::config::Config;
 use crate::destination::{self, Refusal};
+use crate::dialects;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
@@ -52,6 +51,18 @@ pub struct Upstream<H: Host> {
     hold: Option<Hold>,
     /// Bytes of the held body received so far.
     held: usize,
+    /// The provider's answer carried a header named like the retry marker.
+    provider_marker: bool,
+    /// Response headers came (the attempt is no longer waiting for its answer to start).
+    answered: bool,
+    /// What this attempt must do by itself, and when (SPEC 5; see [`Upstream::deadline`]).
+    deadlines: attempt::Deadlines,
+    /// An in-place retry waits until then before it is sent.
+    send_at: Option<u64>,
+    /// The stream's last bytes, while its end is watched for the final event (SPEC 5).
+    watch: Option<Vec<u8>>,
+    /// The caller speaks Anthropic Messages (for the error event of a stream cut short).
+    messages_caller: bool,
 }
 
 /// A translated attempt's answer on its way to the caller.
@@ -77,6 +88,12 @@ impl<H: Host> Upstream<H> {
             settled: false,
             hold: None,
             held: 0,
+            provider_marker: false,
+            answered: false,
+            deadlines: attempt::Deadlines::default(),
+            send_at: None,
+            watch: None,
+            messages_caller: false,
         }
     }
 
@@ -129,9 +146,13 @@ impl<H: Host> Upstream<H> {
             let record = attempt::rerouted_plan(&a, walk);
             host.set_property(handoff::PLAN, record.as_bytes());
         }
-        if settled.marker != Marker::Untouched {
-            // The route's retry policy retries answers marked "1"; a provider's own copy goes
-            // (a remove is one cheap hostcall, no read).
+        if let Some(wait) = settled.retry_in_place_after_ms {
+            let at = now.saturating_add(wait).to_string();
+            host.set_property(handoff::RETRY_AT, at.as_bytes());
+        }
+        let remove_nothing = settled.marker == Marker::Remove && !self.provider_marker;
+        if settled.marker != Marker::Untouched && !remove_nothing {
+            // The route's retry policy retries answers marked "1"; a provider's own copy goes.
             host.set_header(
                 Map::Response,
                 wire::RETRY_MARKER_HEADER,
@@ -251,9 +272,94 @@ impl<H: Host> Upstream<H> {
         let client_gone =
             u64_property(&self.host, b"response\0flags") & DOWNSTREAM_CONNECTION_TERMINATION != 0;
         let elapsed = self.host.now_ms().saturating_sub(current.start_ms);
-        let class =
-            attempt::no_response_class(&self.config, transport_failure, client_gone, elapsed);
+        let stream = current.plan.view().stream;
+        let class = attempt::no_response_class(
+            &self.config,
+            stream,
+            transport_failure,
+            client_gone,
+            elapsed,
+        );
         self.settle(class, None, None);
+    }
+
+    /// The next time this attempt must act by itself ([`Upstream::on_timer`]), if any: the glue
+    /// asks after every callback and wakes it then.
+    pub fn deadline(&self) -> Option<u64> {
+        let d = &self.deadlines;
+        let waiting = !self.settled || self.hold.is_some();
+        let first_token = d
+            .first_token_at
+            .filter(|_| self.hold == Some(Hold::FirstOutput));
+        let budget = d
+            .budget_at
+            .filter(|_| waiting && (!self.answered || self.hold.is_some()));
+        [self.send_at, first_token, budget]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// A deadline passed ([`Upstream::deadline`]): send a retry whose wait is over, fail over a
+    /// stream that produced no output in time, or end a wait the budget no longer covers.
+    #[inline(never)]
+    pub fn on_timer(&mut self) {
+        let now = self.host.now_ms();
+        let due = |at: Option<u64>| at.is_some_and(|at| at <= now);
+        if due(self.send_at) {
+            self.send_at = None;
+            // A body still being rewritten or translated continues the request itself.
+            if self.rewrite_to.is_none() && !self.translate_request {
+                self.host.resume(Map::Request);
+            }
+        }
+        if due(self.deadlines.first_token_at) && self.hold == Some(Hold::FirstOutput) {
+            // No output in time: a timeout, marked for the next provider like any other.
+            self.hold = None;
+            self.watch = None;
+            self.settle(Class::Timeout, Some(200), None);
+            self.host.resume(Map::Response);
+            return;
+        }
+        if !due(self.deadlines.budget_at) {
+            return;
+        }
+        self.deadlines.budget_at = None;
+        if let Some(hold) = self.hold.take() {
+            // The budget is spent: the answer goes to the caller as its status says.
+            let status = match hold {
+                Hold::Body(status) => status,
+                Hold::Stream | Hold::FirstOutput => 200,
+            };
+            self.settle_status(status, classify_status(status));
+            self.host.resume(Map::Response);
+        } else if !self.answered && !self.settled {
+            self.end_at_budget();
+        }
+    }
+
+    /// The budget ended while this attempt waited for its answer: a timeout, and the caller
+    /// gets the budget's answer at once (SPEC 5).
+    fn end_at_budget(&mut self) {
+        self.settle(Class::Timeout, None, None);
+        let Some(current) = &self.current else {
+            return;
+        };
+        let config = Rc::clone(&self.config);
+        let Some(a) = attempt::resolve(&config, current.plan.view(), current.number) else {
+            return;
+        };
+        let ended = attempt::budget_ended(&config, &a);
+        let host = &self.host;
+        for &skipped in &ended.skipped {
+            self.metrics
+                .skipped(host, &config, skipped, SkipReason::Budget);
+        }
+        let mut log = text_property(host, wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default();
+        ended.write_log(&config, &mut log);
+        host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        host.set_property(handoff::REFUSED, &Refused::Budget.encode());
+        send_reply(host, &ended.reply, Api::of_path(a.plan.path));
     }
 
     pub fn on_request_headers(&mut self, end_of_stream: bool) -> Flow {
@@ -339,14 +445,23 @@ impl<H: Host> Upstream<H> {
         };
         self.translation = a.translation;
         self.translate_request = matches!(edits.body, BodyEdit::Translate(_));
+        self.deadlines = attempt::deadlines(&config, &a, start_ms);
+        // A retry in place waits out its back-off before it is sent (SPEC 5).
+        if attempt::is_retry_in_place(&a) {
+            self.send_at = host
+                .property(handoff::RETRY_AT.as_bytes())
+                .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok())
+                .filter(|&at| at > start_ms);
+        }
         self.current = plan.map(|plan| Current {
             number,
             plan,
             start_ms,
         });
-        if rewrite_to.is_some() || self.translate_request {
-            self.rewrite_to = rewrite_to;
-            // Hold the headers until the body is rewritten and its length known.
+        self.rewrite_to = rewrite_to;
+        if self.rewrite_to.is_some() || self.translate_request || self.send_at.is_some() {
+            // Hold the headers until the body is rewritten and its length known, and until
+            // the back-off is over.
             return Flow::Pause;
         }
         Flow::Continue
@@ -354,10 +469,21 @@ impl<H: Host> Upstream<H> {
 
     pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
         if self.translate_request {
-            return self.translate_request_body(body_size, end_of_stream);
+            let flow = self.translate_request_body(body_size, end_of_stream);
+            // A retry in place keeps its body with its headers until the back-off is over.
+            return if self.send_at.is_some() {
+                Flow::Pause
+            } else {
+                flow
+            };
         }
         let Some(model) = &self.rewrite_to else {
-            return Flow::Continue;
+            // A retry in place keeps its body with its headers until the back-off is over.
+            return if self.send_at.is_some() {
+                Flow::Pause
+            } else {
+                Flow::Continue
+            };
         };
         if !end_of_stream {
             return Flow::Pause;
@@ -370,6 +496,9 @@ impl<H: Host> Upstream<H> {
         self.host
             .set_header(Map::Request, "content-length", Some(&len.to_string()));
         self.rewrite_to = None;
+        if self.send_at.is_some() {
+            return Flow::Pause;
+        }
         Flow::Continue
     }
 
@@ -412,28 +541,45 @@ impl<H: Host> Upstream<H> {
         let Some(current) = &self.current else {
             return Flow::Continue;
         };
-        let status = status_code(&self.host, Map::Response);
         let Some(a) = attempt::resolve(&self.config, current.plan.view(), current.number) else {
             return Flow::Continue;
         };
-        let content_type = || self.host.header(Map::Response, "content-type");
-        if let Some(hold) = attempt::hold(&self.config, &a, status, end_of_stream, content_type) {
+        let map = self.host.header_map(Map::Response);
+        let head = attempt::ResponseHead::read(&map, end_of_stream);
+        self.provider_marker = head.marker;
+        self.answered = true;
+        // A translated stream's end is its translator's (not watched here).
+        let watched = a
+            .translation
+            .is_none()
+            .then(|| attempt::watch_end(&a, &head));
+        if let Some(messages_caller) = watched.flatten() {
+            self.messages_caller = messages_caller;
+            self.watch = Some(Vec::new());
+        }
+        if let Some(hold) = attempt::hold(&self.config, &a, &head, end_of_stream) {
             self.hold = Some(hold);
             return Flow::Pause;
         }
-        let marker = self.settle_status(status, classify_status(status));
+        let class = head.class(&a);
+        let marker = self.settle_status(head.status, class);
         if !end_of_stream {
-            self.start_answer(status, marker);
+            self.start_answer(head.status, marker);
         }
         Flow::Continue
     }
 
     pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
         self.held = body_size;
-        if self.hold.is_some() {
-            return self.decide_held(end_of_stream);
+        let flow = if self.hold.is_some() {
+            self.decide_held(end_of_stream)
+        } else {
+            self.translate_answer(body_size, end_of_stream)
+        };
+        if flow == Flow::Continue && self.watch.is_some() {
+            self.watch_end(body_size, end_of_stream);
         }
-        self.translate_answer(body_size, end_of_stream)
+        flow
     }
 
     /// A translated attempt's answer that goes to the caller (not marked for a retry: a
@@ -502,6 +648,29 @@ impl<H: Host> Upstream<H> {
         self.decide_held(true)
     }
 
+    /// Keeps the stream's last bytes; at its end, a stream without its final event gets an
+    /// error event in the caller's dialect, so the caller's client raises (SPEC 5).
+    fn watch_end(&mut self, body_size: usize, end_of_stream: bool) {
+        let Some(tail) = &mut self.watch else {
+            return;
+        };
+        let len = body_size.min(dialects::STREAM_TAIL);
+        if len > 0 {
+            let bytes = self.host.body_range(Map::Response, body_size - len, len);
+            tail.extend_from_slice(&bytes.unwrap_or_default());
+            let excess = tail.len().saturating_sub(dialects::STREAM_TAIL);
+            tail.drain(..excess);
+        }
+        if end_of_stream {
+            if !dialects::stream_complete(tail) {
+                log::debug!("a stream ended before its final event: ending it with an error");
+                let event = dialects::cut_stream_event(self.messages_caller);
+                self.host.append_body(Map::Response, body_size, event);
+            }
+            self.watch = None;
+        }
+    }
+
     /// Settles an answer with this status as `class`, reading the delay it asked for.
     fn settle_status(&mut self, status: u16, class: Class) -> Marker {
         let delay = self.requested_delay(class);
@@ -521,6 +690,10 @@ impl<H: Host> Upstream<H> {
         let Some(decided) = hold.decide(&body, end_of_stream) else {
             return Flow::Pause;
         };
+        if decided.class != Class::Ok {
+            // It falls over or goes back as an error: no stream of it reaches the caller.
+            self.watch = None;
+        }
         let marker = if decided.read_delay {
             self.settle_status(decided.status, decided.class)
         } else {

@@ -6,7 +6,8 @@ Every request is checked:
   * exactly one answer: a complete response, or a stream that ends early after its provider
     failed mid-way (a clear end: the connection closes before the last chunk);
   * no answer mixing two providers (every content chunk names the provider in x-llm-provider);
-  * no request at the same provider twice, nor at more providers than max_attempts;
+  * no request at the same provider more than twice (once, plus its in-place retry), nor at
+    more providers than max_attempts;
   * each provider sees only its own credential (never another's, never the caller's key or
     cookie);
   * the public headers match what the mocks saw (x-llm-provider answered it, x-llm-attempts
@@ -53,7 +54,9 @@ chains:
   - name: soak
     providers: [p1, p2, p3]
     max_attempts: 3
-timeouts: {attempt: 1s, budget: 10s, min_remaining: 1s}
+    retry_in_place: {back_off: 200ms}   # issue 23: 500/503/reset retried once in place (a 429
+                                        # asking for 1 s moves on: more than half the 0.8-1 s wait)
+timeouts: {attempt: 1s, budget: 10s, min_remaining: 1s, first_token: 800ms}
 breaker: {failures: 150, window: 5s, cooldown: 1s, max_cooldown: 2s}
 """
 
@@ -325,8 +328,9 @@ class Soak:
         self.harvest()
         seen = self.seen
         for rid, providers in seen.items():
-            if len(providers) != len(set(providers)):
-                self.violation("same provider twice", f"{rid}: {providers}")
+            # In-place retry tries a provider at most twice (SPEC 5).
+            if max(collections.Counter(providers).values()) > 2:
+                self.violation("same provider three times", f"{rid}: {providers}")
             if len(providers) > MAX_ATTEMPTS:
                 self.violation("more providers than max_attempts", f"{rid}: {providers}")
         for rid, status, _, provider, attempts, _ in self.results:

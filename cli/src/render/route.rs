@@ -27,7 +27,11 @@ pub fn slot_count(gw: &Gateway) -> usize {
     gw.config
         .chains
         .iter()
-        .map(|c| c.max_attempts.min(c.entries.len()))
+        .map(|c| {
+            // In-place retry may try each entry twice (SPEC 5).
+            let tries = if c.retry_in_place.is_some() { 2 } else { 1 };
+            c.max_attempts.min(c.entries.len() * tries)
+        })
         .max()
         .unwrap_or(1)
         .max(1)
