@@ -55,8 +55,8 @@ chains:
     providers: [p1, p2, p3]
     max_attempts: 3
     retry_in_place: {back_off: 200ms}   # issue 23: 500/503/reset retried once in place (a 429
-                                        # asking for 1 s moves on: more than half the 0.8-1 s wait)
-timeouts: {attempt: 1s, budget: 10s, min_remaining: 1s, first_token: 800ms}
+                                        # asking for 1 s moves on: more than half the 1 s wait)
+timeouts: {attempt: 1s, budget: 10s, min_remaining: 1s, first_token: 1s}
 breaker: {failures: 150, window: 5s, cooldown: 1s, max_cooldown: 2s}
 """
 
