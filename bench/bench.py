@@ -44,6 +44,8 @@ LITELLM_PORT = PORT_BASE + 3
 NGINX_OK_H2 = PORT_BASE + 4    # the same answers over HTTP/2 (h2c, prior knowledge)
 NGINX_FAIL_H2 = PORT_BASE + 5
 NGINX_SSE = PORT_BASE + 6      # a healthy SSE answer (first event, more events, [DONE])
+NGINX_MSG = PORT_BASE + 7      # an Anthropic Messages provider: a message (JSON)
+NGINX_MSG_SSE = PORT_BASE + 8  # ... and a Messages event stream
 MAX_REQUESTS = int(os.environ.get("BENCH_MAX_REQUESTS", "2000000"))
 CONCURRENCY = 2  # Envoy --concurrency
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -66,6 +68,24 @@ SSE_EVENT = ('data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","cre
              '"model":"gpt-4o-mini","choices":[{"index":0,"delta":{"role":"assistant",'
              '"content":"ok"},"finish_reason":null}]}')
 SSE_STREAM = SSE_EVENT + "\\n\\n" + SSE_EVENT + "\\n\\ndata: [DONE]\\n\\n"
+# The same answers from an Anthropic Messages provider (the cross-vendor rows translate them).
+MESSAGE = ('{"id":"msg_bench","type":"message","role":"assistant","model":"claude-bench",'
+           '"content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn",'
+           '"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}')
+MSG_SSE_STREAM = "\\n\\n".join([
+    'event: message_start\\ndata: {"type":"message_start","message":{"id":"msg_bench",'
+    '"type":"message","role":"assistant","model":"claude-bench","content":[],'
+    '"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":0}}}',
+    'event: content_block_start\\ndata: {"type":"content_block_start","index":0,'
+    '"content_block":{"type":"text","text":""}}',
+    'event: content_block_delta\\ndata: {"type":"content_block_delta","index":0,'
+    '"delta":{"type":"text_delta","text":"ok"}}',
+    'event: content_block_delta\\ndata: {"type":"content_block_delta","index":0,'
+    '"delta":{"type":"text_delta","text":"ok"}}',
+    'event: content_block_stop\\ndata: {"type":"content_block_stop","index":0}',
+    'event: message_delta\\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn",'
+    '"stop_sequence":null},"usage":{"output_tokens":2}}',
+    'event: message_stop\\ndata: {"type":"message_stop"}']) + "\\n\\n"
 
 PROCS = []  # (name, Popen, own_process_group)
 
@@ -230,6 +250,14 @@ http {{
     location / {{ default_type text/event-stream; return 200 '{SSE_STREAM}'; }}
   }}
   server {{
+    listen 127.0.0.1:{NGINX_MSG} backlog=4096;
+    location / {{ return 200 '{MESSAGE}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_MSG_SSE} backlog=4096;
+    location / {{ default_type text/event-stream; return 200 '{MSG_SSE_STREAM}'; }}
+  }}
+  server {{
     listen 127.0.0.1:{NGINX_OK_H2} http2 backlog=4096;
     location / {{ return 200 '{CHAT_COMPLETION}'; }}
   }}
@@ -265,12 +293,20 @@ def fail_log_lines(path):
 # Envoy configurations, all derived from one rendered llm-failover config
 
 
-def render(primary, secondary, listen, admin, module=None):
+def render(primary, secondary, listen, admin, module=None, api=None):
+    """The demo config rendered for these ports; `api` ("openai" or "anthropic") declares the
+    API every provider speaks (SPEC 13: a caller of the other API is translated)."""
     env = dict(os.environ, PRIMARY_PORT=str(primary), SECONDARY_PORT=str(secondary),
                TERTIARY_PORT=str(secondary), LISTEN_PORT=str(listen), ADMIN_PORT=str(admin),
                **BREAKER_ENV)
+    source = DEMO
+    if api:
+        text, n = re.subn(r"(?m)^  - name: (\w+)\n", rf"\g<0>    api: {api}\n", DEMO.read_text())
+        assert n == 3, "the demo config's three providers"
+        source = RUN / f"source-{listen}.failover.yaml"
+        source.write_text(text)
     out = RUN / f"rendered-{listen}.yaml"
-    subprocess.run([str(CLI), "render", str(DEMO), "--out", str(out), "--module", str(module or MODULE)],
+    subprocess.run([str(CLI), "render", str(source), "--out", str(out), "--module", str(module or MODULE)],
                    env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
     return yaml.safe_load(out.read_text())
 
@@ -488,9 +524,12 @@ class Target:
     """One thing under load: an Envoy configuration (or LiteLLM)."""
 
     def __init__(self, key, label, primary, transform=None, expect_status=200,
-                 expect_provider=None, expect_attempts=None, secondary=NGINX_OK, module=None):
+                 expect_provider=None, expect_attempts=None, secondary=NGINX_OK, module=None,
+                 api=None, request="chat"):
         self.key, self.label, self.primary, self.secondary = key, label, primary, secondary
         self.module = module  # None: MODULE (--module); set for --compare's "success_b"
+        self.api = api  # the API the providers speak (None: not declared, never translated)
+        self.request = request  # the caller's request: a key of REQUESTS
         self.transform, self.expect_status = transform, expect_status
         self.expect_provider, self.expect_attempts = expect_provider, expect_attempts
         self.proc, self.pids, self.port, self.admin = None, None, None, None
@@ -505,7 +544,7 @@ class Target:
         return int(m.group(1)) if m else 0
 
     def url(self):
-        return f"http://127.0.0.1:{self.port}{PATH}"
+        return f"http://127.0.0.1:{self.port}{REQUESTS[self.request][0]}"
 
     def stats(self):
         if self.admin is None:
@@ -560,15 +599,42 @@ TARGETS["plain_sse"] = lambda: Target("plain_sse", "Envoy plain route (no filter
                                       NGINX_SSE, plain_route)
 TARGETS["success_sse"] = lambda: Target("success_sse", "llm-failover, SSE answer", NGINX_SSE,
                                         expect_provider="primary", expect_attempts="1")
+# Cross-vendor chains (SPEC 13, issue 21): the caller speaks one API, the provider the other,
+# each request and answer translated; next to the same-API path with the same answer shape.
+# "sse" is the same-API stream under load (success_sse serves the first-byte rows).
+XV_KEYS = ["sse", "xv_json", "xv_sse", "xv_json_rev", "xv_sse_rev"]
+TARGETS["sse"] = lambda: Target("sse", "llm-failover, same API, stream", NGINX_SSE,
+                                expect_provider="primary", expect_attempts="1",
+                                request="chat_stream")
+TARGETS["xv_json"] = lambda: Target(
+    "xv_json", "translated: OpenAI caller, Anthropic provider (JSON)", NGINX_MSG,
+    expect_provider="primary", expect_attempts="1", api="anthropic", secondary=NGINX_MSG)
+TARGETS["xv_sse"] = lambda: Target(
+    "xv_sse", "translated: OpenAI caller, Anthropic provider (stream)", NGINX_MSG_SSE,
+    expect_provider="primary", expect_attempts="1", api="anthropic", secondary=NGINX_MSG_SSE,
+    request="chat_stream")
+TARGETS["xv_json_rev"] = lambda: Target(
+    "xv_json_rev", "translated: Anthropic caller, OpenAI provider (JSON)", NGINX_OK,
+    expect_provider="primary", expect_attempts="1", api="openai", request="messages")
+TARGETS["xv_sse_rev"] = lambda: Target(
+    "xv_sse_rev", "translated: Anthropic caller, OpenAI provider (stream)", NGINX_SSE,
+    expect_provider="primary", expect_attempts="1", api="openai", secondary=NGINX_SSE,
+    request="messages_stream")
+# The callers' requests: (path, body file suffix). The 1 KB bodies of each are made in main().
+REQUESTS = {"chat": ("/v1/chat/completions", ""),
+            "chat_stream": ("/v1/chat/completions", "-stream"),
+            "messages": ("/v1/messages", "-messages"),
+            "messages_stream": ("/v1/messages", "-messages-stream")}
 # nginx over h2 answers `return` before reading a large body and then resets the stream, which
-# Envoy reports as 503 UR: the HTTP/2 experiments use the 1 KB body only.
-ONE_KB_ONLY = {"plain_h2", "failover_h2"}
+# Envoy reports as 503 UR: the HTTP/2 experiments use the 1 KB body only. The cross-vendor rows
+# are 1 KB too.
+ONE_KB_ONLY = {"plain_h2", "failover_h2"} | set(XV_KEYS)
 
 
-def first_byte_ms(port, body, n):
+def first_byte_ms(port, body, n, path=PATH):
     """Milliseconds from sending each request to the first byte of its response body, `n`
     requests one after another on one keep-alive connection (each response read whole)."""
-    head = (f"POST {PATH} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    head = (f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer sk-bench\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     out = []
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -606,17 +672,25 @@ def first_byte_rows(envoys, n, rounds):
                              "messages": [{"role": "user", "content": "hi"}]}).encode()
     plain_req = json.dumps({"model": "gpt-4o-mini",
                             "messages": [{"role": "user", "content": "hi"}]}).encode()
-    cells = [("plain_sse", stream_req, "plain route"),
-             ("success_sse", plain_req, "llm-failover, not held (request without stream)"),
-             ("success_sse", stream_req, "llm-failover, held until the first event")]
-    for key, body, _ in cells:
-        first_byte_ms(envoys[key].port, body, min(n, 200))  # warm-up
+    messages_req = json.dumps({"model": "gpt-4o-mini", "stream": True, "max_tokens": 64,
+                               "messages": [{"role": "user", "content": "hi"}]}).encode()
+    cells = [("plain_sse", stream_req, PATH, "plain route"),
+             ("success_sse", plain_req, PATH, "llm-failover, not held (request without stream)"),
+             ("success_sse", stream_req, PATH, "llm-failover, held until the first event")]
+    if "xv_sse" in envoys:  # a translated stream's first byte, next to the same-API one's
+        cells.append(("xv_sse", stream_req, PATH, "llm-failover, translated stream (OpenAI "
+                      "caller, Anthropic provider)"))
+    if "xv_sse_rev" in envoys:
+        cells.append(("xv_sse_rev", messages_req, "/v1/messages", "llm-failover, translated "
+                      "stream (Anthropic caller, OpenAI provider)"))
+    for key, body, path, _ in cells:
+        first_byte_ms(envoys[key].port, body, min(n, 200), path)  # warm-up
     samples = [[] for _ in cells]
     for _ in range(rounds):  # rounds interleave the cells, so drift on a shared machine is shared
-        for i, (key, body, _) in enumerate(cells):
-            samples[i] += first_byte_ms(envoys[key].port, body, n)
+        for i, (key, body, path, _) in enumerate(cells):
+            samples[i] += first_byte_ms(envoys[key].port, body, n, path)
     rows = []
-    for (_, _, label), xs in zip(cells, samples):
+    for (_, _, _, label), xs in zip(cells, samples):
         xs.sort()
         rows.append((label, statistics.median(xs), xs[int(0.9 * len(xs))]))
     return rows
@@ -624,7 +698,7 @@ def first_byte_rows(envoys, n, rounds):
 
 def start_envoy(t, index, envoy_bin):
     t.port, t.admin = PORT_BASE + 10 + 2 * index, PORT_BASE + 11 + 2 * index
-    cfg = render(t.primary, t.secondary, t.port, t.admin, t.module)
+    cfg = render(t.primary, t.secondary, t.port, t.admin, t.module, t.api)
     if t.transform:
         t.transform(cfg)
     path = RUN / f"envoy-{t.key}.yaml"
@@ -644,7 +718,8 @@ def ready_envoy(t):
     wait_for(f"envoy {t.key}", up, 30)
 
 
-def probe(t, body):
+def probe(t, body_files):
+    body = body_files["1KB" + REQUESTS[t.request][1]].read_bytes()
     st, hdrs, resp = http("POST", t.url(), body, {"content-type": "application/json",
                                                   "authorization": "Bearer sk-bench"}, timeout=30)
     problems = []
@@ -933,6 +1008,23 @@ def main():
         p = RUN / f"body-{name}.json"
         p.write_text(text)
         body_files[name] = p
+    # The same 1 KiB request streamed, and as Anthropic Messages requests (cross-vendor rows).
+    chat = json.loads(body_files["1KB"].read_text())
+    system = chat["messages"][0]["content"]
+    for suffix, doc in (
+            ("-stream", {**chat, "stream": True}),
+            ("-messages", {"model": chat["model"], "max_tokens": 256, "temperature": 0.2,
+                           "system": system, "messages": chat["messages"][1:]}),
+            ("-messages-stream", {"model": chat["model"], "max_tokens": 256, "temperature": 0.2,
+                                  "system": system, "messages": chat["messages"][1:],
+                                  "stream": True})):
+        text = json.dumps(doc, separators=(",", ":"))
+        content = doc["messages"][-1]["content"]
+        text = text.replace(content, "x" * (len(content) - (len(text) - 1024)))
+        assert len(text) == 1024, (suffix, len(text))
+        p = RUN / f"body-1KB{suffix}.json"
+        p.write_text(text)
+        body_files["1KB" + suffix] = p
 
     if args.calibrate:
         return calibrate(args, body_files["1KB"], nginx_cpus, wrk_cpus, args.rounds or 5,
@@ -944,13 +1036,16 @@ def main():
             f"needed): skipping the do-nothing experiments\n{problem}")
         EXPERIMENTS = [k for k in EXPERIMENTS if "noop" not in k]
 
-    main_keys = list(ENVOY_KEYS)
+    # The cross-vendor rows run in full runs and when --only names them (not in the smoke).
+    all_keys = ENVOY_KEYS + XV_KEYS
+    main_keys = list(ENVOY_KEYS) + ([] if args.smoke else XV_KEYS)
     if args.only:
         wanted = args.only.split(",")
-        unknown = [k for k in wanted if k not in ENVOY_KEYS]
+        unknown = [k for k in wanted if k not in all_keys + STREAM_KEYS]
         if unknown:
-            raise SystemExit(f"bench: --only: unknown configuration(s) {unknown}; known: {ENVOY_KEYS}")
-        main_keys = [k for k in ENVOY_KEYS if k in wanted]
+            raise SystemExit(f"bench: --only: unknown configuration(s) {unknown}; known: "
+                             f"{all_keys + STREAM_KEYS}")
+        main_keys = [k for k in all_keys if k in wanted]
     if args.compare:
         module_b = RUN / "llm_failover_b.wasm"
         shutil.copyfile(Path(args.compare).resolve(), module_b)
@@ -959,9 +1054,10 @@ def main():
             NGINX_OK, expect_provider="primary", expect_attempts="1", module=module_b)
         main_keys.insert(main_keys.index("success") + 1 if "success" in main_keys else len(main_keys),
                          "success_b")
-    stream_keys = [] if args.only else STREAM_KEYS
+    # First-byte rows: always in full runs; with --only when it names plain_sse and success_sse.
+    stream_keys = STREAM_KEYS if not args.only or all(k in wanted for k in STREAM_KEYS) else []
     keys = main_keys + stream_keys + (EXPERIMENTS if experiments else [])
-    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 7)) +
+    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 9)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(keys))))
     fail_log = start_nginx(nginx_cpus)
     envoys = {}
@@ -970,7 +1066,7 @@ def main():
         start_envoy(envoys[key], i, args.envoy)
     for t in envoys.values():
         ready_envoy(t)
-        probe(t, body_files["1KB"].read_bytes())
+        probe(t, body_files)
         time.sleep(0.2)
         t.rss_idle = rss_kib(t.pids)
 
@@ -996,7 +1092,8 @@ def main():
         for key, body, conns in order_r:
             t = envoys[key]
             log(f"round {rnd + 1}/{rounds}: {key} {body} {conns} conns")
-            r = measure(t, conns, duration, warmup, body_files[body], wrk_cpus, fail_log)
+            r = measure(t, conns, duration, warmup, body_files[body + REQUESTS[t.request][1]],
+                        wrk_cpus, fail_log)
             results.setdefault((key, body, conns), []).append(r)
     for t in envoys.values():
         t.rss_loaded = rss_kib(t.pids)
@@ -1039,8 +1136,8 @@ def main():
     rows = summarize(results, rounds)
     labels = {k: t.label for k, t in envoys.items()}
     labels["plain503"] = "plain route, failing primary (503)"
-    order = ["plain", "success", "success_b", "failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS
-    main_order = [k for k in order if not k.startswith("x_")]
+    order = ["plain", "success", "success_b", "failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS + XV_KEYS
+    main_order = [k for k in order if not k.startswith("x") and k != "sse"]
     elapsed = time.monotonic() - t_start
 
     print(f"\n## llm-failover benchmark ({'smoke' if args.smoke else 'full'}, "
@@ -1059,6 +1156,17 @@ def main():
         print("\nExperiments, failover path:\n")
         print(table(rows, labels, ["plain", "plain503", "x_fo_route", "x_fo_noop2", "failover",
                                    "plain_h2", "failover_h2"], bodies, [32]))
+    if any(k in envoys for k in XV_KEYS):
+        print("\nCross-vendor chains (1 KB; the caller's API differs from the provider's, each "
+              "request and answer translated), next to the same-API paths:\n")
+        print(table(rows, labels, ["plain", "success", "xv_json", "xv_json_rev", "sse", "xv_sse",
+                                   "xv_sse_rev"], ["1KB"], conns_list))
+        for conns in conns_list:
+            for key, base in (("xv_json", "success"), ("xv_json_rev", "success"),
+                              ("xv_sse", "sse"), ("xv_sse_rev", "sse")):
+                v = round_ratio(results, key, base, "1KB", conns)
+                if v:
+                    print(f"- {key} CPU/request vs same-API {base}, {conns} conns: {v:.2f}x")
     if args.compare:
         print("\nA/B (success path, module B vs --module, median of per-round ratios; the two ran "
               "next to each other in every round, A first in rounds 1, 3, ..., B first in 2, 4, ...):\n")
@@ -1079,6 +1187,9 @@ def main():
         for label, p50, p90 in fb_rows:
             print(f"| {label} | {p50:.3f} | {p90:.3f} | {p50 - fb_rows[0][1]:+.3f} ms |")
         held = fb_rows[2][1] - fb_rows[0][1]
+        for label, p50, _ in fb_rows[3:]:
+            print(f"\nTranslated stream's first byte over the same-API held stream ({label}): "
+                  f"{p50 - fb_rows[2][1]:+.3f} ms p50")
         print(f"\nTarget (issue 13): a healthy stream held until its first event adds <= ~1 ms p50 to "
               f"its first byte over the plain route: {held:+.3f} ms: {'PASS' if held <= 1.0 else 'MISS'}")
     print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
