@@ -21,7 +21,8 @@ TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 MESSAGES_FIELDS = {
     "model", "messages", "max_tokens", "metadata", "stop_sequences", "stream", "system",
     "temperature", "top_k", "top_p", "tools", "tool_choice", "thinking", "service_tier",
-    "container", "mcp_servers", "context_management",
+    "container", "mcp_servers", "context_management", "cache_control", "output_config",
+    "inference_geo", "speed", "diagnostics", "user_profile_id", "workspace_id",
 }
 MESSAGES_BLOCKS = {"text", "image", "document", "tool_use", "tool_result", "thinking",
                    "redacted_thinking", "search_result", "server_tool_use",

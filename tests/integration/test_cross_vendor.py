@@ -20,7 +20,7 @@ import harness
 from harness import http_request, prometheus_samples, wait_until
 
 if harness.external_mode():
-    pytest.skip("needs its own gateway and mocks (4 of them, strict)", allow_module_level=True)
+    pytest.skip("needs its own gateway and mocks (5 of them, strict)", allow_module_level=True)
 import anthropic  # noqa: E402
 import openai  # noqa: E402
 
@@ -48,6 +48,10 @@ providers:
   - name: spare
     endpoint: "127.0.0.1:${SPARE_PORT:-18304}"
     credential: {header: authorization, prefix: "Bearer ", value: sk-spare}
+  - name: relay                   # another Anthropic Messages endpoint
+    endpoint: "127.0.0.1:${RELAY_PORT:-18305}"
+    api: anthropic
+    credential: {header: x-api-key, value: sk-relay}
 
 chains:
   - name: caps-first              # capabilities never skip the first entry
@@ -82,7 +86,7 @@ chains:
     providers:
       - anthropic
       - {provider: openai, model: gpt-4.1}
-      - {provider: spare, model: claude-spare}
+      - {provider: relay, model: claude-relay}
 """
 
 PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJ"
@@ -106,13 +110,13 @@ needs_lists = pytest.mark.skipif(
 
 
 class Cross:
-    """The gateway on CONFIG with four strict mocks; access logs flushed every 50 ms."""
+    """The gateway on CONFIG with five strict mocks; access logs flushed every 50 ms."""
 
     def __init__(self, gateway):
         self.gateway = gateway
-        self.openai, self.anthropic, self.backup, self.spare = gateway.mocks(
-            "openai", "anthropic", "backup", "spare")
-        for m in (self.openai, self.anthropic, self.backup, self.spare):
+        self.openai, self.anthropic, self.backup, self.spare, self.relay = gateway.mocks(
+            "openai", "anthropic", "backup", "spare", "relay")
+        for m in (self.openai, self.anthropic, self.backup, self.spare, self.relay):
             m.set_default(strict=True)
         self.gw = None
 
@@ -282,3 +286,536 @@ def test_an_endpoint_without_translation_skips_entries_of_another_api(xv):
                                    extra_headers={"x-request-id": "xv-embed"})
     assert xv.anthropic.request_count() == 0
     assert skipped(gw) == {("anthropic", "content_incompatible"): 1}
+
+
+# ---------------------------------------------------------------- the docs show real output
+
+EXAMPLE_CONFIG = harness.REPO_ROOT / "envoy" / "cross-vendor.failover.yaml"
+EXPLAIN = re.compile(r"```\n\$ llm-failover explain ((?:.*\\\n)*.*)\n((?:.*\n)*?)```")
+
+
+def test_docs_show_the_example_file_and_explains_real_output():
+    """README and docs/cross-vendor.md show envoy/cross-vendor.failover.yaml (README an
+    excerpt of its lines), examples/cross_vendor.py verbatim, and `explain` output that the CLI
+    really prints for them."""
+    readme = (harness.REPO_ROOT / "README.md").read_text()
+    doc = (harness.REPO_ROOT / "docs" / "cross-vendor.md").read_text()
+    config = EXAMPLE_CONFIG.read_text()
+    assert config.strip() in doc
+    assert (harness.REPO_ROOT / "examples" / "cross_vendor.py").read_text().strip() in doc
+    excerpt = readme.split("From\n`envoy/cross-vendor.failover.yaml`:\n\n```yaml\n", 1)[1]
+    excerpt = excerpt.split("```", 1)[0]
+    assert excerpt.count("\n") > 20
+    for line in excerpt.splitlines():
+        assert line in config.splitlines(), f"README's line is not in the file: {line!r}"
+    env = {**os.environ, "OPENAI_API_KEY": "x", "ANTHROPIC_API_KEY": "y"}
+    shown = EXPLAIN.findall(readme) + EXPLAIN.findall(doc)
+    assert len(shown) == 3, shown
+    for command, output in shown:
+        args = command.replace("\\\n", " ").split()
+        p = subprocess.run([str(harness.cli_bin()), "explain", *args], env=env, cwd=harness.REPO_ROOT,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == output, f"explain {command} prints:\n{p.stdout}"
+# ------------------------------------------------- an OpenAI-SDK app, Anthropic as the fallback
+
+def test_openai_sdk_json_answer_from_an_anthropic_fallback(xv):
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(strict=True, content="Bonjour", usage=CACHE_USAGE)
+    gw = xv.start()
+    raw = xv.oai().chat.completions.with_raw_response.create(
+        model="gpt-4o", temperature=0.5, stop=["END"],
+        messages=[{"role": "system", "content": "Be brief."},
+                  {"role": "developer", "content": "Answer in French."},
+                  {"role": "user", "content": "Say hello"}])
+    assert raw.headers["x-llm-provider"] == "anthropic"
+    assert raw.headers["x-llm-attempts"] == "2"
+    assert raw.headers["x-llm-fallback-reason"] == "overloaded"
+    reply = raw.parse()
+    assert reply.object == "chat.completion"
+    assert reply.model == "claude-sonnet-4-5", "the answer names the model that answered"
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content == "Bonjour"
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.id
+    # Usage in OpenAI's terms: the prompt counts cached and cache-written tokens too.
+    assert reply.usage.prompt_tokens == 54 and reply.usage.completion_tokens == 9
+    assert reply.usage.total_tokens == 63
+    assert reply.usage.prompt_tokens_details.cached_tokens == 40
+    # The primary got the caller's own request; the fallback a Messages request.
+    (first,) = xv.openai.requests()
+    assert openai_side(first)["model"] == "gpt-4o"
+    (rec,) = accepted(xv.anthropic)
+    sent = anthropic_side(rec)
+    assert sent["model"] == "claude-sonnet-4-5"
+    assert sent["max_tokens"] == 1024, "the provider's max_tokens when the caller sets none"
+    assert "Be brief." in text_of(sent["system"]) and "Answer in French." in text_of(
+        sent["system"])
+    assert [m["role"] for m in sent["messages"]] == ["user"]
+    assert text_of(sent["messages"][0]["content"]) == "Say hello"
+    assert sent["stop_sequences"] == ["END"] and sent["temperature"] == 0.5
+    assert "stop" not in sent and "stream_options" not in sent
+
+
+def test_openai_sdk_stream_from_an_anthropic_fallback_with_cache_usage(xv):
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(strict=True, usage=CACHE_USAGE, chunk_interval_ms=5)
+    gw = xv.start()
+    chunks = list(xv.oai().chat.completions.create(
+        model="gpt-4o", max_tokens=200, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Say hello"}]))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "anthropic:0 anthropic:1 anthropic:2 "
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices
+                and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    assert {c.model for c in chunks} == {"claude-sonnet-4-5"}
+    assert len({c.id for c in chunks}) == 1
+    usage = [c.usage for c in chunks if c.usage]
+    assert len(usage) == 1 and not [c for c in chunks if c.usage and c.choices]
+    assert (usage[0].prompt_tokens, usage[0].completion_tokens, usage[0].total_tokens) \
+        == (54, 9, 63)
+    assert usage[0].prompt_tokens_details.cached_tokens == 40
+    (rec,) = accepted(xv.anthropic)
+    sent = anthropic_side(rec)
+    assert sent["stream"] is True and sent["max_tokens"] == 200
+
+
+def test_openai_sdk_without_include_usage_gets_no_usage_chunk(xv):
+    xv.openai.set_default(status=503, strict=True)
+    gw = xv.start()
+    chunks = list(xv.oai().chat.completions.create(
+        model="gpt-4o", stream=True, messages=[{"role": "user", "content": "hi"}]))
+    assert chunks and all(c.choices for c in chunks), "no usage chunk was asked for"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) \
+        == "anthropic:0 anthropic:1 anthropic:2 "
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_openai_sdk_tool_round_trip_through_an_anthropic_fallback(xv, stream):
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.enqueue(
+        {"strict": True, "tool_calls": [{"id": "toolu_01A", "name": "get_weather",
+                                         "arguments": {"city": "Paris"}}]},
+        {"strict": True, "content": "It is 18 degrees in Paris."})
+    gw = xv.start()
+    c = xv.oai()
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    kw = dict(model="gpt-4o", tools=OPENAI_TOOLS, tool_choice="auto",
+              parallel_tool_calls=False)
+    if stream:
+        calls, finish = {}, None
+        for chunk in c.chat.completions.create(messages=messages, stream=True, **kw):
+            for d in chunk.choices:
+                finish = d.finish_reason or finish
+                for tc in d.delta.tool_calls or []:
+                    slot = calls.setdefault(tc.index, {"id": None, "name": "", "args": ""})
+                    slot["id"] = tc.id or slot["id"]
+                    slot["name"] += (tc.function.name or "") if tc.function else ""
+                    slot["args"] += (tc.function.arguments or "") if tc.function else ""
+        assert finish == "tool_calls"
+        assert list(calls) == [0]
+        call = calls[0]
+        call_id, name, args = call["id"], call["name"], call["args"]
+    else:
+        reply = c.chat.completions.create(messages=messages, **kw)
+        assert reply.choices[0].finish_reason == "tool_calls"
+        (tc,) = reply.choices[0].message.tool_calls
+        call_id, name, args = tc.id, tc.function.name, tc.function.arguments
+    assert call_id == "toolu_01A" and name == "get_weather"
+    assert json.loads(args) == {"city": "Paris"}
+    # Round two: the tool's result, and the model's final answer.
+    messages += [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function",
+         "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "18C, sunny"}]
+    reply = c.chat.completions.create(messages=messages, **kw)
+    assert reply.choices[0].message.content == "It is 18 degrees in Paris."
+    assert reply.choices[0].finish_reason == "stop"
+    first, second = accepted(xv.anthropic)
+    for rec in (first, second):
+        sent = anthropic_side(rec)
+        assert sent["tools"] == [{"name": "get_weather", "description": "Weather in a city",
+                                  "input_schema": WEATHER}]
+        assert sent["tool_choice"]["type"] == "auto"
+        assert sent["tool_choice"].get("disable_parallel_tool_use") is True
+        assert "parallel_tool_calls" not in sent
+    sent = body(second)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    (use,) = [b for b in sent["messages"][1]["content"] if b["type"] == "tool_use"]
+    assert use == {"type": "tool_use", "id": "toolu_01A", "name": "get_weather",
+                   "input": {"city": "Paris"}}
+    (result,) = sent["messages"][2]["content"]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_01A"
+    assert text_of(result["content"]) == "18C, sunny"
+
+
+def test_openai_tool_ids_anthropic_refuses_are_made_valid_on_the_way(xv):
+    """OpenAI-compatible providers name calls `functions.get_weather:0` (Kimi) or `call.1`: a
+    conversation carrying such ids must still reach Anthropic, whose ids are ^[a-zA-Z0-9_-]+$,
+    with each tool_result still matching its tool_use."""
+    xv.openai.set_default(status=503, strict=True)
+    gw = xv.start()
+    odd = ["functions.get_weather:0", "call.1"]
+    messages = [{"role": "user", "content": "Weather in Paris and Rome?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": i, "type": "function", "function": {
+                        "name": "get_weather", "arguments": json.dumps({"city": c})}}
+                    for i, c in zip(odd, ["Paris", "Rome"])]},
+                {"role": "tool", "tool_call_id": odd[0], "content": "18C"},
+                {"role": "tool", "tool_call_id": odd[1], "content": "24C"}]
+    reply = xv.oai().chat.completions.create(model="gpt-4o", messages=messages,
+                                             tools=OPENAI_TOOLS)
+    assert reply.choices[0].message.content.startswith("Hello from anthropic")
+    (rec,) = accepted(xv.anthropic)
+    sent = anthropic_side(rec)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    uses = [b for b in sent["messages"][1]["content"] if b["type"] == "tool_use"]
+    results = sent["messages"][2]["content"]
+    assert [u["input"] for u in uses] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert [r["tool_use_id"] for r in results] == [u["id"] for u in uses], \
+        "both role: tool messages become one user turn of tool_result blocks, in order"
+    assert len({u["id"] for u in uses}) == 2
+
+
+def test_openai_sdk_images_reach_an_anthropic_fallback_as_image_blocks(xv):
+    xv.openai.set_default(status=503, strict=True)
+    gw = xv.start()
+    reply = xv.oai().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What are these?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg",
+                                            "detail": "high"}}]}])
+    assert reply.choices[0].message.content == "Hello from anthropic (model claude-sonnet-4-5)"
+    (rec,) = accepted(xv.anthropic)
+    parts = anthropic_side(rec)["messages"][0]["content"]
+    assert parts == [
+        {"type": "text", "text": "What are these?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}}]
+
+
+@pytest.mark.parametrize("anthropic_reason,openai_reason", [
+    ("max_tokens", "length"), ("stop_sequence", "stop"), ("end_turn", "stop")])
+def test_stop_reasons_are_told_in_the_callers_terms(xv, anthropic_reason, openai_reason):
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(strict=True, stop_reason=anthropic_reason)
+    gw = xv.start()
+    reply = xv.oai().chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].finish_reason == openai_reason
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.set_default(strict=True, stop_reason=openai_reason)
+    msg = xv.claude().messages.create(model="claude-x", max_tokens=64,
+                                      messages=[{"role": "user", "content": "hi"}])
+    assert msg.stop_reason == ("end_turn" if openai_reason == "stop" else anthropic_reason)
+
+
+# ------------------------------------------------- an Anthropic-SDK app, OpenAI as the fallback
+
+def test_anthropic_sdk_json_answer_from_an_openai_fallback(xv):
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.set_default(strict=True, content="Hi there", usage=OPENAI_CACHE_USAGE)
+    gw = xv.start()
+    raw = xv.claude().messages.with_raw_response.create(
+        model="claude-sonnet-4-5", max_tokens=256, system="Be brief.",
+        extra_body={"temperature": 0.5},  # this SDK version has no temperature argument
+        stop_sequences=["END"], messages=[{"role": "user", "content": "Say hello"}])
+    assert raw.headers["x-llm-provider"] == "openai"
+    assert raw.headers["x-llm-attempts"] == "2"
+    assert raw.headers["x-llm-fallback-reason"] == "overloaded"
+    msg = raw.parse()
+    assert msg.type == "message" and msg.role == "assistant"
+    assert msg.model == "gpt-4.1"
+    assert [(b.type, b.text) for b in msg.content] == [("text", "Hi there")]
+    assert msg.stop_reason == "end_turn"
+    assert msg.id
+    # Anthropic's input_tokens leave out the tokens read from the cache.
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (20, 9)
+    assert msg.usage.cache_read_input_tokens == 40
+    (first,) = xv.anthropic.requests()
+    assert first["path"] == "/v1/messages" and body(first)["model"] == "claude-sonnet-4-5"
+    (rec,) = accepted(xv.openai)
+    sent = openai_side(rec)
+    assert sent["model"] == "gpt-4.1"
+    assert sent["messages"][0]["role"] in ("system", "developer")
+    assert text_of(sent["messages"][0]["content"]) == "Be brief."
+    assert [m["role"] for m in sent["messages"][1:]] == ["user"]
+    assert text_of(sent["messages"][1]["content"]) == "Say hello"
+    assert sent.get("max_tokens", sent.get("max_completion_tokens")) == 256
+    assert sent["stop"] == ["END"] and sent["temperature"] == 0.5
+    assert "stop_sequences" not in sent and "system" not in sent
+
+
+def test_anthropic_sdk_stream_from_an_openai_fallback_with_cache_usage(xv):
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.set_default(strict=True, usage=OPENAI_CACHE_USAGE, chunk_interval_ms=5)
+    gw = xv.start()
+    with xv.claude().messages.stream(model="claude-sonnet-4-5", max_tokens=256, messages=[
+            {"role": "user", "content": "Say hello"}]) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == "openai:0 openai:1 openai:2 "
+    assert final.model == "gpt-4.1" and final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == 9
+    assert final.usage.input_tokens == 20 and final.usage.cache_read_input_tokens == 40
+    (rec,) = accepted(xv.openai)
+    sent = openai_side(rec)
+    assert sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}, \
+        "the gateway asks OpenAI for usage so the translated stream can report it"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_anthropic_sdk_tool_round_trip_through_an_openai_fallback(xv, stream):
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.enqueue(
+        {"strict": True, "tool_calls": [{"id": "call_Wx9", "name": "get_weather",
+                                         "arguments": {"city": "Paris"}}]},
+        {"strict": True, "content": "It is 18 degrees in Paris."})
+    gw = xv.start()
+    c = xv.claude()
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    kw = dict(model="claude-sonnet-4-5", max_tokens=256, tools=ANTHROPIC_TOOLS,
+              tool_choice={"type": "any"})
+    if stream:
+        with c.messages.stream(messages=messages, **kw) as s:
+            msg = s.get_final_message()
+    else:
+        msg = c.messages.create(messages=messages, **kw)
+    assert msg.stop_reason == "tool_use"
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert (use.id, use.name, use.input) == ("call_Wx9", "get_weather", {"city": "Paris"})
+    messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                   for b in msg.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                               "content": "18C, sunny"}]}]
+    final = c.messages.create(messages=messages, **kw)
+    assert final.content[0].text == "It is 18 degrees in Paris."
+    first, second = accepted(xv.openai)
+    for rec in (first, second):
+        sent = openai_side(rec)
+        assert sent["tools"] == OPENAI_TOOLS
+        assert sent["tool_choice"] == "required"
+    sent = body(second)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    (call,) = sent["messages"][1]["tool_calls"]
+    assert call["id"] == "call_Wx9" and call["type"] == "function"
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert sent["messages"][2]["tool_call_id"] == "call_Wx9"
+    assert text_of(sent["messages"][2]["content"]) == "18C, sunny"
+
+
+def test_anthropic_sdk_images_reach_an_openai_fallback_as_data_uris(xv):
+    xv.anthropic.set_default(status=529, strict=True)
+    gw = xv.start()
+    msg = xv.claude().messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=[
+        {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": PNG}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/c.jpg"}},
+            {"type": "text", "text": "What are these?"}]}])
+    assert msg.content[0].text == "Hello from openai (model gpt-4.1)"
+    (rec,) = accepted(xv.openai)
+    parts = openai_side(rec)["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["image_url", "image_url", "text"]
+    assert parts[0]["image_url"]["url"] == f"data:image/png;base64,{PNG}"
+    assert parts[1]["image_url"]["url"] == "https://example.com/c.jpg"
+    assert parts[2]["text"] == "What are these?"
+
+
+# ------------------------------------------------------------ errors in the caller's dialect
+
+def test_an_anthropic_app_sees_an_openai_fallbacks_400_as_an_anthropic_error(xv):
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.set_default(status=400, strict=True,
+                          error={"message": "Invalid 'messages': too many images."})
+    gw = xv.start()
+    with pytest.raises(anthropic.BadRequestError) as e:
+        xv.claude().messages.create(model="claude-sonnet-4-5", max_tokens=64,
+                                    messages=[{"role": "user", "content": "hi"}])
+    assert e.value.status_code == 400
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert "too many images" in e.value.body["error"]["message"]
+    assert "too many images" in str(e.value)
+    assert e.value.response.headers["x-llm-provider"] == "openai"
+    assert xv.relay.request_count() == 0, "a 400 is the request's answer: no fallback"
+
+
+def test_an_openai_app_sees_an_anthropic_fallbacks_error_as_an_openai_error(xv):
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(status=429, strict=True,
+                             error={"message": "Number of request tokens has exceeded your "
+                                               "per-minute rate limit"})
+    gw = xv.start()
+    with pytest.raises(openai.RateLimitError) as e:
+        xv.oai().chat.completions.create(model="gpt-4o",
+                                         messages=[{"role": "user", "content": "hi"}])
+    assert e.value.status_code == 429
+    assert "per-minute rate limit" in e.value.body["message"]
+    assert e.value.response.headers["x-llm-provider"] == "anthropic"
+
+
+def test_the_gateways_own_errors_come_in_the_anthropic_dialect(xv):
+    gw = xv.start()
+    with pytest.raises(anthropic.BadRequestError) as e:
+        xv.claude().messages.create(model="mistral-large", max_tokens=64,
+                                    messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body["type"] == "error", e.value.body
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert "mistral-large" in e.value.body["error"]["message"]
+    # The same refusal to an OpenAI caller keeps OpenAI's shape and code.
+    with pytest.raises(openai.BadRequestError) as e:
+        xv.oai().chat.completions.create(model="mistral-large",
+                                         messages=[{"role": "user", "content": "hi"}])
+    assert e.value.code == "model_not_recognized"
+
+
+# --------------------------------------------------------- body-read classes across dialects
+
+@needs_hold
+@needs_lists
+def test_anthropic_prompt_too_long_sends_an_openai_caller_to_the_context_window_list(xv):
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(preset="anthropic_prompt_too_long", strict=True)
+    xv.backup.set_default(strict=True, content="A long answer")
+    gw = xv.start()
+    raw = xv.oai().chat.completions.with_raw_response.create(
+        model="ctx-model", messages=[{"role": "user", "content": "a long prompt"}])
+    assert raw.headers["x-llm-provider"] == "backup"
+    assert raw.headers["x-llm-fallback-reason"] == "context_window_exceeded"
+    assert raw.parse().choices[0].message.content == "A long answer"
+    (rec,) = accepted(xv.backup)
+    assert rec["path"] == "/v1/chat/completions" and body(rec)["model"] == "gpt-long"
+    assert body(accepted(xv.anthropic)[0])["model"] == "claude-sonnet-4-5"
+
+
+@needs_hold
+def test_an_error_as_a_translated_streams_first_event_falls_over(xv):
+    """OpenAI caller: the Anthropic fallback opens its stream with `event: error`
+    (overloaded): not a byte of it reaches the caller, the next entry answers."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(preset="anthropic_overloaded_stream", strict=True)
+    gw = xv.start()
+    raw = xv.oai().chat.completions.with_raw_response.create(
+        model="caps-model", stream=True, messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-llm-provider"] == "backup"
+    assert raw.headers["x-llm-attempts"] == "3"
+    assert raw.headers["x-llm-fallback-reason"] == "overloaded"
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert text == "backup:0 backup:1 backup:2 "
+
+
+@needs_hold
+def test_an_error_as_an_openai_streams_first_event_sends_an_anthropic_app_on(xv):
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.set_default(preset="openai_error_stream", strict=True)
+    gw = xv.start()
+    with xv.claude().messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=[
+            {"role": "user", "content": "hi"}]) as s:
+        text = "".join(s.text_stream)
+    assert text == "relay:0 relay:1 relay:2 "
+    (rec,) = accepted(xv.relay)
+    assert rec["path"] == "/v1/messages" and body(rec)["model"] == "claude-relay"
+
+
+# ----------------------------------------------------------------------- capability skips
+
+# ------------------------------------------- Envoy AI Gateway's users' bugs, each a test here
+
+def test_ai_gateway_2135_a_fallback_to_a_backend_of_another_schema_is_translated(xv):
+    """envoyproxy/ai-gateway#2135: a fallback reached a backend of another schema with the
+    caller's request untranslated. Both directions: each fallback gets its own API's path and
+    body (strict mocks refuse the other's), and the caller its own API's answer."""
+    xv.openai.enqueue({"status": 503, "strict": True})
+    xv.anthropic.enqueue({"strict": True})
+    xv.anthropic.set_default(status=529, strict=True)
+    gw = xv.start()
+    reply = xv.oai().chat.completions.create(
+        model="gpt-4o", messages=[{"role": "system", "content": "s"},
+                                  {"role": "user", "content": "hi"}])
+    assert reply.object == "chat.completion"
+    msg = xv.claude().messages.create(model="claude-x", max_tokens=64,
+                                      messages=[{"role": "user", "content": "hi"}])
+    assert msg.type == "message" and msg.content[0].text == "Hello from openai (model gpt-4.1)"
+    a = accepted(xv.anthropic)
+    assert [r["path"] for r in a] == ["/v1/messages", "/v1/messages"]
+    assert "system" in body(a[0]) and "max_tokens" in body(a[0])
+    o = accepted(xv.openai)
+    assert [r["path"] for r in o] == ["/v1/chat/completions", "/v1/chat/completions"]
+    assert body(o[1])["model"] == "gpt-4.1" and body(o[1])["messages"][0]["role"] == "user"
+
+
+@pytest.mark.parametrize("cut", [1, 7, 64])
+def test_ai_gateway_2162_usage_kept_when_events_span_body_chunks(xv, cut):
+    """envoyproxy/ai-gateway#2162: usage was lost when an event spanned body chunks. The
+    providers' streams here are cut every `cut` bytes, whatever the event boundaries."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(strict=True, usage=CACHE_USAGE, chunk_bytes=cut,
+                             chunk_interval_ms=1 if cut < 8 else 3)
+    gw = xv.start()
+    chunks = list(xv.oai().chat.completions.create(
+        model="gpt-4o", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "hi"}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) \
+        == "anthropic:0 anthropic:1 anthropic:2 "
+    (usage,) = [c.usage for c in chunks if c.usage]
+    assert (usage.prompt_tokens, usage.completion_tokens) == (54, 9)
+    assert usage.prompt_tokens_details.cached_tokens == 40
+    # And the other way: an OpenAI stream cut anywhere, to an Anthropic app.
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.openai.set_default(strict=True, usage=OPENAI_CACHE_USAGE, chunk_bytes=cut,
+                          chunk_interval_ms=1 if cut < 8 else 3)
+    with xv.claude().messages.stream(model="claude-x", max_tokens=64, messages=[
+            {"role": "user", "content": "hi"}]) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == "openai:0 openai:1 openai:2 "
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (20, 9)
+    assert final.usage.cache_read_input_tokens == 40
+
+
+@pytest.mark.parametrize("where", ["start", "delta", "both"])
+def test_ai_gateway_2290_2352_input_and_cache_tokens_kept_in_a_translated_stream(xv, where):
+    """envoyproxy/ai-gateway#2290 and #2352: input and cache tokens were dropped from a
+    translated stream when Anthropic (or a compatible backend) reported them in message_delta,
+    and double counted when both events carried them. Wherever they come, the OpenAI caller's
+    usage is the same."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(strict=True, usage=CACHE_USAGE, usage_events=where)
+    gw = xv.start()
+    chunks = list(xv.oai().chat.completions.create(
+        model="gpt-4o", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "hi"}]))
+    (usage,) = [c.usage for c in chunks if c.usage]
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (54, 9, 63)
+    assert usage.prompt_tokens_details.cached_tokens == 40
+
+
+# ------------------------------------------------------------------ the example users copy
+
+EXAMPLE = harness.REPO_ROOT / "examples" / "cross_vendor.py"
+
+
+def test_the_cross_vendor_example_runs_through_an_anthropic_fallback(xv):
+    """examples/cross_vendor.py (README shows it) during an OpenAI outage: the answer, the tool
+    call and the final answer all come from the Anthropic mock, in OpenAI's format."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.enqueue(
+        {"strict": True, "tool_calls": [{"id": "toolu_01", "name": "get_weather",
+                                         "arguments": {"city": "Paris"}}]},
+        {"strict": True, "content": "It is 18 degrees and sunny in Paris."})
+    gw = xv.start()
+    env = {**os.environ, "GATEWAY_URL": gw.url, "GATEWAY_KEY": "gw-key", "MODEL": "gpt-4o"}
+    p = subprocess.run([sys.executable, str(EXAMPLE)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "anthropic claude-sonnet-4-5 tool_calls",
+        "get_weather {'city': 'Paris'}",
+        "It is 18 degrees and sunny in Paris."], p.stdout
+    second = accepted(xv.anthropic)[1]
+    assert [m["role"] for m in anthropic_side(second)["messages"]] == \
+        ["user", "assistant", "user"]
