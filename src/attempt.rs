@@ -12,6 +12,7 @@ use crate::classify::{classify_no_response, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider};
 use crate::destination::{self, Refusal};
 use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
+use crate::envelope::Envelope;
 use crate::handoff::{PlanRecord, PlanText, PlanView};
 use crate::health::Report;
 use crate::health::{Admission, Health};
@@ -147,6 +148,10 @@ pub enum BodyEdit<'a> {
     /// Hold the headers until the whole body is here, then translate it for the provider's
     /// API ([`translate_body`]) and set the new length.
     Translate(Translation),
+    /// Hold the headers until the whole body is here, then put it in the provider's envelope
+    /// ([`envelope_body`]: Bedrock's and Vertex's version field instead of `model`) and set
+    /// the new length.
+    Envelope(Envelope),
 }
 
 /// Everything attempt k changes on its request, in the order to apply it.
@@ -181,26 +186,35 @@ pub fn request_edits<'a>(
         None => None,
     };
     let prefix = a.provider.path_prefix.as_deref();
-    let path = match (a.translation, prefix) {
-        // The provider API's endpoint (the caller's query is for the caller's API).
-        (Some(t), _) => Some(Cow::Owned(format!(
-            "{}{}",
-            prefix.unwrap_or(""),
-            t.provider.endpoint()
+    // The provider API's endpoint when translated (the caller's query is for the caller's API).
+    let endpoint = a.translation.map(|t| t.provider.endpoint());
+    let path = match (a.provider.envelope, endpoint, prefix) {
+        (Some(envelope), _, _) => Some(Cow::Owned(envelope.path(
+            prefix,
+            endpoint.unwrap_or(a.plan.path),
+            a.model(),
+            a.plan.stream,
         ))),
-        (None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{}", a.plan.path))),
-        (None, None) if later => Some(Cow::Borrowed(a.plan.path)),
-        (None, None) => None,
+        (None, Some(endpoint), _) => {
+            Some(Cow::Owned(format!("{}{endpoint}", prefix.unwrap_or(""))))
+        }
+        (None, None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{}", a.plan.path))),
+        (None, None, None) if later => Some(Cow::Borrowed(a.plan.path)),
+        (None, None, None) => None,
     };
     let has_body = a.plan.body_len > 0 && !end_of_stream;
+    let envelope = a.provider.envelope.filter(|e| e.edits_body() && has_body);
     let rewrite_to = a
         .entry
         .model
         .as_deref()
         .filter(|m| *m != a.plan.model && has_body);
-    let body = match (a.translation, rewrite_to) {
-        (Some(t), _) if has_body => BodyEdit::Translate(t),
-        (_, Some(model)) => BodyEdit::RewriteModel(model),
+    // A translated attempt to an envelope's provider: translated, then put in the envelope
+    // (the upstream role does both in one pause).
+    let body = match (a.translation, envelope, rewrite_to) {
+        (Some(t), _, _) if has_body => BodyEdit::Translate(t),
+        (_, Some(envelope), _) => BodyEdit::Envelope(envelope),
+        (_, _, Some(model)) => BodyEdit::RewriteModel(model),
         _ if later => BodyEdit::RestoreLength(a.plan.body_len),
         _ => BodyEdit::Keep,
     };
@@ -260,6 +274,18 @@ pub fn answer_translation(status: u16, event_stream: impl FnOnce() -> bool) -> A
     } else {
         AnswerTranslation::Whole { status }
     }
+}
+
+/// The body to send in `envelope` (`beta`: the caller's `anthropic-beta` header):
+/// `(new body, None when unchanged; content length)`.
+pub fn envelope_body(
+    body: &[u8],
+    envelope: Envelope,
+    beta: Option<&str>,
+) -> (Option<Vec<u8>>, usize) {
+    let new_body = envelope.body(body, beta);
+    let len = new_body.as_ref().map_or(body.len(), Vec::len);
+    (new_body, len)
 }
 
 /// An attempt Envoy started by itself (after a refused connection, a reset or a per-try
@@ -541,6 +567,28 @@ pub fn hold(
         dialects::refinable(head.status).then_some(Hold::Body(head.status))
     }
 }
+
+/// Whether attempt `a`'s answer is an AWS event stream to unwrap into SSE: a `200` stream of a
+/// Bedrock provider (`content_type` read only then).
+pub fn unframes(
+    a: &Attempt<'_, '_>,
+    status: u16,
+    content_type: impl FnOnce() -> Option<Vec<u8>>,
+) -> bool {
+    status == 200
+        && a.plan.stream
+        && a.provider
+            .envelope
+            .as_ref()
+            .is_some_and(|e| e.event_stream())
+        && content_type().is_some_and(|v| {
+            (v.get(..AWS_EVENT_STREAM.len()))
+                .is_some_and(|p| p.eq_ignore_ascii_case(AWS_EVENT_STREAM))
+        })
+}
+
+/// The content type of Bedrock's streamed answers.
+const AWS_EVENT_STREAM: &[u8] = b"application/vnd.amazon.eventstream";
 
 /// What a held answer's body decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 //! collecting into a path-scoped [`Problems`].
 
 mod chains;
+mod envelope;
 mod error_path;
 mod model;
 mod policies;

@@ -25,6 +25,8 @@ pub struct Provider {
     pub api: Option<Api>,
     /// `max_tokens` for a request translated to Anthropic Messages that sets none.
     pub max_tokens: u32,
+    /// A cloud's envelope around the API (SPEC 13): Azure OpenAI, Bedrock, Vertex AI, Gemini.
+    pub envelope: Option<crate::envelope::Envelope>,
 }
 
 impl Provider {

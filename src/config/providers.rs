@@ -1,9 +1,11 @@
 //! Validating `providers` (and the gateway credential headers, which join the providers'
 //! headers in the list every attempt clears).
 
+use super::envelope;
 use super::problems::{is_header_name, is_token, At, Problems};
 use super::raw::{RawCredential, RawForward, RawProvider};
 use super::{ModelPattern, Provider, MAX_PROVIDERS};
+use crate::envelope::{Envelope, SIGNING_HEADERS};
 use crate::forward::Forward;
 use crate::translate::Api;
 use std::collections::BTreeMap;
@@ -123,20 +125,29 @@ fn validate_one(
             at.field("authority", format!("{authority:?} is not a host[:port]"));
         }
     }
-    let api = match p.api.as_deref() {
-        None => None,
-        Some(name) => {
+    let envelope = envelope::of_provider(p, at);
+    let api = match (p.api.as_deref(), &envelope) {
+        (_, Some(envelope)) => Some(envelope.api()),
+        (None, None) => None,
+        (Some(name), None) => {
             let api = Api::parse(name);
-            if api.is_none() {
+            if api.is_none() && !Envelope::NAMES.contains(&name) {
                 at.field(
                     "api",
-                    format!("{name:?} is not an API this filter speaks: use openai or anthropic"),
+                    format!("{name:?} is not an API this filter speaks: use openai, anthropic, azure_openai, bedrock, vertex or gemini"),
                 );
             }
             api
         }
     };
+    if envelope == Some(Envelope::Bedrock) {
+        // Envoy's signer adds these after this filter: no later attempt may carry them.
+        for header in SIGNING_HEADERS {
+            clear(cleared, header.to_string());
+        }
+    }
     if api == Some(Api::AnthropicMessages)
+        && envelope.is_none()
         && !set_headers.iter().any(|(n, _)| n == ANTHROPIC_VERSION)
     {
         // Messages requires it; the provider's own `headers` win.
@@ -165,6 +176,7 @@ fn validate_one(
         forward,
         api,
         max_tokens: p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        envelope,
     }
 }
 

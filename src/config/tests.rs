@@ -491,12 +491,12 @@ fn chain_entry_capabilities_are_read_and_checked() {
     );
     assert_eq!(c.chains[0].entries[0].capabilities, Capabilities::default());
     let e = errors_of(
-        r#"{"providers":[{"name":"a","api":"gemini","max_tokens":0},{"name":"b"}],
+        r#"{"providers":[{"name":"a","api":"palm","max_tokens":0},{"name":"b"}],
         "chains":[{"name":"main","providers":["a",{"provider":"b","capabilities":{"context_window":0}}]}]}"#,
     );
     assert_eq!(e.len(), 3, "{e:?}");
     assert!(
-        e[0].starts_with("providers[0].api: \"gemini\" is not an API"),
+        e[0].starts_with("providers[0].api: \"palm\" is not an API"),
         "{e:?}"
     );
     assert!(

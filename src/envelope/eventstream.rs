@@ -16,7 +16,7 @@
 //!   base64 JSON) ends the output with an `event: error` of type `api_error`, and nothing after
 //!   it is passed on; a stream that ends inside a message ends the same way ([`Unframer::finish`]).
 
-use std::borrow::Cow;
+use crate::rewrite;
 
 /// The prelude: total length, headers length, prelude CRC.
 const PRELUDE: usize = 12;
@@ -184,14 +184,14 @@ fn read_headers<'a>(mut h: &'a [u8], m: &mut Message<'a>) -> Result<(), &'static
 fn write_event(m: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
     match m.message_type {
         b"event" if m.event_type == b"chunk" => {
-            let chunk: Chunk<'_> = serde_json::from_slice(m.payload)
-                .map_err(|_| "a Bedrock stream chunk is not the JSON object it should be")?;
-            let json = decode_base64(chunk.bytes.as_bytes())
+            let bytes = top_level_string(m.payload, "bytes")
+                .ok_or("a Bedrock stream chunk is not the JSON object it should be")?;
+            let json = decode_base64(unquote(bytes))
                 .ok_or("a Bedrock stream chunk's bytes are not base64")?;
-            let kind: Typed<'_> = serde_json::from_slice(&json)
-                .map_err(|_| "a Bedrock stream chunk does not hold an Anthropic event")?;
+            let kind = top_level_string(&json, "type")
+                .ok_or("a Bedrock stream chunk does not hold an Anthropic event")?;
             out.extend_from_slice(b"event: ");
-            out.extend_from_slice(kind.kind.as_bytes());
+            out.extend_from_slice(unquote(kind));
             out.extend_from_slice(b"\ndata: ");
             // A raw line break in JSON is whitespace (strings cannot hold one): keep the data
             // on one SSE line.
@@ -205,81 +205,75 @@ fn write_event(m: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
         // Other events (a future type) carry nothing a Messages caller reads.
         b"event" => Ok(()),
         b"exception" => {
-            let message = serde_json::from_slice::<Exception<'_>>(m.payload)
-                .ok()
-                .and_then(|e| e.message)
-                .unwrap_or_default();
-            write_error(out, anthropic_error_type(m.exception_type), &message);
+            let message = top_level_string(m.payload, "message").unwrap_or(b"\"\"");
+            write_error_json(out, anthropic_error_type(m.exception_type), message);
             Ok(())
         }
         b"error" => {
             let message = String::from_utf8_lossy(m.error_message);
-            let kind = anthropic_error_type(m.error_code);
-            write_error(out, kind, &message);
+            write_error(out, anthropic_error_type(m.error_code), &message);
             Ok(())
         }
         _ => Err("an event stream message has an unknown message type"),
     }
 }
 
-/// Bedrock's exception names as Anthropic's error types (which the classifier and the
-/// Messages-to-Chat translator know).
+/// The raw token (quotes and escapes kept) of the top-level string member `name` of the JSON
+/// object `json`; `None` when `json` is not an object or has no such string member (read with
+/// the envelopes' member walker: no serde code for three small reads).
+fn top_level_string<'a>(json: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let mut found = None;
+    let _ = super::for_each_member(json, &mut |key, _, value| {
+        let hit = value.first() == Some(&b'"') && rewrite::decoded_eq(key, name);
+        if hit {
+            found = Some(value);
+        }
+        hit
+    });
+    found
+}
+
+/// A string token without its quotes (base64 and Anthropic's event names hold no escapes).
+fn unquote(token: &[u8]) -> &[u8] {
+    token
+        .strip_prefix(b"\"")
+        .and_then(|t| t.strip_suffix(b"\""))
+        .unwrap_or(token)
+}
+
+/// Bedrock's exception names and the Anthropic error types they become (which the classifier
+/// and the Messages-to-Chat translator know); any other name is an `api_error`
+/// (internalServerException, modelStreamErrorException, modelTimeoutException, ...).
+const EXCEPTION_TYPES: [(&[u8], &str); 5] = [
+    (b"throttlingexception", "rate_limit_error"),
+    (b"validationexception", "invalid_request_error"),
+    (b"accessdeniedexception", "permission_error"),
+    (b"serviceunavailableexception", "overloaded_error"),
+    (b"modelnotreadyexception", "overloaded_error"),
+];
+
 fn anthropic_error_type(exception: &[u8]) -> &'static str {
-    let lower = |name: &str| exception.eq_ignore_ascii_case(name.as_bytes());
-    if lower("throttlingException") {
-        "rate_limit_error"
-    } else if lower("validationException") {
-        "invalid_request_error"
-    } else if lower("accessDeniedException") {
-        "permission_error"
-    } else if lower("serviceUnavailableException") || lower("modelNotReadyException") {
-        "overloaded_error"
-    } else {
-        // internalServerException, modelStreamErrorException, modelTimeoutException, others.
-        "api_error"
-    }
+    EXCEPTION_TYPES
+        .iter()
+        .find(|(name, _)| exception.eq_ignore_ascii_case(name))
+        .map_or("api_error", |(_, kind)| kind)
 }
 
-/// `event: error` with Anthropic's error object.
+/// `event: error` with Anthropic's error object (`message`: a JSON string token).
+fn write_error_json(out: &mut Vec<u8>, kind: &str, message: &[u8]) {
+    out.extend_from_slice(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"message\":");
+    out.extend_from_slice(message);
+    out.extend_from_slice(b"}}\n\n");
+}
+
+/// `event: error` with a message of this module's own (or Bedrock's `:error-message`).
 fn write_error(out: &mut Vec<u8>, kind: &str, message: &str) {
-    #[derive(serde::Serialize)]
-    struct Inner<'a> {
-        #[serde(rename = "type")]
-        kind: &'a str,
-        message: &'a str,
-    }
-    #[derive(serde::Serialize)]
-    struct Outer<'a> {
-        #[serde(rename = "type")]
-        kind: &'a str,
-        error: Inner<'a>,
-    }
-    out.extend_from_slice(b"event: error\ndata: ");
-    let error = Outer {
-        kind: "error",
-        error: Inner { kind, message },
-    };
-    // Serialising borrowed strings into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, &error);
-    out.extend_from_slice(b"\n\n");
-}
-
-#[derive(serde::Deserialize)]
-struct Chunk<'a> {
-    #[serde(borrow)]
-    bytes: Cow<'a, str>,
-}
-
-#[derive(serde::Deserialize)]
-struct Typed<'a> {
-    #[serde(borrow, rename = "type")]
-    kind: Cow<'a, str>,
-}
-
-#[derive(serde::Deserialize)]
-struct Exception<'a> {
-    #[serde(borrow, default)]
-    message: Option<Cow<'a, str>>,
+    let mut token = vec![b'"'];
+    rewrite::push_escaped(&mut token, message);
+    token.push(b'"');
+    write_error_json(out, kind, &token);
 }
 
 fn be_u32(b: &[u8], at: usize) -> u32 {

@@ -11,24 +11,28 @@ pub mod eventstream;
 use crate::rewrite::{self, Scanner};
 use crate::translate::Api;
 
-/// A provider's envelope, from its `api` (`azure_openai`, `bedrock`, `vertex`, `gemini`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A provider's envelope, from its `api` (`azure_openai`, `bedrock`, `vertex`, `gemini`). Its
+/// parameters come from the provider's `path_prefix`, which `llm-failover render` writes from
+/// the friendlier `api_version`, `project` and `region` (no configuration field of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Envelope {
-    /// Azure OpenAI: `/openai/deployments/{deployment}/chat/completions?api-version=...`, the
-    /// deployment being the entry's model; without an `api_version`, the v1 API
-    /// (`/openai/v1/chat/completions`, the deployment named by the body's `model`).
-    AzureOpenAi { api_version: Option<String> },
+    /// Azure OpenAI. With a query in `path_prefix` (`/openai?api-version=2024-10-21`): the
+    /// deployments API, `{base}/deployments/{deployment}/chat/completions?api-version=...`, the
+    /// deployment being the entry's model; without: the v1 API, `{base}/v1/chat/completions`
+    /// (the deployment named by the body's `model`). `base` defaults to `/openai`.
+    AzureOpenAi,
     /// Claude on AWS Bedrock (InvokeModel): `/model/{model id}/invoke` or
     /// `/invoke-with-response-stream`; `anthropic_version: bedrock-2023-05-31` in the body,
     /// `model` and `stream` out of it, the caller's `anthropic-beta` as `anthropic_beta`.
     Bedrock,
-    /// Claude on Google Vertex AI: `/v1/projects/{project}/locations/{region}/publishers/
-    /// anthropic/models/{model}:rawPredict` (or `:streamRawPredict`);
+    /// Claude on Google Vertex AI: `{path_prefix}/publishers/anthropic/models/{model}:rawPredict`
+    /// (or `:streamRawPredict`), `path_prefix` being `/v1/projects/{project}/locations/{region}`;
     /// `anthropic_version: vertex-2023-10-16` in the body, `model` out of it.
-    Vertex { project: String, region: String },
-    /// Gemini's OpenAI-compatible endpoint: Google AI's `/v1beta/openai/...`, or with a
-    /// project Vertex AI's `/v1/projects/{project}/locations/{region}/endpoints/openapi/...`.
-    Gemini { vertex: Option<(String, String)> },
+    Vertex,
+    /// Gemini's OpenAI-compatible endpoint: `{path_prefix}/chat/completions`, `path_prefix`
+    /// defaulting to Google AI's `/v1beta/openai` (on Vertex AI:
+    /// `/v1/projects/{project}/locations/{region}/endpoints/openapi`).
+    Gemini,
 }
 
 /// The version field Bedrock's InvokeModel takes for Claude.
@@ -50,47 +54,54 @@ impl Envelope {
     /// The names configuration uses for `api` beyond `openai` and `anthropic`.
     pub const NAMES: [&'static str; 4] = ["azure_openai", "bedrock", "vertex", "gemini"];
 
+    pub fn parse(name: &str) -> Option<Envelope> {
+        match name {
+            "azure_openai" => Some(Envelope::AzureOpenAi),
+            "bedrock" => Some(Envelope::Bedrock),
+            "vertex" => Some(Envelope::Vertex),
+            "gemini" => Some(Envelope::Gemini),
+            _ => None,
+        }
+    }
+
     /// The dialect inside the envelope.
-    pub fn api(&self) -> Api {
+    pub fn api(self) -> Api {
         match self {
-            Envelope::AzureOpenAi { .. } | Envelope::Gemini { .. } => Api::OpenAiChat,
-            Envelope::Bedrock | Envelope::Vertex { .. } => Api::AnthropicMessages,
+            Envelope::AzureOpenAi | Envelope::Gemini => Api::OpenAiChat,
+            Envelope::Bedrock | Envelope::Vertex => Api::AnthropicMessages,
         }
     }
 
-    pub fn name(&self) -> &'static str {
-        match self {
-            Envelope::AzureOpenAi { .. } => "azure_openai",
-            Envelope::Bedrock => "bedrock",
-            Envelope::Vertex { .. } => "vertex",
-            Envelope::Gemini { .. } => "gemini",
-        }
-    }
-
-    /// The path of an attempt: `endpoint` is the API path the attempt would take without an
-    /// envelope (the caller's, or the translated API's endpoint, e.g. `/v1/chat/completions`),
-    /// `model` the attempt's model, `stream` whether the caller asked for a stream.
-    pub fn path(&self, endpoint: &str, model: &str, stream: bool) -> String {
+    /// The path of an attempt: `prefix` is the provider's `path_prefix`, `endpoint` the API
+    /// path the attempt would take without an envelope (the caller's, or the translated API's
+    /// endpoint, e.g. `/v1/chat/completions`), `model` the attempt's model, `stream` whether
+    /// the caller asked for a stream.
+    pub fn path(self, prefix: Option<&str>, endpoint: &str, model: &str, stream: bool) -> String {
+        let (base, query) = match prefix.map(|p| p.split_once('?').unwrap_or((p, ""))) {
+            Some((base, query)) => (Some(base), query),
+            None => (None, ""),
+        };
         let endpoint = endpoint.split_once('?').map_or(endpoint, |(p, _)| p);
         // `/v1/chat/completions` -> `/chat/completions`: the cloud's own base replaces `/v1`.
         let rest = endpoint.strip_prefix("/v1").filter(|r| r.starts_with('/'));
         let rest = rest.unwrap_or(endpoint);
         let mut path = String::with_capacity(96 + model.len());
         match self {
-            Envelope::AzureOpenAi { api_version: None } => {
-                path.push_str("/openai/v1");
-                path.push_str(rest);
-            }
-            Envelope::AzureOpenAi {
-                api_version: Some(version),
-            } => {
-                path.push_str("/openai/deployments/");
-                push_segment(&mut path, model, false);
-                path.push_str(rest);
-                path.push_str("?api-version=");
-                push_segment(&mut path, version, false);
+            Envelope::AzureOpenAi => {
+                path.push_str(base.unwrap_or("/openai"));
+                if query.is_empty() {
+                    path.push_str("/v1");
+                    path.push_str(rest);
+                } else {
+                    path.push_str("/deployments/");
+                    push_segment(&mut path, model, false);
+                    path.push_str(rest);
+                    path.push('?');
+                    path.push_str(query);
+                }
             }
             Envelope::Bedrock => {
+                path.push_str(base.unwrap_or_default());
                 path.push_str("/model/");
                 push_segment(&mut path, model, false);
                 path.push_str(if stream {
@@ -99,8 +110,8 @@ impl Envelope {
                     "/invoke"
                 });
             }
-            Envelope::Vertex { project, region } => {
-                push_vertex_base(&mut path, project, region);
+            Envelope::Vertex => {
+                path.push_str(base.unwrap_or_default());
                 path.push_str("/publishers/anthropic/models/");
                 push_segment(&mut path, model, true);
                 path.push_str(if stream {
@@ -109,15 +120,8 @@ impl Envelope {
                     ":rawPredict"
                 });
             }
-            Envelope::Gemini { vertex: None } => {
-                path.push_str("/v1beta/openai");
-                path.push_str(rest);
-            }
-            Envelope::Gemini {
-                vertex: Some((project, region)),
-            } => {
-                push_vertex_base(&mut path, project, region);
-                path.push_str("/endpoints/openapi");
+            Envelope::Gemini => {
+                path.push_str(base.unwrap_or("/v1beta/openai"));
                 path.push_str(rest);
             }
         }
@@ -125,12 +129,12 @@ impl Envelope {
     }
 
     /// Whether the request body changes beyond the model (then the role always rewrites it).
-    pub fn edits_body(&self) -> bool {
-        matches!(self, Envelope::Bedrock | Envelope::Vertex { .. })
+    pub fn edits_body(self) -> bool {
+        matches!(self, Envelope::Bedrock | Envelope::Vertex)
     }
 
     /// Whether the answer of a streamed request comes as an AWS event stream.
-    pub fn event_stream(&self) -> bool {
+    pub fn event_stream(self) -> bool {
         matches!(self, Envelope::Bedrock)
     }
 
@@ -138,53 +142,40 @@ impl Envelope {
     /// `model` (and on Bedrock `stream`) removed and the version field added, with the caller's
     /// `anthropic-beta` header values (`beta`, comma-separated) as Bedrock's `anthropic_beta`.
     /// A body that is not a JSON object is forwarded as it is (the provider answers 400).
-    pub fn body(&self, body: &[u8], beta: Option<&str>) -> Option<Vec<u8>> {
+    pub fn body(self, body: &[u8], beta: Option<&str>) -> Option<Vec<u8>> {
         match self {
             Envelope::Bedrock => {
                 let mut add = Vec::with_capacity(64);
                 add.extend_from_slice(br#""anthropic_version":""#);
                 add.extend_from_slice(BEDROCK_VERSION.as_bytes());
                 add.push(b'"');
-                let flags = beta.into_iter().flat_map(|b| b.split(','));
-                let mut flags = flags.map(str::trim).filter(|f| !f.is_empty()).peekable();
-                if flags.peek().is_some() {
-                    add.extend_from_slice(br#","anthropic_beta":["#);
-                    for (i, flag) in flags.enumerate() {
-                        if i > 0 {
-                            add.push(b',');
-                        }
-                        add.push(b'"');
-                        rewrite::push_escaped(&mut add, flag);
-                        add.push(b'"');
+                let mut flags = 0;
+                for flag in beta.unwrap_or_default().split(',') {
+                    let flag = flag.trim();
+                    if flag.is_empty() {
+                        continue;
                     }
+                    add.extend_from_slice(if flags == 0 {
+                        br#","anthropic_beta":[""#
+                    } else {
+                        br#",""#
+                    });
+                    rewrite::push_escaped(&mut add, flag);
+                    add.push(b'"');
+                    flags += 1;
+                }
+                if flags > 0 {
                     add.push(b']');
                 }
                 edit_members(body, &["model", "stream", "anthropic_version"], &add)
             }
-            Envelope::Vertex { .. } => {
+            Envelope::Vertex => {
                 let add = format!(r#""anthropic_version":"{VERTEX_VERSION}""#);
                 edit_members(body, &["model", "anthropic_version"], add.as_bytes())
             }
-            Envelope::AzureOpenAi { .. } | Envelope::Gemini { .. } => None,
+            Envelope::AzureOpenAi | Envelope::Gemini => None,
         }
     }
-
-    /// Request headers this envelope's provider must not get from the caller (Bedrock takes
-    /// `anthropic-beta` in the body, and neither Bedrock nor Vertex wants `anthropic-version`).
-    pub fn dropped_headers(&self) -> &'static [&'static str] {
-        match self {
-            Envelope::Bedrock => &["anthropic-beta", "anthropic-version"],
-            Envelope::Vertex { .. } => &["anthropic-version"],
-            Envelope::AzureOpenAi { .. } | Envelope::Gemini { .. } => &[],
-        }
-    }
-}
-
-fn push_vertex_base(path: &mut String, project: &str, region: &str) {
-    path.push_str("/v1/projects/");
-    push_segment(path, project, false);
-    path.push_str("/locations/");
-    push_segment(path, region, false);
 }
 
 /// Appends `text` as one path segment: every byte but RFC 3986's unreserved characters
@@ -213,15 +204,45 @@ fn push_segment(path: &mut String, text: &str, keep_at: bool) {
 /// decoded) and `add` (member text, without braces) appended, in one pass; `None` when `body`
 /// is not a JSON object.
 pub fn edit_members(body: &[u8], drop: &[&str], add: &[u8]) -> Option<Vec<u8>> {
-    let mut s = Scanner::new(body);
+    let mut out = Vec::with_capacity(body.len() + add.len() + 2);
+    out.push(b'{');
+    let mut kept = 0usize;
+    for_each_member(body, &mut |name, member, _| {
+        if !drop.iter().any(|d| rewrite::decoded_eq(name, d)) {
+            if kept > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(member);
+            kept += 1;
+        }
+        false
+    })?;
+    if !add.is_empty() {
+        if kept > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(add);
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+/// Walks the top-level members of the JSON object `json`, giving `f` each one's name (raw,
+/// between the quotes), whole member text and value text, until `f` returns `true`. `None`
+/// when `json` is not one JSON object (then `f` may have seen some members). One walker for
+/// every envelope read, so the scanner's value reader is built into the module once more, not
+/// once per use.
+#[inline(never)]
+pub(crate) fn for_each_member<'a>(
+    json: &'a [u8],
+    f: &mut dyn FnMut(&'a str, &'a [u8], &'a [u8]) -> bool,
+) -> Option<()> {
+    let mut s = Scanner::new(json);
     s.skip_ws();
     if s.peek() != Some(b'{') {
         return None;
     }
     s.i += 1;
-    let mut out = Vec::with_capacity(body.len() + add.len() + 2);
-    out.push(b'{');
-    let mut kept = 0usize;
     s.skip_ws();
     if s.peek() == Some(b'}') {
         s.i += 1;
@@ -230,20 +251,17 @@ pub fn edit_members(body: &[u8], drop: &[&str], add: &[u8]) -> Option<Vec<u8>> {
             s.skip_ws();
             let start = s.i;
             s.string().ok()?;
-            let name = std::str::from_utf8(body.get(start + 1..s.i - 1)?).ok()?;
+            let name = std::str::from_utf8(json.get(start + 1..s.i.checked_sub(1)?)?).ok()?;
             s.skip_ws();
             if s.peek() != Some(b':') {
                 return None;
             }
             s.i += 1;
             s.skip_ws();
+            let value = s.i;
             s.value().ok()?;
-            if !drop.iter().any(|d| rewrite::decoded_eq(name, d)) {
-                if kept > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(body.get(start..s.i)?);
-                kept += 1;
+            if f(name, json.get(start..s.i)?, json.get(value..s.i)?) {
+                return Some(());
             }
             s.skip_ws();
             match s.peek() {
@@ -257,17 +275,7 @@ pub fn edit_members(body: &[u8], drop: &[&str], add: &[u8]) -> Option<Vec<u8>> {
         }
     }
     s.skip_ws();
-    if s.i != body.len() {
-        return None;
-    }
-    if !add.is_empty() {
-        if kept > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(add);
-    }
-    out.push(b'}');
-    Some(out)
+    (s.i == json.len()).then_some(())
 }
 
 #[cfg(test)]

@@ -1,23 +1,21 @@
 use super::*;
 
+const VERTEX_BASE: Option<&str> = Some("/v1/projects/my-proj/locations/us-east5");
+
 fn vertex() -> Envelope {
-    Envelope::Vertex {
-        project: "my-proj".into(),
-        region: "us-east5".into(),
-    }
+    Envelope::Vertex
 }
 
 #[test]
 fn azure_deployments_take_the_entry_s_model_and_the_api_version() {
-    let e = Envelope::AzureOpenAi {
-        api_version: Some("2024-10-21".into()),
-    };
+    let e = Envelope::AzureOpenAi;
+    let q = Some("/openai?api-version=2024-10-21");
     assert_eq!(
-        e.path("/v1/chat/completions", "gpt-4o-prod", false),
+        e.path(q, "/v1/chat/completions", "gpt-4o-prod", false),
         "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
     );
     assert_eq!(
-        e.path("/v1/embeddings?x=1", "emb", false),
+        e.path(q, "/v1/embeddings?x=1", "emb", false),
         "/openai/deployments/emb/embeddings?api-version=2024-10-21"
     );
     assert_eq!(e.api(), Api::OpenAiChat);
@@ -26,9 +24,9 @@ fn azure_deployments_take_the_entry_s_model_and_the_api_version() {
 
 #[test]
 fn azure_without_an_api_version_uses_the_v1_api() {
-    let e = Envelope::AzureOpenAi { api_version: None };
+    let e = Envelope::AzureOpenAi;
     assert_eq!(
-        e.path("/v1/chat/completions", "gpt-4o", true),
+        e.path(None, "/v1/chat/completions", "gpt-4o", true),
         "/openai/v1/chat/completions"
     );
 }
@@ -38,6 +36,7 @@ fn bedrock_puts_the_model_id_in_the_path_encoded_as_aws_sdks_do() {
     let e = Envelope::Bedrock;
     assert_eq!(
         e.path(
+            None,
             "/v1/messages",
             "anthropic.claude-3-5-sonnet-20241022-v2:0",
             false
@@ -46,6 +45,7 @@ fn bedrock_puts_the_model_id_in_the_path_encoded_as_aws_sdks_do() {
     );
     assert_eq!(
         e.path(
+            None,
             "/v1/messages",
             "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
             true
@@ -54,6 +54,7 @@ fn bedrock_puts_the_model_id_in_the_path_encoded_as_aws_sdks_do() {
     );
     assert_eq!(
         e.path(
+            None,
             "/v1/messages",
             "arn:aws:bedrock:us-east-1:1:inference-profile/x",
             false
@@ -65,19 +66,18 @@ fn bedrock_puts_the_model_id_in_the_path_encoded_as_aws_sdks_do() {
 
 #[test]
 fn a_model_name_cannot_climb_out_of_its_path_segment() {
-    let e = Envelope::AzureOpenAi {
-        api_version: Some("v".into()),
-    };
+    let e = Envelope::AzureOpenAi;
+    let q = Some("/openai?api-version=v");
     assert_eq!(
-        e.path("/v1/chat/completions", "../../admin?x=", false),
+        e.path(q, "/v1/chat/completions", "../../admin?x=", false),
         "/openai/deployments/..%2F..%2Fadmin%3Fx%3D/chat/completions?api-version=v"
     );
     assert_eq!(
-        e.path("/v1/chat/completions", "..", false),
+        e.path(q, "/v1/chat/completions", "..", false),
         "/openai/deployments/%2E%2E/chat/completions?api-version=v"
     );
     assert_eq!(
-        Envelope::Bedrock.path("/v1/messages", "a b#c", false),
+        Envelope::Bedrock.path(None, "/v1/messages", "a b#c", false),
         "/model/a%20b%23c/invoke"
     );
 }
@@ -85,27 +85,30 @@ fn a_model_name_cannot_climb_out_of_its_path_segment() {
 #[test]
 fn vertex_paths_name_project_region_and_model() {
     assert_eq!(
-        vertex().path("/v1/messages", "claude-sonnet-4-5@20250929", false),
+        vertex().path(VERTEX_BASE, "/v1/messages", "claude-sonnet-4-5@20250929", false),
         "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"
     );
     assert_eq!(
-        vertex().path("/v1/messages", "claude-sonnet-4-5@20250929", true),
+        vertex().path(VERTEX_BASE, "/v1/messages", "claude-sonnet-4-5@20250929", true),
         "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict"
     );
 }
 
 #[test]
 fn gemini_replaces_v1_with_its_openai_base() {
-    let google = Envelope::Gemini { vertex: None };
+    let google = Envelope::Gemini;
     assert_eq!(
-        google.path("/v1/chat/completions", "gemini-2.5-flash", true),
+        google.path(None, "/v1/chat/completions", "gemini-2.5-flash", true),
         "/v1beta/openai/chat/completions"
     );
-    let on_vertex = Envelope::Gemini {
-        vertex: Some(("p".into(), "global".into())),
-    };
+    let on_vertex = Some("/v1/projects/p/locations/global/endpoints/openapi");
     assert_eq!(
-        on_vertex.path("/v1/chat/completions", "google/gemini-2.5-flash", false),
+        google.path(
+            on_vertex,
+            "/v1/chat/completions",
+            "google/gemini-2.5-flash",
+            false
+        ),
         "/v1/projects/p/locations/global/endpoints/openapi/chat/completions"
     );
 }

@@ -217,6 +217,8 @@ impl Host for Recording {
 #[derive(Debug, Clone)]
 enum Provider {
     Answer(u16, Vec<(&'static str, &'static str)>, &'static str),
+    /// An answer whose body is not text (Bedrock's event stream).
+    Bytes(u16, Vec<(&'static str, &'static str)>, Vec<u8>),
     /// Connection refused before any response (Envoy retries by itself).
     Refused,
     /// No response headers within the attempt timeout.
@@ -434,9 +436,17 @@ impl Gateway {
                 self.world.advance(ms);
                 answer = status(code);
             }
-            match answer {
-                Provider::After(..) => unreachable!("turned into an answer above"),
+            let answer = match answer {
                 Provider::Answer(code, headers, body) => {
+                    Provider::Bytes(code, headers, body.as_bytes().to_vec())
+                }
+                other => other,
+            };
+            match answer {
+                Provider::After(..) | Provider::Answer(..) => {
+                    unreachable!("turned into bytes above")
+                }
+                Provider::Bytes(code, headers, body) => {
                     let mut response: Headers =
                         vec![(":status".into(), code.to_string().into_bytes())];
                     response.extend(
@@ -445,7 +455,7 @@ impl Gateway {
                             .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())),
                     );
                     *host.stream.response.borrow_mut() = response;
-                    *host.stream.response_body.borrow_mut() = body.as_bytes().to_vec();
+                    *host.stream.response_body.borrow_mut() = body.clone();
                     let held = up.on_response_headers(body.is_empty()) == Flow::Pause;
                     if held || !body.is_empty() {
                         // Held to read the start of the body (SPEC 3a): the router buffers.
@@ -1299,3 +1309,6 @@ fn without_held_answers_a_quota_body_is_not_read() {
 mod proptests;
 
 mod translation;
+
+#[cfg(test)]
+mod clouds;

@@ -3,7 +3,9 @@
 //! for it (marker header, metrics, breaker report, attempt log, outcome record).
 
 use super::registry;
-use super::{health, send_reply, text_property, u64_property, Flow, Host, Map, Metrics};
+use super::{
+    health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
+};
 use crate::attempt::{
     self, AnswerTranslation, BodyEdit, DelaySource, Hold, Marker, Outcome, Translation,
 };
@@ -11,9 +13,12 @@ use crate::classify::{classify_status, Class};
 use crate::config::Config;
 use crate::destination::{self, Refusal};
 use crate::dialects;
+use crate::envelope::eventstream::Unframer;
+use crate::envelope::Envelope;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
+use crate::ids::ProviderId;
 use crate::plan::SkipReason;
 use crate::retry_after;
 use crate::translate::{self, Api, StreamContext, StreamTranslator};
@@ -63,6 +68,19 @@ pub struct Upstream<H: Host> {
     watch: Option<Vec<u8>>,
     /// The caller speaks Anthropic Messages (for the error event of a stream cut short).
     messages_caller: bool,
+    /// The body goes into this provider's envelope (Bedrock, Vertex), with the caller's
+    /// `anthropic-beta` header, while waiting for the body.
+    envelope_body: Option<(ProviderId, Option<String>)>,
+    /// A Bedrock event stream being unwrapped into Anthropic SSE (SPEC 13).
+    unframe: Option<Unframing>,
+}
+
+/// An AWS event stream turned into SSE as it passes. While the answer is held (its first event
+/// read, SPEC 3a) Envoy keeps the body: the first `done` bytes of it are SSE already.
+#[derive(Default)]
+struct Unframing {
+    unframer: Unframer,
+    done: usize,
 }
 
 /// A translated attempt's answer on its way to the caller.
@@ -94,6 +112,8 @@ impl<H: Host> Upstream<H> {
             send_at: None,
             watch: None,
             messages_caller: false,
+            envelope_body: None,
+            unframe: None,
         }
     }
 
@@ -442,6 +462,16 @@ impl<H: Host> Upstream<H> {
             }
             BodyEdit::RewriteModel(model) => Some(model.to_string()),
             BodyEdit::Translate(_) => None,
+            BodyEdit::Envelope(envelope) => {
+                // Bedrock takes the caller's beta flags in the body (the header stays: Envoy
+                // shares the header map with later attempts, and AWS ignores it).
+                let beta = (envelope == Envelope::Bedrock)
+                    .then(|| host.header(Map::Request, "anthropic-beta"))
+                    .flatten()
+                    .and_then(|v| String::from_utf8(v).ok());
+                self.envelope_body = Some((a.provider_id, beta));
+                None
+            }
         };
         self.translation = a.translation;
         self.translate_request = matches!(edits.body, BodyEdit::Translate(_));
@@ -459,7 +489,11 @@ impl<H: Host> Upstream<H> {
             start_ms,
         });
         self.rewrite_to = rewrite_to;
-        if self.rewrite_to.is_some() || self.translate_request || self.send_at.is_some() {
+        if self.rewrite_to.is_some()
+            || self.translate_request
+            || self.envelope_body.is_some()
+            || self.send_at.is_some()
+        {
             // Hold the headers until the body is rewritten and its length known, and until
             // the back-off is over.
             return Flow::Pause;
@@ -476,6 +510,9 @@ impl<H: Host> Upstream<H> {
             } else {
                 flow
             };
+        }
+        if self.envelope_body.is_some() {
+            return self.envelope_request_body(body_size, end_of_stream);
         }
         let Some(model) = &self.rewrite_to else {
             // A retry in place keeps its body with its headers until the back-off is over.
@@ -514,8 +551,17 @@ impl<H: Host> Upstream<H> {
         };
         let body = self.host.body(Map::Request, body_size).unwrap_or_default();
         self.include_usage = t.caller == Api::OpenAiChat && translate::wants_stream_usage(&body);
-        let translated = attempt::resolve(&self.config, current.plan.view(), current.number)
-            .map(|a| attempt::translate_body(&a, t, &body));
+        // Translated, then put in the provider's envelope (Bedrock, Vertex) when it has one.
+        let translated =
+            attempt::resolve(&self.config, current.plan.view(), current.number).map(|a| {
+                let body = attempt::translate_body(&a, t, &body)?;
+                Ok::<_, crate::reply::Reply>(match a.provider.envelope.filter(|e| e.edits_body()) {
+                    Some(envelope) => attempt::envelope_body(&body, envelope, None)
+                        .0
+                        .unwrap_or(body),
+                    None => body,
+                })
+            });
         match translated {
             Some(Ok(new_body)) => {
                 self.host.set_body(Map::Request, body_size, &new_body);
@@ -537,6 +583,27 @@ impl<H: Host> Upstream<H> {
         }
     }
 
+    /// The whole body put in the provider's envelope (Bedrock, Vertex).
+    fn envelope_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        let Some((provider, beta)) = self.envelope_body.take() else {
+            return Flow::Continue;
+        };
+        let Some(envelope) = (self.config.provider(provider)).and_then(|p| p.envelope) else {
+            return Flow::Continue;
+        };
+        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
+        let (new_body, len) = attempt::envelope_body(&body, envelope, beta.as_deref());
+        if let Some(new_body) = new_body {
+            self.host.set_body(Map::Request, body_size, &new_body);
+        }
+        self.host
+            .set_header(Map::Request, "content-length", Some(&len.to_string()));
+        Flow::Continue
+    }
+
     pub fn on_response_headers(&mut self, end_of_stream: bool) -> Flow {
         let Some(current) = &self.current else {
             return Flow::Continue;
@@ -544,6 +611,17 @@ impl<H: Host> Upstream<H> {
         let Some(a) = attempt::resolve(&self.config, current.plan.view(), current.number) else {
             return Flow::Continue;
         };
+        if a.plan.stream && a.provider.envelope.is_some_and(|e| e.event_stream()) {
+            let status = status_code(&self.host, Map::Response);
+            let content_type = || self.host.header(Map::Response, "content-type");
+            if attempt::unframes(&a, status, content_type) {
+                // Bedrock's binary stream becomes the Anthropic event stream it carries.
+                self.host
+                    .set_header(Map::Response, "content-type", Some("text/event-stream"));
+                self.host.set_header(Map::Response, "content-length", None);
+                self.unframe = Some(Unframing::default());
+            }
+        }
         let map = self.host.header_map(Map::Response);
         let head = attempt::ResponseHead::read(&map, end_of_stream);
         self.provider_marker = head.marker;
@@ -570,6 +648,7 @@ impl<H: Host> Upstream<H> {
     }
 
     pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        let body_size = self.unframe_body(body_size, end_of_stream);
         self.held = body_size;
         let flow = if self.hold.is_some() {
             self.decide_held(end_of_stream)
@@ -578,6 +657,10 @@ impl<H: Host> Upstream<H> {
         };
         if flow == Flow::Continue && self.watch.is_some() {
             self.watch_end(body_size, end_of_stream);
+        }
+        if let Some(u) = &mut self.unframe {
+            // Paused, Envoy keeps what is in the buffer now; continued, it sends it on.
+            u.done = if flow == Flow::Pause { body_size } else { 0 };
         }
         flow
     }
@@ -642,6 +725,25 @@ impl<H: Host> Upstream<H> {
         };
         self.host.set_body(Map::Response, body_size, &out);
         Flow::Continue
+    }
+
+    /// Replaces the event-stream bytes in the body buffer by the SSE events they carry;
+    /// returns the buffer's new size.
+    fn unframe_body(&mut self, body_size: usize, end_of_stream: bool) -> usize {
+        let Some(u) = &mut self.unframe else {
+            return body_size;
+        };
+        let buffer = self.host.body(Map::Response, body_size).unwrap_or_default();
+        let done = u.done.min(buffer.len());
+        let (sse, raw) = buffer.split_at(done);
+        let mut out = Vec::with_capacity(done + raw.len() + raw.len() / 2);
+        out.extend_from_slice(sse);
+        u.unframer.push(raw, &mut out);
+        if end_of_stream {
+            u.unframer.finish(&mut out);
+        }
+        self.host.set_body(Map::Response, body_size, &out);
+        out.len()
     }
 
     pub fn on_response_trailers(&mut self) -> Flow {

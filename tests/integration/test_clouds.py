@@ -76,3 +76,251 @@ def test_mock_vertex_and_azure_check_paths_and_credentials():
     assert cloud_mock.check(azure, "POST", p, [("api-key", "az")], b"{}").model == "gpt-prod"
     assert cloud_mock.check(azure, "POST", p, [("api-key", "no")], b"{}").status == 401
     assert cloud_mock.check(azure, "POST", p.replace("2024", "2023"), [("api-key", "az")], b"{}").status == 404
+
+
+# ------------------------------------------------------------------ through a real Envoy
+BEDROCK_MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+VERTEX_MODEL = "claude-sonnet-4-5@20250929"
+AWS_ENV = {"AWS_ACCESS_KEY_ID": AWS["access_key"], "AWS_SECRET_ACCESS_KEY": AWS["secret_key"],
+           "AWS_EC2_METADATA_DISABLED": "true"}
+
+CLOUDS = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+providers:
+  - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-ant}}
+  - {name: bedrock, endpoint: "127.0.0.1:${BEDROCK_PORT}", api: bedrock, region: us-east-1}
+  - {name: vertex, endpoint: "127.0.0.1:${VERTEX_PORT}", api: vertex, project: p1, region: us-east5,
+     credential: {header: authorization, prefix: "Bearer ", value: ya29.vertex-token}}
+  - {name: openai, endpoint: "127.0.0.1:${OPENAI_PORT}", api: openai,
+     credential: {header: authorization, prefix: "Bearer ", value: sk-openai}}
+  - {name: azure, endpoint: "127.0.0.1:${AZURE_PORT}", api: azure_openai, api_version: "2024-10-21",
+     credential: {header: api-key, value: az-key}}
+chains:
+  - name: claude
+    models: ["claude-*"]
+    providers: [anthropic, {provider: bedrock, model: "%(bedrock)s"}, {provider: vertex, model: "%(vertex)s"}]
+  - name: claude-on-aws
+    models: ["aws-claude"]
+    providers: [{provider: bedrock, model: "%(bedrock)s"}, {provider: anthropic, model: claude-sonnet-4-5}]
+  - name: gpt
+    models: ["gpt-*"]
+    providers: [openai, {provider: azure, model: gpt-4o-prod}]
+  - name: gpt-on-azure
+    models: ["azure-gpt"]
+    providers: [{provider: azure, model: gpt-4o-prod}, {provider: openai, model: gpt-4o}]
+""" % {"bedrock": BEDROCK_MODEL, "vertex": VERTEX_MODEL}
+
+needs_router_mode = pytest.mark.skipif(
+    harness.grouping_mode(),
+    reason="Envoy 1.36-1.38 run only the grouping cluster's filters: the renderer refuses a "
+           "signed Bedrock provider there (a Bedrock API key works; see the API-key test)")
+
+
+@pytest.fixture
+def clouds(gateway):
+    mocks = dict(zip(["anthropic", "bedrock", "vertex", "openai", "azure"],
+                     gateway.mocks("anthropic", "bedrock", "vertex", "openai", "azure")))
+    if any(not hasattr(m, "server") for m in mocks.values()):
+        pytest.skip("the cloud mocks run in-process")
+    mocks["bedrock"].server.cloud = cloud_mock.validate(AWS)
+    mocks["vertex"].server.cloud = cloud_mock.validate(
+        {"kind": "vertex", "project": "p1", "region": "us-east5", "token": "ya29.vertex-token"})
+    mocks["azure"].server.cloud = cloud_mock.validate(
+        {"kind": "azure", "api_key": "az-key", "api_version": "2024-10-21"})
+    return gateway, mocks
+
+
+def _anthropic(gw):
+    import anthropic
+    return anthropic.Anthropic(base_url=gw.url, api_key="gw-key", max_retries=0)
+
+
+def _openai(gw):
+    import openai
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="gw-key", max_retries=0)
+
+
+def _header(record, name):
+    return [v for k, v in record["headers"] if k.lower() == name]
+
+
+@needs_router_mode
+def test_anthropic_sdk_fails_over_to_claude_on_bedrock_signed_and_back(clouds):
+    gateway, m = clouds
+    gw = gateway.start(CLOUDS, env=AWS_ENV)
+    client = _anthropic(gw)
+    m["anthropic"].set_default(status=529)
+    msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=20,
+                                 messages=[{"role": "user", "content": "hi"}],
+                                 extra_headers={"anthropic-beta": "token-efficient-tools-2025-02-19"})
+    assert msg.content[0].text == f"Hello from bedrock (model {BEDROCK_MODEL})"
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=20,
+                                messages=[{"role": "user", "content": "hi"}]) as s:
+        text = "".join(s.text_stream)
+    assert text == "bedrock:0 bedrock:1 bedrock:2 "
+    sent = m["bedrock"].requests()
+    assert [r.get("rejected") for r in sent] == [None, None], "signed as AWS checks it"
+    assert sent[0]["path"] == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    assert sent[1]["path"].endswith("%3A0/invoke-with-response-stream")
+    body = json.loads(sent[0]["body"])
+    assert body["anthropic_version"] == "bedrock-2023-05-31" and "model" not in body
+    assert body["anthropic_beta"] == ["token-efficient-tools-2025-02-19"]
+    assert _header(sent[0], "x-api-key") == [], "anthropic's key stays with anthropic"
+    # And back: a chain that starts on Bedrock falls over to Anthropic, which gets no AWS
+    # signature, date or body hash (Envoy's signer set them on the shared header map).
+    m["anthropic"].set_default({})
+    m["bedrock"].set_default(status=503)
+    msg = client.messages.create(model="aws-claude", max_tokens=20,
+                                 messages=[{"role": "user", "content": "hi"}])
+    assert msg.content[0].text == "Hello from anthropic (model claude-sonnet-4-5)"
+    with client.messages.stream(model="aws-claude", max_tokens=20,
+                                messages=[{"role": "user", "content": "hi"}]) as s:
+        assert "".join(s.text_stream) == "anthropic:0 anthropic:1 anthropic:2 "
+    assert all(r.get("rejected") is None for r in m["bedrock"].requests())
+    for r in m["anthropic"].requests()[-2:]:
+        assert r["path"] == "/v1/messages"
+        for leaked in ("x-amz-date", "x-amz-content-sha256", "x-amz-security-token"):
+            assert _header(r, leaked) == [], leaked
+        assert _header(r, "authorization") == []
+        assert _header(r, "x-api-key") == ["sk-ant"]
+
+
+def test_a_bedrock_stream_is_unwrapped_whatever_its_chunking_and_an_exception_falls_over(clouds):
+    gateway, m = clouds
+    if harness.grouping_mode():  # Envoy 1.36-1.38: Bedrock with an API key
+        m["bedrock"].server.cloud = cloud_mock.validate({**AWS, "api_key": "bedrock-api-key"})
+        gw = gateway.start(API_KEY_CLOUDS)
+    else:
+        gw = gateway.start(CLOUDS, env=AWS_ENV)
+    client = _anthropic(gw)
+    # Frames cut every 7 bytes: messages split across body chunks, several in one chunk.
+    m["bedrock"].set_default(chunk_bytes=7, chunks=5)
+    with client.messages.stream(model="aws-claude", max_tokens=20,
+                                messages=[{"role": "user", "content": "hi"}]) as s:
+        assert "".join(s.text_stream) == "".join(f"bedrock:{i} " for i in range(5))
+    assert all(r.get("rejected") is None for r in m["bedrock"].requests())
+    if not harness.holds_answers():
+        return  # Envoy 1.36 reads no answer's body (README "Older Envoys")
+    # The first event is an exception (Bedrock's serviceUnavailableException): falls over.
+    m["bedrock"].set_default(stream=True, events=[
+        'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n'])
+    r = gw.chat("aws-claude", path="/v1/messages", stream=True, max_tokens=20,
+                headers={"anthropic-version": "2023-06-01"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "anthropic"
+    assert r.header("x-llm-fallback-reason") == "overloaded"
+    assert "anthropic:0" in r.text
+
+
+@needs_router_mode
+def test_nothing_reaches_bedrock_unsigned_when_envoy_has_no_aws_credentials(clouds, tmp_path):
+    gateway, m = clouds
+    no_credentials = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "",
+                      "AWS_EC2_METADATA_DISABLED": "true", "HOME": str(tmp_path),
+                      "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                      "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_PROFILE": ""}
+    gw = gateway.start(CLOUDS, env=no_credentials)
+    for stream in (False, True):
+        r = gw.chat("aws-claude", path="/v1/messages", stream=stream, max_tokens=20,
+                    headers={"anthropic-version": "2023-06-01"})
+        # Envoy sends an upstream filter's own reply straight to the caller (no retry).
+        assert r.status == 502, r.text
+        assert "was not signed" in r.text and r.header("x-llm-provider") == "bedrock"
+    assert m["bedrock"].requests() == [], "nothing left Envoy for Bedrock, signed or not"
+    assert "a Bedrock request was not signed" in gw.log()
+    # Each one counted toward Bedrock's breaker (default 10 in 30 s): once open, the chain
+    # skips Bedrock and the SDK is served by the next provider.
+    for _ in range(8):
+        gw.chat("aws-claude", path="/v1/messages", max_tokens=20,
+                headers={"anthropic-version": "2023-06-01"})
+    msg = _anthropic(gw).messages.create(model="aws-claude", max_tokens=20,
+                                         messages=[{"role": "user", "content": "hi"}])
+    assert msg.content[0].text.startswith("Hello from anthropic")
+    assert m["bedrock"].requests() == []
+
+
+@needs_router_mode
+def test_what_the_filter_changes_after_signing_breaks_the_signature(clouds, gateway_wrong_order):
+    """The negative control: with this filter placed *after* the signer (the wrong order), the
+    request it rewrites is not the request signed, and the Bedrock mock refuses every one: the
+    rendered order (this filter, then the signer) is what makes signatures hold, as every
+    other test here shows with the mock checking each signature."""
+    gateway, m = clouds
+    gw = gateway_wrong_order(gateway, CLOUDS, AWS_ENV)
+    r = gw.chat("aws-claude", path="/v1/messages", max_tokens=20,
+                headers={"anthropic-version": "2023-06-01"})
+    assert (r.status, r.header("x-llm-provider")) == (403, "bedrock"), r.text
+    # This filter rewrites the body and clears every provider's credential headers, the
+    # signature's among them: whatever it changes after the signer breaks the signature.
+    reasons = {x.get("rejected") for x in m["bedrock"].requests()}
+    assert reasons and None not in reasons, reasons
+
+
+@pytest.fixture
+def gateway_wrong_order(tmp_path):
+    import yaml
+
+    def start(gateway, source, env):
+        path = harness.render_config(source, {**gateway.env, **env}, out_dir=tmp_path / "wrong")
+        config = yaml.safe_load(path.read_text())
+        for c in config["static_resources"]["clusters"]:
+            opts = c.get("typed_extension_protocol_options", {})
+            for o in opts.values():
+                f = o.get("http_filters", [])
+                if len(f) == 4:  # wasm, signer, guard, codec -> signer, guard, wasm, codec
+                    o["http_filters"] = [f[1], f[2], f[0], f[3]]
+        path.write_text(yaml.safe_dump(config))
+        return gateway.start_bootstrap(path, env=env)
+    return start
+
+
+# Bedrock with an API key (bearer) instead of Envoy's signer: renders on every Envoy.
+API_KEY_CLOUDS = CLOUDS.replace(
+    "api: bedrock, region: us-east-1}",
+    "api: bedrock, credential: {header: authorization, prefix: \"Bearer \", value: bedrock-api-key}}")
+
+
+def test_claude_on_vertex_and_a_bedrock_api_key(clouds):
+    gateway, m = clouds
+    assert API_KEY_CLOUDS != CLOUDS
+    m["bedrock"].server.cloud = cloud_mock.validate({**AWS, "api_key": "bedrock-api-key"})
+    gw = gateway.start(API_KEY_CLOUDS)
+    client = _anthropic(gw)
+    m["anthropic"].set_default(status=500)
+    m["bedrock"].set_default(status=503)
+    msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=20,
+                                 messages=[{"role": "user", "content": "hi"}])
+    assert msg.content[0].text == f"Hello from vertex (model {VERTEX_MODEL})"
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=20,
+                                messages=[{"role": "user", "content": "hi"}]) as s:
+        assert "".join(s.text_stream) == "vertex:0 vertex:1 vertex:2 "
+    for mock in ("bedrock", "vertex"):
+        assert all(r.get("rejected") is None for r in m[mock].requests()), m[mock].requests()
+    assert len(m["bedrock"].requests()) == 2
+    v = m["vertex"].requests()
+    assert v[0]["path"].endswith(f"/models/{VERTEX_MODEL}:rawPredict")
+    assert v[1]["path"].endswith(f"/models/{VERTEX_MODEL}:streamRawPredict")
+
+
+def test_openai_sdk_fails_over_to_an_azure_deployment_and_back(clouds):
+    gateway, m = clouds
+    gw = gateway.start(API_KEY_CLOUDS)
+    client = _openai(gw)
+    m["openai"].set_default(status=500)
+    r = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == "Hello from azure (model gpt-4o-prod)"
+    stream = client.chat.completions.create(model="gpt-4o", stream=True,
+                                            messages=[{"role": "user", "content": "hi"}])
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == \
+        "azure:0 azure:1 azure:2 "
+    sent = m["azure"].requests()
+    assert [r.get("rejected") for r in sent] == [None, None]
+    assert sent[0]["path"] == "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+    assert _header(sent[0], "authorization") == [] and _header(sent[0], "api-key") == ["az-key"]
+    m["openai"].set_default({})
+    m["azure"].set_default(status=429)
+    r = client.chat.completions.create(model="azure-gpt", messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == "Hello from openai (model gpt-4o)"
+    assert _header(m["openai"].requests()[-1], "api-key") == []

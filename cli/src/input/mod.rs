@@ -92,6 +92,42 @@ pub struct Gateway {
     pub text: String,
 }
 
+/// A Bedrock provider without a credential is signed by Envoy (AWS Signature V4, after this
+/// filter): the region comes from its `region` or its endpoint. Grouping mode runs only the
+/// grouping cluster's filters, which would sign every provider's attempts: there Bedrock needs
+/// an API key.
+fn aws_signing(
+    i: usize,
+    p: &llm_failover::config::Provider,
+    u: &mut Upstream,
+    envoy_version: EnvoyVersion,
+) -> Result<(), Diag> {
+    if p.envelope != Some(llm_failover::envelope::Envelope::Bedrock)
+        || p.set_headers
+            .iter()
+            .any(|(name, _)| name == "authorization")
+    {
+        return Ok(());
+    }
+    let at = format!("providers[{i}]");
+    if envoy_version.mode() == Mode::Grouping {
+        return Err(Diag::error(
+            format!("{at}.api"),
+            "Bedrock signed with AWS Signature V4 needs Envoy 1.39+: on older Envoys only the grouping cluster's filters run and would sign every provider's requests — give it a Bedrock API key instead: credential: {header: authorization, prefix: \"Bearer \", env: AWS_BEARER_TOKEN_BEDROCK}",
+        ));
+    }
+    match upstream::bedrock_region(u.region.as_deref(), &u.endpoint) {
+        Some(region) => {
+            u.aws_signing = Some(region);
+            Ok(())
+        }
+        None => Err(Diag::error(
+            format!("{at}.region"),
+            "missing — the AWS region Bedrock requests are signed for, e.g. region: us-east-1 (read from a bedrock-runtime.<region>.amazonaws.com endpoint when absent)",
+        )),
+    }
+}
+
 /// What credential `env:` lookups return while rendering: the key itself never goes into a
 /// rendered file, Envoy passes the variable into the VM.
 fn placeholder_env(_: &str) -> Option<String> {
@@ -287,6 +323,9 @@ fn read(
         };
         u.provider = p.name.clone();
         u.cluster = p.cluster.clone();
+        if let Err(problem) = aws_signing(i, p, &mut u, envoy_version) {
+            errors.push(problem);
+        }
         if let Some(first) = resolved.iter().find(|o: &&Upstream| o.cluster == u.cluster) {
             if !first.same_cluster_settings(&u) {
                 errors.push(Diag::error(

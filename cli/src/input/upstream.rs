@@ -10,8 +10,16 @@ use std::net::{IpAddr, Ipv4Addr};
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
 /// Per-provider fields only the renderer reads.
-pub const PROVIDER_RENDERER_KEYS: [&str; 5] =
-    ["endpoint", "tls", "sni", "connect_timeout", "http2"];
+pub const PROVIDER_RENDERER_KEYS: [&str; 8] = [
+    "endpoint",
+    "tls",
+    "sni",
+    "connect_timeout",
+    "http2",
+    "api_version",
+    "project",
+    "region",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Host {
@@ -46,6 +54,11 @@ pub struct Upstream {
     pub connect_timeout_ms: u64,
     /// Plain-HTTP provider spoken to in HTTP/2 (h2c); TLS providers negotiate it by ALPN.
     pub http2: bool,
+    /// `api: bedrock` without a credential: Envoy signs each attempt with AWS Signature V4
+    /// for this region (`crate::render::signing`).
+    pub aws_signing: Option<String>,
+    /// `region` as written (Bedrock's signing region; Vertex's is in `path_prefix`).
+    pub region: Option<String>,
 }
 
 impl Upstream {
@@ -55,6 +68,7 @@ impl Upstream {
             && self.sni == other.sni
             && self.connect_timeout_ms == other.connect_timeout_ms
             && self.http2 == other.http2
+            && self.aws_signing == other.aws_signing
     }
 }
 
@@ -69,6 +83,7 @@ pub(super) fn parse_upstream(
     let connect_timeout = p.shift_remove("connect_timeout");
     let http2 = p.shift_remove("http2");
     let before = errors.len();
+    let region = cloud_fields(p, at, errors);
 
     let endpoint = match endpoint {
         None => {
@@ -188,7 +203,99 @@ pub(super) fn parse_upstream(
         sni,
         connect_timeout_ms,
         http2,
+        aws_signing: None,
+        region,
     })
+}
+
+/// The clouds' own fields (issue 22), which the filter reads from `path_prefix`: Azure's
+/// `api_version` (`/openai?api-version=...`), Vertex's `project` and `region`
+/// (`/v1/projects/{project}/locations/{region}`, `/endpoints/openapi` after it for Gemini).
+/// Returns `region` (Bedrock's signing region).
+fn cloud_fields(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<String> {
+    let api = p
+        .get("api")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let mut text = |key: &str| match p.shift_remove(key) {
+        None => None,
+        Some(Value::String(s)) if !s.is_empty() && !s.contains(['/', '?', '&', ' ']) => Some(s),
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.{key}"),
+                format!("{} is not a valid {key}", show(&other)),
+            ));
+            None
+        }
+    };
+    let (api_version, project, region) = (text("api_version"), text("project"), text("region"));
+    let takes = match api.as_str() {
+        "azure_openai" => [true, false, false],
+        "bedrock" => [false, false, true],
+        "vertex" | "gemini" => [false, true, true],
+        _ => [false; 3],
+    };
+    for ((key, given), taken) in [
+        ("api_version", &api_version),
+        ("project", &project),
+        ("region", &region),
+    ]
+    .into_iter()
+    .zip(takes)
+    {
+        if given.is_some() && !taken {
+            errors.push(Diag::error(
+                format!("{at}.{key}"),
+                format!(
+                    "not used with api: {} — remove it",
+                    if api.is_empty() { "openai" } else { &api }
+                ),
+            ));
+        }
+    }
+    let prefix = match (api.as_str(), &api_version, &project, &region) {
+        ("azure_openai", Some(v), _, _) => Some(format!("/openai?api-version={v}")),
+        ("vertex", _, Some(p), Some(r)) => Some(format!("/v1/projects/{p}/locations/{r}")),
+        ("gemini", _, Some(p), Some(r)) => {
+            Some(format!("/v1/projects/{p}/locations/{r}/endpoints/openapi"))
+        }
+        ("vertex" | "gemini", _, Some(_), None) | ("vertex" | "gemini", _, None, Some(_)) => {
+            errors.push(Diag::error(
+                format!("{at}.project"),
+                format!("api: {api} on Vertex AI needs both project and region (the location, e.g. us-east5 or global)"),
+            ));
+            None
+        }
+        _ => None,
+    };
+    if let Some(prefix) = prefix {
+        if p.contains_key("path_prefix") {
+            errors.push(Diag::error(
+                format!("{at}.path_prefix"),
+                "give either path_prefix or api_version/project/region, not both",
+            ));
+        } else {
+            p.insert("path_prefix".into(), prefix.into());
+        }
+    }
+    region
+}
+
+/// The AWS region a Bedrock provider's requests are signed for: its `region`, else the one in
+/// a `bedrock-runtime[-fips].<region>.amazonaws.com` endpoint.
+pub(super) fn bedrock_region(region: Option<&str>, endpoint: &Endpoint) -> Option<String> {
+    if let Some(region) = region {
+        return Some(region.to_string());
+    }
+    let Host::Name(name) = &endpoint.host else {
+        return None;
+    };
+    let rest = name
+        .strip_prefix("bedrock-runtime.")
+        .or_else(|| name.strip_prefix("bedrock-runtime-fips."))?;
+    let region = rest.strip_suffix(".amazonaws.com")?;
+    (!region.is_empty() && !region.contains('.')).then(|| region.to_string())
 }
 
 /// `host:port`, `1.2.3.4:port` or `[v6]:port`.

@@ -114,7 +114,7 @@ fn cluster(gw: &Gateway, u: &Upstream, upstream: &Value) -> Value {
     }
     c.insert(
         "typed_extension_protocol_options".into(),
-        upstream_options(http_protocol(u), upstream),
+        upstream_options(http_protocol(u), upstream, u.aws_signing.as_deref()),
     );
     Value::Mapping(c)
 }
@@ -156,20 +156,24 @@ fn circuit_breakers() -> Value {
 
 /// The cluster's HTTP protocol options, carrying the upstream filter (also the Istio target's
 /// cluster patch, `crate::istio`).
-pub(crate) fn upstream_options(protocol: (&str, Value), upstream: &Value) -> Value {
+pub(crate) fn upstream_options(
+    protocol: (&str, Value),
+    upstream: &Value,
+    aws_signing: Option<&str>,
+) -> Value {
     let mut options = Mapping::new();
     options.insert(
         "@type".into(),
         format!("type.googleapis.com/{HTTP_PROTOCOL_OPTIONS}").into(),
     );
     options.insert(protocol.0.into(), protocol.1);
-    options.insert(
-        "http_filters".into(),
-        seq(vec![
-            upstream.clone(),
-            map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(UPSTREAM_CODEC, map! {}) },
-        ]),
-    );
+    let mut filters = vec![upstream.clone()];
+    if let Some(region) = aws_signing {
+        // After this filter: the signature covers the body and headers actually sent.
+        filters.extend(super::signing::aws_filters(region));
+    }
+    filters.push(map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(UPSTREAM_CODEC, map! {}) });
+    options.insert("http_filters".into(), seq(filters));
     map! { HTTP_PROTOCOL_OPTIONS => Value::Mapping(options) }
 }
 
@@ -195,7 +199,7 @@ fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group, upstream: &Va
         "typed_extension_protocol_options" => upstream_options((
             "explicit_http_config",
             map! { "http_protocol_options" => map! {} },
-        ), upstream),
+        ), upstream, None),
     }
 }
 

@@ -31,6 +31,7 @@ mod listener;
 mod pieces;
 mod reloadable;
 mod route;
+mod signing;
 mod stats;
 
 pub use crate::names::{NAME, UPSTREAM_PLUGIN_NAME};
