@@ -324,3 +324,50 @@ def test_openai_sdk_fails_over_to_an_azure_deployment_and_back(clouds):
     r = client.chat.completions.create(model="azure-gpt", messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].message.content == "Hello from openai (model gpt-4o)"
     assert _header(m["openai"].requests()[-1], "api-key") == []
+
+
+CANONICAL = CLOUDS.replace(
+    """  - name: claude
+    models: ["claude-*"]
+    providers: [anthropic, {provider: bedrock, model: "%s"}, {provider: vertex, model: "%s"}]""" % (
+        BEDROCK_MODEL, VERTEX_MODEL),
+    """  - name: claude
+    models: ["claude-*"]
+    providers: [anthropic, {provider: bedrock, model: "%s"}, {provider: azure, model: gpt-4o-prod}]""" % (
+        BEDROCK_MODEL,))
+
+
+@needs_router_mode
+def test_the_canonical_chain_serves_both_sdks_through_outages_of_anthropic_and_bedrock(clouds):
+    """Claude on Anthropic, then Claude on Bedrock (signed), then GPT on Azure OpenAI (the
+    issue's chain): an Anthropic-SDK app and an OpenAI-SDK app, streamed and not."""
+    gateway, m = clouds
+    assert CANONICAL != CLOUDS
+    gw = gateway.start(CANONICAL, env=AWS_ENV)
+    ant, oai = _anthropic(gw), _openai(gw)
+    ask = [{"role": "user", "content": "hi"}]
+    # Anthropic down: Bedrock answers, for both SDKs (the OpenAI app's request translated to
+    # Messages, put in Bedrock's envelope, its event stream unwrapped and translated back).
+    m["anthropic"].set_default(status=529)
+    assert ant.messages.create(model="claude-x", max_tokens=20, messages=ask).content[0].text \
+        == f"Hello from bedrock (model {BEDROCK_MODEL})"
+    r = oai.chat.completions.create(model="claude-x", messages=ask)
+    assert r.choices[0].message.content == f"Hello from bedrock (model {BEDROCK_MODEL})"
+    stream = oai.chat.completions.create(model="claude-x", messages=ask, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == \
+        "bedrock:0 bedrock:1 bedrock:2 "
+    with ant.messages.stream(model="claude-x", max_tokens=20, messages=ask) as s:
+        assert "".join(s.text_stream) == "bedrock:0 bedrock:1 bedrock:2 "
+    assert all(r.get("rejected") is None for r in m["bedrock"].requests())
+    # Bedrock down too: GPT on Azure answers both.
+    m["bedrock"].set_default(status=503)
+    assert ant.messages.create(model="claude-x", max_tokens=20, messages=ask).content[0].text \
+        == "Hello from azure (model gpt-4o-prod)"
+    with ant.messages.stream(model="claude-x", max_tokens=20, messages=ask) as s:
+        assert "".join(s.text_stream) == "azure:0 azure:1 azure:2 "
+    r = oai.chat.completions.create(model="claude-x", messages=ask)
+    assert r.choices[0].message.content == "Hello from azure (model gpt-4o-prod)"
+    stream = oai.chat.completions.create(model="claude-x", messages=ask, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == \
+        "azure:0 azure:1 azure:2 "
+    assert all(r.get("rejected") is None for r in m["azure"].requests())
