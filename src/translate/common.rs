@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::json::Out;
+use super::json::{Obj, Out};
 
 /// OpenAI's `finish_reason` for an Anthropic `stop_reason`. `refusal` (Anthropic's classifiers
 /// stopped the answer) is OpenAI's `content_filter`; `pause_turn` (a server tool paused a long
@@ -111,20 +111,25 @@ pub fn error_type(status: u16) -> &'static str {
 /// (OpenAI `{"error": {"message", "type"}}`, Anthropic `{"type": "error", "error": {"type",
 /// "message"}}`), or `None` when the body has neither.
 pub fn provider_error(body: &[u8]) -> Option<ProviderError<'_>> {
-    let error = super::json::Obj::parse_bytes(body)?.obj("error")?;
-    Some(ProviderError {
-        message: error.str("message"),
-        kind: error.str("type"),
-    })
+    let error = Obj::parse_bytes(body)?.obj("error")?;
+    Some(ProviderError::of(&error))
 }
 
 /// The readable parts of a provider's error body.
-#[derive(Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct ProviderError<'a> {
-    #[serde(borrow, default)]
     pub message: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "type")]
     pub kind: Option<Cow<'a, str>>,
+}
+
+impl<'a> ProviderError<'a> {
+    /// The string members `message` and `type` of an error object (either may be missing).
+    pub fn of(error: &Obj<'a>) -> ProviderError<'a> {
+        ProviderError {
+            message: error.str("message"),
+            kind: error.str("type"),
+        }
+    }
 }
 
 /// A message for a caller from a provider's error answer: the provider's own message, or for a

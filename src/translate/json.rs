@@ -1,41 +1,182 @@
-//! JSON for the non-streamed translators: read lazily, written by hand.
+//! JSON for the translators, read lazily in place and written by hand: one reader for the
+//! whole answers and requests ([`Obj`]) and the stream translators' events ([`members`],
+//! [`elements`], [`pick`]), over the request scanner's tokenizer (`rewrite::Scanner`, which
+//! validates every value it steps over as strictly as the request body's check).
 //!
-//! Reading: an object is its members as raw text ([`Obj`]); a member is read (as a string, an
+//! Reading: an object is its members as written ([`Obj`]); a member is read (as a string, an
 //! array, an object, a number) only when the translation asks for it, and most strings are
 //! copied into the output as they were written, escapes included, never unescaped and escaped
-//! again. Every read goes through three serde instances (an object's members, an array's
-//! elements, a string), shared by every field of both APIs, over the byte reader
-//! (`from_slice`) the rest of the module already uses (a `str` reader would be a second copy
-//! of serde_json's parser).
+//! again. Member names are compared decoded (`"mod\u0065l"` is `model`) except where a stream
+//! translator picks an event's members ([`pick`]: providers do not escape names).
 //!
-//! Every reader and writer here is a call, never inlined: the translators make hundreds of
-//! them, and inlined at this crate's opt-level 3 they made the module 90 KB larger.
-//!
-//! Why not typed structs with derived serde code: one derived reader per wire type, inlined at
-//! this crate's opt-level 3, made the two directions 165 KB of module (measured: 416,366 ->
-//! 581,728 bytes); nor `serde_json::Value`: its float printer and a tree per body, where the
-//! translation reads a few members and copies the rest as text.
+//! Not serde: serde readers (the earlier `RawValue` members, typed derives, `Value`) made the
+//! module larger by each instantiation (BENCHMARKS.md "One JSON reader"), and this walker is one
+//! small non-generic function. Every reader and writer here is a call, never inlined: the
+//! translators make hundreds of them, and inlined at this crate's opt-level 3 they made the
+//! module 90 KB larger.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
+use crate::rewrite::{decoded_eq, unescape as decode, Scanner};
 
-/// A JSON value as written.
-pub type Raw<'a> = &'a RawValue;
+/// A JSON value as written (validated, without the whitespace around it).
+pub type Raw<'a> = &'a str;
 
-/// The members of a JSON object, their values unread.
-#[derive(Debug, Default)]
-pub struct Obj<'a>(Vec<(Cow<'a, str>, Raw<'a>)>);
+/// One object's members or one array's elements, in order, as positions in the text.
+struct Walk<'a> {
+    scan: Scanner<'a>,
+    /// `{` or `[`, before the first item; then `,`.
+    delimiter: u8,
+    /// An object's members (names before values), not an array's elements.
+    named: bool,
+    /// No item follows (the end, or a syntax error).
+    done: bool,
+    /// The container was read to its closing bracket.
+    closed: bool,
+}
 
-impl<'a> Obj<'a> {
-    /// The object a text holds (`None`: not JSON, or not an object).
+impl<'a> Walk<'a> {
+    fn new(json: &'a [u8], open: u8) -> Walk<'a> {
+        Walk {
+            scan: Scanner::new(json),
+            delimiter: open,
+            named: open == b'{',
+            done: false,
+            closed: false,
+        }
+    }
+
+    /// The next member (its name between the quotes, its value) or element (an empty name, its
+    /// value). Stops at the end or at the first syntax error.
     #[inline(never)]
-    pub fn parse(text: &'a str) -> Option<Obj<'a>> {
-        if !text.trim_start().starts_with('{') {
+    fn next(&mut self) -> Option<(Range<usize>, Range<usize>)> {
+        if self.done {
             return None;
         }
-        serde_json::from_slice(text.as_bytes()).ok()
+        let item = self.item();
+        self.done = item.is_none();
+        item
+    }
+
+    fn item(&mut self) -> Option<(Range<usize>, Range<usize>)> {
+        let s = &mut self.scan;
+        s.skip_ws();
+        let (opening, named) = (self.delimiter != b',', self.named);
+        let close = if named { b'}' } else { b']' };
+        if !opening && s.peek() == Some(close) {
+            s.i += 1;
+            self.closed = true;
+            return None;
+        }
+        if s.peek() != Some(self.delimiter) {
+            return None; // a syntax error, or not the container expected
+        }
+        s.i += 1;
+        s.skip_ws();
+        if opening {
+            if s.peek() == Some(close) {
+                s.i += 1;
+                self.closed = true;
+                return None; // empty
+            }
+            self.delimiter = b',';
+        }
+        let mut name = 0..0;
+        if named {
+            let at = s.i;
+            s.string().ok()?;
+            name = at + 1..s.i.saturating_sub(1);
+            s.skip_ws();
+            if s.peek() != Some(b':') {
+                return None;
+            }
+            s.i += 1;
+            s.skip_ws();
+        }
+        let at = s.i;
+        s.value().ok()?;
+        Some((name, at..s.i))
+    }
+
+    /// The container was read to its closing bracket with only whitespace after it (call once
+    /// `next` returned `None`).
+    fn complete(&mut self) -> bool {
+        self.scan.skip_ws();
+        self.closed && self.scan.peek().is_none()
+    }
+}
+
+/// The members of the JSON object `json`, in order: each name (between its quotes, as
+/// written) and its value (as written). Stops at the first syntax error.
+pub fn members(json: &[u8]) -> Members<'_> {
+    Members(Walk::new(json, b'{'))
+}
+
+/// The elements of the JSON array `json`, as written. Stops at the first syntax error.
+pub fn elements(json: &[u8]) -> Elements<'_> {
+    Elements(Walk::new(json, b'['))
+}
+
+pub struct Members<'a>(Walk<'a>);
+pub struct Elements<'a>(Walk<'a>);
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (name, value) = self.0.next()?;
+        let json = self.0.scan.b;
+        Some((json.get(name)?, json.get(value)?))
+    }
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (_, value) = self.0.next()?;
+        self.0.scan.b.get(value)
+    }
+}
+
+/// The values of the members `names` of the object `json`, as written, in one pass (empty
+/// where absent; a repeated member counts by its last occurrence; names compared as written).
+pub fn pick<'a, const N: usize>(json: &'a [u8], names: [&[u8]; N]) -> [&'a [u8]; N] {
+    let mut found = [&b""[..]; N];
+    for (name, value) in members(json) {
+        if let Some(slot) = names
+            .iter()
+            .position(|n| *n == name)
+            .and_then(|i| found.get_mut(i))
+        {
+            *slot = value;
+        }
+    }
+    found
+}
+
+/// The members of a JSON object, their values unread: each name as written between its
+/// quotes, and its value as written.
+#[derive(Debug, Default)]
+pub struct Obj<'a>(Vec<(&'a str, Raw<'a>)>);
+
+impl<'a> Obj<'a> {
+    /// The object a text holds (`None`: not JSON, or not an object; whitespace around it is
+    /// allowed).
+    #[inline(never)]
+    pub fn parse(text: &'a str) -> Option<Obj<'a>> {
+        let mut walk = Walk::new(text.as_bytes(), b'{');
+        let mut members = Vec::new();
+        while let Some((name, value)) = walk.next() {
+            let name = text.get(name)?;
+            // A name's escapes must be characters (as any JSON parser reads names).
+            if name.contains('\\') && decode(name, |_| true).is_err() {
+                return None;
+            }
+            members.push((name, text.get(value)?));
+        }
+        walk.complete().then_some(Obj(members))
     }
 
     /// The object a body holds.
@@ -44,14 +185,14 @@ impl<'a> Obj<'a> {
         Obj::parse(std::str::from_utf8(body).ok()?)
     }
 
-    /// A member's value; `None` when absent or `null`.
+    /// A member's value (the first of that name); `None` when absent or `null`.
     #[inline(never)]
     pub fn get(&self, key: &str) -> Option<Raw<'a>> {
         self.0
             .iter()
-            .find(|(k, _)| k == key)
+            .find(|(k, _)| decoded_eq(k, key))
             .map(|&(_, v)| v)
-            .filter(|v| v.get() != "null")
+            .filter(|v| *v != "null")
     }
 
     #[inline(never)]
@@ -86,12 +227,12 @@ impl<'a> Obj<'a> {
 
     #[inline(never)]
     pub fn u64(&self, key: &str) -> Option<u64> {
-        self.get(key).and_then(|v| v.get().parse().ok())
+        self.get(key).and_then(|v| number(v.as_bytes()))
     }
 
     #[inline(never)]
     pub fn bool(&self, key: &str) -> Option<bool> {
-        match self.get(key).map(RawValue::get) {
+        match self.get(key) {
             Some("true") => Some(true),
             Some("false") => Some(false),
             _ => None,
@@ -113,81 +254,136 @@ impl<'a> Obj<'a> {
 /// A string's value (`None`: not a string).
 #[inline(never)]
 pub fn str(raw: Raw<'_>) -> Option<Cow<'_, str>> {
-    unescape(raw.get())
+    unescape(raw)
 }
 
-/// The value of a JSON string's text (quotes included).
+/// The value of a JSON string's text (quotes included), borrowed when it holds no escape;
+/// `None` when it is not a string or an escape is not a character.
 #[inline(never)]
 pub fn unescape(text: &str) -> Option<Cow<'_, str>> {
-    if !text.starts_with('"') {
-        return None;
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
     }
-    serde_json::from_slice::<Text<'_>>(text.as_bytes())
-        .ok()
-        .map(|t| t.0)
+    let mut value = String::with_capacity(inner.len());
+    decode(inner, |c| {
+        value.push(c);
+        true
+    })
+    .ok()?;
+    Some(Cow::Owned(value))
 }
 
 /// A string as written, quotes included (`None`: not a string).
 #[inline(never)]
 pub fn raw_str(raw: Raw<'_>) -> Option<&str> {
-    Some(raw.get()).filter(|t| t.starts_with('"'))
+    Some(raw).filter(|t| t.starts_with('"'))
 }
 
 #[inline(never)]
 pub fn obj(raw: Raw<'_>) -> Option<Obj<'_>> {
-    Obj::parse(raw.get())
+    Obj::parse(raw)
 }
 
+/// An array's elements as written (`None`: not an array).
 #[inline(never)]
 pub fn arr(raw: Raw<'_>) -> Option<Vec<Raw<'_>>> {
-    if !raw.get().starts_with('[') {
-        return None;
+    let mut walk = Walk::new(raw.as_bytes(), b'[');
+    let mut items = Vec::new();
+    while let Some((_, value)) = walk.next() {
+        items.push(raw.get(value)?);
     }
-    serde_json::from_slice(raw.get().as_bytes()).ok()
+    walk.complete().then_some(items)
 }
 
 /// The empty string as written.
 pub const EMPTY: &str = "\"\"";
 
-/// A string's value, borrowed from the text when it holds no escape.
-struct Text<'a>(Cow<'a, str>);
+/// A JSON string exactly as written, quotes included (`"Hi \"you\""`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawStr<'a>(pub &'a [u8]);
 
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Borrowed(s)))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Text<'de>, E> {
-                Ok(Text(Cow::Owned(s.to_owned())))
-            }
-        }
-        d.deserialize_str(V)
+impl<'a> RawStr<'a> {
+    /// `value` when it is a string (a validated value starting with `"`).
+    pub fn of(value: &'a [u8]) -> Option<RawStr<'a>> {
+        value.starts_with(b"\"").then_some(RawStr(value))
+    }
+
+    /// The string as written, `""` for none.
+    pub fn or_empty(s: Option<RawStr<'a>>) -> &'a [u8] {
+        s.map_or(&b"\"\""[..], |s| s.0)
+    }
+
+    /// The empty string `""`.
+    pub fn is_empty(self) -> bool {
+        self.0 == b"\"\""
+    }
+
+    /// The text between the quotes, escapes as written.
+    pub fn inner(self) -> &'a [u8] {
+        self.0
+            .get(1..self.0.len().saturating_sub(1))
+            .unwrap_or_default()
+    }
+
+    /// The string's value (escapes read; empty when one is not a character).
+    pub fn value(self) -> Cow<'a, str> {
+        std::str::from_utf8(self.0)
+            .ok()
+            .and_then(unescape)
+            .unwrap_or_default()
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Obj<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Obj<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
+/// `value` when it is a non-negative integer that fits in a `u64` (token counts, indices).
+#[inline(never)]
+pub fn number(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    value.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// Appends `parts` (one call for a whole piece of output: the stream translators write
+/// through here, not through many inlined appends).
+#[inline(never)]
+pub fn put(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    out.reserve(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+}
+
+/// `n` in decimal, on the stack.
+pub struct Digits {
+    digits: [u8; 20],
+    at: usize,
+}
+
+impl Digits {
+    #[inline(never)]
+    pub fn of(n: u64) -> Digits {
+        let mut d = Digits {
+            digits: [0; 20],
+            at: 20,
+        };
+        let mut rest = n;
+        loop {
+            d.at -= 1;
+            if let Some(digit) = d.digits.get_mut(d.at) {
+                *digit = b'0' + (rest % 10) as u8;
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Obj<'de>, A::Error> {
-                let mut members = Vec::new();
-                while let Some(key) = map.next_key::<Text<'de>>()? {
-                    members.push((key.0, map.next_value::<Raw<'de>>()?));
-                }
-                Ok(Obj(members))
+            rest /= 10;
+            if rest == 0 {
+                return d;
             }
         }
-        d.deserialize_map(V)
+    }
+
+    pub fn get(&self) -> &[u8] {
+        self.digits.get(self.at..).unwrap_or_default()
     }
 }
 
@@ -322,7 +518,7 @@ impl Out {
     #[inline(never)]
     pub fn num(&mut self, n: u64) -> &mut Out {
         self.sep();
-        super::raw_json::push_number(&mut self.0, n);
+        put(&mut self.0, &[Digits::of(n).get()]);
         self
     }
 
@@ -362,6 +558,48 @@ mod tests {
         assert!(o.obj("s").is_none() && o.arr("o").is_none());
         assert!(Obj::parse("[1]").is_none() && Obj::parse("{").is_none());
         assert!(Obj::parse_bytes(b"{\"a\": \xff}").is_none());
+        // Whitespace around the object only; names compared decoded, the first one counts.
+        assert!(Obj::parse(" {} \n").is_some_and(|o| o.is_empty()));
+        for not in [
+            r#"{"a": 1} x"#,
+            r#"{"a": 1,}"#,
+            r#"{"a": 1"#,
+            r#"{"a": tru}"#,
+            "{} {}",
+        ] {
+            assert!(Obj::parse(not).is_none(), "{not}");
+        }
+        let o = Obj::parse(r#"{"mod\u0065l": "m", "model": "n"}"#).unwrap();
+        assert_eq!(o.tag("model"), Some("m"));
+        assert!(Obj::parse(r#"{"\ud800": 1}"#).is_none());
+        assert_eq!(arr("[]"), Some(vec![]));
+        assert_eq!(arr(r#"[1, "x" ,{}]"#), Some(vec!["1", "\"x\"", "{}"]));
+        assert_eq!(arr("[1,]"), None);
+        assert_eq!(unescape(r#""\ud800""#), None);
+        assert_eq!(o.u64("model"), None);
+    }
+
+    #[test]
+    fn objects_are_accepted_as_serde_json_accepts_them() {
+        for text in [
+            r#"{"a": [1, 2.5e-3, -0, true, null, {"b": "\u00e9\n"}]}"#,
+            r#"{"a": "\ud83d\ude00", "b": "\/"}"#,
+            "\t{ }\r\n",
+            r#"{"a": 01}"#,
+            r#"{"a": 1.}"#,
+            r#"{"a": "\x"}"#,
+            r#"{"a": "\u0001"}"#,
+            "{\"a\": \"\x01\"}",
+            r#"{a: 1}"#,
+            r#"{"a": [1 2]}"#,
+            r#"{"a": {"b": 1,}}"#,
+            r#"{"a": 1}}"#,
+            r#"[{"a": 1}]"#,
+            "",
+        ] {
+            let serde = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text);
+            assert_eq!(Obj::parse(text).is_some(), serde.is_ok(), "{text}");
+        }
     }
 
     #[test]
@@ -412,6 +650,101 @@ mod tests {
             ("1E+1", true),
         ] {
             assert_eq!(above_one(n), above, "{n}");
+        }
+    }
+
+    fn all(json: &str) -> Vec<(String, String)> {
+        members(json.as_bytes())
+            .map(|(n, v)| {
+                (
+                    String::from_utf8(n.to_vec()).unwrap(),
+                    String::from_utf8(v.to_vec()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn members_are_read_as_written() {
+        let doc = r#" { "type" : "text_delta", "text":"a\n\"b\"\u00e9", "n": 12,
+            "o": {"x": [1, {"y": null}]}, "e": {}, "l": [] , "t": true } "#;
+        let got = all(doc);
+        let want = [
+            ("type", r#""text_delta""#),
+            ("text", r#""a\n\"b\"\u00e9""#),
+            ("n", "12"),
+            ("o", r#"{"x": [1, {"y": null}]}"#),
+            ("e", "{}"),
+            ("l", "[]"),
+            ("t", "true"),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(n, v)| (n.to_string(), v.to_string())).to_vec()
+        );
+        assert!(all("{}").is_empty());
+        assert!(all(" [1] ").is_empty());
+        assert!(all("[DONE]").is_empty());
+        assert!(all("").is_empty());
+    }
+
+    #[test]
+    fn reading_stops_at_a_syntax_error() {
+        assert_eq!(all(r#"{"a": 1, "b": tru}"#), [("a".into(), "1".into())]);
+        assert_eq!(all(r#"{"a": "x"#), []);
+        // A raw control character in a string is not JSON (and would break an SSE line).
+        assert_eq!(
+            all("{\"a\": 1, \"b\": \"x\ny\"}"),
+            [("a".into(), "1".into())]
+        );
+        assert_eq!(all(r#"{"a" 1}"#), []);
+    }
+
+    #[test]
+    fn elements_are_read_as_written() {
+        let got: Vec<&[u8]> = elements(br#" [ {"a": [1]} , "x", 2 ,null]"#).collect();
+        assert_eq!(got, [&br#"{"a": [1]}"#[..], b"\"x\"", b"2", b"null"]);
+        assert_eq!(elements(b"[]").count(), 0);
+        assert_eq!(elements(b"null").count(), 0);
+        assert_eq!(elements(b"").count(), 0);
+        assert_eq!(elements(b"[1, }").collect::<Vec<_>>(), [&b"1"[..]]);
+    }
+
+    #[test]
+    fn picked_members() {
+        let [kind, text, missing] = pick(
+            br#"{"type":"text_delta","x":{"text":"no"},"text":"a","type":"last"}"#,
+            [b"type", b"text", b"missing"],
+        );
+        assert_eq!(
+            (kind, text, missing),
+            (&br#""last""#[..], &br#""a""#[..], &b""[..])
+        );
+    }
+
+    #[test]
+    fn strings_and_numbers() {
+        let s = RawStr::of(br#""a\n\"b\"\u00e9""#).unwrap();
+        assert_eq!(s.value(), "a\n\"b\"é");
+        assert_eq!(s.inner(), br#"a\n\"b\"\u00e9"#);
+        assert!(!s.is_empty());
+        assert!(RawStr::of(b"\"\"").unwrap().is_empty());
+        assert_eq!(RawStr::of(b"null"), None);
+        assert_eq!(RawStr::of(b"5"), None);
+        assert_eq!(number(b"188086"), Some(188_086));
+        assert_eq!(number(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(number(b"18446744073709551616"), None);
+        for not in [&b"-1"[..], b"1.5", b"1e3", b"", b"null", b"\"7\""] {
+            assert_eq!(number(not), None);
+        }
+    }
+
+    #[test]
+    fn numbers_in_decimal() {
+        for n in [0, 7, 10, 1920, u64::MAX] {
+            let mut out = b"x".to_vec();
+            put(&mut out, &[Digits::of(n).get(), b"y"]);
+            assert_eq!(out, format!("x{n}y").as_bytes());
         }
     }
 }

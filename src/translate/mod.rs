@@ -13,7 +13,6 @@ pub mod chat_to_messages;
 pub mod common;
 mod json;
 pub mod messages_to_chat;
-mod raw_json;
 mod sse;
 
 /// An API (wire dialect) a caller calls or a provider speaks.

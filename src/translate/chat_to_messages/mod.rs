@@ -89,14 +89,11 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     if let Some(t) = req.get("temperature") {
         // Anthropic's temperature is 0-1, OpenAI's 0-2: above 1 is sent as 1 (the most random
         // Messages allows).
-        out.key("temperature").raw(if json::above_one(t.get()) {
-            "1"
-        } else {
-            t.get()
-        });
+        out.key("temperature")
+            .raw(if json::above_one(t) { "1" } else { t });
     }
     if let Some(top_p) = req.get("top_p") {
-        out.key("top_p").raw(top_p.get());
+        out.key("top_p").raw(top_p);
     }
     // Tools and tool_choice only together (Messages refuses a tool_choice without tools).
     if !head.tools.is_empty() {
@@ -192,7 +189,7 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
         tools.push(Tool {
             name: f.raw_str("name").ok_or(field("tools"))?,
             description: f.raw_str("description"),
-            schema: f.get("parameters").map(|p| p.get()),
+            schema: f.get("parameters"),
         });
     }
     Ok(Head {
@@ -248,7 +245,7 @@ fn stops<'a>(req: &Obj<'a>) -> Result<Vec<&'a str>> {
         if value.trim().is_empty() {
             return Err(field("stop"));
         }
-        out.push(stop.get());
+        out.push(stop);
     }
     Ok(out)
 }
@@ -532,7 +529,7 @@ pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
             out.raw(r#""type":"function","function":{"name":"#);
             out.raw(call.raw_str("name").unwrap_or(EMPTY))
                 .key("arguments");
-            out.str(call.get("input").map_or("{}", |i| i.get()));
+            out.str(call.get("input").unwrap_or("{}"));
             out.close().close();
         }
         out.close_arr();

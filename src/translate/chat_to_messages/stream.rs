@@ -18,7 +18,7 @@
 //! `message_delta`: the last value of each wins.
 
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
-use crate::translate::raw_json::{number, pick, put, Digits, RawStr};
+use crate::translate::json::{number, pick, put, Digits, RawStr};
 use crate::translate::sse::{self, Reader};
 use crate::translate::StreamContext;
 

@@ -49,13 +49,13 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     }
     for key in ["temperature", "top_p"] {
         if let Some(value) = req.get(key) {
-            out.key(key).raw(value.get());
+            out.key(key).raw(value);
         }
     }
     if !head.stops.is_empty() {
         out.key("stop").open_arr();
         for stop in &head.stops {
-            out.raw(stop.get());
+            out.raw(stop);
         }
         out.close_arr();
     }
@@ -153,7 +153,7 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
         tools.push(Tool {
             name: tool.raw_str("name").ok_or(field("tools"))?,
             description: tool.raw_str("description"),
-            schema: tool.get("input_schema").map(|s| s.get()),
+            schema: tool.get("input_schema"),
         });
     }
     let choice = match req.obj("tool_choice") {
@@ -276,7 +276,7 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Message<'a>)) -> Result<bool> {
             (Some("tool_use"), true) => calls.push(Call {
                 id: block.raw_str("id").ok_or(field("tool_use"))?,
                 name: block.raw_str("name").ok_or(field("tool_use"))?,
-                input: block.get("input").map_or("{}", |i| i.get()),
+                input: block.get("input").unwrap_or("{}"),
             }),
             (Some("thinking" | "redacted_thinking"), _) => {}
             (Some("document"), _) => return Err(field("document")),
@@ -412,9 +412,9 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
         Part::Data(media_type, data) => {
             // The pieces of JSON strings joined inside one string keep their escapes.
             out.raw(r#""type":"image_url","image_url":{"url":"data:"#);
-            out.0.extend_from_slice(inner(media_type.get()).as_bytes());
+            out.0.extend_from_slice(inner(media_type).as_bytes());
             out.0.extend_from_slice(b";base64,");
-            out.0.extend_from_slice(inner(data.get()).as_bytes());
+            out.0.extend_from_slice(inner(data).as_bytes());
             out.0.push(b'"');
             out.close();
         }

@@ -16,10 +16,12 @@
 //! last chunk after the one with `finish_reason`: `message_delta` waits for it (or `[DONE]`, or
 //! the end of a stream whose finish came).
 
-use crate::translate::common::{anthropic_error_body, provider_error, stop_reason, tool_id, Usage};
+use crate::translate::common::{
+    anthropic_error_body, provider_error, stop_reason, tool_id, ProviderError, Usage,
+};
 use std::borrow::Cow;
 
-use crate::translate::raw_json::{elements, number, pick, put, Digits, RawStr};
+use crate::translate::json::{elements, number, pick, put, Digits, Obj, RawStr};
 use crate::translate::sse::{self, Reader};
 
 /// The translation state between chunks.
@@ -308,7 +310,7 @@ impl State {
         self.failed = true;
         // OpenAI's `{"error": {...}}`, else vLLM's and SGLang's flat `{"object": "error", ...}`.
         let error = provider_error(data)
-            .or_else(|| serde_json::from_slice(data).ok())
+            .or_else(|| Obj::parse_bytes(data).map(|o| ProviderError::of(&o)))
             .unwrap_or_default();
         let message = error
             .message
