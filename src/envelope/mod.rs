@@ -8,7 +8,7 @@
 
 pub mod eventstream;
 
-use crate::rewrite::{self, Scanner};
+use crate::rewrite;
 use crate::translate::Api;
 
 /// A provider's envelope, from its `api` (`azure_openai`, `bedrock`, `vertex`, `gemini`). Its
@@ -229,53 +229,22 @@ pub fn edit_members(body: &[u8], drop: &[&str], add: &[u8]) -> Option<Vec<u8>> {
 
 /// Walks the top-level members of the JSON object `json`, giving `f` each one's name (raw,
 /// between the quotes), whole member text and value text, until `f` returns `true`. `None`
-/// when `json` is not one JSON object (then `f` may have seen some members). One walker for
-/// every envelope read, so the scanner's value reader is built into the module once more, not
-/// once per use.
+/// when `json` is not one JSON object (then `f` may have seen some members). Read with the
+/// translators' member walker (`translate::json`): one JSON reader in the module.
 #[inline(never)]
 pub(crate) fn for_each_member<'a>(
     json: &'a [u8],
     f: &mut dyn FnMut(&'a str, &'a [u8], &'a [u8]) -> bool,
 ) -> Option<()> {
-    let mut s = Scanner::new(json);
-    s.skip_ws();
-    if s.peek() != Some(b'{') {
-        return None;
-    }
-    s.i += 1;
-    s.skip_ws();
-    if s.peek() == Some(b'}') {
-        s.i += 1;
-    } else {
-        loop {
-            s.skip_ws();
-            let start = s.i;
-            s.string().ok()?;
-            let name = std::str::from_utf8(json.get(start + 1..s.i.checked_sub(1)?)?).ok()?;
-            s.skip_ws();
-            if s.peek() != Some(b':') {
-                return None;
-            }
-            s.i += 1;
-            s.skip_ws();
-            let value = s.i;
-            s.value().ok()?;
-            if f(name, json.get(start..s.i)?, json.get(value..s.i)?) {
-                return Some(());
-            }
-            s.skip_ws();
-            match s.peek() {
-                Some(b',') => s.i += 1,
-                Some(b'}') => {
-                    s.i += 1;
-                    break;
-                }
-                _ => return None,
-            }
+    let mut members = crate::translate::json::members(json);
+    while let Some((name, value)) = members.next_span() {
+        let member = json.get(name.start.checked_sub(1)?..value.end)?;
+        let name = std::str::from_utf8(json.get(name)?).ok()?;
+        if f(name, member, json.get(value)?) {
+            return Some(());
         }
     }
-    s.skip_ws();
-    (s.i == json.len()).then_some(())
+    members.complete().then_some(())
 }
 
 #[cfg(test)]

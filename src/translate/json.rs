@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::rewrite::{decoded_eq, unescape as decode, Scanner};
+use crate::rewrite::{decoded_eq, push_escaped, unescape as decode, Scanner};
 
 /// A JSON value as written (validated, without the whitespace around it).
 pub type Raw<'a> = &'a str;
@@ -120,6 +120,19 @@ pub fn elements(json: &[u8]) -> Elements<'_> {
 
 pub struct Members<'a>(Walk<'a>);
 pub struct Elements<'a>(Walk<'a>);
+
+impl Members<'_> {
+    /// The next member's name (between its quotes) and value as positions in the text.
+    pub(crate) fn next_span(&mut self) -> Option<(Range<usize>, Range<usize>)> {
+        self.0.next()
+    }
+
+    /// The object was read to its closing brace with only whitespace after it (once the
+    /// members ran out).
+    pub(crate) fn complete(&mut self) -> bool {
+        self.0.complete()
+    }
+}
 
 impl<'a> Iterator for Members<'a> {
     type Item = (&'a [u8], &'a [u8]);
@@ -478,39 +491,13 @@ impl Out {
         self
     }
 
-    /// A string, escaped.
+    /// A string, escaped (as the request rewriter escapes a model name).
     #[inline(never)]
     pub fn str(&mut self, s: &str) -> &mut Out {
         self.sep();
         self.0.reserve(s.len() + 2);
         self.0.push(b'"');
-        let mut start = 0;
-        for (i, b) in s.bytes().enumerate() {
-            let escape: &[u8] = match b {
-                b'"' => b"\\\"",
-                b'\\' => b"\\\\",
-                b'\n' => b"\\n",
-                b'\r' => b"\\r",
-                b'\t' => b"\\t",
-                0..=0x1f => b"",
-                _ => continue,
-            };
-            self.0
-                .extend_from_slice(s.as_bytes().get(start..i).unwrap_or_default());
-            if escape.is_empty() {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                self.0.extend_from_slice(b"\\u00");
-                self.0
-                    .push(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'));
-                self.0
-                    .push(HEX.get(usize::from(b & 15)).copied().unwrap_or(b'0'));
-            } else {
-                self.0.extend_from_slice(escape);
-            }
-            start = i + 1;
-        }
-        self.0
-            .extend_from_slice(s.as_bytes().get(start..).unwrap_or_default());
+        push_escaped(&mut self.0, s);
         self.0.push(b'"');
         self
     }
@@ -607,7 +594,7 @@ mod tests {
         let mut out = Out::default();
         out.open()
             .key("a")
-            .str("q\"\\\n\r\t\u{1}é")
+            .str("q\"\\\n\r\t\u{1}\u{8}\u{c}é")
             .key("b")
             .open_arr();
         out.num(1)
@@ -621,10 +608,10 @@ mod tests {
         let text = String::from_utf8(out.0).unwrap();
         assert_eq!(
             text,
-            r#"{"a":"q\"\\\n\r\t\u0001é","b":[1,{},"x",null,false],"c":{}}"#
+            r#"{"a":"q\"\\\n\r\t\u0001\b\fé","b":[1,{},"x",null,false],"c":{}}"#
         );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["a"], "q\"\\\n\r\t\u{1}é");
+        assert_eq!(v["a"], "q\"\\\n\r\t\u{1}\u{8}\u{c}é");
     }
 
     #[test]

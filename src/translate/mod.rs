@@ -11,7 +11,7 @@
 
 pub mod chat_to_messages;
 pub mod common;
-mod json;
+pub(crate) mod json;
 pub mod messages_to_chat;
 mod sse;
 
