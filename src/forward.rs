@@ -132,20 +132,44 @@ pub struct HeaderEdit<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct HeaderPolicy {
     rules: Vec<Forward>,
-    /// Headers the configuration owns (credentials, the caller's gateway key, headers a
-    /// provider sets): the caller's copies never go on, whatever the rules say.
+    /// Per provider, the headers it has its own value for (its `headers`, the default
+    /// `anthropic-version`, what its envelope writes into the body): the caller's value of
+    /// these never reaches it as a header, whatever its rule says, and still reaches the
+    /// providers that take it (Envoy shares one header map across attempts: they are kept).
+    own: Vec<Vec<String>>,
+    /// Headers nobody else may have (credentials, the caller's gateway key, the signer's): the
+    /// caller's copies never go on, whatever the rules say.
     never: Vec<String>,
+    /// Some provider takes the caller's `anthropic-beta` into its body (Bedrock): it is kept
+    /// even when no provider takes it as a header.
+    beta_in_body: bool,
     uniform: bool,
 }
 
+/// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]).
+pub const ANTHROPIC_BETA: &str = "anthropic-beta";
+
 impl HeaderPolicy {
-    pub fn new(rules: Vec<Forward>, never: Vec<String>) -> HeaderPolicy {
-        let uniform = rules.iter().skip(1).all(|r| rules.first() == Some(r));
-        HeaderPolicy {
+    pub fn new(
+        rules: Vec<Forward>,
+        own: Vec<Vec<String>>,
+        never: Vec<String>,
+        beta_in_body: bool,
+    ) -> HeaderPolicy {
+        let mut p = HeaderPolicy {
             rules,
+            own,
             never,
-            uniform,
-        }
+            beta_in_body,
+            uniform: false,
+        };
+        // Uniform: the rules are the same and no header some provider has its own value for
+        // goes to only some providers (then every attempt would have to edit it).
+        let same = p.rules.iter().skip(1).all(|r| p.rules.first() == Some(r));
+        let special = p.own.iter().flatten().map(String::as_str);
+        let mut special = special.chain(beta_in_body.then_some(ANTHROPIC_BETA));
+        p.uniform = same && special.all(|n| p.verdict(n.as_bytes()) != Verdict::PerProvider);
+        p
     }
 
     fn owned(&self, name: &[u8]) -> bool {
@@ -159,13 +183,16 @@ impl HeaderPolicy {
 
     /// Whether `provider` may receive the caller's header `name` (lowercase).
     pub fn allows(&self, provider: ProviderId, name: &[u8]) -> bool {
-        envoy_managed(name)
-            || (!self.owned(name)
-                && std::str::from_utf8(name).is_ok_and(|n| {
-                    self.rules
-                        .get(provider.index())
-                        .is_some_and(|r| r.allows(n))
-                }))
+        envoy_managed(name) || (!self.owned(name) && self.takes(provider.index(), name))
+    }
+
+    /// Whether provider `i`'s rule takes the caller's `name` and it has no value of its own.
+    fn takes(&self, i: usize, name: &[u8]) -> bool {
+        let Ok(text) = std::str::from_utf8(name) else {
+            return false;
+        };
+        let own = self.own.get(i).is_some_and(|o| o.iter().any(|n| n == text));
+        !own && self.rules.get(i).is_some_and(|r| r.allows(text))
     }
 
     /// What the downstream role does with the caller's header `name` (lowercase, as Envoy
@@ -177,18 +204,22 @@ impl HeaderPolicy {
         if self.owned(name) {
             return Verdict::Drop;
         }
-        let Ok(name) = std::str::from_utf8(name) else {
-            return Verdict::Drop;
-        };
-        let mut rules = self.rules.iter();
-        let Some(first) = rules.next() else {
-            return Verdict::Drop;
-        };
-        let first = first.allows(name);
-        if self.uniform || rules.clone().all(|r| r.allows(name) == first) {
-            return if first { Verdict::Keep } else { Verdict::Drop };
+        if self.uniform {
+            return if self.takes(0, name) {
+                Verdict::Keep
+            } else {
+                Verdict::Drop
+            };
         }
-        Verdict::PerProvider
+        let n = self.rules.len();
+        let taking = (0..n).filter(|&i| self.takes(i, name)).count();
+        if taking == n && n > 0 {
+            Verdict::Keep
+        } else if taking > 0 || (self.beta_in_body && name == ANTHROPIC_BETA.as_bytes()) {
+            Verdict::PerProvider
+        } else {
+            Verdict::Drop
+        }
     }
 
     /// The edits that give `provider`'s attempt exactly the kept headers it takes: `kept` is
@@ -217,6 +248,27 @@ impl HeaderPolicy {
         }
         edits
     }
+}
+
+/// The caller's values of header `name` among the kept headers ([`encode_kept`]), joined by
+/// commas as one header line; `None` when it sent none.
+pub fn kept_value(kept: &[u8], name: &str) -> Option<String> {
+    let mut joined: Option<String> = None;
+    for (n, v) in HeaderPairs::new(kept) {
+        let Ok(v) = std::str::from_utf8(v) else {
+            continue;
+        };
+        if n == name.as_bytes() {
+            match &mut joined {
+                Some(j) => {
+                    j.push(',');
+                    j.push_str(v);
+                }
+                None => joined = Some(v.to_string()),
+            }
+        }
+    }
+    joined
 }
 
 /// The headers kept for some providers, in the layout proxy-wasm uses for header maps (read
@@ -251,7 +303,12 @@ mod tests {
 
     #[test]
     fn the_default_list_forwards_sdk_headers_and_nothing_private() {
-        let p = HeaderPolicy::new(vec![Forward::default(), Forward::default()], Vec::new());
+        let p = HeaderPolicy::new(
+            vec![Forward::default(), Forward::default()],
+            vec![],
+            vec![],
+            false,
+        );
         assert!(p.uniform());
         for keep in [
             "content-type",
@@ -296,7 +353,9 @@ mod tests {
                 list(&["x-tenant", "x-org-*"]),
                 Forward::All,
             ],
+            vec![],
             vec!["authorization".into(), "x-api-key".into()],
+            false,
         );
         assert!(!p.uniform());
         assert_eq!(p.verdict(b"x-tenant"), Verdict::PerProvider);
@@ -315,13 +374,23 @@ mod tests {
             "never the caller's key"
         );
         assert!(!p.allows(2.into(), b"x-api-key"));
-        let only_list = HeaderPolicy::new(vec![Forward::default(), list(&["x-tenant"])], vec![]);
+        let only_list = HeaderPolicy::new(
+            vec![Forward::default(), list(&["x-tenant"])],
+            vec![],
+            vec![],
+            false,
+        );
         assert_eq!(only_list.verdict(b"cookie"), Verdict::Drop);
     }
 
     #[test]
     fn attempts_put_back_only_what_their_provider_takes() {
-        let p = HeaderPolicy::new(vec![Forward::default(), list(&["x-tenant"])], vec![]);
+        let p = HeaderPolicy::new(
+            vec![Forward::default(), list(&["x-tenant"])],
+            vec![],
+            vec![],
+            false,
+        );
         let kept = encode_kept(&[
             (b"x-tenant", b"acme"),
             (b"x-tenant", b"caf\xe9"),
@@ -354,5 +423,81 @@ mod tests {
             vec![("x-tenant", None), ("cookie", None)]
         );
         assert!(p.attempt_edits(0.into(), b"garbage").is_empty());
+    }
+
+    fn own(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_header_a_provider_sets_itself_goes_to_the_others_from_the_caller() {
+        // An `api: anthropic` provider (its default `anthropic-version`) and one that declares
+        // no API (it takes what the caller sends).
+        let p = HeaderPolicy::new(
+            vec![Forward::default(), Forward::default()],
+            vec![own(&["x-api-key", "anthropic-version"]), vec![]],
+            vec!["x-api-key".into()],
+            false,
+        );
+        assert!(!p.uniform(), "attempts must edit it");
+        assert_eq!(p.verdict(b"anthropic-version"), Verdict::PerProvider);
+        assert_eq!(p.verdict(b"anthropic-beta"), Verdict::Keep);
+        assert_eq!(p.verdict(b"x-api-key"), Verdict::Drop, "a credential");
+        let kept = encode_kept(&[(b"anthropic-version", b"2024-01-01")]);
+        let edits = |i: u8| {
+            p.attempt_edits(i.into(), &kept)
+                .iter()
+                .map(|e| (e.name, e.value))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(edits(0), vec![("anthropic-version", None)], "its own");
+        assert_eq!(
+            edits(1),
+            vec![("anthropic-version", Some(&b"2024-01-01"[..]))],
+            "the caller's"
+        );
+        // Every provider has its own: nothing to carry, and nothing changes per attempt.
+        let all_own = HeaderPolicy::new(
+            vec![Forward::default(), Forward::default()],
+            vec![own(&["anthropic-version"]), own(&["anthropic-version"])],
+            vec![],
+            false,
+        );
+        assert!(all_own.uniform());
+        assert_eq!(all_own.verdict(b"anthropic-version"), Verdict::Drop);
+        assert_eq!(all_own.verdict(b"anthropic-beta"), Verdict::Keep);
+    }
+
+    #[test]
+    fn bedrock_gets_the_callers_beta_flags_only_for_its_body() {
+        let bedrock = own(crate::envelope::Envelope::Bedrock.own_headers());
+        let p = HeaderPolicy::new(
+            vec![Forward::default(), Forward::default()],
+            vec![own(&["anthropic-version"]), bedrock.clone()],
+            vec![],
+            true,
+        );
+        assert!(!p.uniform());
+        assert_eq!(p.verdict(b"anthropic-beta"), Verdict::PerProvider);
+        assert_eq!(p.verdict(b"anthropic-version"), Verdict::Drop);
+        let kept = encode_kept(&[(b"anthropic-beta", b"a-1"), (b"anthropic-beta", b"b-2")]);
+        let names = |i: u8| {
+            p.attempt_edits(i.into(), &kept)
+                .iter()
+                .map(|e| e.value.is_some())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(0), vec![true, true], "anthropic takes it");
+        assert_eq!(names(1), vec![false], "removed for Bedrock");
+        assert_eq!(
+            kept_value(&kept, ANTHROPIC_BETA).as_deref(),
+            Some("a-1,b-2")
+        );
+        assert_eq!(kept_value(&kept, "anthropic-version"), None);
+        // Bedrock alone: no provider takes the header, but Bedrock's body needs it.
+        let alone = HeaderPolicy::new(vec![Forward::default()], vec![bedrock], vec![], true);
+        assert_eq!(alone.verdict(b"anthropic-beta"), Verdict::PerProvider);
+        assert_eq!(alone.verdict(b"anthropic-version"), Verdict::Drop);
+        assert_eq!(alone.verdict(b"x-stainless-lang"), Verdict::Keep);
     }
 }

@@ -35,6 +35,14 @@ impl Provider {
     pub fn translates(&self, caller: Option<Api>) -> Option<Api> {
         self.api.filter(|&api| caller != Some(api))
     }
+
+    /// The headers it has its own value for, which the caller's never replace (SPEC 7): those
+    /// it sets and those its envelope writes into the body.
+    pub fn own_headers(&self) -> Vec<String> {
+        let set = self.set_headers.iter().map(|(n, _)| n.clone());
+        let envelope = self.envelope.map_or(&[][..], |e| e.own_headers());
+        set.chain(envelope.iter().map(|n| n.to_string())).collect()
+    }
 }
 
 /// What a chain entry's model takes (SPEC 2.4); `None` = unknown, which counts as capable.

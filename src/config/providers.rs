@@ -18,6 +18,9 @@ pub struct Providers<'r> {
     /// Every header any provider sets (credentials and extra headers) and the caller's gateway
     /// credential, lowercase, each once.
     pub cleared_headers: Vec<String>,
+    /// The credentials among them (every provider's, the signer's, the caller's gateway
+    /// credential): the caller's copies reach no provider.
+    pub never_forwarded: Vec<String>,
 }
 
 /// Checks the list itself (before any chain is looked at, so problems keep their order).
@@ -43,6 +46,7 @@ pub fn validate<'r>(
         list: Vec::with_capacity(raw.len()),
         ids: BTreeMap::new(),
         cleared_headers: Vec::new(),
+        never_forwarded: Vec::new(),
     };
     for (i, p) in raw.iter().enumerate() {
         let mut at = problems.at(format!("providers[{i}]"));
@@ -65,10 +69,19 @@ pub fn validate<'r>(
             );
         }
         let provider = validate_one(p, env, &mut at, &mut out.cleared_headers);
+        if let Some(c) = &p.credential {
+            clear(&mut out.never_forwarded, c.header.to_ascii_lowercase());
+        }
+        if provider.envelope == Some(Envelope::Bedrock) {
+            for header in SIGNING_HEADERS {
+                clear(&mut out.never_forwarded, header.to_string());
+            }
+        }
         out.list.push(provider);
     }
     for h in gateway_credential_headers {
         clear(&mut out.cleared_headers, h.to_ascii_lowercase());
+        clear(&mut out.never_forwarded, h.to_ascii_lowercase());
     }
     out
 }

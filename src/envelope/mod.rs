@@ -128,6 +128,17 @@ impl Envelope {
         path
     }
 
+    /// The caller's headers this cloud has its own value for, so they never reach it as
+    /// headers: Claude's version (in the body) and, on Bedrock, the beta flags (put in the
+    /// body from the caller's header, SPEC 13).
+    pub fn own_headers(self) -> &'static [&'static str] {
+        match self {
+            Envelope::Bedrock => &["anthropic-version", crate::forward::ANTHROPIC_BETA],
+            Envelope::Vertex => &["anthropic-version"],
+            Envelope::AzureOpenAi | Envelope::Gemini => &[],
+        }
+    }
+
     /// Whether the request body changes beyond the model (then the role always rewrites it).
     pub fn edits_body(self) -> bool {
         matches!(self, Envelope::Bedrock | Envelope::Vertex)

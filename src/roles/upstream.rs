@@ -15,6 +15,7 @@ use crate::destination::{self, Refusal};
 use crate::dialects;
 use crate::envelope::eventstream::Unframer;
 use crate::envelope::Envelope;
+use crate::forward;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
@@ -430,15 +431,15 @@ impl<H: Host> Upstream<H> {
         for header in edits.clear {
             host.set_header(Map::Request, header, None);
         }
-        if edits.forwarded {
-            if let Some(kept) = host.property(handoff::FORWARD.as_bytes()) {
-                for edit in config.forwarding.attempt_edits(a.provider_id, &kept) {
-                    match (edit.value, edit.append) {
-                        (Some(value), true) => {
-                            host.add_header_bytes(Map::Request, edit.name, value)
-                        }
-                        (value, _) => host.set_header_bytes(Map::Request, edit.name, value),
-                    }
+        let kept = edits
+            .forwarded
+            .then(|| host.property(handoff::FORWARD.as_bytes()))
+            .flatten();
+        if let Some(kept) = &kept {
+            for edit in config.forwarding.attempt_edits(a.provider_id, kept) {
+                match (edit.value, edit.append) {
+                    (Some(value), true) => host.add_header_bytes(Map::Request, edit.name, value),
+                    (value, _) => host.set_header_bytes(Map::Request, edit.name, value),
                 }
             }
         }
@@ -463,12 +464,12 @@ impl<H: Host> Upstream<H> {
             BodyEdit::RewriteModel(model) => Some(model.to_string()),
             BodyEdit::Translate(_) => None,
             BodyEdit::Envelope(envelope) => {
-                // Bedrock takes the caller's beta flags in the body (the header stays: Envoy
-                // shares the header map with later attempts, and AWS ignores it).
-                let beta = (envelope == Envelope::Bedrock)
-                    .then(|| host.header(Map::Request, "anthropic-beta"))
-                    .flatten()
-                    .and_then(|v| String::from_utf8(v).ok());
+                // Bedrock takes the caller's beta flags in its body only: the downstream role
+                // kept the header aside (`forward::HeaderPolicy`), never for Bedrock's map.
+                let beta = kept
+                    .as_deref()
+                    .filter(|_| envelope == Envelope::Bedrock)
+                    .and_then(|k| forward::kept_value(k, forward::ANTHROPIC_BETA));
                 self.envelope_body = Some((a.provider_id, beta));
                 None
             }

@@ -99,6 +99,13 @@ fn a_bedrock_fallback_gets_the_model_in_its_path_and_its_version_in_the_body() {
         None,
         "anthropic's key stays with anthropic"
     );
+    assert_eq!(
+        bedrock.header("anthropic-beta"),
+        None,
+        "Bedrock gets the flags in its body only"
+    );
+    assert_eq!(bedrock.header("anthropic-version"), None);
+    assert_eq!(r.sent[0].header("anthropic-beta"), Some("a-2025, b-2025"));
     // The first attempt went out untouched, with its own key.
     assert_eq!(r.sent[0].header(":path"), Some("/v1/messages"));
     assert_eq!(r.sent[0].header("x-api-key"), Some("sk-ant"));
@@ -213,4 +220,60 @@ fn envelope_fields_are_checked_where_they_are_written() {
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert!(fields.contains(&field), "{provider}: {fields:?}");
     }
+}
+
+/// An `api: anthropic` provider (its default `anthropic-version`) and one that declares no API
+/// (it takes what the caller sends), in both orders.
+const MIXED: &str = r#"{
+    "providers": [
+        {"name": "declared", "cluster": "c-declared", "api": "anthropic",
+         "credential": {"header": "x-api-key", "value": "sk-ant"}},
+        {"name": "plain", "cluster": "c-plain"},
+        {"name": "bedrock", "cluster": "c-bedrock", "api": "bedrock"}
+    ],
+    "chains": [
+        {"name": "a", "models": ["claude-a"], "providers": ["declared", "plain", {"provider": "declared", "model": "claude-x"}]},
+        {"name": "b", "models": ["claude-b"], "providers": ["plain", "declared"]},
+        {"name": "c", "models": ["claude-c"], "providers": [{"provider": "bedrock", "model": "m:0"}, "plain"]}
+    ]
+}"#;
+
+#[test]
+fn each_attempt_gets_the_callers_anthropic_version_or_its_providers_own() {
+    let gw = Gateway::new(MIXED);
+    let caller = [
+        MESSAGES,
+        ("anthropic-version", "2024-10-22"),
+        ("anthropic-beta", "flag-1"),
+    ];
+    let version = |r: &Response, i: usize| r.sent[i].header("anthropic-version").map(String::from);
+    let body = r#"{"model":"claude-a","max_tokens":10,"messages":[]}"#;
+    let r = gw.request(&caller, body, &[status(503), status(503), ok()]);
+    assert_eq!(r.clusters(), ["c-declared", "c-plain", "c-declared"]);
+    assert_eq!(version(&r, 0).as_deref(), Some("2023-06-01"), "its default");
+    assert_eq!(
+        version(&r, 1).as_deref(),
+        Some("2024-10-22"),
+        "the caller's"
+    );
+    assert_eq!(version(&r, 2).as_deref(), Some("2023-06-01"));
+    for sent in &r.sent {
+        assert_eq!(sent.header("anthropic-beta"), Some("flag-1"));
+    }
+    assert_eq!(r.sent[1].header("x-api-key"), None);
+    let body = r#"{"model":"claude-b","max_tokens":10,"messages":[]}"#;
+    let r = gw.request(&caller, body, &[status(503), ok()]);
+    assert_eq!(r.clusters(), ["c-plain", "c-declared"]);
+    assert_eq!(version(&r, 0).as_deref(), Some("2024-10-22"));
+    assert_eq!(version(&r, 1).as_deref(), Some("2023-06-01"));
+    // Bedrock first: neither header reaches it, the next provider gets both of the caller's.
+    let body = r#"{"model":"claude-c","max_tokens":10,"messages":[]}"#;
+    let r = gw.request(&caller, body, &[status(503), ok()]);
+    assert_eq!(r.clusters(), ["c-bedrock", "c-plain"]);
+    assert_eq!(version(&r, 0), None);
+    assert_eq!(r.sent[0].header("anthropic-beta"), None);
+    let sent: serde_json::Value = serde_json::from_slice(&r.sent[0].body).unwrap();
+    assert_eq!(sent["anthropic_beta"], serde_json::json!(["flag-1"]));
+    assert_eq!(version(&r, 1).as_deref(), Some("2024-10-22"));
+    assert_eq!(r.sent[1].header("anthropic-beta"), Some("flag-1"));
 }
