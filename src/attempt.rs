@@ -486,6 +486,9 @@ pub struct ResponseHead<'m> {
     pub empty: bool,
     /// The provider sent a header named like the gateway's retry marker (it must go).
     pub marker: bool,
+    /// The class AWS's error type names (`dialects::header_class`), known without reading the
+    /// body (SPEC 3a).
+    pub by_type: Option<Class>,
 }
 
 impl<'m> ResponseHead<'m> {
@@ -496,6 +499,7 @@ impl<'m> ResponseHead<'m> {
             content_type: None,
             empty: end_of_stream,
             marker: false,
+            by_type: None,
         };
         for (name, value) in crate::header_pairs::HeaderPairs::new(map) {
             match name {
@@ -507,6 +511,7 @@ impl<'m> ResponseHead<'m> {
                 }
                 b"content-type" => head.content_type = Some(value),
                 b"content-length" => head.empty |= value == b"0",
+                b"x-amzn-errortype" => head.by_type = dialects::header_class(value),
                 _ if name == crate::wire::RETRY_MARKER_HEADER.as_bytes() => head.marker = true,
                 _ => {}
             }
@@ -519,6 +524,9 @@ impl<'m> ResponseHead<'m> {
     /// provider) is a `server_error` (SPEC 3); requests without a model (other GETs) may get
     /// any content.
     pub fn class(&self, a: &Attempt<'_, '_>) -> Class {
+        if let Some(class) = self.by_type.filter(|_| self.status >= 400) {
+            return class;
+        }
         let class = crate::classify::classify_status(self.status);
         let unreadable = self.status == 200
             && !a.plan.model.is_empty()
@@ -564,7 +572,8 @@ pub fn hold(
             Hold::Stream
         })
     } else {
-        dialects::refinable(head.status).then_some(Hold::Body(head.status))
+        let refinable = dialects::refinable(head.status) && head.by_type.is_none();
+        refinable.then_some(Hold::Body(head.status))
     }
 }
 

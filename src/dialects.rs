@@ -31,6 +31,8 @@ pub enum Dialect {
     VllmSglang,
     /// Gemini's OpenAI-compatible endpoint (`generativelanguage.googleapis.com/v1beta/openai`).
     GeminiOpenAi,
+    /// AWS Bedrock: the error's type in the `x-amzn-errortype` header, `{"message"}` as body.
+    Bedrock,
 }
 
 impl Dialect {
@@ -41,6 +43,7 @@ impl Dialect {
             Dialect::Anthropic => "anthropic",
             Dialect::VllmSglang => "vllm_sglang",
             Dialect::GeminiOpenAi => "gemini_openai",
+            Dialect::Bedrock => "bedrock",
         }
     }
 }
@@ -56,7 +59,9 @@ pub enum Test {
 
 /// One recognition rule: when the answer's status is one of `statuses` (or the answer is an
 /// error event inside a `200` stream) and a member named `key` has a string value passing
-/// `test`, the attempt's class is `class`.
+/// `test`, the attempt's class is `class`. A rule whose `key` is [`ERROR_TYPE_HEADER`] reads
+/// that response header instead, whatever the status (`statuses` empty): its class is known
+/// from the headers, without holding the answer for its body ([`header_class`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rule {
     pub statuses: &'static [u16],
@@ -233,8 +238,46 @@ pub const GEMINI_OPENAI: &[Rule] = &[
     rule(QUOTA, "quotaId", Has("PerDay"), QUOTA_EXHAUSTED),
 ];
 
+/// The response header where AWS names an error's type:
+/// `ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/`.
+pub const ERROR_TYPE_HEADER: &str = "x-amzn-errortype";
+
+const fn aws(error_type: &'static str, class: Class) -> Rule {
+    rule(&[], ERROR_TYPE_HEADER, Has(error_type), class)
+}
+
+/// AWS Bedrock (InvokeModel's documented errors): the type in [`ERROR_TYPE_HEADER`], the body
+/// `{"message": "..."}`. Rules for the types whose status would mislead: a `408` model timeout
+/// is a timeout, not the caller's mistake; a `424` model error is the provider's; a `400` spent
+/// quota is not the caller's fault, a `429` model still loading not a rate limit. The others'
+/// statuses say it already (`ThrottlingException` 429, `ServiceUnavailableException` 503,
+/// `AccessDeniedException` 403, `ResourceNotFoundException` 404, `InternalServerException`
+/// 500).
+pub const BEDROCK: &[Rule] = &[
+    aws("ServiceQuotaExceeded", QUOTA_EXHAUSTED),
+    aws("ModelNotReady", Class::Overloaded),
+    aws("ModelTimeout", Class::Timeout),
+    aws("ModelError", Class::ServerError),
+    // 400 ValidationException "Input is too long for requested model." (Claude's own "prompt
+    // is too long" comes as Anthropic's, above).
+    rule(
+        CONTEXT,
+        "message",
+        Has("input is too long for requested model"),
+        CONTEXT_WINDOW,
+    ),
+    // 400 ValidationException "This request has been blocked by our content filters."
+    rule(
+        CONTENT,
+        "message",
+        Has("blocked by our content filters"),
+        CONTENT_FILTERED,
+    ),
+];
+
 /// Every dialect's table, in the order they are tried (the first matching rule wins).
 pub const TABLES: &[(Dialect, &[Rule])] = &[
+    (Dialect::Bedrock, BEDROCK),
     (Dialect::OpenAi, OPENAI),
     (Dialect::AzureOpenAi, AZURE_OPENAI),
     (Dialect::Anthropic, ANTHROPIC),
@@ -254,6 +297,15 @@ pub fn refinable(status: u16) -> bool {
 /// status's own class.
 pub fn refine(status: u16, body: &[u8]) -> Class {
     match_rules(Some(status), body).unwrap_or_else(|| classify_status(status))
+}
+
+/// The class an answer's [`ERROR_TYPE_HEADER`] value names, from the rules that read it.
+pub fn header_class(error_type: &[u8]) -> Option<Class> {
+    TABLES
+        .iter()
+        .flat_map(|(_, rules)| rules.iter())
+        .find(|r| r.key == ERROR_TYPE_HEADER && passes(error_type, r.test))
+        .map(|r| r.class)
 }
 
 /// The first rule (in [`TABLES`] order) that recognises `body`. `status` `None` means an error

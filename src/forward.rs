@@ -9,6 +9,7 @@
 //! upstream role puts back the ones its provider takes ([`HeaderPolicy::attempt_edits`]). When
 //! every provider forwards the same headers, the upstream role has nothing to do.
 
+use crate::config::Provider;
 use crate::header_pairs::HeaderPairs;
 use crate::ids::ProviderId;
 use crate::pattern::ModelPattern;
@@ -128,17 +129,14 @@ pub struct HeaderEdit<'a> {
     pub append: bool,
 }
 
-/// The forwarding rules of every provider, indexed like `Config::providers`.
+/// Which caller headers reach which provider: each provider's rule (`Provider::forward`) and
+/// the headers it has its own value for (`Provider::owns`), read from `Config::providers`.
 #[derive(Debug, Clone, Default)]
 pub struct HeaderPolicy {
-    rules: Vec<Forward>,
-    /// Per provider, the headers it has its own value for (its `headers`, the default
-    /// `anthropic-version`, what its envelope writes into the body): the caller's value of
-    /// these never reaches it as a header, whatever its rule says, and still reaches the
-    /// providers that take it (Envoy shares one header map across attempts: they are kept).
-    own: Vec<Vec<String>>,
-    /// Headers nobody else may have (credentials, the caller's gateway key, the signer's): the
-    /// caller's copies never go on, whatever the rules say.
+    /// Every header a provider sets (`Config::cleared_headers`): the caller's copies of the
+    /// credentials among them (every provider's, the signer's, the caller's gateway key) never
+    /// go on, whatever the rules say; those of the others (`Provider::sets_extra`) go to the
+    /// providers that take them.
     never: Vec<String>,
     /// Some provider takes the caller's `anthropic-beta` into its body (Bedrock): it is kept
     /// even when no provider takes it as a header.
@@ -148,32 +146,39 @@ pub struct HeaderPolicy {
 
 /// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]).
 pub const ANTHROPIC_BETA: &str = "anthropic-beta";
+/// Every name an envelope has its own value for (`Envelope::own_headers`).
+const OWN_BY_ENVELOPES: [&str; 2] = ["anthropic-version", ANTHROPIC_BETA];
 
 impl HeaderPolicy {
-    pub fn new(
-        rules: Vec<Forward>,
-        own: Vec<Vec<String>>,
-        never: Vec<String>,
-        beta_in_body: bool,
-    ) -> HeaderPolicy {
+    pub fn new(providers: &[Provider], never: Vec<String>) -> HeaderPolicy {
+        let beta_in_body = providers
+            .iter()
+            .any(|p| p.envelope == Some(crate::envelope::Envelope::Bedrock));
         let mut p = HeaderPolicy {
-            rules,
-            own,
             never,
             beta_in_body,
             uniform: false,
         };
         // Uniform: the rules are the same and no header some provider has its own value for
         // goes to only some providers (then every attempt would have to edit it).
-        let same = p.rules.iter().skip(1).all(|r| p.rules.first() == Some(r));
-        let special = p.own.iter().flatten().map(String::as_str);
-        let mut special = special.chain(beta_in_body.then_some(ANTHROPIC_BETA));
-        p.uniform = same && special.all(|n| p.verdict(n.as_bytes()) != Verdict::PerProvider);
+        let first = providers.first().map(|p| &p.forward);
+        let mut uniform = true;
+        for provider in providers {
+            uniform &= Some(&provider.forward) == first;
+            let set = provider.set_headers.iter().map(|(n, _)| n.as_str());
+            for own in set.chain(OWN_BY_ENVELOPES) {
+                uniform &= p.verdict(providers, own.as_bytes()) != Verdict::PerProvider;
+            }
+        }
+        p.uniform = uniform;
         p
     }
 
-    fn owned(&self, name: &[u8]) -> bool {
-        self.never.iter().any(|n| n.as_bytes() == name)
+    fn owned(&self, providers: &[Provider], name: &[u8]) -> bool {
+        let Ok(name) = std::str::from_utf8(name) else {
+            return true;
+        };
+        self.never.iter().any(|n| n == name) && !providers.iter().any(|p| p.sets_extra(name))
     }
 
     /// Every provider forwards the same headers: attempts never need to change them.
@@ -182,38 +187,28 @@ impl HeaderPolicy {
     }
 
     /// Whether `provider` may receive the caller's header `name` (lowercase).
-    pub fn allows(&self, provider: ProviderId, name: &[u8]) -> bool {
-        envoy_managed(name) || (!self.owned(name) && self.takes(provider.index(), name))
-    }
-
-    /// Whether provider `i`'s rule takes the caller's `name` and it has no value of its own.
-    fn takes(&self, i: usize, name: &[u8]) -> bool {
-        let Ok(text) = std::str::from_utf8(name) else {
-            return false;
-        };
-        let own = self.own.get(i).is_some_and(|o| o.iter().any(|n| n == text));
-        !own && self.rules.get(i).is_some_and(|r| r.allows(text))
+    pub fn allows(&self, providers: &[Provider], provider: ProviderId, name: &[u8]) -> bool {
+        envoy_managed(name)
+            || (!self.owned(providers, name) && takes(providers.get(provider.index()), name))
     }
 
     /// What the downstream role does with the caller's header `name` (lowercase, as Envoy
     /// hands names over).
-    pub fn verdict(&self, name: &[u8]) -> Verdict {
+    #[inline(never)]
+    pub fn verdict(&self, providers: &[Provider], name: &[u8]) -> Verdict {
         if envoy_managed(name) {
             return Verdict::Keep;
         }
-        if self.owned(name) {
+        if self.owned(providers, name) {
             return Verdict::Drop;
         }
-        if self.uniform {
-            return if self.takes(0, name) {
-                Verdict::Keep
-            } else {
-                Verdict::Drop
-            };
-        }
-        let n = self.rules.len();
-        let taking = (0..n).filter(|&i| self.takes(i, name)).count();
-        if taking == n && n > 0 {
+        let taking = if self.uniform {
+            // Every provider decides as the first does.
+            usize::from(takes(providers.first(), name)) * providers.len()
+        } else {
+            providers.iter().filter(|&p| takes(Some(p), name)).count()
+        };
+        if taking == providers.len() && taking > 0 {
             Verdict::Keep
         } else if taking > 0 || (self.beta_in_body && name == ANTHROPIC_BETA.as_bytes()) {
             Verdict::PerProvider
@@ -225,14 +220,19 @@ impl HeaderPolicy {
     /// The edits that give `provider`'s attempt exactly the kept headers it takes: `kept` is
     /// what the downstream role stored ([`encode_kept`]). Envoy shares one header map across
     /// attempts, so a header an earlier attempt put back is removed again where not allowed.
-    pub fn attempt_edits<'a>(&self, provider: ProviderId, kept: &'a [u8]) -> Vec<HeaderEdit<'a>> {
+    pub fn attempt_edits<'a>(
+        &self,
+        providers: &[Provider],
+        provider: ProviderId,
+        kept: &'a [u8],
+    ) -> Vec<HeaderEdit<'a>> {
         let mut edits: Vec<HeaderEdit<'a>> = Vec::new();
         for (name, value) in HeaderPairs::new(kept) {
             let Ok(text) = std::str::from_utf8(name) else {
                 continue;
             };
             let seen = edits.iter().any(|e| e.name == text);
-            if self.allows(provider, name) {
+            if self.allows(providers, provider, name) {
                 edits.push(HeaderEdit {
                     name: text,
                     value: Some(value),
@@ -250,25 +250,19 @@ impl HeaderPolicy {
     }
 }
 
-/// The caller's values of header `name` among the kept headers ([`encode_kept`]), joined by
-/// commas as one header line; `None` when it sent none.
-pub fn kept_value(kept: &[u8], name: &str) -> Option<String> {
-    let mut joined: Option<String> = None;
-    for (n, v) in HeaderPairs::new(kept) {
-        let Ok(v) = std::str::from_utf8(v) else {
-            continue;
-        };
-        if n == name.as_bytes() {
-            match &mut joined {
-                Some(j) => {
-                    j.push(',');
-                    j.push_str(v);
-                }
-                None => joined = Some(v.to_string()),
-            }
-        }
-    }
-    joined
+/// Whether provider `p`'s rule takes the caller's `name` and it has no value of its own.
+fn takes(p: Option<&Provider>, name: &[u8]) -> bool {
+    let Ok(name) = std::str::from_utf8(name) else {
+        return false;
+    };
+    p.is_some_and(|p| p.forward.allows(name) && !p.owns(name))
+}
+
+/// The caller's (first) value of header `name` among the kept headers ([`encode_kept`]).
+pub fn kept_value<'k>(kept: &'k [u8], name: &str) -> Option<&'k str> {
+    let pairs = HeaderPairs::new(kept);
+    let (_, value) = pairs.iter().find(|(n, _)| *n == name.as_bytes())?;
+    std::str::from_utf8(value).ok()
 }
 
 /// The headers kept for some providers, in the layout proxy-wasm uses for header maps (read
@@ -296,19 +290,46 @@ pub fn encode_kept(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
-    fn list(extra: &[&str]) -> Forward {
-        Forward::with_extra(extra.iter().copied())
+    /// The policy of providers `p0`, `p1`, ... (each given as the JSON members after its
+    /// name), read as the filter reads it.
+    struct Policy(Config);
+
+    impl Policy {
+        fn of(providers: &[&str]) -> Policy {
+            let list: Vec<String> = (providers.iter().enumerate())
+                .map(|(i, p)| format!(r#"{{"name": "p{i}", "cluster": "c{i}"{p}}}"#))
+                .collect();
+            let names: Vec<String> = (0..providers.len()).map(|i| format!(r#""p{i}""#)).collect();
+            let json = format!(
+                r#"{{"providers": [{}], "chains": [{{"name": "c", "models": ["*"], "providers": [{}]}}]}}"#,
+                list.join(","),
+                names.join(",")
+            );
+            Policy(Config::from_json(json.as_bytes(), &|_| None).expect("valid"))
+        }
+
+        fn uniform(&self) -> bool {
+            self.0.forwarding.uniform()
+        }
+
+        fn verdict(&self, name: &[u8]) -> Verdict {
+            self.0.forwarding.verdict(&self.0.providers, name)
+        }
+
+        fn allows(&self, provider: ProviderId, name: &[u8]) -> bool {
+            self.0.forwarding.allows(&self.0.providers, provider, name)
+        }
+
+        fn attempt_edits<'a>(&self, provider: ProviderId, kept: &'a [u8]) -> Vec<HeaderEdit<'a>> {
+            (self.0.forwarding).attempt_edits(&self.0.providers, provider, kept)
+        }
     }
 
     #[test]
     fn the_default_list_forwards_sdk_headers_and_nothing_private() {
-        let p = HeaderPolicy::new(
-            vec![Forward::default(), Forward::default()],
-            vec![],
-            vec![],
-            false,
-        );
+        let p = Policy::of(&["", ""]);
         assert!(p.uniform());
         for keep in [
             "content-type",
@@ -347,16 +368,11 @@ mod tests {
 
     #[test]
     fn extra_names_and_all_open_the_list_per_provider() {
-        let p = HeaderPolicy::new(
-            vec![
-                Forward::default(),
-                list(&["x-tenant", "x-org-*"]),
-                Forward::All,
-            ],
-            vec![],
-            vec!["authorization".into(), "x-api-key".into()],
-            false,
-        );
+        let p = Policy::of(&[
+            r#", "credential": {"header": "authorization", "value": "k0"}"#,
+            r#", "forward_headers": ["x-tenant", "x-org-*"], "credential": {"header": "x-api-key", "value": "k1"}"#,
+            r#", "forward_headers": "all""#,
+        ]);
         assert!(!p.uniform());
         assert_eq!(p.verdict(b"x-tenant"), Verdict::PerProvider);
         assert_eq!(p.verdict(b"x-org-id"), Verdict::PerProvider);
@@ -374,23 +390,13 @@ mod tests {
             "never the caller's key"
         );
         assert!(!p.allows(2.into(), b"x-api-key"));
-        let only_list = HeaderPolicy::new(
-            vec![Forward::default(), list(&["x-tenant"])],
-            vec![],
-            vec![],
-            false,
-        );
+        let only_list = Policy::of(&["", r#", "forward_headers": ["x-tenant"]"#]);
         assert_eq!(only_list.verdict(b"cookie"), Verdict::Drop);
     }
 
     #[test]
     fn attempts_put_back_only_what_their_provider_takes() {
-        let p = HeaderPolicy::new(
-            vec![Forward::default(), list(&["x-tenant"])],
-            vec![],
-            vec![],
-            false,
-        );
+        let p = Policy::of(&["", r#", "forward_headers": ["x-tenant"]"#]);
         let kept = encode_kept(&[
             (b"x-tenant", b"acme"),
             (b"x-tenant", b"caf\xe9"),
@@ -425,20 +431,14 @@ mod tests {
         assert!(p.attempt_edits(0.into(), b"garbage").is_empty());
     }
 
-    fn own(names: &[&str]) -> Vec<String> {
-        names.iter().map(|n| n.to_string()).collect()
-    }
-
     #[test]
     fn a_header_a_provider_sets_itself_goes_to_the_others_from_the_caller() {
         // An `api: anthropic` provider (its default `anthropic-version`) and one that declares
         // no API (it takes what the caller sends).
-        let p = HeaderPolicy::new(
-            vec![Forward::default(), Forward::default()],
-            vec![own(&["x-api-key", "anthropic-version"]), vec![]],
-            vec!["x-api-key".into()],
-            false,
-        );
+        let p = Policy::of(&[
+            r#", "api": "anthropic", "credential": {"header": "x-api-key", "value": "k"}"#,
+            "",
+        ]);
         assert!(!p.uniform(), "attempts must edit it");
         assert_eq!(p.verdict(b"anthropic-version"), Verdict::PerProvider);
         assert_eq!(p.verdict(b"anthropic-beta"), Verdict::Keep);
@@ -456,13 +456,15 @@ mod tests {
             vec![("anthropic-version", Some(&b"2024-01-01"[..]))],
             "the caller's"
         );
+        // A header set by `headers:` alike.
+        let p = Policy::of(&[
+            r#", "headers": {"X-Team": "gw"}"#,
+            r#", "forward_headers": ["x-team"]"#,
+        ]);
+        assert_eq!(p.verdict(b"x-team"), Verdict::PerProvider);
+        assert!(!p.allows(0.into(), b"x-team") && p.allows(1.into(), b"x-team"));
         // Every provider has its own: nothing to carry, and nothing changes per attempt.
-        let all_own = HeaderPolicy::new(
-            vec![Forward::default(), Forward::default()],
-            vec![own(&["anthropic-version"]), own(&["anthropic-version"])],
-            vec![],
-            false,
-        );
+        let all_own = Policy::of(&[r#", "api": "anthropic""#, r#", "api": "anthropic""#]);
         assert!(all_own.uniform());
         assert_eq!(all_own.verdict(b"anthropic-version"), Verdict::Drop);
         assert_eq!(all_own.verdict(b"anthropic-beta"), Verdict::Keep);
@@ -470,34 +472,27 @@ mod tests {
 
     #[test]
     fn bedrock_gets_the_callers_beta_flags_only_for_its_body() {
-        let bedrock = own(crate::envelope::Envelope::Bedrock.own_headers());
-        let p = HeaderPolicy::new(
-            vec![Forward::default(), Forward::default()],
-            vec![own(&["anthropic-version"]), bedrock.clone()],
-            vec![],
-            true,
-        );
+        let bedrock = r#", "api": "bedrock""#;
+        let p = Policy::of(&[r#", "api": "anthropic""#, bedrock]);
         assert!(!p.uniform());
         assert_eq!(p.verdict(b"anthropic-beta"), Verdict::PerProvider);
         assert_eq!(p.verdict(b"anthropic-version"), Verdict::Drop);
-        let kept = encode_kept(&[(b"anthropic-beta", b"a-1"), (b"anthropic-beta", b"b-2")]);
+        let kept = encode_kept(&[(b"anthropic-beta", b"a-1, b-2"), (b"x-tenant", b"t")]);
         let names = |i: u8| {
             p.attempt_edits(i.into(), &kept)
                 .iter()
                 .map(|e| e.value.is_some())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(names(0), vec![true, true], "anthropic takes it");
-        assert_eq!(names(1), vec![false], "removed for Bedrock");
-        assert_eq!(
-            kept_value(&kept, ANTHROPIC_BETA).as_deref(),
-            Some("a-1,b-2")
-        );
+        assert_eq!(names(0), vec![true, false], "anthropic takes it");
+        assert_eq!(names(1), vec![false, false], "removed for Bedrock");
+        assert_eq!(kept_value(&kept, ANTHROPIC_BETA), Some("a-1, b-2"));
         assert_eq!(kept_value(&kept, "anthropic-version"), None);
         // Bedrock alone: no provider takes the header, but Bedrock's body needs it.
-        let alone = HeaderPolicy::new(vec![Forward::default()], vec![bedrock], vec![], true);
+        let alone = Policy::of(&[bedrock]);
         assert_eq!(alone.verdict(b"anthropic-beta"), Verdict::PerProvider);
         assert_eq!(alone.verdict(b"anthropic-version"), Verdict::Drop);
         assert_eq!(alone.verdict(b"x-stainless-lang"), Verdict::Keep);
+        assert_eq!(alone.verdict(b"x-amz-date"), Verdict::Drop);
     }
 }

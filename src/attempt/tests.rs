@@ -248,6 +248,23 @@ fn answers_are_held_where_a_body_may_refine_them_and_the_configuration_allows() 
     // A failing answer a body rule may refine is held, unless it is already complete.
     assert_eq!(held(&c, &a, "400", "", false), Some(Hold::Body(400)));
     assert_eq!(held(&c, &a, "400", "", true), None);
+    // One whose class AWS's error type names is not: its headers decided.
+    let aws = |status: &str, kind: &str| {
+        let m = map(&[(":status", status), ("x-amzn-errortype", kind)]);
+        let h = ResponseHead::read(&m, false);
+        (hold(&c, &a, &h, false), h.class(&a))
+    };
+    assert_eq!(
+        aws("400", "ServiceQuotaExceededException:http://x/"),
+        (None, Class::QuotaExhausted)
+    );
+    assert_eq!(aws("408", "ModelTimeoutException:"), (None, Class::Timeout));
+    assert_eq!(
+        aws("400", "ValidationException:http://x/"),
+        (Some(Hold::Body(400)), Class::InvalidRequest),
+        "its body decides"
+    );
+    assert_eq!(aws("200", "ThrottlingException"), (None, Class::Ok));
     // Holding turned off (Envoy 1.36): nothing is held.
     let mut off = config();
     off.hold_answers = false;

@@ -78,16 +78,8 @@ impl Config {
         });
         let dead_marks = policies::dead_marks(&raw.dead_marks);
         let cleared_headers = providers.cleared_headers;
-        let never = providers.never_forwarded;
         let providers = providers.list;
-        let forwarding = crate::forward::HeaderPolicy::new(
-            providers.iter().map(|p| p.forward.clone()).collect(),
-            providers.iter().map(Provider::own_headers).collect(),
-            never,
-            providers
-                .iter()
-                .any(|p| p.envelope == Some(crate::envelope::Envelope::Bedrock)),
-        );
+        let forwarding = crate::forward::HeaderPolicy::new(&providers, cleared_headers.clone());
         problems.into_result(|| Config {
             role: raw.role,
             routing: raw.routing,

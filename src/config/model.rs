@@ -15,6 +15,8 @@ pub struct Provider {
     pub models: Vec<ModelPattern>,
     /// Headers this provider's attempts carry (its credential first, then extra headers).
     pub set_headers: Vec<(String, String)>,
+    /// The first of `set_headers` is its credential.
+    pub credential: bool,
     pub authority: Option<String>,
     pub path_prefix: Option<String>,
     pub callers: Vec<String>,
@@ -36,12 +38,22 @@ impl Provider {
         self.api.filter(|&api| caller != Some(api))
     }
 
-    /// The headers it has its own value for, which the caller's never replace (SPEC 7): those
-    /// it sets and those its envelope writes into the body.
-    pub fn own_headers(&self) -> Vec<String> {
-        let set = self.set_headers.iter().map(|(n, _)| n.clone());
+    /// The caller's headers it has its own value for, which never reach it (SPEC 7): those it
+    /// sets, and those its envelope writes into the body.
+    pub fn own_names(&self) -> impl Iterator<Item = &str> {
         let envelope = self.envelope.map_or(&[][..], |e| e.own_headers());
-        set.chain(envelope.iter().map(|n| n.to_string())).collect()
+        (self.set_headers.iter().map(|(n, _)| n.as_str())).chain(envelope.iter().copied())
+    }
+
+    pub fn owns(&self, name: &str) -> bool {
+        self.own_names().any(|n| n == name)
+    }
+
+    /// Whether it sets `name` beside its credential (from `headers`, or the default
+    /// `anthropic-version`): the caller's own value goes to the providers that take it.
+    pub fn sets_extra(&self, name: &str) -> bool {
+        let mut extra = self.set_headers.iter().skip(usize::from(self.credential));
+        extra.any(|(n, _)| n == name)
     }
 }
 

@@ -18,9 +18,6 @@ pub struct Providers<'r> {
     /// Every header any provider sets (credentials and extra headers) and the caller's gateway
     /// credential, lowercase, each once.
     pub cleared_headers: Vec<String>,
-    /// The credentials among them (every provider's, the signer's, the caller's gateway
-    /// credential): the caller's copies reach no provider.
-    pub never_forwarded: Vec<String>,
 }
 
 /// Checks the list itself (before any chain is looked at, so problems keep their order).
@@ -46,7 +43,6 @@ pub fn validate<'r>(
         list: Vec::with_capacity(raw.len()),
         ids: BTreeMap::new(),
         cleared_headers: Vec::new(),
-        never_forwarded: Vec::new(),
     };
     for (i, p) in raw.iter().enumerate() {
         let mut at = problems.at(format!("providers[{i}]"));
@@ -69,19 +65,10 @@ pub fn validate<'r>(
             );
         }
         let provider = validate_one(p, env, &mut at, &mut out.cleared_headers);
-        if let Some(c) = &p.credential {
-            clear(&mut out.never_forwarded, c.header.to_ascii_lowercase());
-        }
-        if provider.envelope == Some(Envelope::Bedrock) {
-            for header in SIGNING_HEADERS {
-                clear(&mut out.never_forwarded, header.to_string());
-            }
-        }
         out.list.push(provider);
     }
     for h in gateway_credential_headers {
         clear(&mut out.cleared_headers, h.to_ascii_lowercase());
-        clear(&mut out.never_forwarded, h.to_ascii_lowercase());
     }
     out
 }
@@ -182,6 +169,7 @@ fn validate_one(
         cluster,
         models: p.models.iter().map(|m| ModelPattern::parse(m)).collect(),
         set_headers,
+        credential: p.credential.is_some(),
         authority: p.authority.clone(),
         path_prefix: p.path_prefix.clone(),
         callers: p.callers.clone(),

@@ -374,7 +374,7 @@ fn forward_headers_take_names_patterns_or_all() {
         "chains":[{"name":"main","providers":["a","b","c"]}]}"#,
     )
     .unwrap();
-    let allows = |p: u8, name: &[u8]| c.forwarding.allows(p.into(), name);
+    let allows = |p: u8, name: &[u8]| c.forwarding.allows(&c.providers, p.into(), name);
     assert!(allows(0, b"x-tenant") && allows(0, b"x-org-id"));
     assert!(allows(1, b"cookie") && !allows(2, b"cookie"));
     assert!(
@@ -530,11 +530,11 @@ fn an_openai_provider_does_not_take_the_callers_anthropic_headers() {
     .unwrap();
     assert!(!c.forwarding.uniform());
     assert_eq!(
-        c.forwarding.verdict(b"anthropic-beta"),
+        c.forwarding.verdict(&c.providers, b"anthropic-beta"),
         crate::forward::Verdict::PerProvider
     );
     assert_eq!(
-        c.forwarding.verdict(b"openai-organization"),
+        c.forwarding.verdict(&c.providers, b"openai-organization"),
         crate::forward::Verdict::Keep
     );
 }

@@ -160,6 +160,46 @@ fn bodies_that_are_not_json_or_cut_short() {
 }
 
 #[test]
+fn bedrock_errors_by_their_type_header_and_their_message() {
+    let aws = |kind: &str| {
+        let value = format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/");
+        header_class(value.as_bytes())
+    };
+    assert_eq!(aws("ServiceQuotaExceededException"), Some(QuotaExhausted));
+    assert_eq!(aws("ModelNotReadyException"), Some(Overloaded));
+    assert_eq!(aws("ModelTimeoutException"), Some(Timeout));
+    assert_eq!(aws("ModelErrorException"), Some(ServerError));
+    assert_eq!(aws("ModelStreamErrorException"), None);
+    // Their statuses tell these (429 rate_limited, 503 overloaded, 403 setup_fault).
+    assert_eq!(aws("ThrottlingException"), None);
+    assert_eq!(aws("ServiceUnavailableException"), None);
+    assert_eq!(aws("AccessDeniedException"), None);
+    let access = r#"{"message":"You don't have access to the model with the specified model ID."}"#;
+    assert_eq!(is(403, access), SetupFault);
+    let throttled = r#"{"message":"Too many tokens per day, please wait before trying again."}"#;
+    assert_eq!(is(429, throttled), RateLimited);
+    // The body decides these, and the status the rest.
+    assert_eq!(aws("ValidationException"), None);
+    assert_eq!(aws("ResourceNotFoundException"), None);
+    assert_eq!(aws("InternalServerException"), None);
+    assert_eq!(header_class(b""), None);
+    let long = r#"{"message":"Input is too long for requested model."}"#;
+    assert_eq!(is(400, long), ContextWindowExceeded);
+    // Through Converse-style wrapping, and Claude's own words on Bedrock.
+    let wrapped = r#"{"message":"The model returned the following errors: Input is too long for requested model."}"#;
+    assert_eq!(is(400, wrapped), ContextWindowExceeded);
+    let claude = r#"{"message":"prompt is too long: 208310 tokens > 200000 maximum"}"#;
+    assert_eq!(is(400, claude), ContextWindowExceeded);
+    let filtered = r#"{"message":"This request has been blocked by our content filters."}"#;
+    assert_eq!(is(400, filtered), ContentFiltered);
+    // Near misses: other validation errors are the caller's.
+    let bad = r#"{"message":"Malformed input request: #: extraneous key [foo] is not permitted, please reformat your input and try again."}"#;
+    assert_eq!(is(400, bad), InvalidRequest);
+    let max = r#"{"message":"max_tokens: range: 1..=64000"}"#;
+    assert_eq!(is(400, max), InvalidRequest);
+}
+
+#[test]
 fn refinable_statuses_are_those_some_rule_is_for() {
     for s in [400, 402, 403, 413, 429] {
         assert!(refinable(s), "{s}");
@@ -178,6 +218,10 @@ fn every_rule_is_held_by_a_test_body() {
             let text = match r.test {
                 Test::Is(t) | Test::Has(t) => t,
             };
+            if r.key == ERROR_TYPE_HEADER {
+                assert_eq!(header_class(text.as_bytes()), Some(r.class), "{r:?}");
+                continue;
+            }
             let body = format!(r#"{{"{}":"{}"}}"#, r.key, text);
             assert_eq!(
                 match_rules(r.statuses.first().copied(), body.as_bytes()),

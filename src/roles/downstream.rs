@@ -114,7 +114,7 @@ impl<H: Host> Downstream<H> {
     /// Providers are third parties: only the caller headers they take go on; those only some
     /// take are kept for their attempts.
     fn forward<'m>(&self, name: &'m [u8], value: &'m [u8], kept: &mut Vec<(&'m [u8], &'m [u8])>) {
-        let verdict = self.config.forwarding.verdict(name);
+        let verdict = self.config.forwarding.verdict(&self.config.providers, name);
         if verdict != Verdict::Keep {
             self.remove_request_header(name);
         }

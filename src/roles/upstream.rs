@@ -436,7 +436,10 @@ impl<H: Host> Upstream<H> {
             .then(|| host.property(handoff::FORWARD.as_bytes()))
             .flatten();
         if let Some(kept) = &kept {
-            for edit in config.forwarding.attempt_edits(a.provider_id, kept) {
+            for edit in config
+                .forwarding
+                .attempt_edits(&config.providers, a.provider_id, kept)
+            {
                 match (edit.value, edit.append) {
                     (Some(value), true) => host.add_header_bytes(Map::Request, edit.name, value),
                     (value, _) => host.set_header_bytes(Map::Request, edit.name, value),
@@ -469,7 +472,8 @@ impl<H: Host> Upstream<H> {
                 let beta = kept
                     .as_deref()
                     .filter(|_| envelope == Envelope::Bedrock)
-                    .and_then(|k| forward::kept_value(k, forward::ANTHROPIC_BETA));
+                    .and_then(|k| forward::kept_value(k, forward::ANTHROPIC_BETA))
+                    .map(str::to_string);
                 self.envelope_body = Some((a.provider_id, beta));
                 None
             }

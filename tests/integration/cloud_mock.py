@@ -20,7 +20,9 @@ credentials checked the way the cloud checks them, and Bedrock's binary event st
   ``/openai/v1/chat/completions``), ``api-key: <key>``.
 
 A request the cloud would refuse is answered as the cloud answers it (403/401/400 in its error
-shape) and its record gets ``rejected`` (why). The answer's ``model`` is the one in the path.
+shape) and its record gets ``rejected`` (why). Bedrock's errors for a request it took
+(``x-amzn-ErrorType`` and ``{"message"}``: throttling, quotas, model timeouts, an input too long,
+...) are mock presets, ``{"preset": "bedrock_throttling"}`` (:data:`BEDROCK_ERRORS`). The answer's ``model`` is the one in the path.
 """
 from __future__ import annotations
 
@@ -94,8 +96,43 @@ def _json_object(body: bytes) -> dict | None:
     return v if isinstance(v, dict) else None
 
 
+def aws_error_headers(kind: str) -> list:
+    """The header where AWS names an error's type, as Bedrock sends it."""
+    return [("x-amzn-ErrorType", f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/")]
+
+
 def _aws_error(status: int, kind: str, message: str, why: str) -> Refused:
-    return Refused(status, why, {"message": message}, [("x-amzn-ErrorType", f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/")])
+    return Refused(status, why, {"message": message}, aws_error_headers(kind))
+
+
+# Bedrock's own answers to a request it took (InvokeModel's documented errors, with the
+# messages it sends), as mock presets: ``{"preset": "bedrock_throttling"}``.
+BEDROCK_ERRORS = {
+    "bedrock_input_too_long": (400, "ValidationException", "Input is too long for requested model."),
+    "bedrock_content_filter": (400, "ValidationException",
+                               "This request has been blocked by our content filters."),
+    "bedrock_validation": (400, "ValidationException",
+                           "Malformed input request, please reformat your input and try again."),
+    "bedrock_throttling": (429, "ThrottlingException",
+                           "Too many requests, please wait before trying again."),
+    "bedrock_quota": (400, "ServiceQuotaExceededException",
+                      "Too many tokens per day, please wait before trying again."),
+    "bedrock_model_not_ready": (429, "ModelNotReadyException",
+                                "Model is not ready to serve inference requests. Please try again."),
+    "bedrock_model_timeout": (408, "ModelTimeoutException",
+                              "Model has timed out in processing the request. Try your request again."),
+    "bedrock_unavailable": (503, "ServiceUnavailableException",
+                            "Bedrock is unable to process your request."),
+    "bedrock_access_denied": (403, "AccessDeniedException",
+                              "You don't have access to the model with the specified model ID."),
+}
+
+
+def bedrock_presets() -> dict[str, dict]:
+    """:data:`BEDROCK_ERRORS` as mock behaviours."""
+    return {name: {"status": status, "body": {"message": message},
+                   "headers": [list(h) for h in aws_error_headers(kind)]}
+            for name, (status, kind, message) in BEDROCK_ERRORS.items()}
 
 
 def _bedrock(cloud, method, path, headers, body) -> Accepted | Refused:

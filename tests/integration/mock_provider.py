@@ -86,7 +86,8 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
                             the generated chunks and ``[DONE]``
 ``preset``                  a provider's real error answer by name (see
                             ``PRESETS``: ``openai_context_length``,
-                            ``azure_content_filter``, ...); fields given next to
+                            ``azure_content_filter``, Bedrock's
+                            ``bedrock_throttling``, ...); fields given next to
                             it override the preset's
 ``strict``                  answer ``400 invalid_request_error`` (in the API's
                             own error shape and wording) to a request the real
@@ -239,6 +240,7 @@ PRESETS: dict[str, dict] = {
     "openai_error_stream": {"status": 200, "stream": True, "events": [
         'data: {"error": {"message": "The server had an error while processing your request.",'
         ' "type": "server_error", "param": null, "code": null}}\n\n']},
+    **cloud_mock.bedrock_presets(),
 }
 
 

@@ -277,3 +277,111 @@ fn each_attempt_gets_the_callers_anthropic_version_or_its_providers_own() {
     assert_eq!(version(&r, 1).as_deref(), Some("2024-10-22"));
     assert_eq!(r.sent[1].header("anthropic-beta"), Some("flag-1"));
 }
+
+const BEDROCK_FIRST: &str = r#"{
+    "providers": [
+        {"name": "bedrock", "cluster": "c-bedrock", "api": "bedrock"},
+        {"name": "anthropic", "cluster": "c-anthropic", "api": "anthropic"}
+    ],
+    "chains": [
+        {"name": "c", "models": ["claude-*"], "fallback_on": ["timeout", "rate_limited",
+            "overloaded", "server_error", "quota_exhausted", "context_window_exceeded"],
+         "providers": [{"provider": "bedrock", "model": "m:0"}, "anthropic"]}
+    ]
+}"#;
+
+/// Bedrock's answer to a failing request, as InvokeModel sends it.
+fn aws_error(status: u16, kind: &str, message: &'static str) -> Provider {
+    let kind: &'static str = Box::leak(
+        format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/").into_boxed_str(),
+    );
+    let body: &'static str = Box::leak(format!(r#"{{"message":"{message}"}}"#).into_boxed_str());
+    Provider::Answer(
+        status,
+        vec![
+            ("content-type", "application/json"),
+            ("x-amzn-errortype", kind),
+        ],
+        body,
+    )
+}
+
+#[test]
+fn bedrocks_errors_are_classified_by_their_type_and_message() {
+    let body = r#"{"model":"claude-x","max_tokens":10,"messages":[]}"#;
+    for (status, kind, message, class) in [
+        (
+            400,
+            "ValidationException",
+            "Input is too long for requested model.",
+            "context_window_exceeded",
+        ),
+        (
+            429,
+            "ThrottlingException",
+            "Too many requests, please wait before trying again.",
+            "rate_limited",
+        ),
+        (
+            400,
+            "ServiceQuotaExceededException",
+            "Too many tokens per day, please wait before trying again.",
+            "quota_exhausted",
+        ),
+        (
+            429,
+            "ModelNotReadyException",
+            "Model is not ready to serve inference requests.",
+            "overloaded",
+        ),
+        (
+            408,
+            "ModelTimeoutException",
+            "Model has timed out in processing the request.",
+            "timeout",
+        ),
+        (
+            503,
+            "ServiceUnavailableException",
+            "Service unavailable.",
+            "overloaded",
+        ),
+        (
+            424,
+            "ModelErrorException",
+            "The model returned an error.",
+            "server_error",
+        ),
+    ] {
+        // A fresh gateway each: some classes take Bedrock out of later walks.
+        let gw = Gateway::new(BEDROCK_FIRST);
+        let r = gw.request(&[MESSAGES], body, &[aws_error(status, kind, message), ok()]);
+        assert_eq!(r.clusters(), ["c-bedrock", "c-anthropic"], "{kind}");
+        assert_eq!(
+            r.header(wire::FALLBACK_REASON_HEADER),
+            Some(class),
+            "{kind}"
+        );
+    }
+    // Not the provider's trouble: the caller gets Bedrock's answer.
+    for (status, kind, message) in [
+        (
+            403,
+            "AccessDeniedException",
+            "You don't have access to the model with the specified model ID.",
+        ),
+        (
+            400,
+            "ValidationException",
+            "Malformed input request, please reformat your input and try again.",
+        ),
+    ] {
+        let gw = Gateway::new(BEDROCK_FIRST);
+        let r = gw.request(&[MESSAGES], body, &[aws_error(status, kind, message), ok()]);
+        assert_eq!(
+            (r.clusters(), r.status),
+            (vec!["c-bedrock"], status),
+            "{kind}"
+        );
+    }
+}
