@@ -169,6 +169,7 @@ def test_anthropic_sdk_fails_over_to_claude_on_bedrock_signed_and_back(clouds):
     body = json.loads(sent[0]["body"])
     assert body["anthropic_version"] == "bedrock-2023-05-31" and "model" not in body
     assert body["anthropic_beta"] == ["token-efficient-tools-2025-02-19"]
+    assert _header(sent[0], "anthropic-beta") == [], "Bedrock gets the flags in its body only"
     assert _header(sent[0], "x-api-key") == [], "anthropic's key stays with anthropic"
     # And back: a chain that starts on Bedrock falls over to Anthropic, which gets no AWS
     # signature, date or body hash (Envoy's signer set them on the shared header map).
@@ -293,8 +294,16 @@ def test_claude_on_vertex_and_a_bedrock_api_key(clouds):
     m["anthropic"].set_default(status=500)
     m["bedrock"].set_default(status=503)
     msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=20,
-                                 messages=[{"role": "user", "content": "hi"}])
+                                 messages=[{"role": "user", "content": "hi"}],
+                                 extra_headers={"anthropic-beta": "flag-a,flag-b"})
     assert msg.content[0].text == f"Hello from vertex (model {VERTEX_MODEL})"
+    # The caller's beta flags: Anthropic and Vertex take the header, Bedrock only its body.
+    first_bedrock = m["bedrock"].requests()[0]
+    assert _header(first_bedrock, "anthropic-beta") == [], "in the body only"
+    assert _header(first_bedrock, "anthropic-version") == []
+    assert json.loads(first_bedrock["body"])["anthropic_beta"] == ["flag-a", "flag-b"]
+    assert _header(m["anthropic"].requests()[0], "anthropic-beta") == ["flag-a,flag-b"]
+    assert _header(m["vertex"].requests()[0], "anthropic-beta") == ["flag-a,flag-b"]
     with client.messages.stream(model="claude-sonnet-4-5", max_tokens=20,
                                 messages=[{"role": "user", "content": "hi"}]) as s:
         assert "".join(s.text_stream) == "vertex:0 vertex:1 vertex:2 "
@@ -302,6 +311,7 @@ def test_claude_on_vertex_and_a_bedrock_api_key(clouds):
         assert all(r.get("rejected") is None for r in m[mock].requests()), m[mock].requests()
     assert len(m["bedrock"].requests()) == 2
     v = m["vertex"].requests()
+    assert [_header(r, "anthropic-version") for r in v] == [[], []], "its version is in the body"
     assert v[0]["path"].endswith(f"/models/{VERTEX_MODEL}:rawPredict")
     assert v[1]["path"].endswith(f"/models/{VERTEX_MODEL}:streamRawPredict")
 
@@ -373,3 +383,54 @@ def test_the_canonical_chain_serves_both_sdks_through_outages_of_anthropic_and_b
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == \
         "azure:0 azure:1 azure:2 "
     assert all(r.get("rejected") is None for r in m["azure"].requests())
+
+
+# Bedrock's errors (a chain that falls over on every class Bedrock's errors map to).
+ERRORS = API_KEY_CLOUDS + """  - name: aws-errors
+    models: ["aws-errors"]
+    fallback_on: [timeout, rate_limited, overloaded, server_error, quota_exhausted,
+                  context_window_exceeded, content_filtered]
+    providers: [{provider: bedrock, model: "%s"}, {provider: anthropic, model: claude-sonnet-4-5}]
+""" % BEDROCK_MODEL
+
+
+def test_bedrocks_errors_are_read_from_its_error_type_and_message(clouds):
+    """Bedrock names its error's type in x-amzn-ErrorType and answers {"message": ...}: a
+    model timeout (408) is a timeout, a model error (424) the provider's, a model still
+    loading (429) overloaded, "Input is too long for requested model." (400) the context
+    window; each falls over as its class, named in x-llm-fallback-reason. Presets of the
+    Bedrock mock (cloud_mock.BEDROCK_ERRORS), answered only to a request Bedrock accepts."""
+    gateway, m = clouds
+    m["bedrock"].server.cloud = cloud_mock.validate({**AWS, "api_key": "bedrock-api-key"})
+    gw = gateway.start(ERRORS)
+    cases = [("bedrock_model_timeout", 408, "timeout"),
+             ("bedrock_model_not_ready", 429, "overloaded"),
+             ("bedrock_throttling", 429, "rate_limited"),
+             ("bedrock_unavailable", 503, "overloaded")]
+    if harness.holds_answers():  # Envoy 1.36 reads no answer's body (README "Older Envoys")
+        cases += [("bedrock_input_too_long", 400, "context_window_exceeded"),
+                  ("bedrock_content_filter", 400, "content_filtered")]
+    for preset, status, reason in cases:
+        m["bedrock"].enqueue({"preset": preset})
+        r = gw.chat("aws-errors", path="/v1/messages", max_tokens=20,
+                    headers={"anthropic-version": "2023-06-01"})
+        assert (r.status, r.header("x-llm-fallback-reason")) == (200, reason), (preset, r.text)
+        assert r.header("x-llm-provider") == "anthropic"
+        sent = m["bedrock"].requests()[-1]
+        assert sent["rejected"] is None and sent["behaviour"]["preset"] == preset
+    # Not the provider's trouble: the caller gets Bedrock's own answer.
+    for preset, status in [("bedrock_validation", 400), ("bedrock_access_denied", 403)]:
+        m["bedrock"].enqueue({"preset": preset})
+        r = gw.chat("aws-errors", path="/v1/messages", max_tokens=20,
+                    headers={"anthropic-version": "2023-06-01"})
+        assert (r.status, r.header("x-llm-provider")) == (status, "bedrock"), (preset, r.text)
+    # A spent quota (400 ServiceQuotaExceededException) falls over and takes Bedrock out.
+    m["bedrock"].enqueue({"preset": "bedrock_quota"})
+    r = gw.chat("aws-errors", path="/v1/messages", max_tokens=20,
+                headers={"anthropic-version": "2023-06-01"})
+    assert (r.status, r.header("x-llm-fallback-reason")) == (200, "quota_exhausted"), r.text
+    before = len(m["bedrock"].requests())
+    r = gw.chat("aws-errors", path="/v1/messages", max_tokens=20,
+                headers={"anthropic-version": "2023-06-01"})
+    assert r.status == 200 and r.header("x-llm-provider") == "anthropic"
+    assert len(m["bedrock"].requests()) == before, "Bedrock is out until its quota resets"

@@ -81,6 +81,9 @@ chains:
       - openai
       - {provider: anthropic, model: claude-sonnet-4-5,
          capabilities: {vision: true, tools: true, context_window: 200000}}
+  - name: mixed                   # Anthropic, then an endpoint that declares no api
+    models: ["mixed-*"]
+    providers: [anthropic, {provider: backup, model: claude-backup}]
   - name: claude                  # an Anthropic-SDK app: Anthropic, then OpenAI
     models: ["claude-*"]
     providers:
@@ -626,6 +629,29 @@ def test_anthropic_sdk_images_reach_an_openai_fallback_as_data_uris(xv):
 
 
 # ------------------------------------------------------------ errors in the caller's dialect
+
+def test_an_undeclared_fallback_gets_the_callers_anthropic_version_and_beta(xv):
+    """A provider that declares no api takes the caller's request as it is, headers included:
+    the Anthropic provider's default anthropic-version must not take the caller's away from it
+    (Envoy shares one header map across attempts). The strict mock refuses a Messages request
+    without anthropic-version, as Anthropic does."""
+    xv.anthropic.set_default(status=529, strict=True)
+    xv.backup.set_default(strict=True, content="from backup")
+    gw = xv.start()
+    client = xv.claude()
+    msg = client.messages.create(
+        model="mixed-x", max_tokens=20, messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"anthropic-version": "2024-10-22", "anthropic-beta": "flag-2025"})
+    assert [b.text for b in msg.content] == ["from backup"]
+    (first,) = xv.anthropic.requests()
+    assert header(first, "anthropic-version") == ["2023-06-01"], "the provider's own"
+    assert header(first, "anthropic-beta") == ["flag-2025"]
+    (rec,) = accepted(xv.backup)
+    assert rec["path"] == "/v1/messages"
+    assert header(rec, "anthropic-version") == ["2024-10-22"], "the caller's"
+    assert header(rec, "anthropic-beta") == ["flag-2025"]
+    assert header(rec, "x-api-key") == [] and header(rec, "authorization") == ["Bearer sk-backup"]
+
 
 def test_an_anthropic_app_sees_an_openai_fallbacks_400_as_an_anthropic_error(xv):
     xv.anthropic.set_default(status=529, strict=True)
