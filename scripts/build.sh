@@ -51,8 +51,8 @@ case "$MODE" in
   rustup)
     has_target || with_timeout 120 rustup target add "$TARGET"
     CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${remap# }" \
-      cargo build --release --target "$TARGET" -p llm-failover --lib
-    raw=$TDIR/$TARGET/release/llm_failover.wasm
+      cargo build --release --target "$TARGET" -p llm-failover-module
+    raw=$TDIR/$TARGET/release/llm_failover_module.wasm
     ;;
   debian)
     missing=()
@@ -73,9 +73,9 @@ case "$MODE" in
     case "$std_src" in *" "*) ;; *) remap="$remap --remap-path-prefix=$std_src=" ;; esac
     env -u RUSTUP_TOOLCHAIN PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
       CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="-C link-self-contained=no -L native=/usr/lib/wasm32-wasi$remap" \
-      cargo build --release --target "$TARGET" -p llm-failover --lib \
+      cargo build --release --target "$TARGET" -p llm-failover-module \
       --target-dir "$TDIR/debian" -Zbuild-std=std,panic_abort
-    raw=$TDIR/debian/$TARGET/release/llm_failover.wasm
+    raw=$TDIR/debian/$TARGET/release/llm_failover_module.wasm
     ;;
   *) echo "build: LLM_FAILOVER_TOOLCHAIN must be auto, rustup or debian (got '$MODE')"; exit 2 ;;
 esac
