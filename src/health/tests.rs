@@ -711,3 +711,14 @@ fn only_a_claimed_probe_moves_the_gauge_to_half_open() {
         assert_eq!(unchanged.shown_state(), None, "{unchanged:?}");
     }
 }
+
+#[test]
+fn a_record_with_failures_out_of_order_reads_them_ascending() {
+    // The filter writes them ascending; a record it did not write is put in order on reading.
+    let scrambled = Record {
+        failures: vec![9, 3, 7, 3, 1, 12, 0],
+        ..Record::default()
+    };
+    let read = Record::decode(&scrambled.encode());
+    assert_eq!(read.failures, vec![0, 1, 3, 3, 7, 9, 12]);
+}
