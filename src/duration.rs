@@ -17,18 +17,21 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         return Err(format!("{text:?} is not a duration: {ONE_UNIT}"));
     }
     // ("1m30s" lands here too; the CLI says which one unit to write instead.)
-    let Some(scale) = unit_ms(unit.trim()) else {
+    let Some(scale) = unit_ns(unit.trim()) else {
         return Err(format!("{text:?} has an unknown unit: {ONE_UNIT}"));
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: {ONE_UNIT}"))?;
-    let ms = value * scale;
-    if !ms.is_finite() || ms > 1e15 {
-        return Err(format!("duration {text:?} is too large"));
+    let ns = parse_decimal_ns(number, scale)
+        .ok_or_else(|| format!("{text:?} is not a duration: {ONE_UNIT}"))?;
+    let ms = ns.saturating_add(NS_PER_MS / 2) / NS_PER_MS;
+    match u64::try_from(ms) {
+        Ok(ms) if ms <= MAX_MS => Ok(ms),
+        _ => Err(format!("duration {text:?} is too large")),
     }
-    Ok(ms.round() as u64)
 }
+
+const NS_PER_MS: u128 = 1_000_000;
+/// About 31,700 years: past it a duration is a typo.
+const MAX_MS: u64 = 1_000_000_000_000_000;
 
 fn split_number(t: &str) -> (&str, &str) {
     let split = t
@@ -37,14 +40,45 @@ fn split_number(t: &str) -> (&str, &str) {
     t.split_at(split)
 }
 
-fn unit_ms(unit: &str) -> Option<f64> {
+/// Nanoseconds per unit.
+fn unit_ns(unit: &str) -> Option<u128> {
     match unit {
-        "ms" => Some(1.0),
-        "" | "s" => Some(1000.0),
-        "m" => Some(60_000.0),
-        "h" => Some(3_600_000.0),
+        "ms" => Some(NS_PER_MS),
+        "" | "s" => Some(1_000 * NS_PER_MS),
+        "m" => Some(60_000 * NS_PER_MS),
+        "h" => Some(3_600_000 * NS_PER_MS),
         _ => None,
     }
+}
+
+/// A non-negative decimal number (`12`, `1.5`, `.5` is refused) times `unit_ns`, in ns.
+/// Saturates instead of overflowing; digits past the ninth decimal are ignored. Durations in
+/// config and providers' rate-limit headers both read through it: exact, and std's `f64`
+/// parsing would add 18 KB to the module (BENCHMARKS.md "Module size").
+pub(crate) fn parse_decimal_ns(s: &str, unit_ns: u128) -> Option<u128> {
+    let (int, frac) = match s.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (s, None),
+    };
+    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut ns: u128 = 0;
+    for b in int.bytes() {
+        ns = ns.saturating_mul(10).saturating_add(u128::from(b - b'0'));
+    }
+    ns = ns.saturating_mul(unit_ns);
+    if let Some(frac) = frac {
+        if frac.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let mut scale = unit_ns;
+        for b in frac.bytes().take(9) {
+            scale /= 10;
+            ns = ns.saturating_add(u128::from(b - b'0').saturating_mul(scale));
+        }
+    }
+    Some(ns)
 }
 
 /// Accepts either a string ("30s") or a number of seconds in serde input.
@@ -119,6 +153,24 @@ mod tests {
             parse_duration_ms("soon").unwrap_err(),
             "\"soon\" is not a duration: write one number with one unit (ms, s, m or h), e.g. \"30s\""
         );
+    }
+
+    #[test]
+    fn reads_decimals_exactly_and_rounds_half_up_to_the_millisecond() {
+        assert_eq!(parse_duration_ms("0.0015s"), Ok(2));
+        assert_eq!(parse_duration_ms("0.0014s"), Ok(1));
+        assert_eq!(parse_duration_ms("2.5ms"), Ok(3));
+        assert_eq!(parse_duration_ms("0.1h"), Ok(360_000));
+        assert_eq!(
+            parse_duration_ms("1000000000000s"),
+            Ok(1_000_000_000_000_000)
+        );
+        assert!(parse_duration_ms("1000000000001s").is_err());
+        assert!(parse_duration_ms("99999999999999999999999999999999999999999h").is_err());
+        // One number as written: digits with an optional fraction.
+        for bad in [".5s", "5.s", "1.2.3s", "."] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

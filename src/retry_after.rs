@@ -5,6 +5,7 @@
 //! become delays; a time in the past is a delay of 0. Garbage gives `None`, never a panic.
 //! Delays are rounded up to the next millisecond (coming back early is the worse mistake).
 
+use crate::duration::parse_decimal_ns;
 use std::time::UNIX_EPOCH;
 
 /// Values at or above this are read as Unix epoch seconds, not as a number of seconds from now
@@ -96,8 +97,7 @@ where
         } else {
             continue;
         };
-        let spent =
-            find(&remaining).map_or(true, |r| r.trim().parse::<f64>().is_ok_and(|r| r <= 0.0));
+        let spent = find(&remaining).map_or(true, nothing_left);
         if !spent {
             continue;
         }
@@ -112,32 +112,13 @@ fn ns_to_ms_ceil(ns: u128) -> u64 {
     u64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(u64::MAX)
 }
 
-/// A non-negative decimal number (`12`, `1.5`, `.5` is refused) times `unit_ns`, in ns.
-/// Saturates instead of overflowing; digits past the ninth decimal are ignored.
-fn parse_decimal_ns(s: &str, unit_ns: u128) -> Option<u128> {
-    let (int, frac) = match s.split_once('.') {
-        Some((i, f)) => (i, Some(f)),
-        None => (s, None),
-    };
-    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// A `*-remaining*` header that says the dimension is spent: `0` (`0.0`) or negative.
+fn nothing_left(remaining: &str) -> bool {
+    let r = remaining.trim();
+    match r.strip_prefix('-') {
+        Some(negative) => parse_decimal_ns(negative, NS_PER_S).is_some(),
+        None => parse_decimal_ns(r, NS_PER_S) == Some(0),
     }
-    let mut ns: u128 = 0;
-    for b in int.bytes() {
-        ns = ns.saturating_mul(10).saturating_add(u128::from(b - b'0'));
-    }
-    ns = ns.saturating_mul(unit_ns);
-    if let Some(frac) = frac {
-        if frac.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let mut scale = unit_ns;
-        for b in frac.bytes().take(9) {
-            scale /= 10;
-            ns = ns.saturating_add(u128::from(b - b'0').saturating_mul(scale));
-        }
-    }
-    Some(ns)
 }
 
 /// Go's `time.Duration.String()` format: one or more `<decimal><unit>` with units
@@ -295,6 +276,16 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remaining_header_is_spent_at_zero_or_below() {
+        for spent in ["0", "0.0", " 0 ", "-1", "-0.5"] {
+            assert!(nothing_left(spent), "{spent:?}");
+        }
+        for left in ["0.5", "4999", "1.0", "abc", "", "-", "1e3"] {
+            assert!(!nothing_left(left), "{left:?}");
+        }
+    }
 
     /// 2015-10-21T07:28:00Z
     const NOW: u64 = 1_445_412_480_000;
