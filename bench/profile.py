@@ -88,8 +88,15 @@ def main():
     B.CLI = Path(args.cli).resolve()
     B.atexit.register(B.stop_all)
     B.start_nginx(None)
-    body = ('{"model":"gpt-4o-mini","messages":[{"role":"user","content":"' + "x" * 950 +
-            '"}]}').encode()
+    # The request body as bench.py sends it (OpenAI chat, padded to exactly 1 KiB or 50 KiB);
+    # BENCH_PROFILE_BODY=50KB traces the large one (how Envoy hands a 50 KB body over).
+    size = {"1KB": 1024, "50KB": 50 * 1024}[os.environ.get("BENCH_PROFILE_BODY", "1KB")]
+    head = ('{"model":"gpt-4o-mini","temperature":0.2,"messages":[{"role":"system",'
+            '"content":"You are terse."},{"role":"user","content":"')
+    tail = '"}]}'
+    body_file = B.RUN / "body-1KB.json"  # bench.probe reads the body from a file, by this name
+    body_file.write_text(head + "x" * (size - len(head) - len(tail)) + tail)
+    body = {"1KB": body_file}
     results = {key: run(key, body) for key in ("success", "failover")}
     print("\nwasm callbacks and hostcalls per request (1 KB body, from the wasm trace log)\n")
     for key, (n, roles) in results.items():

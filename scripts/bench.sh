@@ -14,6 +14,10 @@
 #                                     failover paths, from Envoy's wasm trace log (~10 s)
 #   scripts/bench.sh --calibrate      Envoy CPU per kind of hostcall, and the success path's
 #                                     calls replayed with no logic (bench/calib; ~5 min)
+#   scripts/bench.sh --module-only [--module A.wasm] [--compare B.wasm] [--instructions]
+#                                     the module alone in Node's V8 with a scripted host, no
+#                                     Envoy/nginx/wrk (bench/module_bench.mjs; its other flags
+#                                     pass through; ~2 min, --instructions ~8 min with valgrind)
 #   other flags go to bench/bench.py: --duration S, --warmup S, --rounds N, --no-experiments,
 #   --only plain,success (those configurations only), --compare OTHER.wasm (the success path
 #   with a second module too, A B and B A in alternate rounds, with a B/A ratio table),
@@ -28,16 +32,38 @@ cd "$(dirname "$0")/.."
 build=1
 litellm=0
 profile=0
+module_only=0
+smoke=0
 args=()
 for a in "$@"; do
   case "$a" in
     --no-build) build=0 ;;
+    --module-only) module_only=1 ;;
+    --smoke) smoke=1; args+=("$a") ;;
     --profile) profile=1; args+=("$a") ;;
     --with-litellm) litellm=1; args+=("$a") ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) args+=("$a") ;;
   esac
 done
+
+# --- the module alone (bench/module_bench.mjs): Node only ----------------------------------
+if [ $module_only = 1 ]; then
+  command -v node >/dev/null || { echo "bench: --module-only needs node (20 or later)"; exit 1; }
+  if [ $build = 1 ]; then
+    mkdir -p .work/bench
+    ./scripts/build.sh >.work/bench/build.log 2>&1 || { cat .work/bench/build.log; exit 1; }
+  fi
+  margs=()
+  set -- "${args[@]}"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --module) margs+=("$2"); shift 2 ;;  # module A, as bench.py names it
+      *) margs+=("$1"); shift ;;
+    esac
+  done
+  exec node bench/module_bench.mjs "${margs[@]}"
+fi
 
 # --- system tools --------------------------------------------------------------------------
 missing=()
@@ -100,6 +126,12 @@ if [ $litellm = 1 ] && [ ! -x .work/bench/litellm-venv/bin/litellm ]; then
            'litellm[proxy]'; } >.work/bench/litellm-install.log 2>&1; then
     echo "bench: LiteLLM did not install (see .work/bench/litellm-install.log); the peer will be skipped"
   fi
+fi
+
+# The smoke also drives the module alone a few thousand times (its checks of the success path
+# included): a few seconds, so the harness cannot rot either.
+if [ $smoke = 1 ] && command -v node >/dev/null; then
+  node bench/module_bench.mjs --requests 2000 --warmup 1000 --runs 1 --chunks 2 || exit 1
 fi
 
 if [ $profile = 1 ]; then
