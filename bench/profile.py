@@ -4,6 +4,8 @@ Envoy's wasm trace log (`--component-log-level wasm:trace` logs every host->vm c
 vm->host hostcall). Run by `scripts/bench.sh --profile`; ports from $BENCH_PORT_BASE + 50.
 
 Output: per filter role (downstream / upstream), callbacks and hostcalls per request, by name.
+The trace logs stay in .work/bench/profile/ (trace-success.log is what `node bench/module_bench.mjs
+--trace` checks its host against). BENCH_PROFILE_BODY=50KB sends the 50 KiB body instead of 1 KiB.
 """
 
 import collections

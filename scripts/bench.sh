@@ -17,7 +17,7 @@
 #   scripts/bench.sh --module-only [--module A.wasm] [--compare B.wasm] [--instructions]
 #                                     the module alone in Node's V8 with a scripted host, no
 #                                     Envoy/nginx/wrk (bench/module_bench.mjs; its other flags
-#                                     pass through; ~2 min, --instructions ~8 min with valgrind)
+#                                     pass through; ~2 min, --instructions ~5 min with valgrind)
 #   other flags go to bench/bench.py: --duration S, --warmup S, --rounds N, --no-experiments,
 #   --only plain,success (those configurations only), --compare OTHER.wasm (the success path
 #   with a second module too, A B and B A in alternate rounds, with a B/A ratio table),
