@@ -150,16 +150,15 @@ class Headers {
 // --- the host -----------------------------------------------------------------------------
 
 class Host {
+  // trace: an array that collects Envoy-style trace lines (--trace), or null.
   constructor(file, { trace = null, fixedClock = null } = {}) {
     this.file = file;
     this.fixedClock = fixedClock; // ms, or null: the wall clock
-    this.trace = trace; // an array collecting Envoy-style trace lines, or null
     this.shared = new Map(); // key -> [bytes, cas]: Envoy's shared data (per vm_id)
     this.names = new Map(); // address -> the string last read there (see str)
     this.casSeq = 0;
     this.metrics = new Map(); // name -> id
     this.metricValues = new Map(); // id -> value
-    this.metricNames = new Map(); // id -> name
     this.metricCount = [0, 0, 0];
     this.nextContext = 3;
     this.served = 0; // requests driven to the end
@@ -344,7 +343,6 @@ class Host {
         if (id === undefined) {
           id = (++h.metricCount[type] << 2) | type; // Envoy's ids: index per type, type in 2 bits
           h.metrics.set(name, id);
-          h.metricNames.set(id, name);
           h.metricValues.set(id, 0);
         }
         h.dv().setUint32(ret, id, true);
