@@ -326,7 +326,10 @@ fn literal_keys_missing_module_and_unknown_fields_are_refused() {
         "  modul: x",
     );
     let e = render(&text, None).unwrap_err();
-    assert!(e.contains("istio.modul: unknown field"), "{e}");
+    assert!(
+        e.contains("istio.modul: unknown field `modul` — did you mean `module`?"),
+        "{e}"
+    );
     assert!(e.contains("istio.module: missing"), "{e}");
     let text = example().replace(
         "oci://ghcr.io/example/llm-failover:0.1.0",

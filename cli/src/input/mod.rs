@@ -22,7 +22,7 @@ use yaml::{non_empty_string, parse_yaml, show};
 
 mod listen;
 pub mod locate;
-mod suggest;
+pub(crate) mod suggest;
 mod upstream;
 mod values;
 mod yaml;

@@ -119,6 +119,12 @@ fn explain_unknown_field(field: &str, problem: &str) -> String {
         candidates.extend(PROVIDER_RENDERER_KEYS);
     }
     candidates.retain(|c| *c != "role");
+    unknown_field(name, &candidates)
+}
+
+/// The message for a field that is not one of `candidates`: the closest one when it is a typo
+/// away, else the whole list (every block of the file says it the same way).
+pub(crate) fn unknown_field(name: &str, candidates: &[&str]) -> String {
     if let Some(best) = candidates
         .iter()
         .filter(|c| edit_distance(name, c) <= 2)

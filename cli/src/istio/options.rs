@@ -76,7 +76,7 @@ pub fn options(
         if !ISTIO_KEYS.contains(&k) {
             errors.push(Diag::error(
                 format!("istio.{k}"),
-                format!("unknown field — expected one of {}", ISTIO_KEYS.join(", ")),
+                crate::input::suggest::unknown_field(k, &ISTIO_KEYS),
             ));
         }
     }
