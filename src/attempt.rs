@@ -747,7 +747,7 @@ pub fn settle<'a>(
     // (When the budget is spent Envoy's own retry is refused as it starts: [`past_budget`].)
     let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
     // A retry in place is no fallback: the request stays with this provider.
-    let fallback = if moves_on && in_place.is_none() {
+    let fallback = if moves_on && plan::is_fallback(walk, a.number + 1) {
         later().next().map(|next| (a.provider_id, next))
     } else {
         None
@@ -808,10 +808,7 @@ pub fn retry_in_place(
 
 /// Attempt `a` is itself a retry in place: the attempt before it went to the same entry.
 pub fn is_retry_in_place(a: &Attempt<'_, '_>) -> bool {
-    a.number > 1
-        && a.plan
-            .slot(a.number - 1)
-            .is_some_and(|s| s.entry == a.slot.entry)
+    a.number > 1 && !plan::is_fallback(a.plan.slot_list(), a.number)
 }
 
 /// The walk with attempt `a`'s slot inserted again right after it, within the attempt limit

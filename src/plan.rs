@@ -333,6 +333,27 @@ pub fn slot_for_attempt(slots: &[Slot], attempt: usize) -> Option<&Slot> {
     attempt.checked_sub(1).and_then(|i| slots.get(i))
 }
 
+/// Whether attempt `attempt` (1-based) of a walk is a fallback: it takes another chain entry
+/// than the attempt before it. An in-place retry (SPEC 5) takes the same entry again and is
+/// no fallback. The one definition behind `x-llm-fallback-count`, the fallback metric and the
+/// in-place retry's own test.
+pub fn is_fallback(slots: &[Slot], attempt: usize) -> bool {
+    match (
+        slot_for_attempt(slots, attempt.saturating_sub(1)),
+        slot_for_attempt(slots, attempt),
+    ) {
+        (Some(before), Some(this)) => before.entry != this.entry,
+        _ => false,
+    }
+}
+
+/// The fallbacks among a walk's first `attempts` attempts ([`is_fallback`]).
+pub fn fallbacks(slots: &[Slot], attempts: usize) -> usize {
+    (2..=attempts.min(slots.len()))
+        .filter(|&n| is_fallback(slots, n))
+        .count()
+}
+
 fn skip_or_defer(
     chain: &Chain,
     entry: EntryId,

@@ -225,6 +225,19 @@ enum Provider {
     Timeout,
     /// Answers with this status after this many milliseconds.
     After(u64, u16),
+    /// A `200` answer whose body comes in these chunks, ended as `Ending` says.
+    Chunks(Vec<(&'static str, &'static str)>, Vec<&'static str>, Ending),
+}
+
+/// How a chunked answer ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The last chunk carries the end of the stream.
+    Body,
+    /// Every chunk comes without it; trailers end the stream (HTTP/2, chunked trailers).
+    Trailers,
+    /// After the chunks nothing comes until the attempt's own deadline (a timer) passes.
+    Timer,
 }
 
 fn ok() -> Provider {
@@ -411,6 +424,16 @@ impl Gateway {
             if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
                 flow = up.on_request_body(request_body.len(), true);
             }
+            if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
+                // An in-place retry waits out its back-off: the timer sends it.
+                if let Some(at) = up.deadline() {
+                    self.world.now.set(at.max(self.world.now.get()));
+                    up.on_timer();
+                    if host.stream.resumed.borrow_mut().drain(..).any(|m| m == Map::Request) {
+                        flow = Flow::Continue;
+                    }
+                }
+            }
             if flow == Flow::Pause {
                 if let Some((code, headers, body)) = host.stream.local_reply.borrow_mut().take() {
                     // The upstream role answered the attempt itself: that is the response.
@@ -445,6 +468,60 @@ impl Gateway {
             match answer {
                 Provider::After(..) | Provider::Answer(..) => {
                     unreachable!("turned into bytes above")
+                }
+                Provider::Chunks(headers, chunks, ending) => {
+                    let mut response: Headers = vec![(":status".into(), b"200".to_vec())];
+                    response.extend(
+                        headers
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())),
+                    );
+                    *host.stream.response.borrow_mut() = response;
+                    host.stream.response_body.borrow_mut().clear();
+                    host.stream.resumed.borrow_mut().clear();
+                    up.on_response_headers(false);
+                    // What went on to the caller. A chunk the role paused on stays in the
+                    // buffer, and the next callback sees it with the new chunk (as Envoy
+                    // buffers it); what it continued goes on.
+                    let mut delivered = Vec::new();
+                    let last = chunks.len();
+                    for (i, chunk) in chunks.iter().enumerate() {
+                        let end = ending == Ending::Body && i + 1 == last;
+                        host.stream
+                            .response_body
+                            .borrow_mut()
+                            .extend_from_slice(chunk.as_bytes());
+                        let len = host.stream.response_body.borrow().len();
+                        if up.on_response_body(len, end) == Flow::Continue {
+                            delivered.append(&mut host.stream.response_body.borrow_mut());
+                        }
+                    }
+                    match ending {
+                        Ending::Body => {}
+                        Ending::Trailers => {
+                            // The trailers release what is buffered after them.
+                            if up.on_response_trailers() == Flow::Continue {
+                                delivered.append(&mut host.stream.response_body.borrow_mut());
+                            }
+                        }
+                        Ending::Timer => {
+                            let at = up.deadline().expect("a deadline");
+                            self.world.now.set(at.max(self.world.now.get()));
+                            up.on_timer();
+                            if host.stream.resumed.borrow().contains(&Map::Response) {
+                                delivered.append(&mut host.stream.response_body.borrow_mut());
+                            }
+                        }
+                    }
+                    up.on_done();
+                    *host.stream.response_body.borrow_mut() = delivered;
+                    let marked = host.header(Map::Response, wire::RETRY_MARKER_HEADER)
+                        == Some(wire::RETRY_MARKER_RETRY.as_bytes().to_vec());
+                    if marked && retries_left {
+                        continue;
+                    }
+                    details = "via_upstream";
+                    break;
                 }
                 Provider::Bytes(code, headers, body) => {
                     let mut response: Headers =
@@ -669,6 +746,37 @@ fn a_third_attempt_restores_what_the_second_rewrote() {
         c.header("content-length"),
         Some(planned.len().to_string().as_str())
     );
+}
+
+#[test]
+fn an_in_place_retry_is_no_fallback_for_the_header_or_the_metric() {
+    let in_place = with_chain_options(r#""retry_in_place": {}"#);
+    // A 500 once, then healthy: two attempts on a, no fallback.
+    let gw = Gateway::new(&in_place);
+    let r = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["ca", "ca"]);
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("2"));
+    assert_eq!(r.header(wire::FALLBACK_COUNT_HEADER), None);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), None);
+    assert_eq!(gw.metric(&names::fallbacks("a", "a")), 0);
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 0);
+    // Retried in place, then moved on: one fallback, for the failure that moved it.
+    let gw = Gateway::new(&in_place);
+    let r = gw.chat("gpt-4o", &[status(500), status(503), ok()]);
+    assert_eq!(r.clusters(), ["ca", "ca", "cb"]);
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("3"));
+    assert_eq!(r.header(wire::FALLBACK_COUNT_HEADER), Some("1"));
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("overloaded"));
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 1);
+    // Moved on, then retried in place there: still one fallback, for a's failure.
+    let gw = Gateway::new(&in_place);
+    let r = gw.chat("gpt-4o", &[Provider::Timeout, status(500), ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb", "cb"]);
+    assert_eq!(r.header(wire::FALLBACK_COUNT_HEADER), Some("1"));
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("timeout"));
+    assert_eq!(gw.metric(&names::fallbacks("a", "b")), 1);
+    assert_eq!(gw.metric(&names::fallbacks("b", "c")), 0);
 }
 
 #[test]
