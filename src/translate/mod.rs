@@ -188,11 +188,24 @@ impl StreamTranslator {
     }
 
     /// The provider's stream reached its final event (`message_stop`, or OpenAI's last chunk
-    /// with a `finish_reason` and `[DONE]`): the caller's end marker was written.
+    /// with a `finish_reason` and `[DONE]`): the caller's end marker was written. At the end
+    /// (`push` with `end`), a stream whose answer came whole is finished; one cut short before
+    /// it gets an error event in the caller's dialect instead (SPEC 5), unless the provider's
+    /// own error event already ended it.
     pub fn finished(&self) -> bool {
         match self {
             StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ChatToMessages(t) => t.finished(),
+        }
+    }
+
+    /// The answer came whole but its end marker is still owed: the stream's end (whichever
+    /// callback brings it) writes it. Until then the caller's bytes are kept where the end can
+    /// still be added to them.
+    pub fn owes_end(&self) -> bool {
+        match self {
+            StreamTranslator::MessagesToChat(t) => t.owes_end(),
+            StreamTranslator::ChatToMessages(t) => t.owes_end(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! input and cache tokens in `message_start` and may update them, with the output tokens, in
 //! `message_delta`: the last value of each wins.
 
+use crate::dialects;
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
 use crate::translate::json::{number, pick, put, Digits, RawStr};
 use crate::translate::sse::{self, Reader};
@@ -66,12 +67,27 @@ impl Translator {
         self.sse.feed(chunk, &mut on_event);
         if end {
             self.sse.finish(&mut on_event);
+            // A stream whose stop reason came is complete without `message_stop` (SPEC 5);
+            // one that ended before it was cut short: the caller's client must raise.
+            if state.finish_sent && !state.finished && !state.failed {
+                state.end(out);
+            }
+            if !state.finished && !state.failed {
+                out.extend_from_slice(dialects::cut_stream_event(false));
+            }
         }
     }
 
-    /// The provider's `message_stop` came (and `[DONE]` was written).
+    /// The provider's `message_stop` came (or its stop reason, and the stream ended): `[DONE]`
+    /// was written.
     pub fn finished(&self) -> bool {
         self.state.finished
+    }
+
+    /// The stream's end owes the caller its end marker: the stop reason came, `message_stop`
+    /// not yet.
+    pub fn owes_end(&self) -> bool {
+        self.state.finish_sent && !self.state.finished && !self.state.failed
     }
 }
 
@@ -160,18 +176,21 @@ impl State {
                     self.finish(finish_reason(reason), out);
                 }
             }
-            br#""message_stop""# => {
-                if !self.finish_sent {
-                    self.finish("stop", out);
-                }
-                if self.cx.include_usage {
-                    self.usage_chunk(out);
-                }
-                put(out, &[b"data: [DONE]\n\n"]);
-                self.finished = true;
-            }
+            br#""message_stop""# => self.end(out),
             _ => {} // ping, content_block_stop, and event types added later
         }
+    }
+
+    /// The message's end: its finish (when none came), the usage chunk when asked, `[DONE]`.
+    fn end(&mut self, out: &mut Vec<u8>) {
+        if !self.finish_sent {
+            self.finish("stop", out);
+        }
+        if self.cx.include_usage {
+            self.usage_chunk(out);
+        }
+        put(out, &[b"data: [DONE]\n\n"]);
+        self.finished = true;
     }
 
     fn block_start(&mut self, event: &Event<'_>, out: &mut Vec<u8>) {

@@ -16,6 +16,7 @@
 //! last chunk after the one with `finish_reason`: `message_delta` waits for it (or `[DONE]`, or
 //! the end of a stream whose finish came).
 
+use crate::dialects;
 use crate::translate::common::{
     anthropic_error_body, provider_error, stop_reason, tool_id, ProviderError, Usage,
 };
@@ -60,11 +61,21 @@ impl Translator {
         self.sse.feed(chunk, &mut on_event);
         if end {
             self.sse.finish(&mut on_event);
-            // A stream whose finish came is complete without `[DONE]` (SPEC 5).
+            // A stream whose finish came is complete without `[DONE]` (SPEC 5); one that
+            // ended before it was cut short: the caller's client must raise.
             if state.stop.is_some() {
                 state.end(out);
             }
+            if !state.finished && !state.failed {
+                out.extend_from_slice(dialects::cut_stream_event(true));
+            }
         }
+    }
+
+    /// The stream's end owes the caller its end marker: the finish came, `message_stop` not
+    /// yet (it waits for the usage chunk or `[DONE]`).
+    pub fn owes_end(&self) -> bool {
+        self.state.stop.is_some() && !self.state.finished && !self.state.failed
     }
 
     /// The provider's last chunk came (its finish, then usage or `[DONE]` or the end of the

@@ -368,12 +368,41 @@ fn an_error_event_becomes_an_openai_error_frame_and_ends_the_translation() {
 }
 
 #[test]
-fn a_stream_cut_before_message_stop_is_not_finished() {
-    let cut = &TEXT[..TEXT.find("event: message_stop").unwrap()];
-    let (out, finished) = whole(cut);
-    assert!(!finished);
-    assert!(out.ends_with(&finish(HEAD, "stop")));
+fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_error() {
+    // The stop reason came (`message_delta`), then the stream ended: complete (SPEC 5).
+    let no_stop = &TEXT[..TEXT.find("event: message_stop").unwrap()];
+    let (out, finished) = whole(no_stop);
+    assert!(finished);
+    assert!(out.contains(&finish(HEAD, "stop")), "{out}");
+    assert!(out.ends_with(DONE), "{out}");
+    // Chunk by chunk the end is owed from the stop reason on, written at the end.
+    let mut t = Translator::new(CX);
+    let mut out = Vec::new();
+    t.push(no_stop.as_bytes(), false, &mut out);
+    assert!(t.owes_end() && !t.finished());
+    t.push(b"", true, &mut out);
+    assert!(t.finished() && !t.owes_end());
+    assert!(out.ends_with(DONE.as_bytes()));
+    // Cut before it: not finished, and the caller's client must raise on an error frame.
+    let cut = &TEXT[..TEXT.find("event: message_delta").unwrap()];
+    let mut t = Translator::new(CX);
+    let mut out = Vec::new();
+    t.push(cut.as_bytes(), false, &mut out);
+    assert!(!t.owes_end(), "nothing completes it");
+    t.push(b"", true, &mut out);
+    let out = String::from_utf8(out).unwrap();
+    assert!(!t.finished());
     assert!(!out.contains("[DONE]"));
+    assert!(
+        out.ends_with(std::str::from_utf8(crate::dialects::cut_stream_event(false)).unwrap()),
+        "{out}"
+    );
+    // The provider's own error event ended it: no second one.
+    let (out, finished) = whole(&format!(
+        "{cut}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n"
+    ));
+    assert!(!finished);
+    assert_eq!(out.matches("\"error\"").count(), 1, "{out}");
 }
 
 #[test]

@@ -178,13 +178,22 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
         whole(&no_done),
         (body.clone() + &end("end_turn", 0, 0, 0), true)
     );
-    // No finish, no [DONE]: cut short, not finished, no message_stop.
+    // Chunk by chunk, the end is owed from the finish on and written at the end.
+    let mut t = Translator::default();
+    let mut out = Vec::new();
+    t.push(no_done.as_bytes(), false, &mut out);
+    assert!(t.owes_end() && !t.finished());
+    t.push(b"", true, &mut out);
+    assert!(t.finished() && !t.owes_end());
+    // No finish, no [DONE]: cut short, not finished, no message_stop, and an error event so
+    // the caller's client raises (SPEC 5).
     let cut = &no_done[..no_done.find(r#""finish_reason":"stop""#).unwrap()];
     let cut = &cut[..cut.rfind("data: ").unwrap()];
+    let cut_short = std::str::from_utf8(crate::dialects::cut_stream_event(true)).unwrap();
     assert_eq!(
         whole(cut),
         (
-            body[..body.find("event: content_block_stop").unwrap()].to_string(),
+            body[..body.find("event: content_block_stop").unwrap()].to_string() + cut_short,
             false
         )
     );
