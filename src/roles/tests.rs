@@ -429,7 +429,13 @@ impl Gateway {
                 if let Some(at) = up.deadline() {
                     self.world.now.set(at.max(self.world.now.get()));
                     up.on_timer();
-                    if host.stream.resumed.borrow_mut().drain(..).any(|m| m == Map::Request) {
+                    if host
+                        .stream
+                        .resumed
+                        .borrow_mut()
+                        .drain(..)
+                        .any(|m| m == Map::Request)
+                    {
                         flow = Flow::Continue;
                     }
                 }

@@ -88,8 +88,13 @@ struct Unframing {
 enum Answering {
     /// Buffered whole, then replaced (`translate::response`).
     Whole { status: u16 },
-    /// Translated chunk by chunk.
-    Stream(StreamTranslator),
+    /// Translated chunk by chunk. While its end marker is owed, the caller's bytes stay in
+    /// the buffer (`kept` of them, translated already), where whichever callback ends the
+    /// stream (the last body chunk or trailers) can still add the end to them.
+    Stream {
+        stream: StreamTranslator,
+        kept: usize,
+    },
 }
 
 impl<H: Host> Upstream<H> {
@@ -338,8 +343,8 @@ impl<H: Host> Upstream<H> {
             // No output in time: a timeout, marked for the next provider like any other.
             self.hold = None;
             self.watch = None;
-            self.settle(Class::Timeout, Some(200), None);
-            self.host.resume(Map::Response);
+            let marker = self.settle(Class::Timeout, Some(200), None);
+            self.release_held(200, marker);
             return;
         }
         if !due(self.deadlines.budget_at) {
@@ -352,11 +357,31 @@ impl<H: Host> Upstream<H> {
                 Hold::Body(status) => status,
                 Hold::Stream | Hold::FirstOutput => 200,
             };
-            self.settle_status(status, classify_status(status));
-            self.host.resume(Map::Response);
+            let marker = self.settle_status(status, classify_status(status));
+            self.release_held(status, marker);
         } else if !self.answered && !self.settled {
             self.end_at_budget();
         }
+    }
+
+    /// Releases an answer held until a deadline decided it (first token, budget). Nothing of a
+    /// translated attempt reaches the caller untranslated (SPEC 13): a stream's held events
+    /// are translated now, in the buffer Envoy holds; a whole answer stays held until its end
+    /// and is translated then. An answer marked for the next provider never reaches the caller.
+    fn release_held(&mut self, status: u16, marker: Marker) {
+        self.start_answer(status, marker);
+        match &mut self.answer {
+            Some(Answering::Whole { .. }) => return, // its last body chunk releases it
+            Some(Answering::Stream { .. }) if self.held > 0 => {
+                self.translate_answer(self.held, false);
+                // Resumed, Envoy sends the buffer on: nothing is kept for the end any more.
+                if let Some(Answering::Stream { kept, .. }) = &mut self.answer {
+                    *kept = 0;
+                }
+            }
+            _ => {}
+        }
+        self.host.resume(Map::Response);
     }
 
     /// The budget ended while this attempt waited for its answer: a timeout, and the caller
@@ -664,8 +689,13 @@ impl<H: Host> Upstream<H> {
             self.watch_end(body_size, end_of_stream);
         }
         if let Some(u) = &mut self.unframe {
-            // Paused, Envoy keeps what is in the buffer now; continued, it sends it on.
-            u.done = if flow == Flow::Pause { body_size } else { 0 };
+            // Paused, Envoy keeps what is in the buffer now (a translated stream's kept bytes,
+            // or the held answer); continued, it sends it on.
+            u.done = match (flow, &self.answer) {
+                (Flow::Continue, _) => 0,
+                (Flow::Pause, Some(Answering::Stream { kept, .. })) if *kept > 0 => *kept,
+                (Flow::Pause, _) => body_size,
+            };
         }
         flow
     }
@@ -694,7 +724,7 @@ impl<H: Host> Upstream<H> {
                     include_usage: self.include_usage,
                 };
                 match StreamTranslator::new(t.provider, t.caller, cx) {
-                    Some(stream) => Answering::Stream(stream),
+                    Some(stream) => Answering::Stream { stream, kept: 0 },
                     None => return,
                 }
             }
@@ -721,15 +751,45 @@ impl<H: Host> Upstream<H> {
                 let body = self.host.body(Map::Response, body_size).unwrap_or_default();
                 translate::response(t.provider, t.caller, *status, &body, created)
             }
-            Answering::Stream(stream) => {
-                let chunk = self.host.body(Map::Response, body_size).unwrap_or_default();
-                let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 2);
-                stream.push(&chunk, end_of_stream, &mut out);
-                out
+            Answering::Stream { stream, kept } => {
+                // The first `kept` bytes are the caller's already (held for the end).
+                let buffer = self.host.body(Map::Response, body_size).unwrap_or_default();
+                let (done, chunk) = buffer.split_at((*kept).min(buffer.len()));
+                let mut out = Vec::with_capacity(buffer.len() + chunk.len() / 2);
+                out.extend_from_slice(done);
+                stream.push(chunk, end_of_stream, &mut out);
+                let hold = !end_of_stream && stream.owes_end();
+                *kept = if hold { out.len() } else { 0 };
+                self.host.set_body(Map::Response, body_size, &out);
+                return if hold { Flow::Pause } else { Flow::Continue };
             }
         };
         self.host.set_body(Map::Response, body_size, &out);
         Flow::Continue
+    }
+
+    /// The stream ends with trailers (HTTP/2, chunked trailers): the end a body chunk with
+    /// `end_of_stream` would bring. Envoy lets a filter write only into a body it holds, so a
+    /// translated answer's end is written after the bytes kept for it.
+    pub fn on_response_trailers(&mut self) -> Flow {
+        if self.hold.is_some() {
+            return self.decide_held(true);
+        }
+        let size = match &self.answer {
+            Some(Answering::Whole { .. }) => self.held,
+            Some(Answering::Stream { kept, stream }) => {
+                if *kept == 0 && !stream.finished() {
+                    // Nothing held to write after: its end (or error event) cannot be added.
+                    log::debug!("a translated stream ended with trailers before its final event");
+                }
+                *kept
+            }
+            None => 0,
+        };
+        if size == 0 {
+            return Flow::Continue;
+        }
+        self.translate_answer(size, true)
     }
 
     /// Replaces the event-stream bytes in the body buffer by the SSE events they carry;
@@ -749,10 +809,6 @@ impl<H: Host> Upstream<H> {
         }
         self.host.set_body(Map::Response, body_size, &out);
         out.len()
-    }
-
-    pub fn on_response_trailers(&mut self) -> Flow {
-        self.decide_held(true)
     }
 
     /// Keeps the stream's last bytes; at its end, a stream without its final event gets an

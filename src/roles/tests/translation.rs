@@ -282,3 +282,109 @@ fn an_openai_providers_error_reaches_an_anthropic_caller_as_an_anthropic_error()
         "{error}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// How a translated stream ends (SPEC 5 and 13): whichever callback ends it, honestly, and
+// never untranslated.
+
+const SSE: (&str, &str) = ("content-type", "text/event-stream");
+const CLAUDE_START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n";
+const CLAUDE_TEXT: &str = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi there\"}}\n\n";
+const CLAUDE_STOP_REASON: &str = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":3}}\n\n";
+/// The last event without its blank line: only the stream's end completes it.
+const CLAUDE_STOP_UNENDED: &str = "event: message_stop\ndata: {\"type\":\"message_stop\"}";
+const STREAM_CHAT: &str =
+    r#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const CUT_OPENAI: &str = "data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n";
+
+fn text(r: &Response) -> String {
+    String::from_utf8(r.body.clone()).unwrap()
+}
+
+#[test]
+fn a_translated_stream_ended_by_trailers_gets_its_end_marker() {
+    for chunks in [
+        // The stop reason, then the last event alone and without its blank line.
+        vec![
+            CLAUDE_START,
+            CLAUDE_TEXT,
+            CLAUDE_STOP_REASON,
+            CLAUDE_STOP_UNENDED,
+        ],
+        // The stop reason came, then no `message_stop` at all (complete: SPEC 5).
+        vec![CLAUDE_START, CLAUDE_TEXT, CLAUDE_STOP_REASON],
+    ] {
+        let gw = Gateway::new(XV);
+        let stream = Provider::Chunks(vec![SSE], chunks, Ending::Trailers);
+        let r = gw.request(&[], STREAM_CHAT, &[status(503), stream]);
+        assert_eq!(r.clusters(), ["co", "ca"]);
+        let text = text(&r);
+        assert!(text.contains("Hi there"), "{text}");
+        assert!(text.contains(r#""finish_reason":"stop""#), "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert!(!text.contains("message_"), "nothing untranslated: {text}");
+    }
+}
+
+#[test]
+fn a_translated_stream_ended_by_trailers_after_its_end_marker_is_unchanged() {
+    let gw = Gateway::new(XV);
+    let whole = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let chunks = vec![CLAUDE_START, CLAUDE_TEXT, CLAUDE_STOP_REASON, whole];
+    let by_trailers = Provider::Chunks(vec![SSE], chunks.clone(), Ending::Trailers);
+    let r = gw.request(&[], STREAM_CHAT, &[status(503), by_trailers]);
+    let by_body = Provider::Chunks(vec![SSE], chunks, Ending::Body);
+    let gw = Gateway::new(XV);
+    let want = gw.request(&[], STREAM_CHAT, &[status(503), by_body]);
+    assert_eq!(text(&r), text(&want));
+    assert!(text(&r).ends_with("data: [DONE]\n\n"));
+}
+
+#[test]
+fn a_translated_stream_cut_short_ends_with_an_error_event_in_the_callers_dialect() {
+    // An Anthropic stream to an OpenAI caller, ended cleanly before its stop reason.
+    let gw = Gateway::new(XV);
+    let stream = Provider::Chunks(vec![SSE], vec![CLAUDE_START, CLAUDE_TEXT], Ending::Body);
+    let r = gw.request(&[], STREAM_CHAT, &[status(503), stream]);
+    let text = text(&r);
+    assert!(text.contains("Hi there"), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    assert!(text.ends_with(CUT_OPENAI), "{text}");
+    assert_eq!(text.matches("stream_cut_short").count(), 1, "{text}");
+    // An OpenAI stream to an Anthropic caller, cut the same way.
+    let gw = Gateway::new(XV);
+    let chunk = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi there\"},\"finish_reason\":null}]}\n\n";
+    let stream = Provider::Chunks(vec![SSE], vec![chunk, chunk], Ending::Body);
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(&[(":path", "/v1/messages")], body, &[status(529), stream]);
+    let text = String::from_utf8(r.body.clone()).unwrap();
+    assert!(text.contains("Hi there"), "{text}");
+    assert!(!text.contains("message_stop"), "{text}");
+    assert!(
+        text.ends_with(std::str::from_utf8(crate::dialects::cut_stream_event(true)).unwrap()),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_held_translated_stream_released_by_the_first_token_timeout_is_translated() {
+    // The OpenAI fallback of an Anthropic caller's chain is its last entry: a stream without
+    // output in time is a timeout with no provider left, so what it held goes to the caller.
+    let gw = Gateway::new(&XV.replace(
+        r#""chains": ["#,
+        r#""timeouts": {"first_token": "5s"}, "chains": ["#,
+    ));
+    let role = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+    let stream = Provider::Chunks(vec![SSE], vec![role], Ending::Timer);
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(&[(":path", "/v1/messages")], body, &[status(529), stream]);
+    assert_eq!(r.clusters(), ["ca", "co"]);
+    assert_eq!(gw.metric(&attempts_metric("oai", Class::Timeout)), 1);
+    let text = text(&r);
+    assert!(text.starts_with("event: message_start\n"), "{text}");
+    assert!(
+        !text.contains("chat.completion"),
+        "nothing untranslated: {text}"
+    );
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+}
