@@ -118,6 +118,9 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
 ``chunk_bytes``             SSE: cut the whole stream every N bytes, whatever the
                             event boundaries (one HTTP chunk each,
                             ``chunk_interval_ms`` apart)
+``trailers``                SSE: end the chunked body with these HTTP trailers
+                            (a dict; Envoy forwards them when the cluster's
+                            ``http_protocol_options.enable_trailers`` is on)
 ``times``                   (``/enqueue`` only) repeat this behaviour N times
 ==========================  ==================================================
 
@@ -188,6 +191,7 @@ BEHAVIOUR_FIELDS = {
     "action", "stream", "chunks", "first_chunk_delay_ms", "chunk_interval_ms",
     "abort_after_chunks", "abort", "close_connection", "times", "events", "preset",
     "strict", "tool_calls", "usage", "usage_events", "stop_reason", "chunk_bytes",
+    "trailers",
 }
 USAGE_EVENTS = {"start", "delta", "both"}
 ACTIONS = {"respond", "hang", "close", "reset"}
@@ -296,6 +300,10 @@ def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
         raise BehaviourError("chunk_bytes must be a positive integer")
     if b.get("strict") not in (None, True, False):
         raise BehaviourError("strict must be true or false")
+    tr = b.get("trailers")
+    if tr is not None and not (isinstance(tr, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tr.items())):
+        raise BehaviourError("trailers must be an object of strings")
     normalise_headers(b.get("headers"))
     return dict(b)
 
@@ -918,7 +926,7 @@ class MockProvider:
                 if i > 0 and interval:
                     conn.wait(interval, self._stop)
                 conn.send(_chunk(raw[i:i + size]))
-            conn.send(b"0\r\n\r\n")
+            conn.send(_last_chunk(b))
             self._finish(rec, "streamed")
             if close:
                 conn.close()
@@ -928,7 +936,7 @@ class MockProvider:
                 if i > 0 and interval:
                     conn.wait(interval, self._stop)
                 conn.send(_chunk(wrap(event.encode())))
-            conn.send(b"0\r\n\r\n")
+            conn.send(_last_chunk(b))
             self._finish(rec, "streamed")
             if close:
                 conn.close()
@@ -949,7 +957,7 @@ class MockProvider:
             if i > 0 and interval:
                 conn.wait(interval, self._stop)
             conn.send(_chunk(wrap(events[i])))
-        conn.send(b"".join(_chunk(wrap(t)) for t in trailer) + b"0\r\n\r\n")
+        conn.send(b"".join(_chunk(wrap(t)) for t in trailer) + _last_chunk(b))
         self._finish(rec, "streamed")
         if close:
             conn.close()
@@ -1211,6 +1219,12 @@ def _remember_sni(sock, server_name, _ctx) -> None:
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def _last_chunk(b: dict) -> bytes:
+    """The chunked body's end: the last chunk, with the behaviour's trailers if any."""
+    trailers = "".join(f"{k}: {v}\r\n" for k, v in (b.get("trailers") or {}).items())
+    return b"0\r\n" + trailers.encode("latin-1") + b"\r\n"
 
 
 # ------------------------------------------------------------------ control API

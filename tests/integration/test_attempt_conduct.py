@@ -100,6 +100,10 @@ def test_a_5xx_once_is_retried_on_the_same_provider_after_a_back_off(three, stat
     assert 0.4 <= request_gap(primary) < 2.0, "about 0.5 s back-off"
     assert attempts(gw).get((("outcome", reason), ("provider", "primary"))) == 1
     assert attempts(gw).get((("outcome", "ok"), ("provider", "primary"))) == 1
+    # A retry in place is no fallback: the header agrees with the fallback metric.
+    assert r.header("x-llm-fallback-count") is None
+    assert r.header("x-llm-fallback-reason") is None
+    assert not prometheus_samples(gw.prometheus(), "llm_failover_fallbacks_total")
     # Both attempts carried the primary's key only.
     for rec in primary.requests():
         assert [v for k, v in rec["headers"] if k.lower() == "authorization"] == ["Bearer sk-primary"]
@@ -142,6 +146,11 @@ def test_a_failure_repeated_in_place_moves_on_and_counts_toward_max_attempts(thr
     assert r.status == 500, r.text
     assert r.header("x-llm-attempts") == "3"
     assert (primary.request_count(), secondary.request_count(), tertiary.request_count()) == (2, 1, 0)
+    # One fallback (primary to secondary), as the metric counts it.
+    assert r.header("x-llm-fallback-count") == "1"
+    assert r.header("x-llm-fallback-reason") == "server_error"
+    assert [v for _, v in prometheus_samples(gw.prometheus(),
+                                             "llm_failover_fallbacks_total")] == [1]
 
 
 @needs_router

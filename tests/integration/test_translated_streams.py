@@ -159,3 +159,102 @@ def test_a_translated_stream_cut_short_never_looks_complete(gateway, caller):
     assert "[DONE]" not in r.text and "message_stop" not in r.text, r.text
     name = "claude" if caller == "openai" else "openai"
     assert f"{name}:0 " in r.text and f"{name}:1 " in r.text, r.text
+
+
+def start_with_trailers(gateway, config):
+    """Envoy on `config` with its provider clusters forwarding HTTP/1.1 trailers (off by
+    default: Envoy's HTTP/1 codec drops them and ends the body with its last chunk; an HTTP/2
+    provider's trailers always come through)."""
+    yaml = pytest.importorskip("yaml")
+    from harness import render_config
+    path = render_config(config, gateway.env, out_dir=gateway._tmp / "rendered")
+    boot = yaml.safe_load(path.read_text())
+    for cluster in boot["static_resources"]["clusters"]:
+        opts = (cluster.get("typed_extension_protocol_options") or {}).get(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+        h1 = ((opts or {}).get("explicit_http_config") or {}).get("http_protocol_options")
+        if h1 is not None:
+            h1["enable_trailers"] = True
+    path.write_text(yaml.safe_dump(boot))
+    return gateway.start_bootstrap(path)
+
+
+
+CLAUDE_EVENTS = [
+    'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
+    '"role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,'
+    '"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}\n\n',
+    'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    '"content_block":{"type":"text","text":""}}\n\n',
+    'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    '"delta":{"type":"text_delta","text":"Hi there"}}\n\n',
+    'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
+    'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn",'
+    '"stop_sequence":null},"usage":{"output_tokens":3}}\n\n',
+    # The last event without its blank line: only the stream's end completes it.
+    'event: message_stop\ndata: {"type":"message_stop"}',
+]
+
+
+def post_stream(gw, caller):
+    path, model = (("/v1/chat/completions", "gpt-4o") if caller == "openai"
+                   else ("/v1/messages", "claude-sonnet-4-5"))
+    return gw.post(path, body=json.dumps({
+        "model": model, "stream": True, "max_tokens": 50,
+        "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"content-type": "application/json", "authorization": "Bearer k"})
+
+
+def test_a_translated_stream_that_ends_with_trailers_still_gets_its_end(gateway):
+    """The provider ends its stream with trailers (HTTP/2, or chunked trailers): the end of the
+    stream comes in the trailers callback, not with the last body chunk. The caller's stream
+    still ends with its end marker (the translator's end is written after the bytes the
+    filter kept for it)."""
+    openai_mock, claude = gateway.mocks("openai", "claude")
+    openai_mock.set_default(status=503)
+    claude.set_default(events=CLAUDE_EVENTS, trailers={"x-provider-trailer": "1"})
+    gw = start_with_trailers(gateway, CONFIG)
+    r = post_stream(gw, "openai")
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "claude"
+    assert "Hi there" in r.text, r.text
+    assert r.text.endswith("data: [DONE]\n\n"), r.text
+    assert '"finish_reason":"stop"' in r.text and "message_" not in r.text, r.text
+
+
+@pytest.mark.parametrize("caller", ["openai", "anthropic"])
+def test_a_translated_stream_ended_cleanly_before_its_final_event_raises_in_the_sdk(
+        gateway, caller):
+    """The provider's stream ends cleanly (its last chunk sent) before its final event: the
+    caller's stream ends with an error event in its own dialect, and its SDK raises."""
+    openai_mock, claude = gateway.mocks("openai", "claude")
+    if caller == "openai":
+        openai_mock.set_default(status=503)
+        claude.set_default(events=CLAUDE_EVENTS[:3])
+    else:
+        claude.set_default(status=529)
+        openai_mock.set_default(chunk_bytes=4096, chunks=2, events=[
+            'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o",'
+            '"choices":[{"index":0,"delta":{"content":"Hi there"},"finish_reason":null}]}\n\n'])
+    gw = gateway.start(CONFIG)
+    r = post_stream(gw, caller)
+    assert r.status == 200, r.text
+    assert "Hi there" in r.text, r.text
+    if caller == "openai":
+        assert "[DONE]" not in r.text and r.text.endswith(
+            '"code":"stream_cut_short"}}\n\n'), r.text
+        with pytest.raises(openai.APIError):
+            with openai_client(gw).chat.completions.stream(
+                    model="gpt-4o", messages=[{"role": "user", "content": "hi"}]) as stream:
+                for _ in stream:
+                    pass
+    else:
+        assert "message_stop" not in r.text and r.text.endswith(
+            "the provider's stream ended before its final event\"}}\n\n"), r.text
+        assert "event: error\n" in r.text, r.text
+        with pytest.raises(anthropic.APIError):
+            with anthropic_client(gw).messages.stream(
+                    model="claude-sonnet-4-5", max_tokens=50,
+                    messages=[{"role": "user", "content": "hi"}]) as stream:
+                for _ in stream:
+                    pass
