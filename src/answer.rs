@@ -117,12 +117,12 @@ pub fn answer<'a>(
     // Fallbacks are the attempts that moved to another entry, not in-place retries (SPEC 5, 6;
     // as `llm_failover_fallbacks_total` counts them); the reason is the failure that made the
     // last of them.
-    let fallbacks = crate::plan::fallbacks(&plan.slots, attempts);
-    let last_fallback = (2..=attempts)
-        .rev()
-        .find(|&n| crate::plan::is_fallback(&plan.slots, n));
-    let (fallback_count, fallback_reason) = if let Some(n) = last_fallback {
-        (Some(fallbacks), reads.outcome(n - 1).map(Class::as_str))
+    let (fallbacks, last_fallback) = crate::plan::fallbacks(&plan.slots, attempts);
+    let (fallback_count, fallback_reason) = if fallbacks > 0 {
+        (
+            Some(fallbacks),
+            reads.outcome(last_fallback - 1).map(Class::as_str),
+        )
     } else if plan.starts_after_skip() {
         (None, Some("breaker_open"))
     } else {

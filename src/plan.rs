@@ -338,20 +338,21 @@ pub fn slot_for_attempt(slots: &[Slot], attempt: usize) -> Option<&Slot> {
 /// no fallback. The one definition behind `x-llm-fallback-count`, the fallback metric and the
 /// in-place retry's own test.
 pub fn is_fallback(slots: &[Slot], attempt: usize) -> bool {
-    match (
-        slot_for_attempt(slots, attempt.saturating_sub(1)),
-        slot_for_attempt(slots, attempt),
-    ) {
-        (Some(before), Some(this)) => before.entry != this.entry,
-        _ => false,
-    }
+    let pair = attempt.checked_sub(2).and_then(|i| slots.get(i..i + 2));
+    matches!(pair, Some([before, this]) if before.entry != this.entry)
 }
 
-/// The fallbacks among a walk's first `attempts` attempts ([`is_fallback`]).
-pub fn fallbacks(slots: &[Slot], attempts: usize) -> usize {
-    (2..=attempts.min(slots.len()))
-        .filter(|&n| is_fallback(slots, n))
-        .count()
+/// How many of a walk's first `attempts` attempts are fallbacks ([`is_fallback`]), and the
+/// last of them (0 when none).
+#[inline(never)]
+pub fn fallbacks(slots: &[Slot], attempts: usize) -> (usize, usize) {
+    let mut found = (0, 0);
+    for attempt in 2..=attempts {
+        if is_fallback(slots, attempt) {
+            found = (found.0 + 1, attempt);
+        }
+    }
+    found
 }
 
 fn skip_or_defer(

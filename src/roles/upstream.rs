@@ -368,18 +368,19 @@ impl<H: Host> Upstream<H> {
     /// translated attempt reaches the caller untranslated (SPEC 13): a stream's held events
     /// are translated now, in the buffer Envoy holds; a whole answer stays held until its end
     /// and is translated then. An answer marked for the next provider never reaches the caller.
+    #[inline(never)]
     fn release_held(&mut self, status: u16, marker: Marker) {
         self.start_answer(status, marker);
-        match &mut self.answer {
-            Some(Answering::Whole { .. }) => return, // its last body chunk releases it
-            Some(Answering::Stream { .. }) if self.held > 0 => {
-                self.translate_answer(self.held, false);
-                // Resumed, Envoy sends the buffer on: nothing is kept for the end any more.
-                if let Some(Answering::Stream { kept, .. }) = &mut self.answer {
-                    *kept = 0;
-                }
-            }
-            _ => {}
+        if matches!(self.answer, Some(Answering::Whole { .. })) {
+            return; // its last body chunk releases it
+        }
+        if self.held > 0 {
+            // (Nothing happens unless the answer is translated.)
+            self.translate_answer(self.held, false);
+        }
+        // Resumed, Envoy sends the buffer on: nothing is kept for the end any more.
+        if let Some(Answering::Stream { kept, .. }) = &mut self.answer {
+            *kept = 0;
         }
         self.host.resume(Map::Response);
     }
@@ -742,30 +743,29 @@ impl<H: Host> Upstream<H> {
         let (Some(t), Some(answer)) = (self.translation, self.answer.as_mut()) else {
             return Flow::Continue;
         };
-        let out = match answer {
+        if !end_of_stream && matches!(answer, Answering::Whole { .. }) {
+            // Until the whole answer is here: the router buffers it.
+            return Flow::Pause;
+        }
+        let body = self.host.body(Map::Response, body_size).unwrap_or_default();
+        let (out, flow) = match answer {
             Answering::Whole { status } => {
-                if !end_of_stream {
-                    // Until the whole answer is here: the router buffers it.
-                    return Flow::Pause;
-                }
-                let body = self.host.body(Map::Response, body_size).unwrap_or_default();
-                translate::response(t.provider, t.caller, *status, &body, created)
+                let out = translate::response(t.provider, t.caller, *status, &body, created);
+                (out, Flow::Continue)
             }
             Answering::Stream { stream, kept } => {
                 // The first `kept` bytes are the caller's already (held for the end).
-                let buffer = self.host.body(Map::Response, body_size).unwrap_or_default();
-                let (done, chunk) = buffer.split_at((*kept).min(buffer.len()));
-                let mut out = Vec::with_capacity(buffer.len() + chunk.len() / 2);
+                let (done, chunk) = body.split_at((*kept).min(body.len()));
+                let mut out = Vec::with_capacity(body.len() + chunk.len() / 2);
                 out.extend_from_slice(done);
                 stream.push(chunk, end_of_stream, &mut out);
                 let hold = !end_of_stream && stream.owes_end();
                 *kept = if hold { out.len() } else { 0 };
-                self.host.set_body(Map::Response, body_size, &out);
-                return if hold { Flow::Pause } else { Flow::Continue };
+                (out, if hold { Flow::Pause } else { Flow::Continue })
             }
         };
         self.host.set_body(Map::Response, body_size, &out);
-        Flow::Continue
+        flow
     }
 
     /// The stream ends with trailers (HTTP/2, chunked trailers): the end a body chunk with
@@ -777,13 +777,8 @@ impl<H: Host> Upstream<H> {
         }
         let size = match &self.answer {
             Some(Answering::Whole { .. }) => self.held,
-            Some(Answering::Stream { kept, stream }) => {
-                if *kept == 0 && !stream.finished() {
-                    // Nothing held to write after: its end (or error event) cannot be added.
-                    log::debug!("a translated stream ended with trailers before its final event");
-                }
-                *kept
-            }
+            // Nothing kept: the stream's end was written (or cannot be: docs/behaviour.md).
+            Some(Answering::Stream { kept, .. }) => *kept,
             None => 0,
         };
         if size == 0 {

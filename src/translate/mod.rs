@@ -180,10 +180,22 @@ impl StreamTranslator {
 
     /// Feeds the next chunk of the provider's stream (`end`: it was the last) and appends what
     /// the caller gets to `out`: complete events only; a partial event waits for the next chunk.
+    /// A stream that ends before its final event (and not with the provider's own error event)
+    /// ends with an error event in the caller's dialect, so the caller's client raises
+    /// (SPEC 5).
     pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
-        match self {
-            StreamTranslator::MessagesToChat(t) => t.push(chunk, end, out),
-            StreamTranslator::ChatToMessages(t) => t.push(chunk, end, out),
+        let (ended, messages_caller) = match self {
+            StreamTranslator::MessagesToChat(t) => {
+                t.push(chunk, end, out);
+                (t.ended(), false)
+            }
+            StreamTranslator::ChatToMessages(t) => {
+                t.push(chunk, end, out);
+                (t.ended(), true)
+            }
+        };
+        if end && !ended {
+            out.extend_from_slice(crate::dialects::cut_stream_event(messages_caller));
         }
     }
 

@@ -17,7 +17,6 @@
 //! input and cache tokens in `message_start` and may update them, with the output tokens, in
 //! `message_delta`: the last value of each wins.
 
-use crate::dialects;
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
 use crate::translate::json::{number, pick, put, Digits, RawStr};
 use crate::translate::sse::{self, Reader};
@@ -68,12 +67,9 @@ impl Translator {
         if end {
             self.sse.finish(&mut on_event);
             // A stream whose stop reason came is complete without `message_stop` (SPEC 5);
-            // one that ended before it was cut short: the caller's client must raise.
+            // one that ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
             if state.finish_sent && !state.finished && !state.failed {
                 state.end(out);
-            }
-            if !state.finished && !state.failed {
-                out.extend_from_slice(dialects::cut_stream_event(false));
             }
         }
     }
@@ -86,6 +82,11 @@ impl Translator {
 
     /// The stream's end owes the caller its end marker: the stop reason came, `message_stop`
     /// not yet.
+    /// The stream ended properly: its end marker, or the provider's own error event, written.
+    pub fn ended(&self) -> bool {
+        self.state.finished || self.state.failed
+    }
+
     pub fn owes_end(&self) -> bool {
         self.state.finish_sent && !self.state.finished && !self.state.failed
     }
@@ -182,6 +183,7 @@ impl State {
     }
 
     /// The message's end: its finish (when none came), the usage chunk when asked, `[DONE]`.
+    #[inline(never)]
     fn end(&mut self, out: &mut Vec<u8>) {
         if !self.finish_sent {
             self.finish("stop", out);

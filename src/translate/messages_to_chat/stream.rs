@@ -16,7 +16,6 @@
 //! last chunk after the one with `finish_reason`: `message_delta` waits for it (or `[DONE]`, or
 //! the end of a stream whose finish came).
 
-use crate::dialects;
 use crate::translate::common::{
     anthropic_error_body, provider_error, stop_reason, tool_id, ProviderError, Usage,
 };
@@ -62,18 +61,20 @@ impl Translator {
         if end {
             self.sse.finish(&mut on_event);
             // A stream whose finish came is complete without `[DONE]` (SPEC 5); one that
-            // ended before it was cut short: the caller's client must raise.
+            // ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
             if state.stop.is_some() {
                 state.end(out);
-            }
-            if !state.finished && !state.failed {
-                out.extend_from_slice(dialects::cut_stream_event(true));
             }
         }
     }
 
     /// The stream's end owes the caller its end marker: the finish came, `message_stop` not
     /// yet (it waits for the usage chunk or `[DONE]`).
+    /// The stream ended properly: its end marker, or the provider's own error event, written.
+    pub fn ended(&self) -> bool {
+        self.state.finished || self.state.failed
+    }
+
     pub fn owes_end(&self) -> bool {
         self.state.stop.is_some() && !self.state.finished && !self.state.failed
     }

@@ -385,7 +385,12 @@ fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_e
     assert!(out.ends_with(DONE.as_bytes()));
     // Cut before it: not finished, and the caller's client must raise on an error frame.
     let cut = &TEXT[..TEXT.find("event: message_delta").unwrap()];
-    let mut t = Translator::new(CX);
+    let mut t = crate::translate::StreamTranslator::new(
+        crate::translate::Api::AnthropicMessages,
+        crate::translate::Api::OpenAiChat,
+        CX,
+    )
+    .unwrap();
     let mut out = Vec::new();
     t.push(cut.as_bytes(), false, &mut out);
     assert!(!t.owes_end(), "nothing completes it");

@@ -190,13 +190,18 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
     let cut = &no_done[..no_done.find(r#""finish_reason":"stop""#).unwrap()];
     let cut = &cut[..cut.rfind("data: ").unwrap()];
     let cut_short = std::str::from_utf8(crate::dialects::cut_stream_event(true)).unwrap();
-    assert_eq!(
-        whole(cut),
-        (
-            body[..body.find("event: content_block_stop").unwrap()].to_string() + cut_short,
-            false
-        )
-    );
+    let before = body[..body.find("event: content_block_stop").unwrap()].to_string();
+    assert_eq!(whole(cut), (before.clone(), false));
+    let mut t = crate::translate::StreamTranslator::new(
+        crate::translate::Api::OpenAiChat,
+        crate::translate::Api::AnthropicMessages,
+        crate::translate::StreamContext::default(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    t.push(cut.as_bytes(), true, &mut out);
+    assert!(!t.finished());
+    assert_eq!(String::from_utf8(out).unwrap(), before + cut_short);
 }
 
 /// The function calling reference's stream: one call, its arguments over several deltas.
