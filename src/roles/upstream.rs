@@ -758,8 +758,7 @@ impl<H: Host> Upstream<H> {
                 let (done, chunk) = body.split_at((*kept).min(body.len()));
                 let mut out = Vec::with_capacity(body.len() + chunk.len() / 2);
                 out.extend_from_slice(done);
-                stream.push(chunk, end_of_stream, &mut out);
-                let hold = !end_of_stream && stream.owes_end();
+                let hold = stream.push(chunk, end_of_stream, &mut out) && !end_of_stream;
                 *kept = if hold { out.len() } else { 0 };
                 (out, if hold { Flow::Pause } else { Flow::Continue })
             }
@@ -775,11 +774,11 @@ impl<H: Host> Upstream<H> {
         if self.hold.is_some() {
             return self.decide_held(true);
         }
+        // A whole answer is held whole; nothing kept of a stream: its end was written (or
+        // cannot be: docs/behaviour.md). Without a translated answer nothing is read.
         let size = match &self.answer {
-            Some(Answering::Whole { .. }) => self.held,
-            // Nothing kept: the stream's end was written (or cannot be: docs/behaviour.md).
             Some(Answering::Stream { kept, .. }) => *kept,
-            None => 0,
+            _ => self.held,
         };
         if size == 0 {
             return Flow::Continue;

@@ -182,21 +182,24 @@ impl StreamTranslator {
     /// the caller gets to `out`: complete events only; a partial event waits for the next chunk.
     /// A stream that ends before its final event (and not with the provider's own error event)
     /// ends with an error event in the caller's dialect, so the caller's client raises
-    /// (SPEC 5).
-    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
-        let (ended, messages_caller) = match self {
+    /// (SPEC 5). Returns whether the answer came whole but its end marker is still owed: the
+    /// stream's end (whichever callback brings it) writes it, so until then the caller's bytes
+    /// are kept where the end can still be added to them.
+    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
+        let (ended, owed, messages_caller) = match self {
             StreamTranslator::MessagesToChat(t) => {
                 t.push(chunk, end, out);
-                (t.ended(), false)
+                (t.ended(), t.owes_end(), false)
             }
             StreamTranslator::ChatToMessages(t) => {
                 t.push(chunk, end, out);
-                (t.ended(), true)
+                (t.ended(), t.owes_end(), true)
             }
         };
         if end && !ended {
             out.extend_from_slice(crate::dialects::cut_stream_event(messages_caller));
         }
+        owed
     }
 
     /// The provider's stream reached its final event (`message_stop`, or OpenAI's last chunk
@@ -208,16 +211,6 @@ impl StreamTranslator {
         match self {
             StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ChatToMessages(t) => t.finished(),
-        }
-    }
-
-    /// The answer came whole but its end marker is still owed: the stream's end (whichever
-    /// callback brings it) writes it. Until then the caller's bytes are kept where the end can
-    /// still be added to them.
-    pub fn owes_end(&self) -> bool {
-        match self {
-            StreamTranslator::MessagesToChat(t) => t.owes_end(),
-            StreamTranslator::ChatToMessages(t) => t.owes_end(),
         }
     }
 }

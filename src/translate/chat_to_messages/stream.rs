@@ -68,9 +68,12 @@ impl Translator {
             self.sse.finish(&mut on_event);
             // A stream whose stop reason came is complete without `message_stop` (SPEC 5);
             // one that ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
-            if state.finish_sent && !state.finished && !state.failed {
-                state.end(out);
-            }
+        }
+        if end && self.state.finish_sent {
+            // As if it came (nothing happens when it did, or after an error); its type names
+            // it, as in every Anthropic event.
+            let data = br#"{"type":"message_stop"}"#;
+            self.state.event(sse::Event { name: b"", data }, out);
         }
     }
 
@@ -80,13 +83,13 @@ impl Translator {
         self.state.finished
     }
 
-    /// The stream's end owes the caller its end marker: the stop reason came, `message_stop`
-    /// not yet.
     /// The stream ended properly: its end marker, or the provider's own error event, written.
     pub fn ended(&self) -> bool {
         self.state.finished || self.state.failed
     }
 
+    /// The stream's end owes the caller its end marker: the stop reason came, `message_stop`
+    /// not yet.
     pub fn owes_end(&self) -> bool {
         self.state.finish_sent && !self.state.finished && !self.state.failed
     }
@@ -177,22 +180,18 @@ impl State {
                     self.finish(finish_reason(reason), out);
                 }
             }
-            br#""message_stop""# => self.end(out),
+            br#""message_stop""# => {
+                if !self.finish_sent {
+                    self.finish("stop", out);
+                }
+                if self.cx.include_usage {
+                    self.usage_chunk(out);
+                }
+                put(out, &[b"data: [DONE]\n\n"]);
+                self.finished = true;
+            }
             _ => {} // ping, content_block_stop, and event types added later
         }
-    }
-
-    /// The message's end: its finish (when none came), the usage chunk when asked, `[DONE]`.
-    #[inline(never)]
-    fn end(&mut self, out: &mut Vec<u8>) {
-        if !self.finish_sent {
-            self.finish("stop", out);
-        }
-        if self.cx.include_usage {
-            self.usage_chunk(out);
-        }
-        put(out, &[b"data: [DONE]\n\n"]);
-        self.finished = true;
     }
 
     fn block_start(&mut self, event: &Event<'_>, out: &mut Vec<u8>) {

@@ -68,13 +68,13 @@ impl Translator {
         }
     }
 
-    /// The stream's end owes the caller its end marker: the finish came, `message_stop` not
-    /// yet (it waits for the usage chunk or `[DONE]`).
     /// The stream ended properly: its end marker, or the provider's own error event, written.
     pub fn ended(&self) -> bool {
         self.state.finished || self.state.failed
     }
 
+    /// The stream's end owes the caller its end marker: the finish came, `message_stop` not
+    /// yet (it waits for the usage chunk or `[DONE]`).
     pub fn owes_end(&self) -> bool {
         self.state.stop.is_some() && !self.state.finished && !self.state.failed
     }

@@ -392,9 +392,11 @@ fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_e
     )
     .unwrap();
     let mut out = Vec::new();
-    t.push(cut.as_bytes(), false, &mut out);
-    assert!(!t.owes_end(), "nothing completes it");
-    t.push(b"", true, &mut out);
+    assert!(
+        !t.push(cut.as_bytes(), false, &mut out),
+        "nothing completes it"
+    );
+    assert!(!t.push(b"", true, &mut out));
     let out = String::from_utf8(out).unwrap();
     assert!(!t.finished());
     assert!(!out.contains("[DONE]"));
