@@ -109,10 +109,17 @@ pub fn error_type(status: u16) -> &'static str {
 
 /// What a provider's error body says: `error.message` and `error.type` of either API's shape
 /// (OpenAI `{"error": {"message", "type"}}`, Anthropic `{"type": "error", "error": {"type",
-/// "message"}}`), or `None` when the body has neither.
+/// "message"}}`), else the top-level `message` of AWS's shape (Bedrock's `{"message"}`), or
+/// `None` when the body has none of these.
 pub fn provider_error(body: &[u8]) -> Option<ProviderError<'_>> {
-    let error = Obj::parse_bytes(body)?.obj("error")?;
-    Some(ProviderError::of(&error))
+    let answer = Obj::parse_bytes(body)?;
+    match answer.obj("error") {
+        Some(error) => Some(ProviderError::of(&error)),
+        None => Some(ProviderError {
+            message: Some(answer.str("message")?),
+            kind: None,
+        }),
+    }
 }
 
 /// The readable parts of a provider's error body.
@@ -298,6 +305,15 @@ mod tests {
         assert_eq!(error_message(429, Some(&e), openai), "Rate limit A");
         let html = b"<html><body>502 Bad Gateway</body></html>\n";
         assert_eq!(provider_error(html), None);
+        // Bedrock (AWS): the message at the top, no type.
+        let bedrock = br#"{"message":"Input is too long for requested model."}"#;
+        let e = provider_error(bedrock).unwrap();
+        assert_eq!(
+            e.message.as_deref(),
+            Some("Input is too long for requested model.")
+        );
+        assert_eq!(e.kind, None);
+        assert_eq!(provider_error(br#"{"detail":"x"}"#), None);
         assert_eq!(
             error_message(502, None, html),
             "The provider answered 502: <html><body>502 Bad Gateway</body></html>"

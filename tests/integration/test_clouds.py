@@ -424,6 +424,14 @@ def test_bedrocks_errors_are_read_from_its_error_type_and_message(clouds):
         r = gw.chat("aws-errors", path="/v1/messages", max_tokens=20,
                     headers={"anthropic-version": "2023-06-01"})
         assert (r.status, r.header("x-llm-provider")) == (status, "bedrock"), (preset, r.text)
+    # An OpenAI caller (translated to Messages for Bedrock) gets that answer in OpenAI's error
+    # shape, with Bedrock's own message (AWS puts it at the top: {"message": ...}).
+    if harness.holds_answers():
+        m["bedrock"].enqueue({"preset": "bedrock_validation"})
+        r = gw.chat("aws-errors", max_tokens=20)
+        assert (r.status, r.header("x-llm-provider")) == (400, "bedrock"), r.text
+        assert r.json()["error"]["message"] == cloud_mock.BEDROCK_ERRORS["bedrock_validation"][2]
+        assert r.json()["error"]["type"] == "invalid_request_error"
     # A spent quota (400 ServiceQuotaExceededException) falls over and takes Bedrock out.
     m["bedrock"].enqueue({"preset": "bedrock_quota"})
     r = gw.chat("aws-errors", path="/v1/messages", max_tokens=20,
