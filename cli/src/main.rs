@@ -272,6 +272,10 @@ fn run(command: Command) -> ExitCode {
                 eprintln!("llm-failover: --pieces and --reloadable do not go together\n{USAGE}");
                 return ExitCode::from(2);
             }
+            let gw = match with_secrets(gw, out.as_deref()) {
+                Ok(gw) => gw,
+                Err(code) => return code,
+            };
             return render_reloadable(&gw, &source, out.as_deref(), dir);
         }
         Command::Render { out, pieces, .. } => (out, pieces),
@@ -326,6 +330,10 @@ fn run(command: Command) -> ExitCode {
         }
     };
 
+    let gw = match with_secrets(gw, out.as_deref()) {
+        Ok(gw) => gw,
+        Err(code) => return code,
+    };
     let text = render::bootstrap_text(&gw, &source);
     if let Err(code) = write_out(&text, out.as_deref()) {
         return code;
@@ -468,6 +476,40 @@ fn render_istio(
 }
 
 /// Prints `text`, or writes it to `out`; a failed write is reported and exits 1.
+/// Writes the secret files of `credential.file` providers beside the bootstrap `out` (each
+/// to a temporary file, then renamed: Envoy may be watching them) and names their directory.
+fn with_secrets(
+    mut gw: llm_failover_cli::Gateway,
+    out: Option<&str>,
+) -> Result<llm_failover_cli::Gateway, ExitCode> {
+    let files = render::secret_files(&gw);
+    if files.is_empty() {
+        return Ok(gw);
+    }
+    let Some(out) = out else {
+        eprintln!("llm-failover: a credential read from a file (credential.file) needs --out PATH: render writes the secret file Envoy watches beside the bootstrap\n{USAGE}");
+        return Err(ExitCode::from(2));
+    };
+    let parent = Path::new(out)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(dir) = std::fs::canonicalize(parent) else {
+        eprintln!("{}: no such directory", parent.display());
+        return Err(ExitCode::from(1));
+    };
+    for (name, text) in files {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let path = dir.join(name);
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, &path)) {
+            eprintln!("{}: cannot write: {e}", path.display());
+            return Err(ExitCode::from(1));
+        }
+    }
+    gw.secret_dir = Some(dir.to_string_lossy().into_owned());
+    Ok(gw)
+}
+
 fn write_out(text: &str, out: Option<&str>) -> Result<(), ExitCode> {
     match out {
         None => print!("{text}"),

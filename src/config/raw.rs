@@ -97,9 +97,12 @@ impl RawConfig {
         "/".to_string()
     }
     fn default_gateway_credential_headers() -> Vec<String> {
-        vec!["authorization".into(), "x-api-key".into(), "api-key".into()]
+        DEFAULT_GATEWAY_CREDENTIAL_HEADERS.map(String::from).into()
     }
 }
+
+/// `gateway_credential_headers` when the configuration sets none.
+pub const DEFAULT_GATEWAY_CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -11,7 +11,8 @@ credentials checked the way the cloud checks them, and Bedrock's binary event st
   ``x-amz-content-sha256``. Or, with ``"api_key"``, a Bedrock API key as
   ``authorization: Bearer <key>``. The body must carry ``anthropic_version:
   bedrock-2023-05-31`` and neither ``model`` nor ``stream``.
-* ``{"kind": "vertex", "project", "region", "token"}``: Claude on Vertex AI,
+* ``{"kind": "vertex", "project", "region", "token"}``: Claude on Vertex AI (``"tokens": [...]``
+  accepts any of several, as while a token is rotated),
   ``POST /v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:rawPredict``
   (``:streamRawPredict`` streams Anthropic SSE), ``authorization: Bearer <token>``, body with
   ``anthropic_version: vertex-2023-10-16`` and no ``model``.
@@ -172,7 +173,8 @@ def _vertex(cloud, path, headers, body) -> Accepted | Refused:
     m = _VERTEX_PATH.match(path)
     if not m or (m.group(1), m.group(2)) != (cloud["project"], cloud["region"]):
         return _google_error(404, "NOT_FOUND", "Not found", f"not this project's rawPredict path: {path}")
-    if _header(headers, "authorization") != f"Bearer {cloud['token']}":
+    tokens = cloud.get("tokens") or [cloud["token"]]  # several while one is rotated out
+    if _header(headers, "authorization") not in [f"Bearer {t}" for t in tokens]:
         return _google_error(401, "UNAUTHENTICATED",
                              "Request had invalid authentication credentials. Expected OAuth 2 access token.",
                              "wrong or missing bearer token")

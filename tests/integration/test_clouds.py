@@ -4,6 +4,7 @@ each against a mock that checks its paths, body and credentials as the cloud doe
 (cloud_mock.py; Bedrock's signature recomputed by botocore over the body received)."""
 import hashlib
 import json
+import time
 
 import pytest
 
@@ -314,6 +315,90 @@ def test_claude_on_vertex_and_a_bedrock_api_key(clouds):
     assert [_header(r, "anthropic-version") for r in v] == [[], []], "its version is in the body"
     assert v[0]["path"].endswith(f"/models/{VERTEX_MODEL}:rawPredict")
     assert v[1]["path"].endswith(f"/models/{VERTEX_MODEL}:streamRawPredict")
+
+
+TOKEN_FILE_CLOUDS = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+gateway_credential_headers: [x-gateway-key]
+providers:
+  - {name: vertex, endpoint: "127.0.0.1:${VERTEX_PORT}", api: vertex, project: p1, region: us-east5,
+     credential: {header: authorization, prefix: "Bearer ", file: "${TOKEN_FILE}"}}
+  - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-ant}}
+  - {name: openai, endpoint: "127.0.0.1:${OPENAI_PORT}", api: openai}
+chains:
+  - name: claude
+    models: ["claude-*"]
+    providers: [{provider: vertex, model: "%s"}, anthropic]
+  - name: gpt
+    models: ["gpt-*"]
+    providers: [openai]
+""" % VERTEX_MODEL
+
+
+def _rotate(path, token):
+    """What a rotation job does: write the new token beside the file, then rename it over
+    (gcloud's output ends in a newline)."""
+    tmp = path.with_name("." + path.name + ".new")
+    tmp.write_text(token + "\n")
+    tmp.replace(path)
+
+
+@pytest.mark.skipif(harness.grouping_mode(),
+                    reason="Envoy 1.36-1.38: the renderer refuses credential.file (only the "
+                           "grouping cluster's filters run there)")
+def test_a_vertex_token_from_a_file_is_refreshed_without_a_restart(clouds, tmp_path):
+    """credential.file: Envoy's credential injector sets the token on Vertex's cluster only,
+    and picks up a rotated token file under traffic: no restart, no failed request."""
+    gateway, m = clouds
+    if gateway.external:
+        pytest.skip("the token file is on this machine")
+    token_dir = tmp_path / "vertex"
+    token_dir.mkdir()
+    token_file = token_dir / "token"
+    _rotate(token_file, "ya29.token-a")
+    m["vertex"].server.cloud = cloud_mock.validate(
+        {"kind": "vertex", "project": "p1", "region": "us-east5", "token": "ya29.token-a"})
+    gw = gateway.start(TOKEN_FILE_CLOUDS, env={"TOKEN_FILE": str(token_file)})
+    client = _anthropic(gw)
+    ask = [{"role": "user", "content": "hi"}]
+    for _ in range(2):
+        msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=ask,
+                                     extra_headers={"authorization": "Bearer caller-key"})
+        assert msg.content[0].text == f"Hello from vertex (model {VERTEX_MODEL})"
+    seen = [_header(r, "authorization") for r in m["vertex"].requests()]
+    assert seen == [["Bearer ya29.token-a"]] * 2, "the file's token replaces the caller's"
+    # Rotation: while Envoy may still hold the old token, Vertex takes both.
+    m["vertex"].server.cloud = cloud_mock.validate(
+        {"kind": "vertex", "project": "p1", "region": "us-east5",
+         "tokens": ["ya29.token-a", "ya29.token-b"]})
+    _rotate(token_file, "ya29.token-b")
+    deadline = time.monotonic() + 10
+    while True:
+        msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=ask)
+        assert msg.content[0].text == f"Hello from vertex (model {VERTEX_MODEL})"
+        if _header(m["vertex"].requests()[-1], "authorization") == ["Bearer ya29.token-b"]:
+            break
+        assert time.monotonic() < deadline, "Envoy did not pick up the rotated token file"
+        time.sleep(0.2)
+    m["vertex"].server.cloud = cloud_mock.validate(
+        {"kind": "vertex", "project": "p1", "region": "us-east5", "token": "ya29.token-b"})
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=20, messages=ask) as s:
+        assert "".join(s.text_stream) == "vertex:0 vertex:1 vertex:2 "
+    assert all(r.get("rejected") is None for r in m["vertex"].requests()), m["vertex"].requests()
+    # The token is set on Vertex's cluster only: a failover from Vertex to Anthropic, and a
+    # chain without Vertex, carry no authorization at all (neither the token nor the caller's).
+    m["vertex"].set_default(status=503)
+    msg = client.messages.create(model="claude-sonnet-4-5", max_tokens=20, messages=ask,
+                                 extra_headers={"authorization": "Bearer caller-key"})
+    assert msg.content[0].text == "Hello from anthropic (model claude-sonnet-4-5)"
+    assert _header(m["vertex"].requests()[-1], "authorization") == ["Bearer ya29.token-b"]
+    assert _header(m["anthropic"].requests()[-1], "authorization") == []
+    assert _header(m["anthropic"].requests()[-1], "x-api-key") == ["sk-ant"]
+    _openai(gw).chat.completions.create(model="gpt-4o", messages=ask)
+    assert _header(m["openai"].requests()[-1], "authorization") == []
+    assert gw.envoy.proc.poll() is None
 
 
 def test_openai_sdk_fails_over_to_an_azure_deployment_and_back(clouds):

@@ -32,7 +32,8 @@ pub use listen::{
     DEFAULT_STATUS_PORT,
 };
 pub use upstream::{
-    parse_endpoint, Endpoint, Host, Upstream, DEFAULT_CONNECT_TIMEOUT_MS, PROVIDER_RENDERER_KEYS,
+    parse_endpoint, Endpoint, Host, TokenFile, Upstream, DEFAULT_CONNECT_TIMEOUT_MS,
+    PROVIDER_RENDERER_KEYS,
 };
 pub use values::parse_size;
 
@@ -90,6 +91,9 @@ pub struct Gateway {
     pub warnings: Vec<Diag>,
     /// The file's text after `${VAR}` substitution: where later messages are located.
     pub text: String,
+    /// Where `render` writes the secret files of `credential.file` providers
+    /// (`render::secret_files`), absolute: beside the bootstrap.
+    pub secret_dir: Option<String>,
 }
 
 /// A Bedrock provider without a credential is signed by Envoy (AWS Signature V4, after this
@@ -103,6 +107,7 @@ fn aws_signing(
     envoy_version: EnvoyVersion,
 ) -> Result<(), Diag> {
     if p.envelope != Some(llm_failover::envelope::Envelope::Bedrock)
+        || u.token_file.is_some()
         || p.set_headers
             .iter()
             .any(|(name, _)| name == "authorization")
@@ -326,6 +331,12 @@ fn read(
         if let Err(problem) = aws_signing(i, p, &mut u, envoy_version) {
             errors.push(problem);
         }
+        if u.token_file.is_some() && envoy_version.mode() == Mode::Grouping {
+            errors.push(Diag::error(
+                format!("providers[{i}].credential.file"),
+                "a credential Envoy reads from a file needs Envoy 1.39+: on older Envoys only the grouping cluster's filters run and would send it to every provider — use env: instead (credential: {header: authorization, prefix: \"Bearer \", env: VERTEX_ACCESS_TOKEN}), or envoy_version: \"1.40\"",
+            ));
+        }
         if let Some(first) = resolved.iter().find(|o: &&Upstream| o.cluster == u.cluster) {
             if !first.same_cluster_settings(&u) {
                 errors.push(Diag::error(
@@ -344,6 +355,7 @@ fn read(
     }
 
     add_default_authorities(&mut root, &resolved);
+    clear_token_file_headers(&mut root, &resolved);
     let status_path = root
         .get("status_path")
         .and_then(Value::as_str)
@@ -419,6 +431,7 @@ fn read(
         env_keys,
         warnings,
         text: String::new(),
+        secret_dir: None,
     })
 }
 
@@ -508,6 +521,38 @@ fn plugin_json(
     }
     m.extend(plugin.clone());
     serde_json::to_string(&Value::Mapping(m))
+}
+
+/// A credential Envoy injects from a file (`credential.file`) is not the filter's to set, but
+/// its header must leave every attempt, as a credential's does: it joins the gateway credential
+/// headers (the filter's default list when the file sets none).
+fn clear_token_file_headers(root: &mut Mapping, upstreams: &[Upstream]) {
+    let headers = upstreams
+        .iter()
+        .filter_map(|u| u.token_file.as_ref().map(|t| t.header.as_str()));
+    if headers.clone().next().is_none() {
+        return;
+    }
+    let list = root
+        .entry("gateway_credential_headers".into())
+        .or_insert_with(|| {
+            Value::Sequence(
+                llm_failover::config::DEFAULT_GATEWAY_CREDENTIAL_HEADERS
+                    .iter()
+                    .map(|h| Value::from(*h))
+                    .collect(),
+            )
+        });
+    if let Value::Sequence(list) = list {
+        for h in headers {
+            if !list
+                .iter()
+                .any(|v| v.as_str().is_some_and(|v| v.eq_ignore_ascii_case(h)))
+            {
+                list.push(h.into());
+            }
+        }
+    }
 }
 
 fn credential_env_keys(root: &Mapping) -> Vec<String> {

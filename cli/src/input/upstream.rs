@@ -59,6 +59,20 @@ pub struct Upstream {
     pub aws_signing: Option<String>,
     /// `region` as written (Bedrock's signing region; Vertex's is in `path_prefix`).
     pub region: Option<String>,
+    /// `credential.file`: Envoy injects the credential from this file, re-read when it is
+    /// replaced (`crate::render::credential`).
+    pub token_file: Option<TokenFile>,
+}
+
+/// A credential Envoy reads from a file (`credential: {header, prefix, file}`): the
+/// renderer's, which the filter never sees (it only clears `header` on every attempt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenFile {
+    /// Lowercase header name.
+    pub header: String,
+    pub prefix: String,
+    /// Absolute path of the file holding the bare token.
+    pub path: String,
 }
 
 impl Upstream {
@@ -69,6 +83,7 @@ impl Upstream {
             && self.connect_timeout_ms == other.connect_timeout_ms
             && self.http2 == other.http2
             && self.aws_signing == other.aws_signing
+            && self.token_file == other.token_file
     }
 }
 
@@ -84,6 +99,7 @@ pub(super) fn parse_upstream(
     let http2 = p.shift_remove("http2");
     let before = errors.len();
     let region = cloud_fields(p, at, errors);
+    let token_file = token_file(p, at, errors);
 
     let endpoint = match endpoint {
         None => {
@@ -205,6 +221,83 @@ pub(super) fn parse_upstream(
         http2,
         aws_signing: None,
         region,
+        token_file,
+    })
+}
+
+/// `credential.file`: taken out of the plugin configuration with the whole `credential` (the
+/// filter has no value to set); the header joins the gateway credential headers in
+/// `super::load`, so every attempt clears it and Envoy's injector sets it on this provider's
+/// cluster only.
+fn token_file(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<TokenFile> {
+    let Some(Value::Mapping(c)) = p.get("credential") else {
+        return None;
+    };
+    let file = c.get("file")?.clone();
+    let at = format!("{at}.credential");
+    let path = match file {
+        Value::String(s) if s.starts_with('/') && !s.ends_with('/') => s,
+        other => {
+            errors.push(Diag::error(
+                format!("{at}.file"),
+                format!(
+                    "{} is not an absolute file path, e.g. /var/run/vertex/token",
+                    show(&other)
+                ),
+            ));
+            return None;
+        }
+    };
+    if c.contains_key("value") || c.contains_key("env") {
+        errors.push(Diag::error(
+            at,
+            "give exactly one of `value`, `env` or `file`",
+        ));
+        return None;
+    }
+    let header = match c.get("header") {
+        Some(Value::String(h))
+            if !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            h.to_ascii_lowercase()
+        }
+        _ => {
+            errors.push(Diag::error(
+                format!("{at}.header"),
+                "missing — the header the credential goes in, e.g. header: authorization",
+            ));
+            return None;
+        }
+    };
+    let prefix = match c.get("prefix") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            errors.push(Diag::error(
+                format!("{at}.prefix"),
+                format!("{} is not text", show(&other)),
+            ));
+            return None;
+        }
+    };
+    if let Some(extra) = c
+        .keys()
+        .filter_map(Value::as_str)
+        .find(|k| !["header", "prefix", "file"].contains(k))
+    {
+        errors.push(Diag::error(
+            format!("{at}.{extra}"),
+            "unknown field — a credential read from a file takes header, prefix and file",
+        ));
+        return None;
+    }
+    p.shift_remove("credential");
+    Some(TokenFile {
+        header,
+        prefix,
+        path,
     })
 }
 

@@ -95,6 +95,7 @@ fn cluster_patch_value(gw: &Gateway, u: &Upstream) -> Value {
             render::http_protocol(u),
             &discovered_filter(UPSTREAM_EXTENSION),
             u.aws_signing.as_deref(),
+            None,
         ),
     }
 }

@@ -95,6 +95,12 @@ pub fn load(
     istio_version: Option<&str>,
 ) -> Result<(Gateway, Options), Vec<Diag>> {
     let gw = crate::input::load_for(text, env, module, envoy_version)?;
+    if let Some(i) = gw.upstreams.iter().position(|u| u.token_file.is_some()) {
+        return Err(vec![Diag::error(
+            format!("providers[{i}].credential.file"),
+            "not on the Istio target: give the credential from the Secret with env: instead (credential: {header: authorization, prefix: \"Bearer \", env: VERTEX_ACCESS_TOKEN})",
+        )]);
+    }
     let opts = options(&gw, istio_version, module)?;
     let Some(want) = envoy_of(&opts.version) else {
         return Err(vec![Diag::error("istio.version", "unknown release")]);

@@ -114,9 +114,24 @@ fn cluster(gw: &Gateway, u: &Upstream, upstream: &Value) -> Value {
     }
     c.insert(
         "typed_extension_protocol_options".into(),
-        upstream_options(http_protocol(u), upstream, u.aws_signing.as_deref()),
+        upstream_options(
+            http_protocol(u),
+            upstream,
+            u.aws_signing.as_deref(),
+            injector(gw, u),
+        ),
     );
     Value::Mapping(c)
+}
+
+/// The credential injector of a provider with `credential.file` (`super::credential`).
+fn injector(gw: &Gateway, u: &Upstream) -> Option<Value> {
+    let token = u.token_file.as_ref()?;
+    Some(super::credential::injector(
+        &u.cluster,
+        token,
+        gw.secret_dir.as_deref().unwrap_or("."),
+    ))
 }
 
 /// The cluster's protocol choice, as the `HttpProtocolOptions` member to set. TLS providers
@@ -160,6 +175,7 @@ pub(crate) fn upstream_options(
     protocol: (&str, Value),
     upstream: &Value,
     aws_signing: Option<&str>,
+    injector: Option<Value>,
 ) -> Value {
     let mut options = Mapping::new();
     options.insert(
@@ -168,6 +184,8 @@ pub(crate) fn upstream_options(
     );
     options.insert(protocol.0.into(), protocol.1);
     let mut filters = vec![upstream.clone()];
+    // After this filter, which clears the header on every attempt: only this cluster's get it.
+    filters.extend(injector);
     if let Some(region) = aws_signing {
         // After this filter: the signature covers the body and headers actually sent.
         filters.extend(super::signing::aws_filters(region));
@@ -199,7 +217,7 @@ fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group, upstream: &Va
         "typed_extension_protocol_options" => upstream_options((
             "explicit_http_config",
             map! { "http_protocol_options" => map! {} },
-        ), upstream, None),
+        ), upstream, None, None),
     }
 }
 

@@ -26,6 +26,7 @@ macro_rules! map {
 }
 
 mod cluster;
+mod credential;
 mod filter;
 mod listener;
 mod pieces;
@@ -37,6 +38,7 @@ mod stats;
 pub use crate::names::{NAME, UPSTREAM_PLUGIN_NAME};
 pub use cluster::{cluster_list, clusters, CLUSTER_LIMIT};
 pub(crate) use cluster::{cluster_values, http_protocol, upstream_options};
+pub use credential::secret_files;
 pub use filter::downstream_filter;
 pub(crate) use filter::wasm_filter;
 pub use listener::{access_log_format, local_reply_config, status_listener, STATUS_NAME};
