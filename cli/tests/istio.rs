@@ -468,3 +468,17 @@ fn the_command_renders_istio_to_a_directory_and_validate_checks_the_istio_block(
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("istio.module:"));
 }
+
+#[test]
+fn a_credential_from_a_file_is_refused_on_the_istio_target() {
+    let text = example().replace(
+        "credential: {header: authorization, prefix: \"Bearer \", env: OPENAI_API_KEY}",
+        "credential: {header: authorization, prefix: \"Bearer \", file: /var/run/token}",
+    );
+    assert_ne!(text, example());
+    let e = render(&text, None).expect_err("a file credential on Istio");
+    assert!(
+        e.contains("credential.file") && e.contains("Istio") && e.contains("env:"),
+        "{e}"
+    );
+}

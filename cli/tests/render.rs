@@ -584,3 +584,122 @@ chains: [{name: all, providers: [a, b, c, d, e, f, g, h], max_attempts: 4}]
     // The same file renders for router mode.
     assert!(llm_failover_cli::load_for(big, &|_| None, None, Some("1.39")).is_ok());
 }
+
+const TOKEN_FILE: &str = r#"
+gateway_credential_headers: [x-gateway-key]
+providers:
+  - {name: vertex, endpoint: "vertex.example:443", api: vertex, project: p1, region: us-east5,
+     credential: {header: Authorization, prefix: "Bearer ", file: /var/run/vertex/token}}
+  - {name: anthropic, endpoint: "127.0.0.1:9001", api: anthropic,
+     credential: {header: x-api-key, value: sk-ant}}
+chains:
+  - {name: claude, models: ["claude-*"], providers: [{provider: vertex, model: "claude-x@1"}, anthropic]}
+"#;
+
+#[test]
+fn a_credential_from_a_file_is_injected_by_envoy_on_its_cluster_only() {
+    let mut gw = gateway(TOKEN_FILE);
+    gw.secret_dir = Some("/etc/envoy".into());
+    let files = render::secret_files(&gw);
+    assert_eq!(files.len(), 1);
+    let (name, text) = &files[0];
+    assert_eq!(name, "vertex.credential.yaml");
+    let sds: Value = serde_yaml_ng::from_str(text).expect("YAML");
+    let secret = &sds["resources"][0];
+    assert_eq!(secret["name"], "llm_failover.credential.vertex");
+    assert_eq!(
+        secret["generic_secret"]["secret"]["filename"],
+        "/var/run/vertex/token"
+    );
+    let text = render::bootstrap_text(&gw, "test.failover.yaml");
+    let b: Value = serde_yaml_ng::from_str(&text).expect("YAML");
+    let clusters = clusters_by_name(&b);
+    let (_, vertex) = clusters
+        .iter()
+        .find(|(n, _)| *n == "vertex")
+        .expect("vertex");
+    let filters = upstream_filters(vertex).as_sequence().expect("filters");
+    let names: Vec<&str> = filters.iter().filter_map(|f| f["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "llm_failover",
+            "envoy.filters.http.credential_injector",
+            "envoy.filters.http.upstream_codec"
+        ],
+        "after this filter, which clears the header on every attempt"
+    );
+    let injector = &filters[1]["typed_config"];
+    assert_eq!(injector["overwrite"], true);
+    assert_eq!(injector["allow_request_without_credential"], false);
+    let generic = &injector["credential"]["typed_config"];
+    assert_eq!(generic["header"], "authorization");
+    assert_eq!(generic["header_value_prefix"], "Bearer ");
+    assert_eq!(
+        generic["credential"]["name"],
+        "llm_failover.credential.vertex"
+    );
+    assert_eq!(
+        generic["credential"]["sds_config"]["path_config_source"]["path"],
+        "/etc/envoy/vertex.credential.yaml"
+    );
+    let (_, anthropic) = clusters
+        .iter()
+        .find(|(n, _)| *n == "anthropic")
+        .expect("anthropic");
+    assert_eq!(
+        upstream_filters(anthropic).as_sequence().map(Vec::len),
+        Some(2)
+    );
+    // The filter never sees the file: it has no credential to set, and clears the header.
+    let plugin = plugin_json(&filters[0]);
+    assert!(plugin["providers"][0].get("credential").is_none());
+    assert_eq!(
+        plugin["gateway_credential_headers"],
+        serde_json::json!(["x-gateway-key", "authorization"])
+    );
+    assert!(gw
+        .config
+        .cleared_headers
+        .iter()
+        .any(|h| h == "authorization"));
+    // With the filter's default list, which has authorization already, nothing is added.
+    let gw = gateway(&TOKEN_FILE.replace("gateway_credential_headers: [x-gateway-key]\n", ""));
+    assert_eq!(
+        gw.config.gateway_credential_headers,
+        ["authorization", "x-api-key", "api-key"]
+    );
+}
+
+#[test]
+fn a_credential_from_a_file_is_refused_where_envoy_cannot_inject_it_alone() {
+    let problems = |yaml: &str, version: Option<&str>| -> String {
+        match llm_failover_cli::load_for(yaml, &|_| None, None, version) {
+            Ok(_) => panic!("accepted:\n{yaml}"),
+            Err(e) => format!("{e:?}"),
+        }
+    };
+    let grouping = problems(TOKEN_FILE, Some("1.38"));
+    assert!(grouping.contains("credential.file"), "{grouping}");
+    assert!(
+        grouping.contains("Envoy 1.39+") && grouping.contains("env:"),
+        "{grouping}"
+    );
+    for (change, says) in [
+        (
+            "file: /var/run/vertex/token",
+            "file: /var/run/vertex/token, env: V",
+        ),
+        ("file: /var/run/vertex/token", "file: var/run/token"),
+        (
+            "file: /var/run/vertex/token",
+            "file: /var/run/vertex/token, extra: 1",
+        ),
+        ("header: Authorization", "header: \"bad header\""),
+    ]
+    .map(|(from, to)| (TOKEN_FILE.replace(from, to), to))
+    {
+        let e = problems(&change, None);
+        assert!(e.contains("providers[0].credential"), "{says}: {e}");
+    }
+}
