@@ -277,7 +277,7 @@ fn token_file(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<Token
         Some(other) => {
             errors.push(Diag::error(
                 format!("{at}.prefix"),
-                format!("{} is not text", show(&other)),
+                format!("{} is not text", show(other)),
             ));
             return None;
         }
