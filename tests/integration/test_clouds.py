@@ -338,10 +338,11 @@ chains:
 
 
 def _rotate(path, token):
-    """What a rotation job does: write the new token beside the file, then rename it over
-    (gcloud's output ends in a newline)."""
+    """What a rotation job does: write the new token beside the file, then rename it over.
+    gcloud's output ends in a newline, which Envoy 1.40 drops and 1.39 refuses to send
+    ("invalid header value"): docs/clouds.md strips it."""
     tmp = path.with_name("." + path.name + ".new")
-    tmp.write_text(token + "\n")
+    tmp.write_text(token + ("\n" if harness.envoy_version() >= (1, 40) else ""))
     tmp.replace(path)
 
 
