@@ -146,8 +146,6 @@ pub struct HeaderPolicy {
 
 /// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]).
 pub const ANTHROPIC_BETA: &str = "anthropic-beta";
-/// Every name an envelope has its own value for (`Envelope::own_headers`).
-const OWN_BY_ENVELOPES: [&str; 2] = ["anthropic-version", ANTHROPIC_BETA];
 
 impl HeaderPolicy {
     pub fn new(providers: &[Provider], never: Vec<String>) -> HeaderPolicy {
@@ -165,8 +163,7 @@ impl HeaderPolicy {
         let mut uniform = true;
         for provider in providers {
             uniform &= Some(&provider.forward) == first;
-            let set = provider.set_headers.iter().map(|(n, _)| n.as_str());
-            for own in set.chain(OWN_BY_ENVELOPES) {
+            for own in provider.own_names() {
                 uniform &= p.verdict(providers, own.as_bytes()) != Verdict::PerProvider;
             }
         }
@@ -174,10 +171,7 @@ impl HeaderPolicy {
         p
     }
 
-    fn owned(&self, providers: &[Provider], name: &[u8]) -> bool {
-        let Ok(name) = std::str::from_utf8(name) else {
-            return true;
-        };
+    fn owned(&self, providers: &[Provider], name: &str) -> bool {
         self.never.iter().any(|n| n == name) && !providers.iter().any(|p| p.sets_extra(name))
     }
 
@@ -189,7 +183,9 @@ impl HeaderPolicy {
     /// Whether `provider` may receive the caller's header `name` (lowercase).
     pub fn allows(&self, providers: &[Provider], provider: ProviderId, name: &[u8]) -> bool {
         envoy_managed(name)
-            || (!self.owned(providers, name) && takes(providers.get(provider.index()), name))
+            || std::str::from_utf8(name).is_ok_and(|name| {
+                !self.owned(providers, name) && takes(providers.get(provider.index()), name)
+            })
     }
 
     /// What the downstream role does with the caller's header `name` (lowercase, as Envoy
@@ -199,6 +195,9 @@ impl HeaderPolicy {
         if envoy_managed(name) {
             return Verdict::Keep;
         }
+        let Ok(name) = std::str::from_utf8(name) else {
+            return Verdict::Drop;
+        };
         if self.owned(providers, name) {
             return Verdict::Drop;
         }
@@ -210,7 +209,7 @@ impl HeaderPolicy {
         };
         if taking == providers.len() && taking > 0 {
             Verdict::Keep
-        } else if taking > 0 || (self.beta_in_body && name == ANTHROPIC_BETA.as_bytes()) {
+        } else if taking > 0 || (self.beta_in_body && name == ANTHROPIC_BETA) {
             Verdict::PerProvider
         } else {
             Verdict::Drop
@@ -251,10 +250,7 @@ impl HeaderPolicy {
 }
 
 /// Whether provider `p`'s rule takes the caller's `name` and it has no value of its own.
-fn takes(p: Option<&Provider>, name: &[u8]) -> bool {
-    let Ok(name) = std::str::from_utf8(name) else {
-        return false;
-    };
+fn takes(p: Option<&Provider>, name: &str) -> bool {
     p.is_some_and(|p| p.forward.allows(name) && !p.owns(name))
 }
 

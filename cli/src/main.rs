@@ -475,7 +475,6 @@ fn render_istio(
     ExitCode::SUCCESS
 }
 
-/// Prints `text`, or writes it to `out`; a failed write is reported and exits 1.
 /// Writes the secret files of `credential.file` providers beside the bootstrap `out` (each
 /// to a temporary file, then renamed: Envoy may be watching them) and names their directory.
 fn with_secrets(
@@ -510,6 +509,7 @@ fn with_secrets(
     Ok(gw)
 }
 
+/// Prints `text`, or writes it to `out`; a failed write is reported and exits 1.
 fn write_out(text: &str, out: Option<&str>) -> Result<(), ExitCode> {
     match out {
         None => print!("{text}"),

@@ -240,6 +240,24 @@ enum Ending {
     Timer,
 }
 
+/// The provider's answer head, as the router hands it to the upstream role.
+fn set_response_head(host: &Recording, code: u16, headers: &[(&str, &str)]) {
+    let mut response: Headers = vec![(":status".into(), code.to_string().into_bytes())];
+    response.extend(
+        headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())),
+    );
+    *host.stream.response.borrow_mut() = response;
+}
+
+/// The route retries on the marker's exact value, as the rendered policy matches it ("0" says
+/// exhausted: no retry).
+fn marked_for_retry(host: &Recording) -> bool {
+    host.header(Map::Response, wire::RETRY_MARKER_HEADER)
+        == Some(wire::RETRY_MARKER_RETRY.as_bytes().to_vec())
+}
+
 fn ok() -> Provider {
     Provider::Answer(200, vec![], r#"{"ok":true}"#)
 }
@@ -476,13 +494,7 @@ impl Gateway {
                     unreachable!("turned into bytes above")
                 }
                 Provider::Chunks(headers, chunks, ending) => {
-                    let mut response: Headers = vec![(":status".into(), b"200".to_vec())];
-                    response.extend(
-                        headers
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())),
-                    );
-                    *host.stream.response.borrow_mut() = response;
+                    set_response_head(&host, 200, &headers);
                     host.stream.response_body.borrow_mut().clear();
                     host.stream.resumed.borrow_mut().clear();
                     up.on_response_headers(false);
@@ -521,23 +533,14 @@ impl Gateway {
                     }
                     up.on_done();
                     *host.stream.response_body.borrow_mut() = delivered;
-                    let marked = host.header(Map::Response, wire::RETRY_MARKER_HEADER)
-                        == Some(wire::RETRY_MARKER_RETRY.as_bytes().to_vec());
-                    if marked && retries_left {
+                    if marked_for_retry(&host) && retries_left {
                         continue;
                     }
                     details = "via_upstream";
                     break;
                 }
                 Provider::Bytes(code, headers, body) => {
-                    let mut response: Headers =
-                        vec![(":status".into(), code.to_string().into_bytes())];
-                    response.extend(
-                        headers
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())),
-                    );
-                    *host.stream.response.borrow_mut() = response;
+                    set_response_head(&host, code, &headers);
                     *host.stream.response_body.borrow_mut() = body.clone();
                     let held = up.on_response_headers(body.is_empty()) == Flow::Pause;
                     if held || !body.is_empty() {
@@ -546,11 +549,7 @@ impl Gateway {
                         assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
                     }
                     up.on_done();
-                    // The route retries on the marker's exact value, as the rendered policy
-                    // matches it ("0" says exhausted: no retry).
-                    let marked = host.header(Map::Response, wire::RETRY_MARKER_HEADER)
-                        == Some(wire::RETRY_MARKER_RETRY.as_bytes().to_vec());
-                    if marked && retries_left {
+                    if marked_for_retry(&host) && retries_left {
                         continue;
                     }
                     details = "via_upstream";
