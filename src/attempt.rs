@@ -160,7 +160,7 @@ pub struct RequestEdits<'a> {
     /// Removed first: every provider's credential and extra headers, and the caller's.
     pub clear: &'a [String],
     /// Then, when providers take different caller headers: put back this provider's share of
-    /// them (`handoff::FORWARD`, applied with `forward::HeaderPolicy::attempt_edits`).
+    /// them (`handoff::FORWARD`, applied with `config::forward::HeaderPolicy::attempt_edits`).
     pub forwarded: bool,
     /// Then set: this provider's own.
     pub set: &'a [(String, String)],

@@ -8,35 +8,90 @@
 
 use crate::config::{any_matches, ChainEntry, Config, Provider};
 use crate::ids::ProviderId;
-use crate::plan::{RequestFacts, SkipReason};
-use crate::translate;
+use crate::rewrite::Content;
+use crate::translate::{self, Api};
 
-/// What a request carries that not every chain entry can take.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Content {
-    /// An image part (`type` `image_url`, `image` or `input_image`) anywhere in the body.
-    pub images: bool,
-    /// A non-empty top-level `tools` (or `functions`) list.
-    pub tools: bool,
-    /// State kept by one provider: a non-null `previous_response_id` or `conversation`, or
-    /// a `file_id` anywhere in the body.
-    pub provider_state: bool,
-    /// Body bytes without inline media (base64 `data` and `data:` URIs), the base of the
-    /// prompt-size estimate.
-    pub text_bytes: usize,
+/// Why a chain entry was left out of a plan (the `reason` label of `llm_failover_skipped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    BreakerOpen,
+    Dead,
+    /// The provider does not serve the model, or the caller may not use it.
+    Model,
+    /// The request's time budget was spent before this provider's turn (the upstream filter
+    /// finds this out after an attempt; the planner never produces it).
+    Budget,
+    /// The request has images; the entry's model declares `vision: false`.
+    CapabilityVision,
+    /// The request has tools; the entry's model declares `tools: false`.
+    CapabilityTools,
+    /// The estimated prompt is above 95% of the entry's `context_window`.
+    CapabilityContext,
+    /// The entry's API cannot carry the request, or the request depends on state another
+    /// provider keeps (SPEC 2.4).
+    ContentIncompatible,
+}
+
+impl SkipReason {
+    /// Every reason, in the order metrics index them.
+    pub const ALL: [SkipReason; 8] = [
+        SkipReason::BreakerOpen,
+        SkipReason::Dead,
+        SkipReason::Model,
+        SkipReason::Budget,
+        SkipReason::CapabilityVision,
+        SkipReason::CapabilityTools,
+        SkipReason::CapabilityContext,
+        SkipReason::ContentIncompatible,
+    ];
+
+    /// The fixed name (SPEC section 8 and 2.4).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::BreakerOpen => "breaker_open",
+            SkipReason::Dead => "dead",
+            SkipReason::Model => "model",
+            SkipReason::Budget => "budget",
+            SkipReason::CapabilityVision => "capability_vision",
+            SkipReason::CapabilityTools => "capability_tools",
+            SkipReason::CapabilityContext => "capability_context",
+            SkipReason::ContentIncompatible => "content_incompatible",
+        }
+    }
+
+    /// Its place in [`SkipReason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Left out for what the request carries (SPEC 2.4), not for health or model.
+    pub fn is_content(self) -> bool {
+        self.index() >= SkipReason::CapabilityVision.index()
+    }
+}
+
+/// What a request needs from the caller's side to be planned.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestFacts<'a> {
+    pub model: &'a str,
+    /// Envoy route name, when the filter can see it.
+    pub route: Option<&'a str>,
+    /// The request's `:path` (a query is ignored), for chains limited to some paths.
+    pub path: Option<&'a str>,
+    /// Caller identity from `caller_header`.
+    pub caller: Option<&'a str>,
+    /// The caller asked for no fallback (`x-llm-fallback: off`).
+    pub no_fallback: bool,
+    /// The API the caller speaks, from its path (`translate::Api::of_path`).
+    pub api: Option<Api>,
+    /// What the body carries (`rewrite::scan_top_level`).
+    pub content: Content,
+    /// The body, for `translate::check` on entries of another API (empty: not checked).
+    pub body: &'a [u8],
 }
 
 /// Share of an entry's context window a prompt may take (SPEC 2.4: above 95% skips it).
 const CONTEXT_PERCENT: u64 = 95;
-
-impl Content {
-    /// The prompt's size in tokens, estimated as a quarter of the body's bytes without inline
-    /// media (about what English text and JSON take in OpenAI's and Anthropic's tokenizers;
-    /// the JSON around the messages makes it err on the large side).
-    pub fn prompt_tokens(&self) -> u64 {
-        (self.text_bytes / 4) as u64
-    }
-}
 
 /// Whether `provider` serves the model `entry` sends and the request's caller may use it.
 pub fn serves(provider: &Provider, entry: &ChainEntry, facts: &RequestFacts) -> bool {

@@ -458,7 +458,7 @@ mod tests {
         let facts = RequestFacts {
             model: "gpt-4o",
             api: Some(Api::OpenAiChat),
-            content: crate::eligible::Content {
+            content: crate::rewrite::Content {
                 images: true,
                 ..Default::default()
             },

@@ -7,9 +7,9 @@
 //!   the downstream role for `x-llm-fallback-reason` and to tell an exhausted chain
 //!   ([`Outcomes`]). Successes are not written: nothing reads them back, and the success path
 //!   stays one property write shorter.
-//! - [`FORWARD`]: the caller headers that only some providers take (`forward::encode_kept`,
+//! - [`FORWARD`]: the caller headers that only some providers take (`config::forward::encode_kept`,
 //!   header-map layout), written by the downstream role when the providers' `forward_headers`
-//!   differ; each attempt puts back its provider's share (`forward::HeaderPolicy`).
+//!   differ; each attempt puts back its provider's share (`config::forward::HeaderPolicy`).
 //! - [`REFUSED`]: the upstream role refused to start an attempt ([`Refused`]): the answer is the
 //!   gateway's own and that attempt reached no provider.
 //!

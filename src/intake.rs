@@ -3,13 +3,13 @@
 //! body asks for, and, once planned, everything to publish for the route and the attempts.
 
 use crate::config::{Config, Routing};
-use crate::eligible::Content;
 use crate::group;
 use crate::handoff::PlanRecord;
 use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::models;
 use crate::plan::{Plan, Refusal, SkipReason};
 use crate::reply::Reply;
+use crate::rewrite::Content;
 use crate::rewrite::{self, BodyScan};
 use crate::translate::Api;
 use crate::{attempt_log, wire};

@@ -25,7 +25,6 @@ pub mod duration;
 pub mod eligible;
 pub mod envelope;
 pub mod explain;
-pub mod forward;
 pub mod group;
 pub mod handoff;
 pub mod header_pairs;

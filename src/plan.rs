@@ -3,74 +3,15 @@
 
 use crate::classify::Class;
 use crate::config::{any_matches, AltList, Chain, Config};
-use crate::eligible::{self, Content};
+use crate::eligible;
+pub use crate::eligible::{RequestFacts, SkipReason};
 use crate::health::Admission;
 use crate::ids::{ChainId, EntryId, ProviderId};
 use crate::reply::Reply;
-use crate::translate::Api;
 
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
 pub trait Gatekeeper {
     fn gate(&self, provider: ProviderId, model: &str) -> Admission;
-}
-
-/// Why a chain entry was left out of a plan (the `reason` label of `llm_failover_skipped_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipReason {
-    BreakerOpen,
-    Dead,
-    /// The provider does not serve the model, or the caller may not use it.
-    Model,
-    /// The request's time budget was spent before this provider's turn (the upstream filter
-    /// finds this out after an attempt; the planner never produces it).
-    Budget,
-    /// The request has images; the entry's model declares `vision: false`.
-    CapabilityVision,
-    /// The request has tools; the entry's model declares `tools: false`.
-    CapabilityTools,
-    /// The estimated prompt is above 95% of the entry's `context_window`.
-    CapabilityContext,
-    /// The entry's API cannot carry the request, or the request depends on state another
-    /// provider keeps (SPEC 2.4).
-    ContentIncompatible,
-}
-
-impl SkipReason {
-    /// Every reason, in the order metrics index them.
-    pub const ALL: [SkipReason; 8] = [
-        SkipReason::BreakerOpen,
-        SkipReason::Dead,
-        SkipReason::Model,
-        SkipReason::Budget,
-        SkipReason::CapabilityVision,
-        SkipReason::CapabilityTools,
-        SkipReason::CapabilityContext,
-        SkipReason::ContentIncompatible,
-    ];
-
-    /// The fixed name (SPEC section 8 and 2.4).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::BreakerOpen => "breaker_open",
-            SkipReason::Dead => "dead",
-            SkipReason::Model => "model",
-            SkipReason::Budget => "budget",
-            SkipReason::CapabilityVision => "capability_vision",
-            SkipReason::CapabilityTools => "capability_tools",
-            SkipReason::CapabilityContext => "capability_context",
-            SkipReason::ContentIncompatible => "content_incompatible",
-        }
-    }
-
-    /// Its place in [`SkipReason::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// Left out for what the request carries (SPEC 2.4), not for health or model.
-    pub fn is_content(self) -> bool {
-        self.index() >= SkipReason::CapabilityVision.index()
-    }
 }
 
 /// One planned attempt: which chain entry, and what the health read said.
@@ -80,26 +21,6 @@ pub struct Slot {
     pub entry: EntryId,
     pub pristine: bool,
     pub probe: bool,
-}
-
-/// What a request needs from the caller's side to be planned.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RequestFacts<'a> {
-    pub model: &'a str,
-    /// Envoy route name, when the filter can see it.
-    pub route: Option<&'a str>,
-    /// The request's `:path` (a query is ignored), for chains limited to some paths.
-    pub path: Option<&'a str>,
-    /// Caller identity from `caller_header`.
-    pub caller: Option<&'a str>,
-    /// The caller asked for no fallback (`x-llm-fallback: off`).
-    pub no_fallback: bool,
-    /// The API the caller speaks, from its path (`translate::Api::of_path`).
-    pub api: Option<Api>,
-    /// What the body carries (`rewrite::scan_top_level`).
-    pub content: Content,
-    /// The body, for `translate::check` on entries of another API (empty: not checked).
-    pub body: &'a [u8],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -428,6 +349,8 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rewrite::Content;
+    use crate::translate::Api;
     use std::cell::RefCell;
     use std::collections::HashMap;
 

@@ -33,12 +33,36 @@
 //! - Error messages name the problem and the 0-based byte offset, e.g.
 //!   `request body is not valid JSON: expected ':' after the member name, found '}' at byte 17`.
 
-use crate::eligible::Content;
 use std::borrow::Cow;
 use std::fmt;
 
 /// Deepest nesting of arrays/objects accepted below the top-level object.
 pub const MAX_DEPTH: usize = 512;
+
+/// What a request carries that not every chain entry can take (found by [`scan_top_level`]
+/// in the same pass that finds the model; eligibility reads it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Content {
+    /// An image part (`type` `image_url`, `image` or `input_image`) anywhere in the body.
+    pub images: bool,
+    /// A non-empty top-level `tools` (or `functions`) list.
+    pub tools: bool,
+    /// State kept by one provider: a non-null `previous_response_id` or `conversation`, or
+    /// a `file_id` anywhere in the body.
+    pub provider_state: bool,
+    /// Body bytes without inline media (base64 `data` and `data:` URIs), the base of the
+    /// prompt-size estimate.
+    pub text_bytes: usize,
+}
+
+impl Content {
+    /// The prompt's size in tokens, estimated as a quarter of the body's bytes without inline
+    /// media (about what English text and JSON take in OpenAI's and Anthropic's tokenizers;
+    /// the JSON around the messages makes it err on the large side).
+    pub fn prompt_tokens(&self) -> u64 {
+        (self.text_bytes / 4) as u64
+    }
+}
 
 /// A half-open byte range `start..end` of the request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -108,6 +108,10 @@ pub fn with_health_key<R>(provider: &str, f: impl FnOnce(&str) -> R) -> R {
     f(&health_key(provider))
 }
 
+/// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]): the caller's
+/// value is kept aside for it (`config::forward::HeaderPolicy`).
+pub const ANTHROPIC_BETA: &str = "anthropic-beta";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 mod chains;
 mod envelope;
 mod error_path;
+pub mod forward;
 mod model;
 mod policies;
 mod problems;
@@ -79,7 +80,7 @@ impl Config {
         let dead_marks = policies::dead_marks(&raw.dead_marks);
         let cleared_headers = providers.cleared_headers;
         let providers = providers.list;
-        let forwarding = crate::forward::HeaderPolicy::new(&providers, cleared_headers.clone());
+        let forwarding = forward::HeaderPolicy::new(&providers, cleared_headers.clone());
         problems.into_result(|| Config {
             role: raw.role,
             routing: raw.routing,

@@ -22,7 +22,7 @@ pub struct Provider {
     pub callers: Vec<String>,
     pub labels: BTreeMap<String, String>,
     /// Which of the caller's headers this provider receives (SPEC section 7).
-    pub forward: crate::forward::Forward,
+    pub forward: super::forward::Forward,
     /// The API it speaks (SPEC 13); `None`: whatever the caller speaks (never translated).
     pub api: Option<Api>,
     /// `max_tokens` for a request translated to Anthropic Messages that sets none.
@@ -254,7 +254,7 @@ pub struct Config {
     /// take it); see `intake::liveness_request`.
     pub liveness_path: Option<String>,
     /// Which caller headers reach which provider (from each provider's `forward`).
-    pub forwarding: crate::forward::HeaderPolicy,
+    pub forwarding: super::forward::HeaderPolicy,
 }
 
 impl Config {

@@ -2,11 +2,11 @@
 //! headers in the list every attempt clears).
 
 use super::envelope;
+use super::forward::Forward;
 use super::problems::{is_header_name, is_token, At, Problems};
 use super::raw::{RawCredential, RawForward, RawProvider};
 use super::{ModelPattern, Provider, MAX_PROVIDERS};
 use crate::envelope::{Envelope, SIGNING_HEADERS};
-use crate::forward::Forward;
 use crate::translate::Api;
 use std::collections::BTreeMap;
 

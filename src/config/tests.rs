@@ -531,11 +531,11 @@ fn an_openai_provider_does_not_take_the_callers_anthropic_headers() {
     assert!(!c.forwarding.uniform());
     assert_eq!(
         c.forwarding.verdict(&c.providers, b"anthropic-beta"),
-        crate::forward::Verdict::PerProvider
+        crate::config::forward::Verdict::PerProvider
     );
     assert_eq!(
         c.forwarding.verdict(&c.providers, b"openai-organization"),
-        crate::forward::Verdict::Keep
+        crate::config::forward::Verdict::Keep
     );
 }
 

@@ -133,7 +133,7 @@ impl Envelope {
     /// body from the caller's header, SPEC 13).
     pub fn own_headers(self) -> &'static [&'static str] {
         match self {
-            Envelope::Bedrock => &["anthropic-version", crate::forward::ANTHROPIC_BETA],
+            Envelope::Bedrock => &["anthropic-version", crate::wire::ANTHROPIC_BETA],
             Envelope::Vertex => &["anthropic-version"],
             Envelope::AzureOpenAi | Envelope::Gemini => &[],
         }

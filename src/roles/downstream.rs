@@ -7,8 +7,8 @@ use super::{
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
 use crate::classify::Class;
+use crate::config::forward::{self, Verdict};
 use crate::config::Config;
-use crate::forward::{self, Verdict};
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::health::{Admission, Health};

@@ -10,12 +10,12 @@ use crate::attempt::{
     self, AnswerTranslation, BodyEdit, DelaySource, Hold, Marker, Outcome, Translation,
 };
 use crate::classify::{classify_status, Class};
+use crate::config::forward;
 use crate::config::Config;
 use crate::destination::{self, Refusal};
 use crate::dialects;
 use crate::envelope::eventstream::Unframer;
 use crate::envelope::Envelope;
-use crate::forward;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
@@ -498,7 +498,7 @@ impl<H: Host> Upstream<H> {
                 let beta = kept
                     .as_deref()
                     .filter(|_| envelope == Envelope::Bedrock)
-                    .and_then(|k| forward::kept_value(k, forward::ANTHROPIC_BETA))
+                    .and_then(|k| forward::kept_value(k, crate::wire::ANTHROPIC_BETA))
                     .map(str::to_string);
                 self.envelope_body = Some((a.provider_id, beta));
                 None

@@ -9,11 +9,12 @@
 //! upstream role puts back the ones its provider takes ([`HeaderPolicy::attempt_edits`]). When
 //! every provider forwards the same headers, the upstream role has nothing to do.
 
-use crate::config::Provider;
+use super::Provider;
 use crate::header_pairs::HeaderPairs;
 use crate::ids::ProviderId;
 use crate::pattern::ModelPattern;
 use crate::translate::Api;
+use crate::wire::ANTHROPIC_BETA;
 
 /// What every provider accepts unless its `forward_headers` says `all`: the request headers
 /// the official OpenAI, Azure OpenAI and Anthropic SDKs send that the APIs use.
@@ -143,9 +144,6 @@ pub struct HeaderPolicy {
     beta_in_body: bool,
     uniform: bool,
 }
-
-/// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]).
-pub const ANTHROPIC_BETA: &str = "anthropic-beta";
 
 impl HeaderPolicy {
     pub fn new(providers: &[Provider], never: Vec<String>) -> HeaderPolicy {
