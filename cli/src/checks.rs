@@ -53,8 +53,10 @@ fn unused_providers(config: &Config, out: &mut Vec<Diag>) {
 /// earlier chain already covers for every request the later one could take never selects it.
 fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
     for (j, later) in config.chains.iter().enumerate() {
-        let earlier: Vec<_> = config.chains[..j]
+        let earlier: Vec<_> = config
+            .chains
             .iter()
+            .take(j)
             .filter(|c| routes_cover(&c.routes, &later.routes))
             .filter(|c| paths_cover(&c.paths, &later.paths))
             .filter(|c| callers_cover(&c.callers, &later.callers))
@@ -89,7 +91,7 @@ fn shadowed_chains(config: &Config, out: &mut Vec<Diag>) {
                     format!("chains[{j}].models[{k}]"),
                     format!(
                         "{} is matched first by chain {by:?} for the same routes, paths and callers, so it never selects chain {:?} — remove it or move this chain before {by:?}",
-                        pattern_text(&later.models[k]),
+                        later.models.get(k).map(pattern_text).unwrap_or_default(),
                         later.name
                     ),
                 ));

@@ -47,8 +47,9 @@ pub(super) fn port_clashes(
     bound.extend(status.map(|a| ("status_listen", a)));
     let mut out = Vec::new();
     for (i, (field, addr)) in bound.iter().enumerate() {
-        let Some((other, taken)) = bound[..i]
+        let Some((other, taken)) = bound
             .iter()
+            .take(i)
             .find(|(_, o)| o.port == addr.port && same_host(&o.address, &addr.address))
         else {
             continue;

@@ -39,7 +39,7 @@ pub fn position(text: &str, field: &str) -> Option<(usize, usize)> {
     let steps = steps(field)?;
     (1..=steps.len())
         .rev()
-        .find_map(|n| find(text, &steps[..n]))
+        .find_map(|n| steps.get(..n).and_then(|s| find(text, s)))
 }
 
 fn find(text: &str, steps: &[Step]) -> Option<(usize, usize)> {

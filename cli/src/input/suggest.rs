@@ -149,14 +149,18 @@ fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
+        let mut cur = Vec::with_capacity(b.len() + 1);
+        cur.push(i + 1);
         for (j, cb) in b.iter().enumerate() {
             let cost = usize::from(ca != *cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+            let replace = prev.get(j).map_or(usize::MAX, |d| d + cost);
+            let delete = prev.get(j + 1).map_or(usize::MAX, |u| u + 1);
+            let insert = cur.last().map_or(usize::MAX, |l| l + 1);
+            cur.push(replace.min(delete).min(insert));
         }
         prev = cur;
     }
-    prev[b.len()]
+    prev.last().copied().unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -65,8 +65,10 @@ pub fn istio_gateway(gw: &Gateway) -> Result<Gateway, Vec<Diag>> {
                 && (o.tls, &o.sni, o.connect_timeout_ms, o.http2)
                     == (u.tls, &u.sni, u.connect_timeout_ms, u.http2)
         };
-        if let Some(first) = gw.upstreams[..i]
+        if let Some(first) = gw
+            .upstreams
             .iter()
+            .take(i)
             .find(|o| service_host(o) == host && !same_way(o))
         {
             errors.push(Diag::error(
