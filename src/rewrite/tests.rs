@@ -1,5 +1,6 @@
 //! Unit tests of `rewrite` (they also run compiled to wasm).
 
+use super::scanner::find_string_special;
 use super::*;
 
 fn model_of(body: &str) -> Result<Option<String>, BodyError> {
