@@ -99,7 +99,7 @@ pub fn resolve<'c, 'p>(
     // The plan names the caller's API only when its chain crosses APIs: same-API attempts
     // stop at this comparison.
     let translation = plan.caller_api.and_then(|caller| {
-        let to = provider.translates(Some(caller))?;
+        let to = provider.translates(Some(caller), "")?;
         Some(Translation {
             caller,
             provider: to,

@@ -135,7 +135,7 @@ pub fn skip_reason(
     if content.provider_state && entry.provider != first {
         return Some(SkipReason::ContentIncompatible);
     }
-    if let Some(to) = provider.translates(facts.api) {
+    if let Some(to) = provider.translates(facts.api, facts.path.unwrap_or_default()) {
         // Only endpoints with a translation cross APIs; the check reads the body, and only
         // cross-API entries pay for it.
         let Some(from) = facts.api.filter(|_| facts.path.is_some()) else {
@@ -284,6 +284,60 @@ mod tests {
         };
         assert_eq!(
             reason(&c, 3, &untranslatable, false),
+            Some(SkipReason::ContentIncompatible)
+        );
+    }
+
+    #[test]
+    fn openai_endpoints_without_translation_go_as_they_are_to_openai_providers() {
+        // A Responses, embeddings or completions request to a provider declaring `api: openai`
+        // is the same dialect (it was skipped as content_incompatible).
+        let c = config(
+            r#"{"providers":[{"name":"p","api":"openai"},{"name":"o","api":"openai"},
+            {"name":"a","api":"anthropic"},
+            {"name":"az","api":"azure_openai"},
+            {"name":"azd","api":"azure_openai","path_prefix":"/openai?api-version=2024-10-21"},
+            {"name":"g","api":"gemini"},{"name":"b","api":"bedrock"}],
+            "chains":[{"name":"main","providers":["p","o","a","az","azd","g","b"]}]}"#,
+        );
+        let on = |path| RequestFacts {
+            path: Some(path),
+            api: Api::of_path(path),
+            body: br#"{"model":"m","input":"hi"}"#,
+            ..facts(Content::default())
+        };
+        let skips = |path| {
+            (1..7)
+                .map(|e| reason(&c, e, &on(path), false).is_some())
+                .collect::<Vec<_>>()
+        };
+        //                                       o      a     az     azd    g      b
+        assert_eq!(
+            skips("/v1/responses"),
+            [false, true, false, true, true, true]
+        );
+        assert_eq!(
+            skips("/v1/embeddings"),
+            [false, true, false, false, false, true]
+        );
+        assert_eq!(
+            skips("/v1/completions"),
+            [false, true, false, false, true, true]
+        );
+        assert_eq!(
+            reason(&c, 2, &on("/v1/responses"), false),
+            Some(SkipReason::ContentIncompatible)
+        );
+        // State kept by the first provider still keeps a Responses request on it.
+        let state = RequestFacts {
+            content: Content {
+                provider_state: true,
+                ..Default::default()
+            },
+            ..on("/v1/responses")
+        };
+        assert_eq!(
+            reason(&c, 1, &state, false),
             Some(SkipReason::ContentIncompatible)
         );
     }

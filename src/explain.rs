@@ -49,7 +49,7 @@ pub fn attempt_changes<'a>(
     api: Option<Api>,
 ) -> AttemptChanges<'a> {
     let provider = config.provider(entry.provider);
-    let translated_to = provider.and_then(|p| p.translates(api));
+    let translated_to = provider.and_then(|p| p.translates(api, path));
     let path = match translated_to {
         Some(to) => to.endpoint(),
         None => path,

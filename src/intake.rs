@@ -352,7 +352,7 @@ impl<'a> Published<'a> {
             chain.entries.iter().any(|e| {
                 config
                     .provider(e.provider)
-                    .is_some_and(|p| p.translates(self.api).is_some())
+                    .is_some_and(|p| p.translates(self.api, self.path).is_some())
             })
         })
     }

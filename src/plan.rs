@@ -892,14 +892,19 @@ mod tests {
             ..xv(Content::default())
         };
         let p = plan(&c, &embeddings, &FakeHealth::default()).unwrap();
-        assert_eq!(entries(&p), vec![0, 3], "undeclared providers pass through");
         assert_eq!(
-            skips(&p.skipped),
-            vec![
-                (1, SkipReason::ContentIncompatible),
-                (2, SkipReason::ContentIncompatible)
-            ]
+            entries(&p),
+            vec![0, 1, 3],
+            "undeclared providers pass through, an `openai` one takes OpenAI's endpoints"
         );
+        assert_eq!(skips(&p.skipped), vec![(2, SkipReason::ContentIncompatible)]);
+        // A Responses request plans the same way (it skipped the `openai` entry too).
+        let responses = RequestFacts {
+            path: Some("/v1/responses"),
+            ..embeddings
+        };
+        let p = plan(&c, &responses, &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 1, 3]);
     }
 
     #[test]

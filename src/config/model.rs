@@ -32,10 +32,44 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// The API an attempt of a caller speaking `caller` is sent in, when it differs from the
-    /// caller's (the attempt is translated); `None` when nothing is translated.
-    pub fn translates(&self, caller: Option<Api>) -> Option<Api> {
-        self.api.filter(|&api| caller != Some(api))
+    /// The API an attempt of a caller speaking `caller` (on `path`) is sent in, when it
+    /// differs from the caller's (the attempt is translated, or skipped where no translation
+    /// exists); `None` when nothing is translated. An endpoint of the provider's own family
+    /// that has no translation (OpenAI's Responses, embeddings, completions to a provider
+    /// declaring `api: openai`) is the same dialect: sent as it is. `path` is read only for
+    /// callers of such endpoints (`caller` `None`).
+    pub fn translates(&self, caller: Option<Api>, path: &str) -> Option<Api> {
+        let api = self.api?;
+        let same = match caller {
+            Some(caller) => caller == api,
+            None => self.serves_as_is(api, path),
+        };
+        (!same).then_some(api)
+    }
+
+    /// Whether this provider (speaking `api`) serves the caller's untranslated endpoint on
+    /// `path` as it is: OpenAI and Azure OpenAI serve Responses (Azure on its v1 API, a
+    /// `path_prefix` without `api-version`), embeddings and completions; Gemini's OpenAI
+    /// endpoint serves embeddings only; Anthropic's clouds none.
+    fn serves_as_is(&self, api: Api, path: &str) -> bool {
+        use crate::envelope::Envelope;
+        use crate::translate::FamilyEndpoint as E;
+        if api != Api::OpenAiChat {
+            return false;
+        }
+        let Some(endpoint) = Api::family_endpoint(path) else {
+            return false;
+        };
+        match (self.envelope, endpoint) {
+            (None, _) | (Some(Envelope::AzureOpenAi), E::Embeddings | E::Completions) => true,
+            (Some(Envelope::AzureOpenAi), E::Responses) => !self
+                .path_prefix
+                .as_deref()
+                .unwrap_or_default()
+                .contains('?'),
+            (Some(Envelope::Gemini), E::Embeddings) => true,
+            _ => false,
+        }
     }
 
     /// The caller's headers it has its own value for, which never reach it (SPEC 7): those it

@@ -458,19 +458,19 @@ fn provider_api_max_tokens_and_the_default_anthropic_version() {
     );
     // An undeclared provider translates nothing; a declared one only for the other API.
     assert_eq!(
-        c.providers[3].translates(Some(Api::AnthropicMessages)),
+        c.providers[3].translates(Some(Api::AnthropicMessages), "/v1/x"),
         None
     );
     assert_eq!(
-        c.providers[1].translates(Some(Api::OpenAiChat)),
+        c.providers[1].translates(Some(Api::OpenAiChat), "/v1/x"),
         Some(Api::AnthropicMessages)
     );
     assert_eq!(
-        c.providers[1].translates(Some(Api::AnthropicMessages)),
+        c.providers[1].translates(Some(Api::AnthropicMessages), "/v1/x"),
         None
     );
     assert_eq!(
-        c.providers[0].translates(None),
+        c.providers[0].translates(None, "/v1/x"),
         Some(Api::OpenAiChat),
         "an endpoint without translation"
     );

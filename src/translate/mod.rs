@@ -57,6 +57,22 @@ impl Api {
         }
     }
 
+    /// The endpoint a caller called that no translation exists for but a provider of this
+    /// API's family serves as it is (same bytes, `model` rewritten): OpenAI's Responses,
+    /// embeddings and legacy completions for [`Api::OpenAiChat`] providers.
+    pub fn family_endpoint(path: &str) -> Option<FamilyEndpoint> {
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        if path.ends_with("/responses") {
+            Some(FamilyEndpoint::Responses)
+        } else if path.ends_with("/embeddings") {
+            Some(FamilyEndpoint::Embeddings)
+        } else if path.ends_with("/completions") && !path.ends_with("/chat/completions") {
+            Some(FamilyEndpoint::Completions)
+        } else {
+            None
+        }
+    }
+
     /// The path an attempt in this API goes to (before the provider's `path_prefix`).
     pub fn endpoint(self) -> &'static str {
         match self {
@@ -64,6 +80,18 @@ impl Api {
             Api::AnthropicMessages => "/v1/messages",
         }
     }
+}
+
+/// An OpenAI endpoint besides Chat Completions, served as it is by providers declaring
+/// `api: openai` (see `config::Provider::translates` for which envelopes serve which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyEndpoint {
+    /// `/v1/responses`.
+    Responses,
+    /// `/v1/embeddings`.
+    Embeddings,
+    /// `/v1/completions` (legacy text completions).
+    Completions,
 }
 
 /// What a translated request needs besides the caller's body.

@@ -977,9 +977,10 @@ class MockProvider:
                     "stop_reason": b.get("stop_reason", "tool_use" if calls else "end_turn"),
                     "stop_sequence": None,
                     "usage": b.get("usage", {"input_tokens": 5, "output_tokens": 7})}
-        content = b.get("content", text)
         if api == "responses":
-            return _response_object(self.name, rid, model, content, "completed")
+            return _response_object(self.name, rid, model, content, "completed", calls,
+                                    b.get("usage"))
+        content = b.get("content", text)
         if api == "embeddings":
             return {"object": "list", "model": model,
                     "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 1.0]}],
@@ -1076,17 +1077,88 @@ def _sse(event: str | None, data: Any) -> bytes:
     return head + b"data: " + body + b"\n\n"
 
 
-def _response_object(name: str, rid: int, model: Any, text: str, status: str) -> dict:
-    output = [] if status != "completed" else [{
-        "type": "message", "id": f"msg_mock_{name}_{rid}", "status": "completed",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}]}]
+def _response_object(name: str, rid: int, model: Any, text: str | None, status: str,
+                     calls: list | None = None, usage: dict | None = None) -> dict:
+    """A Responses API ``response``: a ``message`` item with the text (none when ``text`` is
+    None), then one ``function_call`` item per call; no output until it is ``completed``."""
+    output: list[dict] = []
+    if status == "completed":
+        if text is not None:
+            output.append(_message_item(name, rid, text))
+        output += [_function_call_item(c, k) for k, c in enumerate(calls or [])]
     return {"id": f"resp_mock_{name}_{rid}", "object": "response", "created_at": int(time.time()),
             "status": status, "model": model, "output": output, "parallel_tool_calls": True,
             "tool_choice": "auto", "tools": [],
-            "usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12,
-                      "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens_details": {"reasoning_tokens": 0}}}
+            "usage": usage or {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12,
+                               "input_tokens_details": {"cached_tokens": 0},
+                               "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+def _message_item(name: str, rid: int, text: str, status: str = "completed") -> dict:
+    return {"type": "message", "id": f"msg_mock_{name}_{rid}", "status": status,
+            "role": "assistant",
+            "content": [] if status != "completed" else
+            [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def _function_call_item(call: dict, k: int, status: str = "completed") -> dict:
+    return {"type": "function_call", "id": f"fc_mock_{k}", "call_id": _call_id(call, k, "call_mock_"),
+            "name": call["name"], "arguments": _arguments_text(call) if status == "completed"
+            else "", "status": status}
+
+
+def _responses_stream(name: str, rid: int, model: Any, texts: list[str], calls: list[dict],
+                      b: dict) -> tuple[list[bytes], list[bytes]]:
+    """The Responses API's typed events, in OpenAI's order: response.created,
+    response.in_progress, then per output item output_item.added (content_part.added,
+    output_text.delta x N, output_text.done, content_part.done | function_call_arguments.delta
+    x 3, function_call_arguments.done), output_item.done; response.completed with usage."""
+    seq = itertools_count()
+    item = f"msg_mock_{name}_{rid}"
+
+    def ev(kind: str, **fields: Any) -> bytes:
+        return _sse(kind, {"type": kind, "sequence_number": next(seq), **fields})
+
+    head = (ev("response.created", response=_response_object(name, rid, model, "", "in_progress"))
+            + ev("response.in_progress",
+                 response=_response_object(name, rid, model, "", "in_progress")))
+    events: list[bytes] = []
+    index = 0
+    if texts:
+        part = {"type": "output_text", "text": "", "annotations": []}
+        for i, t in enumerate(texts):
+            frame = b"" if i else (
+                head + ev("response.output_item.added", output_index=0,
+                          item=_message_item(name, rid, "", "in_progress"))
+                + ev("response.content_part.added", item_id=item, output_index=0,
+                     content_index=0, part=part))
+            events.append(frame + ev("response.output_text.delta", item_id=item,
+                                     output_index=0, content_index=0, delta=t, logprobs=[]))
+        text = "".join(texts)
+        events[-1] += (
+            ev("response.output_text.done", item_id=item, output_index=0, content_index=0,
+               text=text, logprobs=[])
+            + ev("response.content_part.done", item_id=item, output_index=0, content_index=0,
+                 part={**part, "text": text})
+            + ev("response.output_item.done", output_index=0,
+                 item=_message_item(name, rid, text)))
+        index = 1
+    for k, call in enumerate(calls):
+        fc = _function_call_item(call, k, "in_progress")
+        first = (head if not events and k == 0 else b"") + ev(
+            "response.output_item.added", output_index=index + k, item=fc)
+        pieces = [ev("response.function_call_arguments.delta", item_id=fc["id"],
+                     output_index=index + k, delta=p) for p in _thirds(_arguments_text(call))]
+        pieces[0] = first + pieces[0]
+        pieces[-1] += (ev("response.function_call_arguments.done", item_id=fc["id"],
+                          output_index=index + k, arguments=_arguments_text(call))
+                       + ev("response.output_item.done", output_index=index + k,
+                            item=_function_call_item(call, k)))
+        events += pieces
+    done = _response_object(name, rid, model, "".join(texts) if texts else None, "completed",
+                            calls, b.get("usage"))
+    trailer = [(b"" if events else head) + ev("response.completed", response=done)]
+    return events, trailer
 
 
 def _stream_events(api: str, name: str, rid: int, model: Any, n: int, b: dict | None = None,
@@ -1100,19 +1172,7 @@ def _stream_events(api: str, name: str, rid: int, model: Any, n: int, b: dict | 
     if api == "messages":
         return _messages_stream(name, rid, model, texts, calls, b)
     if api == "responses":
-        item = f"msg_mock_{name}_{rid}"
-        seq = itertools_count()
-        events = [_sse("response.output_text.delta", {
-            "type": "response.output_text.delta", "item_id": item, "output_index": 0,
-            "content_index": 0, "delta": t, "sequence_number": next(seq)}) for t in texts]
-        if events:
-            events[0] = _sse("response.created", {
-                "type": "response.created", "sequence_number": next(seq),
-                "response": _response_object(name, rid, model, "", "in_progress")}) + events[0]
-        trailer = [_sse("response.completed", {
-            "type": "response.completed", "sequence_number": next(seq),
-            "response": _response_object(name, rid, model, "".join(texts), "completed")})]
-        return events, trailer
+        return _responses_stream(name, rid, model, texts, calls, b)
     created = int(time.time())
     if api == "completions":
         events = [_sse(None, {"id": f"cmpl-mock-{name}-{rid}", "object": "text_completion",

@@ -45,8 +45,9 @@ providers:
   - name: backup                  # no api: whatever its caller speaks, never translated
     endpoint: "127.0.0.1:${BACKUP_PORT:-18303}"
     credential: {header: authorization, prefix: "Bearer ", value: sk-backup}
-  - name: spare
+  - name: spare                   # another OpenAI endpoint
     endpoint: "127.0.0.1:${SPARE_PORT:-18304}"
+    api: openai
     credential: {header: authorization, prefix: "Bearer ", value: sk-spare}
   - name: relay                   # another Anthropic Messages endpoint
     endpoint: "127.0.0.1:${RELAY_PORT:-18305}"
@@ -71,6 +72,10 @@ chains:
     models: ["ctx-*"]
     providers: [openai, {provider: anthropic, model: claude-sonnet-4-5}]
 """ + LISTS + """
+  - name: openai-endpoints        # OpenAI's other endpoints: OpenAI, then another OpenAI
+    models: ["oai-*"]
+    paths: ["/v1/responses", "/v1/embeddings", "/v1/completions"]
+    providers: [openai, {provider: anthropic, model: claude-x}, {provider: spare, model: gpt-spare}]
   - name: responses               # state kept by a provider: previous_response_id
     models: ["gpt-*"]
     paths: ["/v1/responses"]
@@ -277,6 +282,40 @@ def test_previous_response_id_skips_entries_on_other_providers(xv):
     assert xv.spare.request_count() == 1, "spare keeps no state of backup's: not tried"
     assert skipped(gw) == {("spare", "content_incompatible"): 1}
     assert walk(gw, "xv-state") == "spare:skipped:content_incompatible,backup:overloaded:Nms"
+
+
+def test_responses_embeddings_and_completions_fail_over_to_another_openai_provider(xv):
+    """A provider declaring `api: openai` speaks the Responses API, embeddings and completions
+    as they are (same bytes, `model` rewritten): they fail over to it as chat does (they were
+    skipped as content_incompatible, so the primary's 503 reached the app)."""
+    xv.openai.set_default(status=503, strict=True)
+    gw = xv.start()
+    c = xv.oai()
+    raw = c.responses.with_raw_response.create(
+        model="oai-4o", input="hi", extra_headers={"x-request-id": "xv-resp"})
+    assert raw.headers["x-llm-provider"] == "spare"
+    answer = raw.parse()
+    assert answer.output_text == "Hello from spare (model gpt-spare)"
+    events = list(c.responses.create(model="oai-4o", input="hi", stream=True))
+    assert events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
+        "spare:0 spare:1 spare:2 "
+    with c.responses.stream(model="oai-4o", input="hi") as stream:
+        final = stream.get_final_response()
+    assert final.status == "completed"
+    assert c.embeddings.create(model="oai-embed", input="hi").data[0].embedding == \
+        [0.25, -0.5, 1.0]
+    assert c.completions.create(model="oai-davinci", prompt="hi").choices[0].text == \
+        "Hello from spare (model gpt-spare)"
+    recs = accepted(xv.spare)
+    assert [r["path"] for r in recs] == ["/v1/responses"] * 3 + ["/v1/embeddings",
+                                                                  "/v1/completions"]
+    assert all(body(r)["model"] == "gpt-spare" for r in recs)
+    assert body(recs[0])["input"] == "hi", "the caller's body, never translated"
+    assert [header(r, "authorization") for r in recs] == [["Bearer sk-spare"]] * 5
+    assert xv.anthropic.request_count() == 0, "no translation for these endpoints yet"
+    assert walk(gw, "xv-resp") == ("anthropic:skipped:content_incompatible,"
+                                   "openai:overloaded:Nms,spare:ok:Nms")
 
 
 def test_an_endpoint_without_translation_skips_entries_of_another_api(xv):
