@@ -897,7 +897,10 @@ mod tests {
             vec![0, 1, 3],
             "undeclared providers pass through, an `openai` one takes OpenAI's endpoints"
         );
-        assert_eq!(skips(&p.skipped), vec![(2, SkipReason::ContentIncompatible)]);
+        assert_eq!(
+            skips(&p.skipped),
+            vec![(2, SkipReason::ContentIncompatible)]
+        );
         // A Responses request plans the same way (it skipped the `openai` entry too).
         let responses = RequestFacts {
             path: Some("/v1/responses"),
