@@ -193,12 +193,14 @@ impl FailoverSet {
     /// Adds one status code (100..=599). Codes of the invalid-request class are refused.
     pub fn add_status(&mut self, status: u16) -> Result<(), String> {
         if !(100..=599).contains(&status) {
-            return Err(format!("status {status} is outside 100-599"));
+            return Err(format!(
+                "status {status} is outside 100-599: write a status such as 503, or \"5xx\""
+            ));
         }
         if classify_status(status) == Class::InvalidRequest || classify_status(status) == Class::Ok
         {
             return Err(format!(
-                "status {status} can never fall over: it means the request itself is wrong (or succeeded)"
+                "status {status} can never fall over: it means the request itself is wrong (or succeeded); remove it from fallback_on"
             ));
         }
         let bit = usize::from(status - 100);

@@ -97,6 +97,19 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("unknown class", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [server_eror]}]\n", "chains[0].fallback_on[0]: unknown failure class"),
     ("bad status", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [700]}]\n", "chains[0].fallback_on[0]: status 700 is outside 100-599"),
     ("never falls over", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [invalid_request]}]\n", "chains[0].fallback_on[0]:"),
+    // Chain entries: fail closed, as providers and chains do (issue 32).
+    ("entry field typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}, {name: b, endpoint: \"127.0.0.1:2\"}]\nchains: [{name: c, providers: [a, {provider: b, modle: m}]}]\n", "chains[0].providers[1].modle: unknown field `modle` — did you mean `model`?"),
+    ("entry capabilities typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilites: {vision: false}}]}]\n", "chains[0].providers[0].capabilites: unknown field `capabilites` — did you mean `capabilities`?"),
+    ("capability typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilities: {context_windw: 8000}}]}]\n", "chains[0].providers[0].capabilities.context_windw: unknown field `context_windw` — did you mean `context_window`?"),
+    ("context window with a unit", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilities: {context_window: 200k}}]}]\n", "chains[0].providers[0].capabilities.context_window: \"200k\" is not a whole number — write the number itself: 200000"),
+    ("context window quoted", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilities: {context_window: \"200000\"}}]}]\n", "chains[0].providers[0].capabilities.context_window: \"200000\" is not a whole number — write it without quotes: 200000"),
+    ("context window zero", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilities: {context_window: 0}}]}]\n", "chains[0].providers[0].capabilities.context_window: must be a number of tokens above 0 (omit it when unknown)"),
+    ("vision yes", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilities: {vision: yes}}]}]\n", "chains[0].providers[0].capabilities.vision: \"yes\" is not true or false — write true or false, without quotes"),
+    ("entry not a name", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a, 5]}]\n", "chains[0].providers[1]: 5 is not a provider's name or a mapping {provider, model, capabilities} — write a provider's name, or {provider: NAME, model: MODEL}"),
+    ("entry without provider", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], context_window: [{model: big}]}]\n", "chains[0].context_window[0]: missing field `provider` — add provider: ..."),
+    ("azure without deployment", "providers: [{name: az, endpoint: \"127.0.0.1:1\", api: azure_openai, api_version: \"2024-10-21\"}]\nchains: [{name: c, providers: [az]}]\n", "chains[0].providers[0]: provider \"az\" is Azure OpenAI: name the deployment, or the caller's model is sent in its place — write {provider: az, model: DEPLOYMENT}"),
+    ("bedrock without model id", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}, {name: br, endpoint: \"127.0.0.1:2\", api: bedrock, credential: {header: authorization, value: k}}]\nchains: [{name: c, providers: [a, br]}]\n", "chains[0].providers[1]: provider \"br\" is Bedrock: name the model id"),
+    ("max tokens with a unit", "providers: [{name: a, endpoint: \"127.0.0.1:1\", api: anthropic, max_tokens: 4k}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].max_tokens: \"4k\" is not a whole number — write the number itself: 4000"),
     ("provider field typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\", modles: [x]}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].modles: unknown field `modles` — did you mean `models`?"),
     ("top-level typo", "lisen: {port: 1}\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "lisen: unknown field `lisen` — did you mean `listen`?"),
     ("wrong type", "providers: [{name: a, endpoint: \"127.0.0.1:1\", models: gpt}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].models: \"gpt\" is not a list"),
@@ -143,9 +156,31 @@ fn every_error_reaches_the_user_with_file_and_field_and_exit_1() {
             assert_eq!(code, 1, "{what} ({command}): exit {code}\n{stderr}");
             assert!(stdout.is_empty(), "{what}: nothing rendered on error");
             let wanted = format!("{file}: {expected}");
+            let line = stderr.lines().find(|l| l.starts_with(&wanted));
             assert!(
-                stderr.lines().any(|l| l.starts_with(&wanted)),
+                line.is_some(),
                 "{what} ({command}): wanted a line starting with\n  {wanted}\ngot:\n{stderr}"
+            );
+            // The field, the problem, and the fix.
+            let line = line.unwrap_or_default();
+            let fixes = [
+                " — ",
+                ": use",
+                ": write",
+                ": remove",
+                ": add",
+                ": list",
+                ": define",
+                ": give",
+                ": names must",
+                "e.g.",
+                "omit it",
+                "1 means",
+                "with providers: and chains:",
+            ];
+            assert!(
+                fixes.iter().any(|f| line.contains(f)),
+                "{what}: the message names no fix: {line}"
             );
         }
     }

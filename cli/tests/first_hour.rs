@@ -180,7 +180,7 @@ fn a_wrong_type_is_named_in_words_at_its_line() {
     assert_eq!(
         stderr,
         format!(
-            "{file}:{}: chains[1].max_attempts: \"three\" is not a whole number\n{file}: 1 error\n",
+            "{file}:{}: chains[1].max_attempts: \"three\" is not a whole number — write it in digits, without quotes or units\n{file}: 1 error\n",
             place(&text, "three")
         )
     );

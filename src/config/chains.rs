@@ -4,10 +4,11 @@
 use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
 use super::{
-    Capabilities, Chain, ChainEntry, EntryId, ModelPattern, ProviderId, RetryInPlace, MAX_CHAINS,
-    MAX_CHAIN_LEN,
+    Capabilities, Chain, ChainEntry, EntryId, ModelPattern, Provider, ProviderId, RetryInPlace,
+    MAX_CHAINS, MAX_CHAIN_LEN,
 };
 use crate::classify::{Class, FailoverSet};
+use crate::envelope::Envelope;
 use std::collections::BTreeMap;
 
 /// Checks the list itself (reported before any provider's problems, as it always was).
@@ -25,7 +26,8 @@ pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
 
 pub fn validate(
     raw: &[RawChain],
-    providers: &BTreeMap<&str, usize>,
+    ids: &BTreeMap<&str, usize>,
+    providers: &[Provider],
     problems: &mut Problems,
 ) -> Vec<Chain> {
     let mut chains = Vec::with_capacity(raw.len());
@@ -38,12 +40,17 @@ pub fn validate(
                 format!("chain {:?} is defined twice: names must be unique", c.name),
             );
         }
-        chains.push(validate_one(c, providers, &mut at));
+        chains.push(validate_one(c, ids, providers, &mut at));
     }
     chains
 }
 
-fn validate_one(c: &RawChain, providers: &BTreeMap<&str, usize>, at: &mut At) -> Chain {
+fn validate_one(
+    c: &RawChain,
+    names: &BTreeMap<&str, usize>,
+    providers: &[Provider],
+    at: &mut At,
+) -> Chain {
     if !is_token(&c.name) {
         at.field(
             "name",
@@ -77,11 +84,19 @@ fn validate_one(c: &RawChain, providers: &BTreeMap<&str, usize>, at: &mut At) ->
         }
     }
     let mut entries = Vec::with_capacity(c.providers.len());
-    resolve("providers", &c.providers, providers, at, &mut entries);
+    resolve(
+        "providers",
+        &c.providers,
+        names,
+        providers,
+        at,
+        &mut entries,
+    );
     let main_len = entries.len();
     let context_window = resolve(
         "context_window",
         &c.context_window,
+        names,
         providers,
         at,
         &mut entries,
@@ -89,6 +104,7 @@ fn validate_one(c: &RawChain, providers: &BTreeMap<&str, usize>, at: &mut At) ->
     let content_policy = resolve(
         "content_policy",
         &c.content_policy,
+        names,
         providers,
         at,
         &mut entries,
@@ -146,7 +162,8 @@ fn validate_one(c: &RawChain, providers: &BTreeMap<&str, usize>, at: &mut At) ->
 fn resolve(
     list: &str,
     raw: &[RawChainEntry],
-    providers: &BTreeMap<&str, usize>,
+    names: &BTreeMap<&str, usize>,
+    providers: &[Provider],
     at: &mut At,
     entries: &mut Vec<ChainEntry>,
 ) -> Vec<EntryId> {
@@ -154,22 +171,16 @@ fn resolve(
     let mut indices = Vec::with_capacity(raw.len());
     for (j, e) in raw.iter().enumerate() {
         let field = format!("{list}[{j}]");
-        let (name, model, capabilities) = match e {
-            RawChainEntry::Name(n) => (n, None, None),
-            RawChainEntry::Entry {
-                provider,
-                model,
-                capabilities,
-            } => (provider, model.clone(), *capabilities),
-        };
-        let capabilities = capabilities.unwrap_or_default();
+        let name = &e.provider;
+        let model = e.model.clone();
+        let capabilities = e.capabilities.unwrap_or_default();
         if capabilities.context_window == Some(0) {
             at.field(
                 &format!("{field}.capabilities.context_window"),
                 "must be a number of tokens above 0 (omit it when unknown)",
             );
         }
-        let Some(&index) = providers.get(name.as_str()) else {
+        let Some(&index) = names.get(name.as_str()) else {
             at.field(
                 &field,
                 format!("unknown provider {name:?}: define it under providers or fix the name"),
@@ -180,6 +191,11 @@ fn resolve(
         let Some(provider) = ProviderId::new(index) else {
             continue;
         };
+        if model.is_none() {
+            if let Some(problem) = providers.get(index).and_then(model_required) {
+                at.field(&field, problem);
+            }
+        }
         let entry = ChainEntry {
             provider,
             model,
@@ -208,11 +224,44 @@ fn resolve(
     indices
 }
 
+/// Why an entry naming no model cannot go to `provider`: a cloud whose model names are its own
+/// (an Azure deployment, a Bedrock model id, a Vertex model version) would get the caller's
+/// model in their place. Unless the provider lists in `models` the names callers may ask for
+/// (then a caller naming one asked for it), the entry must name the model.
+fn model_required(provider: &Provider) -> Option<String> {
+    if !provider.models.contains(&ModelPattern::Any) {
+        return None;
+    }
+    let name = &provider.name;
+    let (what, example, list) = match provider.envelope? {
+        Envelope::AzureOpenAi => (
+            "Azure OpenAI: name the deployment",
+            "DEPLOYMENT",
+            "deployments",
+        ),
+        Envelope::Bedrock => (
+            "Bedrock: name the model id",
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "model ids",
+        ),
+        Envelope::Vertex => (
+            "Vertex AI: name the model",
+            "claude-sonnet-4-5@20250929",
+            "models",
+        ),
+        Envelope::Gemini => return None,
+    };
+    Some(format!(
+        "provider {name:?} is {what}, or the caller's model is sent in its place — write {{provider: {name}, model: {example}}}, or list the {list} callers may ask for in that provider's models"
+    ))
+}
+
 fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String> {
     match trigger {
         RawTrigger::Status(code) => {
-            let code =
-                u16::try_from(*code).map_err(|_| format!("status {code} is outside 100-599"))?;
+            let code = u16::try_from(*code).map_err(|_| {
+                format!("status {code} is outside 100-599: write a status such as 503, or \"5xx\"")
+            })?;
             set.add_status(code)
         }
         RawTrigger::Name(name) => {
@@ -233,7 +282,10 @@ fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String
                     set.add_class(class);
                     Ok(())
                 }
-                Some(class) => Err(format!("{:?} can never fall over", class.as_str())),
+                Some(class) => Err(format!(
+                    "{:?} can never fall over: remove it from fallback_on",
+                    class.as_str()
+                )),
                 None => Err(format!(
                     "unknown failure class {name:?}: use one of {}, a status code, or \"4xx\"/\"5xx\"",
                     Class::names_that_may_fall_over()

@@ -169,7 +169,11 @@ pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
         (_, Expect::Value) if !innermost.object && innermost.index == 0 => {
             // Right after `[`: an element refused before it was read, or the array refused
             // as a whole (by a type read with `deserialize_any`, or an enum).
-            (at == Some(b'[') && message.starts_with("invalid type: sequence,"))
+            // A chain entry (read with `deserialize_any`) refused for being a sequence is
+            // refused after its `[`: the array just opened is the entry itself.
+            (at == Some(b'[')
+                && message.starts_with("invalid type: sequence,")
+                && !message.contains(super::raw::ENTRY_EXPECTED))
                 || (at == Some(b'{') && message.starts_with("invalid type: map,"))
         }
         _ => true,

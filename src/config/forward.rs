@@ -466,7 +466,7 @@ mod tests {
 
     #[test]
     fn bedrock_gets_the_callers_beta_flags_only_for_its_body() {
-        let bedrock = r#", "api": "bedrock""#;
+        let bedrock = r#", "api": "bedrock", "models": ["m"]"#;
         let p = Policy::of(&[r#", "api": "anthropic""#, bedrock]);
         assert!(!p.uniform());
         assert_eq!(p.verdict(b"anthropic-beta"), Verdict::PerProvider);

@@ -54,7 +54,7 @@ impl Config {
             env,
             &mut problems,
         );
-        let chains = chains::validate(&raw.chains, &providers.ids, &mut problems);
+        let chains = chains::validate(&raw.chains, &providers.ids, &providers.list, &mut problems);
         let breaker = policies::breaker(&raw.breaker, &mut problems);
         let timeouts = policies::timeouts(&raw.timeouts, &mut problems);
         policies::request_settings(&raw, &mut problems);

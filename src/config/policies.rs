@@ -62,17 +62,20 @@ pub fn request_settings(raw: &RawConfig, problems: &mut Problems) {
     if !is_header_name(&raw.opt_out_header.to_ascii_lowercase()) {
         problems.field(
             "opt_out_header",
-            format!("{:?} is not a valid header name", raw.opt_out_header),
+            format!("{:?} is not a valid header name: use lowercase letters, digits, '-' or '_', e.g. x-api-key", raw.opt_out_header),
         );
     }
     if let Some(h) = &raw.caller_header {
         if !is_header_name(&h.to_ascii_lowercase()) {
-            problems.field("caller_header", format!("{h:?} is not a valid header name"));
+            problems.field("caller_header", format!("{h:?} is not a valid header name: use lowercase letters, digits, '-' or '_', e.g. x-api-key"));
         }
     }
     if let Some(p) = &raw.status_path {
         if !p.starts_with('/') {
-            problems.field("status_path", format!("{p:?} must start with '/'"));
+            problems.field(
+                "status_path",
+                format!("{p:?} must start with '/', e.g. \"/llm-failover/status\""),
+            );
         }
     }
     let p = &raw.liveness_path;

@@ -229,7 +229,7 @@ fn credential(
     if !is_header_name(&header) {
         at.field(
             "credential.header",
-            format!("{:?} is not a valid header name", c.header),
+            format!("{:?} is not a valid header name: use lowercase letters, digits, '-' or '_', e.g. x-api-key", c.header),
         );
     }
     let key = match (&c.value, &c.env) {

@@ -187,6 +187,7 @@ pub struct RawChain {
     /// chain naming the caller wins over one that names nobody, whatever their order.
     #[serde(default)]
     pub callers: Vec<String>,
+    #[serde(deserialize_with = "entries")]
     pub providers: Vec<RawChainEntry>,
     #[serde(default = "default_attempts")]
     pub max_attempts: u32,
@@ -201,10 +202,10 @@ pub struct RawChain {
     pub fallbacks_exhausted: bool,
     /// Larger-context entries: a `context_window_exceeded` answer continues the walk here
     /// instead of at the next provider (SPEC 3a).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "entries")]
     pub context_window: Vec<RawChainEntry>,
     /// Entries for a `content_filtered` answer; without them that answer goes to the caller.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "entries")]
     pub content_policy: Vec<RawChainEntry>,
     /// Retry a failed attempt once on the same provider before moving on (SPEC 5):
     /// `{back_off, max_retry_after}`, `{}` for the defaults. (An object only: an untagged
@@ -233,18 +234,57 @@ impl Default for RawRetrySettings {
     }
 }
 
+/// One chain entry: `provider` (a provider's name, which is all a bare string entry says), the
+/// model it is sent (`None`: the caller's) and what that model takes. Read by [`entries`]: a
+/// string or a mapping of exactly these fields, so a misspelt field (`modle`) or a bad value
+/// inside the entry is refused naming that field, never read as "no model".
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawChainEntry {
-    Name(String),
-    Entry {
-        provider: String,
-        #[serde(default)]
-        model: Option<String>,
-        /// What this entry's model takes (SPEC 2.4); unknown = capable.
-        #[serde(default)]
-        capabilities: Option<RawCapabilities>,
-    },
+#[serde(deny_unknown_fields)]
+pub struct RawChainEntry {
+    pub provider: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// What this entry's model takes (SPEC 2.4); unknown = capable.
+    #[serde(default)]
+    pub capabilities: Option<RawCapabilities>,
+}
+
+/// What a chain entry is, in serde's "expected ..." of a refused one.
+pub(super) const ENTRY_EXPECTED: &str =
+    "a provider's name or a mapping {provider, model, capabilities}";
+
+/// A chain's list of entries (`providers`, `context_window`, `content_policy`): each a provider's
+/// name or a [`RawChainEntry`] mapping. Not an untagged enum: serde would buffer each entry and
+/// answer every problem inside one with "data did not match any variant".
+fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>, D::Error> {
+    struct Entry(RawChainEntry);
+    impl<'de> Deserialize<'de> for Entry {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(EntryVisitor).map(Entry)
+        }
+    }
+    struct EntryVisitor;
+    impl<'de> serde::de::Visitor<'de> for EntryVisitor {
+        type Value = RawChainEntry;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(ENTRY_EXPECTED)
+        }
+        fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<RawChainEntry, E> {
+            Ok(RawChainEntry {
+                provider: name.to_string(),
+                model: None,
+                capabilities: None,
+            })
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            map: A,
+        ) -> Result<RawChainEntry, A::Error> {
+            RawChainEntry::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    let list: Vec<Entry> = Deserialize::deserialize(d)?;
+    Ok(list.into_iter().map(|e| e.0).collect())
 }
 
 /// A chain entry's `capabilities`: what its model takes. An unset field means capable.

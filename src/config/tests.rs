@@ -232,13 +232,38 @@ fn parse_errors_name_the_field() {
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",5,"a"]}]}"#
                 .to_string(),
             "chains[0].providers[1]",
-            "data did not match any variant of untagged enum RawChainEntry",
+            "invalid type: integer `5`, expected a provider's name or a mapping {provider, model, capabilities}",
         ),
         (
-            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",5]}]}"#
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",["a"]]}]}"#
                 .to_string(),
             "chains[0].providers[1]",
-            "data did not match any variant of untagged enum RawChainEntry",
+            "invalid type: sequence, expected a provider's name or a mapping {provider, model, capabilities}",
+        ),
+        // Inside an entry: the field itself, never "no model" or "capable" (issue 32).
+        (
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",{"provider":"a","modle":"m"}]}]}"#
+                .to_string(),
+            "chains[0].providers[1].modle",
+            "unknown field `modle`, expected one of `provider`, `model`, `capabilities`",
+        ),
+        (
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"provider":"a","capabilities":{"context_window":"200k"}}]}]}"#
+                .to_string(),
+            "chains[0].providers[0].capabilities.context_window",
+            "invalid type: string \"200k\", expected u64",
+        ),
+        (
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"context_window":[{"provider":"a","capabilites":{}}]}]}"#
+                .to_string(),
+            "chains[0].context_window[0].capabilites",
+            "unknown field `capabilites`, expected one of `provider`, `model`, `capabilities`",
+        ),
+        (
+            r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"model":"m"}]}]}"#
+                .to_string(),
+            "chains[0].providers[0]",
+            "missing field `provider`",
         ),
         // Not JSON: the innermost value where it stops being JSON (an object, where a member
         // name belongs: serde_path_to_error printed `providers[0].?`).
@@ -563,4 +588,53 @@ fn retry_in_place_and_the_first_token_timeout_are_read_with_their_defaults() {
         r#"{"providers":[{"name":"a"}],"chains":[{"name":"x","providers":["a"],"retry_in_place":{"backoff":"1s"}}]}"#,
     );
     assert!(e[0].contains("retry_in_place"), "{e:?}");
+}
+
+/// A cloud whose model names are its own gets the caller's model only when the file says so
+/// (the provider lists the names callers may ask for): an entry naming no model is refused
+/// otherwise, in Envoy as in the CLI (issue 32).
+#[test]
+fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_models() {
+    let config = |providers: &str, entry: &str| {
+        Config::from_json(
+            format!(
+                r#"{{"providers":[{providers}],"chains":[{{"name":"c","providers":[{entry}]}}]}}"#
+            )
+            .as_bytes(),
+            &|_| None,
+        )
+    };
+    for (api, prefix, says) in [
+        (
+            "azure_openai",
+            r#","path_prefix":"/openai?api-version=2024-10-21""#,
+            "is Azure OpenAI: name the deployment",
+        ),
+        ("azure_openai", "", "is Azure OpenAI: name the deployment"),
+        ("bedrock", "", "is Bedrock: name the model id"),
+        (
+            "vertex",
+            r#","path_prefix":"/v1/projects/p/locations/r""#,
+            "is Vertex AI: name the model",
+        ),
+    ] {
+        let p = format!(r#"{{"name":"x","api":"{api}"{prefix}}}"#);
+        let e = config(&p, r#""x""#).unwrap_err();
+        assert_eq!(e.len(), 1, "{api}: {e:?}");
+        assert_eq!(e[0].field, "chains[0].providers[0]");
+        assert!(e[0].problem.contains(says), "{api}: {}", e[0].problem);
+        assert!(
+            e[0].problem.contains("{provider: x, model: "),
+            "{}",
+            e[0].problem
+        );
+        assert!(
+            config(&p, r#"{"provider":"x","model":"m"}"#).is_ok(),
+            "{api}"
+        );
+        let listed = format!(r#"{{"name":"x","api":"{api}","models":["gpt-4o-prod"]{prefix}}}"#);
+        assert!(config(&listed, r#""x""#).is_ok(), "{api}: listed models");
+    }
+    // Gemini's models are the caller's to name, as OpenAI's are.
+    assert!(config(r#"{"name":"g","api":"gemini"}"#, r#""g""#).is_ok());
 }

@@ -11,6 +11,12 @@ pub(super) fn in_users_terms(field: &str, problem: &str, providers: &[&str]) -> 
     if problem.starts_with("unknown field `") {
         return explain_unknown_field(field, problem);
     }
+    if let Some(field) = problem
+        .strip_prefix("missing field `")
+        .and_then(|r| r.strip_suffix('`'))
+    {
+        return format!("missing field `{field}` — add {field}: ...");
+    }
     if let Some(better) = unknown_provider(problem, providers) {
         return better;
     }
@@ -75,9 +81,57 @@ fn types_in_words(problem: &str) -> Option<String> {
         e => e,
     };
     if unsigned && kind == "invalid value" {
-        return Some(format!("{found} is not {expected} of 0 or more"));
+        return Some(format!(
+            "{found} is not {expected} of 0 or more — write 0 or more"
+        ));
     }
-    Some(format!("{found} is not {expected}"))
+    Some(format!(
+        "{found} is not {expected} — {}",
+        type_fix(&found, expected)
+    ))
+}
+
+/// What to write instead of `found` (as [`value_in_words`] shows it) where `expected` (in
+/// words) belongs.
+fn type_fix(found: &str, expected: &str) -> String {
+    let text = found
+        .strip_prefix('"')
+        .and_then(|f| f.strip_suffix('"'))
+        .filter(|_| found.len() >= 2);
+    match (expected, text) {
+        ("a whole number", Some(t)) if is_number(t) => format!("write it without quotes: {t}"),
+        ("a whole number", Some(t)) => match thousands(t) {
+            Some(n) => format!("write the number itself: {n}"),
+            None => "write it in digits, without quotes or units".to_string(),
+        },
+        ("a whole number" | "a number", None) => "write it in digits".to_string(),
+        ("true or false", _) => {
+            "write true or false, without quotes (YAML reads yes, no, on and off as text)"
+                .to_string()
+        }
+        ("a list", Some(t)) => format!("write a list: [{t:?}]"),
+        ("a list", None) => "write a list: [a, b]".to_string(),
+        ("a string", _) if found.starts_with(|c: char| c.is_ascii_digit()) => {
+            format!("quote it: \"{found}\"")
+        }
+        ("a string", _) => "write it as text".to_string(),
+        ("a mapping", _) => "write a mapping: {field: value}".to_string(),
+        (e, _) if e.starts_with("a provider's name") => {
+            "write a provider's name, or {provider: NAME, model: MODEL}".to_string()
+        }
+        (e, _) => format!("write {e}"),
+    }
+}
+
+/// `200k` as 200000, `1m` as 1000000: a size the file wrote with a unit where a count belongs.
+fn thousands(text: &str) -> Option<u64> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (digits, scale) = match lower.as_bytes().last()? {
+        b'k' => (&lower[..lower.len() - 1], 1_000),
+        b'm' => (&lower[..lower.len() - 1], 1_000_000),
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(scale)
 }
 
 /// serde's description of the value found (`serde::de::Unexpected`), as the file shows it.
@@ -172,19 +226,31 @@ mod tests {
         let t = |p: &str| in_users_terms("x", p, &["openai", "azure"]);
         assert_eq!(
             t("invalid type: string \"three\", expected u32 at line 1 column 701"),
-            "\"three\" is not a whole number"
+            "\"three\" is not a whole number — write it in digits, without quotes or units"
         );
         assert_eq!(
             t("invalid type: string \"gpt\", expected a sequence at line 1 column 45"),
-            "\"gpt\" is not a list"
+            "\"gpt\" is not a list — write a list: [\"gpt\"]"
         );
         assert_eq!(
             t("invalid value: integer `-1`, expected u32"),
-            "-1 is not a whole number of 0 or more"
+            "-1 is not a whole number of 0 or more — write 0 or more"
         );
         assert_eq!(
             t("invalid type: map, expected a string"),
-            "a mapping is not a string"
+            "a mapping is not a string — write it as text"
+        );
+        assert_eq!(
+            t("invalid type: string \"200k\", expected u64"),
+            "\"200k\" is not a whole number — write the number itself: 200000"
+        );
+        assert_eq!(
+            t("invalid type: string \"200000\", expected u64"),
+            "\"200000\" is not a whole number — write it without quotes: 200000"
+        );
+        assert_eq!(
+            t("invalid type: string \"yes\", expected a boolean"),
+            "\"yes\" is not true or false — write true or false, without quotes (YAML reads yes, no, on and off as text)"
         );
         assert_eq!(
             t("unknown provider \"azur\": define it under providers or fix the name"),

@@ -133,7 +133,10 @@ pub(super) fn parse_upstream(
         Some(other) => {
             errors.push(Diag::error(
                 format!("{at}.tls"),
-                format!("{} is not true or false", show(&other)),
+                format!(
+                    "{} is not true or false — write true or false",
+                    show(&other)
+                ),
             ));
             None
         }
@@ -184,7 +187,10 @@ pub(super) fn parse_upstream(
         Some(other) => {
             errors.push(Diag::error(
                 format!("{at}.http2"),
-                format!("{} is not true or false", show(&other)),
+                format!(
+                    "{} is not true or false — write true or false",
+                    show(&other)
+                ),
             ));
             false
         }
