@@ -434,15 +434,20 @@ def test_configuration_errors_are_logged_at_error_level_naming_the_field(gateway
     path = render(DEMO, {**gateway.env, "PRIMARY_PORT": "1", "SECONDARY_PORT": "2",
                          "TERTIARY_PORT": "3"})
     text = path.read_text()
-    broken = text.replace('"max_attempts":3', '"max_attempts":0')
-    assert broken != text
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(broken)
-    out = subprocess.run([harness.envoy_bin(), "--mode", "validate", "-c", str(bad)],
-                         cwd=harness.REPO_ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0
-    lines = [l for l in (out.stdout + out.stderr).splitlines()
-             if "invalid plugin configuration" in l]
-    assert lines, out.stdout + out.stderr
-    assert all("[error]" in l for l in lines), lines
-    assert any("chains[0].max_attempts" in l for l in lines), lines
+    # A bad limit, and a chain entry's misspelt field (issue 32: Envoy refuses it as the CLI
+    # does, instead of sending the caller's model).
+    for was, broken_as, field in [('"max_attempts":3', '"max_attempts":0', "chains[0].max_attempts"),
+                                  ('"model":"tertiary-model"', '"modle":"tertiary-model"',
+                                   "chains[0].providers[2].modle: unknown field `modle`")]:
+        broken = text.replace(was, broken_as)
+        assert broken != text
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(broken)
+        out = subprocess.run([harness.envoy_bin(), "--mode", "validate", "-c", str(bad)],
+                             cwd=harness.REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0
+        lines = [l for l in (out.stdout + out.stderr).splitlines()
+                 if "invalid plugin configuration" in l]
+        assert lines, out.stdout + out.stderr
+        assert all("[error]" in l for l in lines), lines
+        assert any(field in l for l in lines), lines

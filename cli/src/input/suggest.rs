@@ -126,9 +126,9 @@ fn type_fix(found: &str, expected: &str) -> String {
 /// `200k` as 200000, `1m` as 1000000: a size the file wrote with a unit where a count belongs.
 fn thousands(text: &str) -> Option<u64> {
     let lower = text.trim().to_ascii_lowercase();
-    let (digits, scale) = match lower.as_bytes().last()? {
-        b'k' => (&lower[..lower.len() - 1], 1_000),
-        b'm' => (&lower[..lower.len() - 1], 1_000_000),
+    let (digits, scale) = match (lower.strip_suffix('k'), lower.strip_suffix('m')) {
+        (Some(digits), _) => (digits, 1_000),
+        (_, Some(digits)) => (digits, 1_000_000),
         _ => return None,
     };
     digits.parse::<u64>().ok()?.checked_mul(scale)
