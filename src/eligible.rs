@@ -298,7 +298,8 @@ mod tests {
             {"name":"az","api":"azure_openai"},
             {"name":"azd","api":"azure_openai","path_prefix":"/openai?api-version=2024-10-21"},
             {"name":"g","api":"gemini"},{"name":"b","api":"bedrock"}],
-            "chains":[{"name":"main","providers":["p","o","a","az","azd","g","b"]}]}"#,
+            "chains":[{"name":"main","providers":["p","o","a",{"provider":"az","model":"m"},
+              {"provider":"azd","model":"m"},"g",{"provider":"b","model":"m"}]}]}"#,
         );
         let on = |path| RequestFacts {
             path: Some(path),
