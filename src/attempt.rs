@@ -276,6 +276,27 @@ pub fn answer_translation(status: u16, event_stream: impl FnOnce() -> bool) -> A
     }
 }
 
+/// Translated attempt `t`'s whole `2xx` answer (`status`, `body`), decided (SPEC 16): a
+/// `server_error` when it is no answer of the provider's API (the caller, if it gets it, gets
+/// a `502` in its own API: [`UNREADABLE_STATUS`]), else a success, translated.
+fn whole_answer(t: Translation, status: u16, body: &[u8], created: u64) -> Decided {
+    let translated = translate::response(t.provider, t.caller, status, body, created);
+    let (class, to_caller) = if translated.unreadable {
+        (Class::ServerError, UNREADABLE_STATUS)
+    } else {
+        (Class::Ok, status)
+    };
+    Decided {
+        class,
+        status,
+        read_delay: translated.unreadable,
+        answer: Some(WholeAnswer {
+            status: to_caller,
+            body: translated.body,
+        }),
+    }
+}
+
 /// The body to send in `envelope` (`beta`: the caller's `anthropic-beta` header):
 /// `(new body, None when unchanged; content length)`.
 pub fn envelope_body(
@@ -474,6 +495,10 @@ pub enum Hold {
     /// A `200` event stream under a first-token timeout, until its first output
     /// ([`dialects::first_output`]); the timeout fires while it is held.
     FirstOutput,
+    /// A translated attempt's whole `2xx` answer with this status, until its end: whether it
+    /// is an answer of the provider's API decides its class (SPEC 16). The router buffers it
+    /// whole for its translation in any case.
+    Answer(u16),
 }
 
 /// What the upstream role reads of an answer's headers, from one read of the whole map (one
@@ -563,8 +588,12 @@ pub fn hold(
     if end_of_stream || !config.hold_answers {
         return None;
     }
+    let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
+    let whole = a.translation.is_some() && (200..300).contains(&head.status);
+    if whole && answer_translation(head.status, || event_stream) != AnswerTranslation::Stream {
+        return Some(Hold::Answer(head.status));
+    }
     if head.status == 200 {
-        let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
         let first_token = config.timeouts.first_token(a.plan.stream).is_some();
         (a.plan.stream && event_stream).then_some(if first_token {
             Hold::FirstOutput
@@ -600,13 +629,29 @@ pub fn unframes(
 const AWS_EVENT_STREAM: &[u8] = b"application/vnd.amazon.eventstream";
 
 /// What a held answer's body decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
     pub class: Class,
     pub status: u16,
     /// Read the delay the answer asked for (see [`delay_source`]).
     pub read_delay: bool,
+    /// A whole translated answer ([`Hold::Answer`]), translated already: what the caller gets
+    /// when it goes to the caller.
+    pub answer: Option<WholeAnswer>,
 }
+
+/// A translated attempt's whole answer for the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WholeAnswer {
+    /// `502` when the provider's answer was no answer of its API (the caller never gets a
+    /// success holding an error, SPEC 16); else the provider's.
+    pub status: u16,
+    /// In the caller's API: the answer, or the error saying it could not be translated.
+    pub body: Vec<u8>,
+}
+
+/// The status a caller gets for a translated answer that could not be read.
+pub const UNREADABLE_STATUS: u16 = 502;
 
 impl Hold {
     /// How many bytes of the held body (`held` so far) to read now; `None` to wait for more
@@ -615,39 +660,74 @@ impl Hold {
     /// as a timeout.
     pub fn read_now(self, held: usize, end_of_stream: bool) -> Option<usize> {
         let enough = end_of_stream || held >= BODY_PREFIX_LIMIT;
-        if matches!(self, Hold::Body(_)) && !enough {
-            return None;
+        match self {
+            // The whole answer, at its end.
+            Hold::Answer(_) => end_of_stream.then_some(held),
+            Hold::Body(_) if !enough => None,
+            _ => Some(held.min(BODY_PREFIX_LIMIT)),
         }
-        Some(held.min(BODY_PREFIX_LIMIT))
     }
 
-    /// What the start of the body says; `None` to keep holding (a stream's first event is not
-    /// complete yet).
-    pub fn decide(self, body: &[u8], end_of_stream: bool) -> Option<Decided> {
-        match self {
-            Hold::Body(status) => Some(Decided {
-                class: dialects::refine(status, body),
-                status,
-                read_delay: true,
-            }),
-            Hold::Stream | Hold::FirstOutput => {
-                let start = if self == Hold::Stream {
-                    dialects::first_event(body, end_of_stream)
-                } else {
-                    dialects::first_output(body, end_of_stream)
-                };
-                let class = match start {
-                    StreamStart::NeedMore => return None,
-                    StreamStart::Healthy => Class::Ok,
-                    StreamStart::Error(class) => class,
-                };
-                Some(Decided {
-                    class,
-                    status: 200,
-                    read_delay: false,
+    /// What the start of the body (for [`Hold::Answer`], the whole body) says; `None` to keep
+    /// holding (a stream's first event is not complete yet). `translation`: the attempt's, if
+    /// translated; its streams must open with events of the provider's API, and its whole
+    /// answers are translated here (`created`: for an OpenAI caller's answer). A translated
+    /// answer that is no answer of its API is a `server_error` (SPEC 16).
+    pub fn decide(
+        self,
+        body: &[u8],
+        end_of_stream: bool,
+        translation: Option<Translation>,
+        created: u64,
+    ) -> Option<Decided> {
+        let start = match self {
+            Hold::Body(status) => {
+                return Some(Decided {
+                    class: dialects::refine(status, body),
+                    status,
+                    read_delay: true,
+                    answer: None,
                 })
             }
-        }
+            Hold::Answer(status) => {
+                return translation.map(|t| whole_answer(t, status, body, created))
+            }
+            Hold::Stream | Hold::FirstOutput => {
+                let until_output = self == Hold::FirstOutput;
+                match (translation, until_output) {
+                    (Some(t), _) => {
+                        dialects::first_event_of(t.provider, body, end_of_stream, until_output)
+                    }
+                    (None, false) => dialects::first_event(body, end_of_stream),
+                    (None, true) => dialects::first_output(body, end_of_stream),
+                }
+            }
+        };
+        let class = match start {
+            StreamStart::NeedMore => return None,
+            StreamStart::Healthy => Class::Ok,
+            StreamStart::Error(class) => class,
+            StreamStart::Unreadable => {
+                // Nothing of it reached the caller: if it goes to the caller, it goes as the
+                // error a whole answer that could not be read gets.
+                let t = translation?;
+                return Some(Decided {
+                    class: Class::ServerError,
+                    status: 200,
+                    read_delay: false,
+                    answer: Some(WholeAnswer {
+                        status: UNREADABLE_STATUS,
+                        body: translate::unreadable(t.provider, t.caller),
+                    }),
+                });
+            }
+        };
+        Some(Decided {
+            class,
+            status: 200,
+            read_delay: false,
+            answer: None,
+        })
     }
 }
 

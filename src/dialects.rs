@@ -17,6 +17,7 @@
 //! the unit tests below hold each rule against such a body and against near misses.
 
 use crate::classify::{classify_status, Class};
+use crate::translate::{self, Api};
 
 /// How many bytes of a failing answer are read before deciding (SPEC: "a few KiB").
 pub const BODY_PREFIX_LIMIT: usize = 4096;
@@ -448,6 +449,9 @@ pub enum StreamStart {
     Healthy,
     /// The first event is an error: fail over like an answer of this class.
     Error(Class),
+    /// A translated stream that opens with an event not of its API ([`first_event_of`]): it
+    /// cannot be translated, a `server_error` (SPEC 16).
+    Unreadable,
 }
 
 /// Decides on a held stream from the bytes received so far. Decides at the first complete
@@ -491,6 +495,68 @@ pub fn first_output(held: &[u8], end_of_stream: bool) -> StreamStart {
         StreamStart::Healthy
     } else {
         StreamStart::NeedMore
+    }
+}
+
+/// Decides on a held stream of a translated attempt whose provider speaks `api` (SPEC 16): as
+/// [`first_event`] (or, `until_output`, as [`first_output`]), except that every event before
+/// the decision must be an event of that API ([`translate::is_stream_event`]): the first one
+/// that is not (and is no error) makes the stream [`StreamStart::Unreadable`], as does a
+/// stream that ends with none. Comment-only events (`: keep-alive`) are skipped. Once `held`
+/// reaches [`BODY_PREFIX_LIMIT`] without a decision, what is held is released.
+pub fn first_event_of(
+    api: Api,
+    held: &[u8],
+    end_of_stream: bool,
+    until_output: bool,
+) -> StreamStart {
+    let mut rest = held.get(..BODY_PREFIX_LIMIT).unwrap_or(held);
+    let mut seen = false;
+    loop {
+        // At the end of the stream an event without its blank line is taken as it is.
+        let (event, after) = match next_event(rest) {
+            Some(split) => split,
+            None if end_of_stream && !rest.is_empty() => (rest, &b""[..]),
+            None => break,
+        };
+        rest = after;
+        let Some((name, data)) = event_fields(event) else {
+            continue;
+        };
+        if let Some(class) = error_event(event) {
+            return StreamStart::Error(class);
+        }
+        if !translate::is_stream_event(api, name, data) {
+            return StreamStart::Unreadable;
+        }
+        seen = true;
+        if !until_output || is_output(event) {
+            return StreamStart::Healthy;
+        }
+    }
+    match (end_of_stream, seen) {
+        (true, false) => StreamStart::Unreadable,
+        (true, true) => StreamStart::Healthy,
+        _ if held.len() >= BODY_PREFIX_LIMIT => StreamStart::Healthy,
+        _ => StreamStart::NeedMore,
+    }
+}
+
+/// An SSE event's `event:` name (empty when it has none) and its first `data:` payload;
+/// `None` for an event of comments (or other fields) only.
+fn event_fields(event: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (mut name, mut data) = (None, None);
+    for line in event.split(|&c| c == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(n) = field(line, b"event") {
+            name = name.or(Some(n));
+        } else if let Some(d) = field(line, b"data") {
+            data = data.or(Some(d));
+        }
+    }
+    match (name, data) {
+        (None, None) => None,
+        (name, data) => Some((name.unwrap_or_default(), data.unwrap_or_default())),
     }
 }
 

@@ -460,3 +460,69 @@ fn readable_content_types() {
         assert!(!is_readable(t.as_bytes()), "{t}");
     }
 }
+
+#[test]
+fn a_translated_streams_first_event_must_be_of_its_api() {
+    use crate::translate::Api::{AnthropicMessages as Messages, OpenAiChat as Chat};
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n";
+    let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+    let text = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
+    let junk = "data: {\"hello\":\"world\"}\n\n";
+    let of = |api, held: &str, eos| first_event_of(api, held.as_bytes(), eos, false);
+    // Each API's own first events pass; the other API's, or anything else, do not.
+    assert_eq!(of(Messages, start, false), StreamStart::Healthy);
+    assert_eq!(of(Messages, ping, false), StreamStart::Healthy);
+    assert_eq!(of(Chat, OPENAI_CHUNK, false), StreamStart::Healthy);
+    assert_eq!(of(Chat, "data: [DONE]\n\n", false), StreamStart::Healthy);
+    let azure = "data: {\"choices\":[],\"id\":\"\",\"prompt_filter_results\":[]}\n\n";
+    assert_eq!(of(Chat, azure, false), StreamStart::Healthy);
+    assert_eq!(of(Messages, OPENAI_CHUNK, false), StreamStart::Unreadable);
+    assert_eq!(of(Chat, start, false), StreamStart::Unreadable);
+    assert_eq!(of(Messages, junk, false), StreamStart::Unreadable);
+    assert_eq!(of(Chat, junk, false), StreamStart::Unreadable);
+    assert_eq!(
+        of(Chat, "data: not json\n\n", false),
+        StreamStart::Unreadable
+    );
+    // Comments are skipped; an error is still an error.
+    let comment = ": OPENROUTER PROCESSING\n\n";
+    assert_eq!(of(Chat, comment, false), StreamStart::NeedMore);
+    assert_eq!(
+        of(Chat, &format!("{comment}{junk}"), false),
+        StreamStart::Unreadable
+    );
+    let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    assert_eq!(of(Messages, error, false), StreamStart::Error(Overloaded));
+    // Not complete yet: wait; ended with nothing of the API (or nothing at all): unreadable;
+    // ended on an event without its blank line: judged as it is.
+    assert_eq!(of(Messages, &start[..20], false), StreamStart::NeedMore);
+    assert_eq!(of(Messages, "", true), StreamStart::Unreadable);
+    assert_eq!(of(Messages, comment, true), StreamStart::Unreadable);
+    assert_eq!(of(Messages, start.trim_end(), true), StreamStart::Healthy);
+    assert_eq!(of(Messages, junk.trim_end(), true), StreamStart::Unreadable);
+    // A first event longer than the bound is released as it is.
+    let long = format!(
+        "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}",
+        "x".repeat(5000)
+    );
+    assert_eq!(of(Chat, &long, false), StreamStart::Healthy);
+    // Under a first-token timeout every event before the output must be of the API too.
+    let until = |api, held: &str, eos| first_event_of(api, held.as_bytes(), eos, true);
+    assert_eq!(
+        until(Messages, &format!("{start}{ping}"), false),
+        StreamStart::NeedMore
+    );
+    assert_eq!(
+        until(Messages, &format!("{start}{text}"), false),
+        StreamStart::Healthy
+    );
+    assert_eq!(
+        until(Messages, &format!("{start}{junk}"), false),
+        StreamStart::Unreadable
+    );
+    assert_eq!(
+        until(Messages, start, true),
+        StreamStart::Healthy,
+        "the translator ends it"
+    );
+}

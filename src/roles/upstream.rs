@@ -74,6 +74,9 @@ pub struct Upstream<H: Host> {
     envelope_body: Option<(ProviderId, Option<String>)>,
     /// A Bedrock event stream being unwrapped into Anthropic SSE (SPEC 13).
     unframe: Option<Unframing>,
+    /// The provider's answer was replaced by a whole one ([`Upstream::give_whole`]): the rest
+    /// of its body never reaches the caller.
+    replaced: bool,
 }
 
 /// An AWS event stream turned into SSE as it passes. While the answer is held (its first event
@@ -120,6 +123,7 @@ impl<H: Host> Upstream<H> {
             messages_caller: false,
             envelope_body: None,
             unframe: None,
+            replaced: false,
         }
     }
 
@@ -354,7 +358,7 @@ impl<H: Host> Upstream<H> {
         if let Some(hold) = self.hold.take() {
             // The budget is spent: the answer goes to the caller as its status says.
             let status = match hold {
-                Hold::Body(status) => status,
+                Hold::Body(status) | Hold::Answer(status) => status,
                 Hold::Stream | Hold::FirstOutput => 200,
             };
             let marker = self.settle_status(status, classify_status(status));
@@ -679,6 +683,10 @@ impl<H: Host> Upstream<H> {
     }
 
     pub fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
+        if self.replaced {
+            self.host.set_body(Map::Response, body_size, b"");
+            return Flow::Continue;
+        }
         let body_size = self.unframe_body(body_size, end_of_stream);
         self.held = body_size;
         let flow = if self.hold.is_some() {
@@ -732,6 +740,19 @@ impl<H: Host> Upstream<H> {
         });
     }
 
+    /// Replaces the held provider's answer (what is buffered of it, and what comes after) by a
+    /// whole translated answer.
+    fn give_whole(&mut self, answer: &attempt::WholeAnswer) {
+        let host = &self.host;
+        if answer.status != status_code(host, Map::Response) {
+            host.set_header(Map::Response, ":status", Some(&answer.status.to_string()));
+        }
+        host.set_header(Map::Response, "content-length", None);
+        host.set_header(Map::Response, "content-type", Some("application/json"));
+        host.set_body(Map::Response, self.held, &answer.body);
+        self.replaced = true;
+    }
+
     /// When the attempt started, in Unix seconds (OpenAI answers' `created`).
     fn started_s(&self) -> u64 {
         self.current.as_ref().map_or(0, |c| c.start_ms / 1000)
@@ -750,8 +771,10 @@ impl<H: Host> Upstream<H> {
         let body = self.host.body(Map::Response, body_size).unwrap_or_default();
         let (out, flow) = match answer {
             Answering::Whole { status } => {
+                // Not held (an error, or holding is off): an unreadable answer's error goes as
+                // it is, its status gone already.
                 let out = translate::response(t.provider, t.caller, *status, &body, created);
-                (out, Flow::Continue)
+                (out.body, Flow::Continue)
             }
             Answering::Stream { stream, kept } => {
                 // The first `kept` bytes are the caller's already (held for the end).
@@ -844,7 +867,8 @@ impl<H: Host> Upstream<H> {
             return Flow::Pause;
         };
         let body = self.host.body(Map::Response, len).unwrap_or_default();
-        let Some(decided) = hold.decide(&body, end_of_stream) else {
+        let Some(decided) = hold.decide(&body, end_of_stream, self.translation, self.started_s())
+        else {
             return Flow::Pause;
         };
         if decided.class != Class::Ok {
@@ -857,6 +881,14 @@ impl<H: Host> Upstream<H> {
             self.settle(decided.class, Some(decided.status), None)
         };
         self.hold = None;
+        if let Some(answer) = decided.answer {
+            // A whole translated answer, translated already; a retried one never reaches the
+            // caller.
+            if marker != Marker::Set {
+                self.give_whole(&answer);
+            }
+            return Flow::Continue;
+        }
         // Decided on the provider's own bytes; then translated for the caller, all of what
         // is held so far.
         self.start_answer(decided.status, marker);

@@ -139,17 +139,71 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
     }
 }
 
+/// A whole answer translated for the caller ([`response`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translated {
+    /// What the caller gets: the answer or error in its API.
+    pub body: Vec<u8>,
+    /// The provider's `2xx` body is not an answer of its API (not JSON, or not a Messages
+    /// answer / Chat completion): `body` is an error saying so, never a success (SPEC 16).
+    pub unreadable: bool,
+}
+
 /// A whole (not streamed) answer of a provider speaking `provider`, in the `caller`'s API.
 /// `status` is the provider's: 2xx bodies are answers, other bodies are errors (always given
 /// back in the caller's error shape, even when they are not JSON). `created` (Unix seconds) is
 /// the time an OpenAI answer reports (Anthropic's answers carry none).
-pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u64) -> Vec<u8> {
-    match (provider, caller) {
+pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u64) -> Translated {
+    let translated = match (provider, caller) {
         (Api::AnthropicMessages, Api::OpenAiChat) => {
             chat_to_messages::response(status, body, created)
         }
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
-        _ => body.to_vec(),
+        _ => Ok(body.to_vec()),
+    };
+    match translated {
+        Ok(body) => Translated {
+            body,
+            unreadable: false,
+        },
+        Err(body) => Translated {
+            body,
+            unreadable: true,
+        },
+    }
+}
+
+/// The error (in the `caller`'s API) a caller gets instead of a `2xx` answer of a provider
+/// speaking `provider` that is no answer of that API.
+pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
+    match (provider, caller) {
+        (Api::AnthropicMessages, _) => chat_to_messages::unreadable(),
+        (Api::OpenAiChat, _) => messages_to_chat::unreadable(),
+    }
+}
+
+/// Whether one SSE event of a provider's stream (its `event:` name, empty when it had none,
+/// and one `data:` payload) is an event of `api`'s stream: for Anthropic Messages a JSON object
+/// with a string `type` (`message_start`, `ping`, ...; an event named `error` is one too), for
+/// OpenAI Chat a chunk (a JSON object with `choices` or `usage`, or whose `object` is
+/// `chat.completion.chunk`) or `[DONE]`. A stream whose first event is none of these cannot be
+/// translated (SPEC 16). Unknown event types of the right shape pass: the translators skip
+/// them, as the APIs ask.
+pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
+    match api {
+        Api::AnthropicMessages => {
+            let [kind] = json::pick(data, [b"type"]);
+            name == b"error" || json::RawStr::of(kind).is_some_and(|k| !k.is_empty())
+        }
+        Api::OpenAiChat => {
+            if data == b"[DONE]" {
+                return true;
+            }
+            let [choices, usage, object] = json::pick(data, [b"choices", b"usage", b"object"]);
+            choices.starts_with(b"[")
+                || usage.starts_with(b"{")
+                || object.starts_with(br#""chat.completion"#)
+        }
     }
 }
 

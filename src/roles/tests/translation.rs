@@ -388,3 +388,96 @@ fn a_held_translated_stream_released_by_the_first_token_timeout_is_translated() 
     );
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// An answer that cannot be read is a failure (SPEC 16): never a success holding an error.
+
+const NOT_AN_ANSWER: &str = r#"{"hello": "world"}"#;
+
+fn not_an_answer() -> Provider {
+    Provider::Answer(
+        200,
+        vec![("content-type", "application/json")],
+        NOT_AN_ANSWER,
+    )
+}
+
+#[test]
+fn a_translated_answer_that_is_no_answer_of_its_api_falls_over_as_a_server_error() {
+    let gw = Gateway::new(XV);
+    // OpenAI caller: the Anthropic fallback's 200 is no Messages answer; the next entry answers.
+    let r = gw.request(&[], CHAT, &[status(503), not_an_answer(), ok()]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.clusters(), ["co", "ca", "co2"]);
+    assert_eq!(r.body, br#"{"ok":true}"#);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("server_error"));
+    assert_eq!(gw.metric(&names::attempts("ant", Class::ServerError)), 1);
+    // It is the last entry: the caller gets a 502 in its own API, not a 200.
+    let claude =
+        r#"{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    let r = gw.request(
+        &[(":path", "/v1/messages")],
+        claude,
+        &[status(529), not_an_answer()],
+    );
+    assert_eq!(r.clusters(), ["ca", "co"]);
+    assert_eq!(r.status, 502, "{:?}", String::from_utf8_lossy(&r.body));
+    let error = r.body_json();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "api_error");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("x-should-retry"), Some("true"));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("oai"));
+    assert_eq!(gw.metric(&names::attempts("oai", Class::ServerError)), 1);
+    // A real answer still goes through, translated.
+    let anthropic = Provider::Answer(
+        200,
+        vec![("content-type", "application/json")],
+        ANTHROPIC_ANSWER,
+    );
+    let r = gw.request(&[], CHAT, &[status(503), anthropic]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body_json()["choices"][0]["message"]["content"],
+        "Hello from claude"
+    );
+}
+
+#[test]
+fn a_translated_stream_whose_first_event_is_not_of_its_api_falls_over() {
+    let gw = Gateway::new(XV);
+    let junk = Provider::Answer(
+        200,
+        vec![SSE],
+        ": keep-alive\n\ndata: {\"hello\":\"world\"}\n\ndata: [DONE]\n\n",
+    );
+    let r = gw.request(&[], STREAM_CHAT, &[status(503), junk, ok()]);
+    assert_eq!(r.clusters(), ["co", "ca", "co2"]);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("server_error"));
+    assert_eq!(r.body, br#"{"ok":true}"#);
+    // An OpenAI provider's stream to an Anthropic caller, shaped as Messages events: no chunk.
+    let claude = r#"{"model":"claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let wrong = Provider::Answer(200, vec![SSE], CLAUDE_START);
+    let r = gw.request(&[(":path", "/v1/messages")], claude, &[status(529), wrong]);
+    assert_eq!(r.clusters(), ["ca", "co"]);
+    // The last entry: nothing of it reached the caller, who gets a 502 in its own API.
+    assert_eq!(r.status, 502);
+    let error = r.body_json();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "api_error");
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(gw.metric(&names::attempts("oai", Class::ServerError)), 1);
+    // A healthy Azure-style first chunk (no choices' content yet) is an OpenAI chunk.
+    let azure = Provider::Answer(
+        200,
+        vec![SSE],
+        concat!(
+            "data: {\"choices\":[],\"created\":0,\"id\":\"\",\"model\":\"\",\"object\":\"\",\"prompt_filter_results\":[]}\n\n",
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n"
+        ),
+    );
+    let r = gw.request(&[(":path", "/v1/messages")], claude, &[status(529), azure]);
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).contains("Hi"));
+}

@@ -477,18 +477,15 @@ fn write_block(out: &mut Out, block: &Block<'_>) {
     out.close();
 }
 
-/// The provider's answer (or error) for the OpenAI caller. `created`: Unix seconds.
-pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
+/// The provider's answer (or error) for the OpenAI caller. `created`: Unix seconds. `Err`: a
+/// `2xx` body that is not a Messages answer, with the error the caller gets instead.
+pub fn response(status: u16, body: &[u8], created: u64) -> std::result::Result<Vec<u8>, Vec<u8>> {
     if !(200..300).contains(&status) {
-        return error(status, body);
+        return Ok(error(status, body));
     }
     let answer = Obj::parse_bytes(body);
     let Some(content) = answer.as_ref().and_then(|a| a.arr("content")) else {
-        return common::openai_error_body(
-            "api_error",
-            None,
-            "The provider's answer is not an Anthropic Messages answer and could not be translated.",
-        );
+        return Err(unreadable());
     };
     let answer = answer.unwrap_or_default();
     let mut texts = Vec::new();
@@ -547,7 +544,16 @@ pub fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
     };
     write_openai_usage(&mut out, &usage);
     out.close();
-    out.0
+    Ok(out.0)
+}
+
+/// The OpenAI caller's error instead of a `2xx` answer that is no Messages answer.
+pub fn unreadable() -> Vec<u8> {
+    common::openai_error_body(
+        "api_error",
+        None,
+        "The provider's answer is not an Anthropic Messages answer and could not be translated.",
+    )
 }
 
 /// Texts (JSON strings) as one string: the one as written, several joined.

@@ -5,6 +5,11 @@ use serde_json::{json, Value};
 
 use super::*;
 
+/// The body the caller gets, an answer or not (whether it is one: [`super::response`]).
+fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
+    super::response(status, body, created).unwrap_or_else(|error| error)
+}
+
 const CX: RequestContext<'static> = RequestContext {
     model: "claude-sonnet-4-5",
     default_max_tokens: 4096,
@@ -592,9 +597,19 @@ fn errors_of_each_status_in_openais_shape() {
         "The provider answered 503 with no error message."
     );
     assert_eq!(out["error"]["type"], "overloaded_error");
-    // A 2xx body that is no Messages answer.
-    let out: Value = serde_json::from_slice(&response(200, b"{}", 0)).unwrap();
-    assert_eq!(out["error"]["type"], "api_error");
+    // A 2xx body that is no Messages answer: unreadable, the error to give instead.
+    for not_an_answer in [
+        &b"{}"[..],
+        br#"{"hello": "world"}"#,
+        b"[1]",
+        b"<html></html>",
+    ] {
+        let error = super::response(200, not_an_answer, 0).expect_err("not an answer");
+        let out: Value = serde_json::from_slice(&error).unwrap();
+        assert_eq!(out["error"]["type"], "api_error");
+    }
+    // Errors are translated, never unreadable.
+    assert!(super::response(503, b"<html></html>", 0).is_ok());
 }
 
 #[test]
@@ -751,7 +766,8 @@ mod round_trip {
 
 #[test]
 fn an_empty_or_escaped_answer() {
-    let out: Value = serde_json::from_slice(&response(200, b"", 7)).unwrap();
+    let out: Value =
+        serde_json::from_slice(&super::response(200, b"", 7).expect_err("empty")).unwrap();
     assert_eq!(out["error"]["type"], "api_error");
     // Escapes are kept as written where a string is copied, and joined texts escaped anew.
     let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"a \"q\"\n"},{"type":"text","text":"\u00e9\/"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2,"cache_read_input_tokens":null}}"#;

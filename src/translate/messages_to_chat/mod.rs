@@ -433,19 +433,17 @@ fn inner(text: &str) -> &str {
         .unwrap_or_default()
 }
 
-/// The provider's answer (or error) for the Anthropic caller.
-pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
+/// The provider's answer (or error) for the Anthropic caller. `Err`: a `2xx` body that is not
+/// a Chat completion, with the error the caller gets instead.
+pub fn response(status: u16, body: &[u8]) -> std::result::Result<Vec<u8>, Vec<u8>> {
     if !(200..300).contains(&status) {
         let error = common::provider_error(body);
         let message = common::error_message(status, error.as_ref(), body);
-        return anthropic_error(status, &message);
+        return Ok(anthropic_error(status, &message));
     }
     let answer = Obj::parse_bytes(body);
     let Some(choices) = answer.as_ref().and_then(|a| a.arr("choices")) else {
-        return common::anthropic_error_body(
-            "api_error",
-            "The provider's answer is not an OpenAI Chat Completions answer and could not be translated.",
-        );
+        return Err(unreadable());
     };
     let answer = answer.unwrap_or_default();
     let choice = choices
@@ -524,7 +522,15 @@ pub fn response(status: u16, body: &[u8]) -> Vec<u8> {
     out.key("cache_read_input_tokens").num(usage.cache_read);
     out.key("output_tokens").num(usage.output).close();
     out.close();
-    out.0
+    Ok(out.0)
+}
+
+/// The Anthropic caller's error instead of a `2xx` answer that is no Chat completion.
+pub fn unreadable() -> Vec<u8> {
+    common::anthropic_error_body(
+        "api_error",
+        "The provider's answer is not an OpenAI Chat Completions answer and could not be translated.",
+    )
 }
 
 /// Anthropic's error shape; its `error.type` follows the status.

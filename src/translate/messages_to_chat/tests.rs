@@ -5,6 +5,11 @@ use serde_json::{json, Value};
 
 use super::*;
 
+/// The body the caller gets, an answer or not (whether it is one: [`super::response`]).
+fn response(status: u16, body: &[u8]) -> Vec<u8> {
+    super::response(status, body).unwrap_or_else(|error| error)
+}
+
 const CX: RequestContext<'static> = RequestContext {
     model: "gpt-4o",
     default_max_tokens: 4096,
@@ -450,8 +455,13 @@ fn errors_of_each_status_in_anthropics_shape() {
         json!({"type": "error", "error": {"type": "api_error",
                "message": "The provider answered 502: upstream connect error"}})
     );
-    let out: Value = serde_json::from_slice(&response(200, b"[]")).unwrap();
-    assert_eq!(out["error"]["type"], "api_error");
+    // A 2xx body that is no Chat completion: unreadable, the error to give instead.
+    for not_an_answer in [&b"[]"[..], br#"{"hello": "world"}"#, b"", b"<html></html>"] {
+        let error = super::response(200, not_an_answer).expect_err("not an answer");
+        let out: Value = serde_json::from_slice(&error).unwrap();
+        assert_eq!(out["error"]["type"], "api_error");
+    }
+    assert!(super::response(502, b"upstream connect error").is_ok());
 }
 
 #[test]

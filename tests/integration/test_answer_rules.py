@@ -1,0 +1,130 @@
+"""Answers a provider gives that are not what they seem, and what the breaker counts (SPEC 16),
+through one real Envoy for the whole module:
+
+* a translated attempt whose `200` is no answer of its provider's API (JSON or stream) falls
+  over as a `server_error`; on the last entry the caller gets a `502` in its own API, never a
+  `200` holding an error (both directions: OpenAI caller -> Anthropic provider, Anthropic
+  caller -> OpenAI provider);
+* with `retry_in_place`, a request counts once toward its provider's breaker."""
+import json
+
+import pytest
+
+import harness
+from harness import Envoy, prometheus_samples, render_config, start_mock
+
+if harness.external_mode():
+    pytest.skip("needs its own gateway and mocks", allow_module_level=True)
+
+MOCKS = ("oai", "ant", "backup", "flaky", "spare")
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+breaker: {failures: 3, window: 30s, cooldown: 60s}
+providers:
+  - {name: oai, endpoint: "127.0.0.1:${OAI_PORT}", api: openai,
+     credential: {header: authorization, prefix: "Bearer ", value: sk-oai}}
+  - {name: ant, endpoint: "127.0.0.1:${ANT_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-ant}}
+  - {name: backup, endpoint: "127.0.0.1:${BACKUP_PORT}", api: openai}
+  - {name: flaky, endpoint: "127.0.0.1:${FLAKY_PORT}"}
+  - {name: spare, endpoint: "127.0.0.1:${SPARE_PORT}"}
+chains:
+  - name: gpt                     # an OpenAI-SDK app: OpenAI, Anthropic, another OpenAI
+    models: ["gpt-*"]
+    providers: [oai, {provider: ant, model: claude-x}, backup]
+  - name: claude                  # an Anthropic-SDK app: Anthropic, then OpenAI (the last)
+    models: ["claude-*"]
+    providers: [ant, {provider: oai, model: gpt-x}]
+  - name: flaky
+    models: ["flaky-*"]
+    providers: [flaky, spare]
+ROUTER_ONLY"""
+IN_PLACE = "    retry_in_place: {}\n"
+needs_router = pytest.mark.skipif(
+    harness.grouping_mode(),
+    reason="in-place retry needs Envoy 1.39+ (refused at render for Envoy 1.36-1.38)")
+needs_hold = pytest.mark.skipif(
+    not harness.holds_answers(),
+    reason="Envoy 1.36 classifies on status and headers only (1.36.4 crashes retrying an "
+           "attempt whose answer was held to read its body)")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    d = tmp_path_factory.mktemp("answer-rules")
+    mocks = {name: start_mock(name) for name in MOCKS}
+    env = {f"{name.upper()}_PORT": str(m.port) for name, m in mocks.items()}
+    env.update(LISTEN_PORT=str(harness.free_port()), ADMIN_PORT=str(harness.free_port()))
+    config = CONFIG.replace("ROUTER_ONLY", "" if harness.grouping_mode() else IN_PLACE)
+    envoy = Envoy(render_config(config, env, out_dir=d), d / "envoy", env=env).start()
+    gateway = harness.Gateway(envoy.listener_url(), envoy.admin_url, envoy=envoy)
+    gateway.mocks = mocks
+    try:
+        yield gateway
+    finally:
+        envoy.stop()
+        for m in mocks.values():
+            m.stop()
+
+
+@pytest.fixture
+def mocks(gw):
+    for m in gw.mocks.values():
+        m.reset()
+    return gw.mocks
+
+
+NOT_AN_ANSWER = {"status": 200, "stream": False, "content_type": "application/json",
+                 "body": {"hello": "world"}}
+# A first event no API has: an OpenAI caller's Anthropic provider, or the reverse.
+NOT_AN_EVENT = {"status": 200, "stream": True, "events": ['data: {"hello": "world"}\n\n',
+                                                          "data: [DONE]\n\n"]}
+# The first entry steps aside without counting toward its breaker (a 429 counts for none).
+STEP_ASIDE = {"status": 429}
+CLAUDE = {"max_tokens": 64}
+MESSAGES = {"path": "/v1/messages", "headers": {"anthropic-version": "2023-06-01"}}
+
+
+def attempts(gw, provider, outcome):
+    for labels, value in prometheus_samples(gw.prometheus(), "llm_failover_attempts_total"):
+        if labels == {"provider": provider, "outcome": outcome}:
+            return value
+    return 0
+
+
+@needs_hold
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_openai_callers_anthropic_fallback_that_answers_no_messages_answer_falls_over(
+        gw, mocks, stream):
+    mocks["oai"].set_default(STEP_ASIDE)
+    mocks["ant"].set_default(NOT_AN_EVENT if stream else NOT_AN_ANSWER)
+    r = gw.chat("gpt-4o", stream=stream)
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "backup"
+    assert r.header("x-llm-attempts") == "3"
+    assert [rec["path"] for rec in mocks["ant"].requests()] == ["/v1/messages"]
+    if stream:
+        assert r.sse_content() == "backup:0 backup:1 backup:2 "
+        assert "stream_cut_short" not in r.text
+    else:
+        assert r.json()["choices"][0]["message"]["content"].startswith("Hello from backup")
+    assert attempts(gw, "ant", "server_error") >= 1
+
+
+@needs_hold
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_an_anthropic_callers_last_openai_entry_that_answers_no_completion_is_a_502(
+        gw, mocks, stream):
+    mocks["ant"].set_default(STEP_ASIDE)
+    mocks["oai"].set_default(NOT_AN_EVENT if stream else NOT_AN_ANSWER)
+    r = gw.chat("claude-x", stream=stream, **MESSAGES, **CLAUDE)
+    assert r.status == 502, r.text
+    assert r.header("content-type") == "application/json"
+    assert r.header("x-should-retry") == "true"
+    assert r.header("x-llm-provider") == "oai"
+    error = r.json()
+    assert error["type"] == "error", error
+    assert error["error"]["type"] == "api_error"
+    assert "could not be translated" in error["error"]["message"]
+    assert [rec["path"] for rec in mocks["oai"].requests()] == ["/v1/chat/completions"]
