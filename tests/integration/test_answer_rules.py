@@ -1,11 +1,10 @@
-"""Answers a provider gives that are not what they seem, and what the breaker counts (SPEC 16),
-through one real Envoy for the whole module:
+"""Answers a provider gives that are not what they seem (SPEC 16), through one real Envoy for
+the whole module:
 
 * a translated attempt whose `200` is no answer of its provider's API (JSON or stream) falls
   over as a `server_error`; on the last entry the caller gets a `502` in its own API, never a
   `200` holding an error (both directions: OpenAI caller -> Anthropic provider, Anthropic
-  caller -> OpenAI provider);
-* with `retry_in_place`, a request counts once toward its provider's breaker."""
+  caller -> OpenAI provider)."""
 import json
 
 import pytest
