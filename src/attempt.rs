@@ -14,8 +14,8 @@ use crate::destination::{self, Refusal};
 use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
 use crate::envelope::Envelope;
 use crate::handoff::{PlanRecord, PlanText, PlanView};
-use crate::health::Report;
 use crate::health::{Admission, Health};
+use crate::health::{InPlace, Report};
 use crate::ids::{EntryId, ProviderId};
 use crate::plan::{self, Walk};
 use crate::plan::{SkipReason, Slot};
@@ -417,6 +417,10 @@ pub struct Outcome {
     pub status: Option<u16>,
     /// The delay the answer asked for (see [`delay_source`]).
     pub retry_after_ms: Option<u64>,
+    /// For an in-place retry ([`is_retry_in_place`]), the class the try before it failed with
+    /// (`handoff::Outcomes`, read only for a retry): the request counts once toward the
+    /// breaker (SPEC 16).
+    pub first_try: Option<Class>,
 }
 
 /// Which response headers tell how long a failing provider wants to be left alone.
@@ -771,6 +775,7 @@ pub fn settle<'a>(
         class,
         status,
         retry_after_ms,
+        first_try,
     } = outcome;
     let mut falls_over = a.chain.fallback_on.falls_over(class, status);
     let mut budget_skips = Vec::new();
@@ -833,6 +838,13 @@ pub fn settle<'a>(
         None
     };
     let unchanged = class == Class::Ok && a.slot.pristine && !a.slot.probe;
+    // A request counts once toward the breaker however often it was tried in place (SPEC 16):
+    // a try retried next waits for its retry, which counts for both.
+    let in_place_report = match (in_place, first_try) {
+        (Some(_), _) => InPlace::Retried,
+        (None, Some(first)) if is_retry_in_place(a) => InPlace::After(first),
+        _ => InPlace::No,
+    };
     let report = (!unchanged).then(|| {
         (
             a.model(),
@@ -840,6 +852,7 @@ pub fn settle<'a>(
                 class,
                 falls_over,
                 retry_after_ms,
+                in_place: in_place_report,
             },
         )
     });

@@ -94,6 +94,7 @@ fn a_failure_marks_the_retry_and_counts_the_fallback() {
         class: Class::ServerError,
         status: Some(500),
         retry_after_ms: Some(5),
+        first_try: None,
     };
     let s = settle(&c, &a, outcome, 2_000, 1_500, &mut no_lists);
     assert_eq!(s.marker, Marker::Set);
@@ -119,6 +120,7 @@ fn a_pristine_success_reports_nothing_and_removes_a_forged_marker() {
         class: Class::Ok,
         status: Some(200),
         retry_after_ms: None,
+        first_try: None,
     };
     let s = settle(&c, &a, ok, 1_000, 1_000, &mut no_lists);
     assert_eq!(
@@ -137,6 +139,7 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         class: Class::Overloaded,
         status: Some(503),
         retry_after_ms: None,
+        first_try: None,
     };
     // Started at 1 s; at 92 s only 9 s of the 100 s budget are left.
     let s = settle(&c, &a, outcome, 92_000, 1_000, &mut no_lists);
@@ -151,6 +154,7 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         class: Class::ConnectionError,
         status: None,
         retry_after_ms: None,
+        first_try: None,
     };
     let s = settle(&c, &a, refused, 92_000, 1_000, &mut no_lists);
     assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
@@ -369,6 +373,7 @@ fn a_probes_success_is_always_reported_and_a_departed_caller_is_no_fallback() {
         class: Class::Ok,
         status: Some(200),
         retry_after_ms: None,
+        first_try: None,
     };
     let s = settle(&c, &a, ok, 1_000, 1_000, &mut no_lists);
     assert_eq!(s.report.map(|(_, r)| r.class), Some(Class::Ok));
@@ -377,6 +382,7 @@ fn a_probes_success_is_always_reported_and_a_departed_caller_is_no_fallback() {
         class: Class::ClientDisconnect,
         status: None,
         retry_after_ms: None,
+        first_try: None,
     };
     let s = settle(&c, &a, gone, 2_000, 1_000, &mut no_lists);
     assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
@@ -417,6 +423,7 @@ fn failed(class: Class, status: Option<u16>, retry_after_ms: Option<u64>) -> Out
         class,
         status,
         retry_after_ms,
+        first_try: None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! store, no clock; [`super::Health::report`] runs it inside the update loop).
 
 use super::record::{ModelMark, Record, MAX_FAILURES, MAX_MODEL_MARKS, MAX_MODEL_NAME};
-use super::{BreakerChange, BreakerState, DeadMarkSet, DeadScope, Report, ReportEffect};
+use super::{BreakerChange, BreakerState, DeadMarkSet, DeadScope, InPlace, Report, ReportEffect};
 use crate::classify::Class;
 use crate::config::{BreakerPolicy, DeadMarkPolicy};
 
@@ -52,6 +52,23 @@ impl Record {
         let state = BreakerState::of(self.open_until, now);
         let mut effect = ReportEffect::nothing(state);
         let class = report.class;
+        let says_nothing = matches!(class, Class::InvalidRequest | Class::ClientDisconnect);
+        // The class the breaker counts: this attempt's, or, for an in-place retry whose own
+        // class counts nothing, the first try's (SPEC 16: a request counts once).
+        let counted = match report.in_place {
+            InPlace::Retried => {
+                // The retry's report decides; only the last failure is kept now.
+                if class != Class::Ok && !says_nothing {
+                    self.last_failure = Some((class, now));
+                    effect.written = true;
+                }
+                return effect;
+            }
+            InPlace::After(first) if class != Class::Ok && !class.counts_toward_breaker() => {
+                first.counts_toward_breaker().then_some(first)
+            }
+            _ => class.counts_toward_breaker().then_some(class),
+        };
         match class {
             Class::Ok => {
                 let before = self.models.len();
@@ -71,16 +88,18 @@ impl Record {
                 }
                 return effect;
             }
-            Class::InvalidRequest | Class::ClientDisconnect => {
+            Class::InvalidRequest | Class::ClientDisconnect if counted.is_none() => {
                 self.release_probe_claim(now, &mut effect);
                 return effect;
             }
             _ => {}
         }
 
-        self.last_failure = Some((class, now));
+        if !says_nothing {
+            self.last_failure = Some((class, now));
+        }
         effect.written = true;
-        if class.counts_toward_breaker() {
+        if counted.is_some() {
             match state {
                 BreakerState::Closed => {
                     let at = self.failures.partition_point(|&t| t <= now);
@@ -107,11 +126,13 @@ impl Record {
                     effect.state = BreakerState::Open;
                 }
             }
-            return effect;
+            if class.counts_toward_breaker() || says_nothing {
+                return effect;
+            }
+        } else {
+            // Not counted: rate_limited, model_not_found, setup_fault, and the body classes.
+            self.release_probe_claim(now, &mut effect);
         }
-
-        // Not counted: rate_limited, model_not_found, setup_fault, and the body classes.
-        self.release_probe_claim(now, &mut effect);
         if !report.falls_over {
             return effect;
         }

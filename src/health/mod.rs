@@ -135,6 +135,26 @@ pub struct Report {
     /// Delay the answer asked for (`Retry-After`, or for a 429 the rate-limit reset; see
     /// `retry_after::rate_limit_delay`), in ms from now.
     pub retry_after_ms: Option<u64>,
+    /// How this attempt stands to an in-place retry: a request counts once toward the breaker
+    /// however often it was tried in place (SPEC 16).
+    pub in_place: InPlace,
+}
+
+/// An attempt and the in-place retry (SPEC 5) of one request on one provider. The breaker
+/// counts the request once, by how it ended there: a retry that succeeds counts no failure (the
+/// provider served the request); one that fails counts one, its own class's, or the first
+/// try's when its own counts nothing (a `503` then a `429`, or the caller gone during the
+/// wait). Each try is still an attempt in the provider's tally (health over time, SPEC 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InPlace {
+    /// No in-place retry before or after it.
+    #[default]
+    No,
+    /// It is retried in place next: its failure is the tally's and the last failure's only;
+    /// the breaker (counts, half-open probe, dead marks) waits for the retry's report.
+    Retried,
+    /// It is the in-place retry of a try that failed with this class.
+    After(Class),
 }
 
 impl Report {
@@ -143,7 +163,12 @@ impl Report {
             class,
             falls_over,
             retry_after_ms: None,
+            in_place: InPlace::No,
         }
+    }
+    pub fn in_place(mut self, in_place: InPlace) -> Report {
+        self.in_place = in_place;
+        self
     }
     pub fn retry_after(mut self, ms: Option<u64>) -> Report {
         self.retry_after_ms = ms;

@@ -722,3 +722,49 @@ fn a_record_with_failures_out_of_order_reads_them_ascending() {
     let read = Record::decode(&scrambled.encode());
     assert_eq!(read.failures, vec![0, 1, 3, 3, 7, 9, 12]);
 }
+
+#[test]
+fn a_request_tried_in_place_counts_once() {
+    let f = Fixture::new();
+    let retried = |class| Report::new(class, true).in_place(InPlace::Retried);
+    let retry = |class, first| Report::new(class, true).in_place(InPlace::After(first));
+    // The first try waits for its retry: the tally and the last failure have it, not the
+    // breaker.
+    let effect = f.report(retried(Class::Overloaded));
+    assert!(!effect.counted && effect.written);
+    let s = f.snapshot();
+    assert_eq!(s.failures_in_window, 0);
+    assert_eq!(s.last_failure, Some((Class::Overloaded, T0)));
+    assert_eq!(s.recent.attempts, 1);
+    // Its retry fails: one failure.
+    assert!(
+        f.report(retry(Class::Overloaded, Class::Overloaded))
+            .counted
+    );
+    assert_eq!(f.snapshot().failures_in_window, 1);
+    assert_eq!(f.snapshot().recent.attempts, 2);
+    // It succeeds: none.
+    f.report(retried(Class::ServerError));
+    assert!(!f.report(retry(Class::Ok, Class::ServerError)).counted);
+    assert_eq!(f.snapshot().failures_in_window, 1);
+    // It fails with a class that counts nothing, or the caller left: the first try's counts.
+    for second in [
+        Class::RateLimited,
+        Class::ClientDisconnect,
+        Class::InvalidRequest,
+    ] {
+        f.report(retried(Class::ServerError));
+        assert!(
+            f.report(retry(second, Class::ServerError)).counted,
+            "{second:?}"
+        );
+    }
+    assert_eq!(f.snapshot().failures_in_window, 4);
+    // Neither counts: nothing.
+    f.report(retried(Class::RateLimited));
+    assert!(
+        !f.report(retry(Class::RateLimited, Class::RateLimited))
+            .counted
+    );
+    assert_eq!(f.snapshot().failures_in_window, 4);
+}

@@ -1025,6 +1025,82 @@ fn a_failed_probe_reopens_and_every_provider_open_is_circuit_open() {
     assert_eq!(gw.metric(&names::breaker_state("a")), 1, "reopened");
 }
 
+/// Counted failures of provider `name` inside the breaker's window now.
+fn failures_in_window(gw: &Gateway, name: &str) -> u32 {
+    let clock = crate::host::FixedClock(gw.world.now.get());
+    let c = &gw.config;
+    let health = crate::health::Health::new(&gw.world.store, &clock, &c.breaker, &c.dead_marks);
+    health.snapshot(name).failures_in_window
+}
+
+#[test]
+fn a_request_counts_once_toward_the_breaker_however_often_it_was_tried_in_place() {
+    // The breaker opens at 2 failures; every request fails twice on a (a retry in place).
+    let gw = Gateway::new(&with_chain_options(r#""retry_in_place": {}"#));
+    let first = gw.chat("gpt-4o", &[status(503), status(503), ok()]);
+    assert_eq!(first.clusters(), ["ca", "ca", "cb"]);
+    assert_eq!(failures_in_window(&gw, "a"), 1, "one request, one failure");
+    assert_eq!(gw.metric(&names::breaker_state("a")), 0, "closed");
+    // Both tries are attempts all the same.
+    assert_eq!(gw.metric(&attempts_metric("a", Class::Overloaded)), 2);
+    let second = gw.chat("gpt-4o", &[status(503), status(503), ok()]);
+    assert_eq!(second.clusters(), ["ca", "ca", "cb"], "a is still tried");
+    assert_eq!(
+        gw.metric(&names::breaker_state("a")),
+        1,
+        "open after two requests"
+    );
+    let third = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(third.clusters(), ["cb"]);
+    assert_eq!(
+        third.header(wire::FALLBACK_REASON_HEADER),
+        Some("breaker_open")
+    );
+
+    // The retry succeeds: the provider served the request, no failure counted.
+    let gw = Gateway::new(&with_chain_options(r#""retry_in_place": {}"#));
+    let r = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(r.clusters(), ["ca", "ca"]);
+    assert_eq!(failures_in_window(&gw, "a"), 0);
+    // It fails differently: a 503, then a 429 (which counts for nothing by itself) or the
+    // caller gone: the request failed there, once.
+    let rate_limited = Provider::Answer(429, vec![("retry-after", "1")], "{}");
+    gw.chat("gpt-4o", &[status(503), rate_limited, ok()]);
+    assert_eq!(failures_in_window(&gw, "a"), 1);
+    // A 503 then a connection error: once.
+    gw.chat("gpt-4o", &[status(503), Provider::Refused, ok()]);
+    assert_eq!(failures_in_window(&gw, "a"), 2);
+    assert_eq!(gw.metric(&names::breaker_state("a")), 1);
+    // A 429 retried in place, then a 429 again: nothing counted (neither counts).
+    let gw = Gateway::new(&with_chain_options(r#""retry_in_place": {}"#));
+    let rate_limited = || Provider::Answer(429, vec![("retry-after", "1")], "{}");
+    let r = gw.chat("gpt-4o", &[rate_limited(), rate_limited(), ok()]);
+    assert_eq!(r.clusters(), ["ca", "ca", "cb"]);
+    assert_eq!(failures_in_window(&gw, "a"), 0);
+}
+
+#[test]
+fn an_in_place_retry_decides_a_half_open_probe() {
+    let gw = Gateway::new(&with_chain_options(r#""retry_in_place": {}"#));
+    for _ in 0..2 {
+        gw.chat("gpt-4o", &[status(503), status(503), ok()]);
+    }
+    assert_eq!(gw.metric(&names::breaker_state("a")), 1, "open");
+    gw.world.advance(60_000);
+    // The probe fails once, then its retry succeeds: the breaker closes.
+    let probe = gw.chat("gpt-4o", &[status(503), ok()]);
+    assert_eq!(probe.clusters(), ["ca", "ca"]);
+    assert_eq!(gw.metric(&names::breaker_state("a")), 0, "closed");
+    // Opened again; this probe fails twice: open again.
+    for _ in 0..2 {
+        gw.chat("gpt-4o", &[status(503), status(503), ok()]);
+    }
+    gw.world.advance(60_000);
+    let probe = gw.chat("gpt-4o", &[status(503), status(503), ok()]);
+    assert_eq!(probe.clusters(), ["ca", "ca", "cb"]);
+    assert_eq!(gw.metric(&names::breaker_state("a")), 1, "reopened");
+}
+
 #[test]
 fn a_missing_model_is_marked_dead_on_that_provider_only() {
     let gw = Gateway::new(THREE);

@@ -157,10 +157,16 @@ impl<H: Host> Upstream<H> {
         let host = &self.host;
         let metrics = &self.metrics;
         let now = host.now_ms();
+        // An in-place retry's first try: the request counts once toward the breaker.
+        let first_try = attempt::is_retry_in_place(&a)
+            .then(|| host.property(handoff::OUTCOMES.as_bytes()))
+            .flatten()
+            .and_then(|bytes| Outcomes::new(&bytes).of(current.number - 1));
         let outcome = Outcome {
             class,
             status,
             retry_after_ms,
+            first_try,
         };
         let clock = FixedClock(now);
         let health = health(config, host, &clock);

@@ -1,10 +1,12 @@
-"""Answers a provider gives that are not what they seem (SPEC 16), through one real Envoy for
-the whole module:
+"""Answers a provider gives that are not what they seem, and what the breaker counts (SPEC 16),
+through one real Envoy for the whole module:
 
 * a translated attempt whose `200` is no answer of its provider's API (JSON or stream) falls
   over as a `server_error`; on the last entry the caller gets a `502` in its own API, never a
   `200` holding an error (both directions: OpenAI caller -> Anthropic provider, Anthropic
-  caller -> OpenAI provider)."""
+  caller -> OpenAI provider);
+* with `retry_in_place`, a request counts once toward its provider's breaker: a primary that
+  answers every try `503` opens its breaker (failures 3) after three requests, not two."""
 import json
 
 import pytest
@@ -127,3 +129,22 @@ def test_an_anthropic_callers_last_openai_entry_that_answers_no_completion_is_a_
     assert error["error"]["type"] == "api_error"
     assert "could not be translated" in error["error"]["message"]
     assert [rec["path"] for rec in mocks["oai"].requests()] == ["/v1/chat/completions"]
+
+
+@needs_router
+def test_retry_in_place_does_not_halve_the_breakers_threshold(gw, mocks):
+    mocks["flaky"].set_default(status=503)
+    for n in range(1, 4):
+        r = gw.chat("flaky-model")
+        assert r.status == 200, r.text
+        assert r.header("x-llm-provider") == "spare"
+        # Each request: the primary, its retry in place, then the spare.
+        assert r.header("x-llm-attempts") == "3", f"request {n}"
+        assert mocks["flaky"].request_count() == 2 * n, f"request {n} tried the primary twice"
+    # Three requests, three failures: open; the next request does not try the primary.
+    r = gw.chat("flaky-model")
+    assert r.status == 200, r.text
+    assert r.header("x-llm-fallback-reason") == "breaker_open"
+    assert r.header("x-llm-attempts") == "1"
+    assert mocks["flaky"].request_count() == 6
+    assert attempts(gw, "flaky", "overloaded") == 6
