@@ -185,23 +185,14 @@ pub fn request_edits<'a>(
         None if later => Some(a.plan.authority),
         None => None,
     };
-    let prefix = a.provider.path_prefix.as_deref();
-    // The provider API's endpoint when translated (the caller's query is for the caller's API).
-    let endpoint = a.translation.map(|t| t.provider.endpoint());
-    let path = match (a.provider.envelope, endpoint, prefix) {
-        (Some(envelope), _, _) => Some(Cow::Owned(envelope.path(
-            prefix,
-            endpoint.unwrap_or(a.plan.path),
-            a.model(),
-            a.plan.stream,
-        ))),
-        (None, Some(endpoint), _) => {
-            Some(Cow::Owned(format!("{}{endpoint}", prefix.unwrap_or(""))))
-        }
-        (None, None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{}", a.plan.path))),
-        (None, None, None) if later => Some(Cow::Borrowed(a.plan.path)),
-        (None, None, None) => None,
-    };
+    let path = provider_path(
+        a.provider,
+        a.translation.map(|t| t.provider),
+        a.plan.path,
+        a.model(),
+        a.plan.stream,
+    )
+    .or_else(|| later.then_some(Cow::Borrowed(a.plan.path)));
     let has_body = a.plan.body_len > 0 && !end_of_stream;
     let envelope = a.provider.envelope.filter(|e| e.edits_body() && has_body);
     let rewrite_to = a
@@ -226,6 +217,35 @@ pub fn request_edits<'a>(
         path,
         drop_max_retries: a.number == 1,
         body,
+    }
+}
+
+/// The `:path` an attempt to `provider` goes out on, for a caller's request on `caller_path`
+/// translated to `translated_to` (if at all), sending `model`, streamed or not; `None`: the
+/// caller's path as it is. The upstream role sends it ([`request_edits`]) and `explain` prints
+/// it: one place says where an attempt goes.
+pub fn provider_path<'a>(
+    provider: &Provider,
+    translated_to: Option<Api>,
+    caller_path: &'a str,
+    model: &str,
+    stream: bool,
+) -> Option<Cow<'a, str>> {
+    let prefix = provider.path_prefix.as_deref();
+    // The provider API's endpoint when translated (the caller's query is for the caller's API).
+    let endpoint = translated_to.map(Api::endpoint);
+    match (provider.envelope, endpoint, prefix) {
+        (Some(envelope), _, _) => Some(Cow::Owned(envelope.path(
+            prefix,
+            endpoint.unwrap_or(caller_path),
+            model,
+            stream,
+        ))),
+        (None, Some(endpoint), _) => {
+            Some(Cow::Owned(format!("{}{endpoint}", prefix.unwrap_or(""))))
+        }
+        (None, None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{caller_path}"))),
+        (None, None, None) => None,
     }
 }
 

@@ -4,7 +4,8 @@
 //! says what a healthy gateway does; at run time open breakers and dead marks are skipped too.
 
 use crate::classify::Class;
-use crate::config::{ChainEntry, Config, ModelPattern, ProviderId};
+use crate::config::{ChainEntry, Config, ModelPattern, Provider, ProviderId};
+use crate::envelope::Envelope;
 use crate::health::Admission;
 use crate::plan::{self, Gatekeeper, RequestFacts, SkipReason};
 use crate::translate::Api;
@@ -27,8 +28,11 @@ impl Gatekeeper for AllHealthy {
 pub struct AttemptChanges<'a> {
     /// The body's `model` when the chain entry rewrites it (`None`: sent as asked).
     pub model: Option<&'a str>,
-    /// The `:path` the provider sees.
+    /// The `:path` the provider sees ([`crate::attempt::provider_path`], as the upstream role
+    /// sends it).
     pub path: String,
+    /// The `:path` of a streamed request, when it differs (Bedrock's and Vertex's).
+    pub stream_path: Option<String>,
     /// The `:authority` the provider sees, when the provider sets one.
     pub authority: Option<&'a str>,
     /// Header names set for this provider (its credential first); values are not shown.
@@ -50,10 +54,13 @@ pub fn attempt_changes<'a>(
 ) -> AttemptChanges<'a> {
     let provider = config.provider(entry.provider);
     let translated_to = provider.and_then(|p| p.translates(api, path));
-    let path = match translated_to {
-        Some(to) => to.endpoint(),
-        None => path,
+    let sent = entry.model.as_deref().unwrap_or(model);
+    let sent_on = |stream| {
+        provider
+            .and_then(|p| crate::attempt::provider_path(p, translated_to, path, sent, stream))
+            .map_or_else(|| path.to_string(), std::borrow::Cow::into_owned)
     };
+    let (path, stream_path) = (sent_on(false), sent_on(true));
     let headers: Vec<&str> = provider
         .into_iter()
         .flat_map(|p| &p.set_headers)
@@ -61,12 +68,8 @@ pub fn attempt_changes<'a>(
         .collect();
     AttemptChanges {
         model: entry.model.as_deref().filter(|m| *m != model),
-        path: format!(
-            "{}{path}",
-            provider
-                .and_then(|p| p.path_prefix.as_deref())
-                .unwrap_or("")
-        ),
+        stream_path: Some(stream_path).filter(|s| *s != path),
+        path,
         authority: provider.and_then(|p| p.authority.as_deref()),
         removed: config
             .cleared_headers
@@ -91,9 +94,41 @@ fn patterns(list: &[ModelPattern]) -> String {
     names.join(", ")
 }
 
+/// What a cloud's envelope does to an attempt, in words.
+fn envelope_words(envelope: Envelope, provider: &Provider) -> &'static str {
+    let deployments = provider
+        .path_prefix
+        .as_deref()
+        .is_some_and(|p| p.contains('?'));
+    match envelope {
+        Envelope::AzureOpenAi if deployments => {
+            "azure_openai, deployments API (the deployment in the path, api-version in the query)"
+        }
+        Envelope::AzureOpenAi => "azure_openai, v1 API (the body's model names the deployment)",
+        Envelope::Bedrock => {
+            "bedrock, InvokeModel (the model id in the path; the body without model and stream, with anthropic_version bedrock-2023-05-31; a stream comes back as an AWS event stream, unwrapped)"
+        }
+        Envelope::Vertex => {
+            "vertex, rawPredict (the model in the path; the body without model, with anthropic_version vertex-2023-10-16)"
+        }
+        Envelope::Gemini => "gemini, its OpenAI-compatible endpoint",
+    }
+}
+
 /// The walk for `facts`, as text; `Err` holds the same text when the gateway would refuse the
 /// request (it then names the status and code the caller gets).
 pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> {
+    explain_with(config, facts, &|_| None)
+}
+
+/// [`explain`], with a line about how each provider's attempts are signed or get their
+/// credential beyond the filter's own headers (`sending`: what Envoy does after the filter,
+/// which the renderer knows: AWS Signature V4, a credential injected from a file).
+pub fn explain_with(
+    config: &Config,
+    facts: &RequestFacts,
+    sending: &dyn Fn(ProviderId) -> Option<String>,
+) -> Result<String, String> {
     let mut out = String::new();
     let path = facts.path.unwrap_or("/v1/chat/completions");
     let _ = writeln!(
@@ -204,8 +239,12 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
         );
         let _ = writeln!(
             out,
-            "       path: {}{}",
+            "       path: {}{}{}",
             changes.path,
+            changes
+                .stream_path
+                .as_ref()
+                .map_or(String::new(), |s| format!(" (streamed: {s})")),
             changes
                 .authority
                 .map_or(String::new(), |a| format!(", authority: {a}"))
@@ -224,8 +263,18 @@ pub fn explain(config: &Config, facts: &RequestFacts) -> Result<String, String> 
             }
             (None, None) => {}
         }
+        if let Some(envelope) = provider.envelope {
+            let _ = writeln!(
+                out,
+                "       envelope: {}",
+                envelope_words(envelope, provider)
+            );
+        }
         if !changes.headers.is_empty() {
             let _ = writeln!(out, "       sets: {}", changes.headers.join(", "));
+        }
+        if let Some(line) = sending(entry.provider) {
+            let _ = writeln!(out, "       {line}");
         }
         if !changes.removed.is_empty() {
             let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
@@ -476,5 +525,36 @@ mod tests {
             text.contains("spare: skipped: capability_vision (the request has images"),
             "{text}"
         );
+    }
+
+    /// The path is the one the upstream role sends (`attempt::provider_path`), for each cloud.
+    #[test]
+    fn each_clouds_path_and_envelope_are_the_ones_sent() {
+        let c = config(
+            r#"{"providers":[{"name":"br","api":"bedrock"},
+              {"name":"vx","api":"vertex","path_prefix":"/v1/projects/p/locations/r"},
+              {"name":"az","api":"azure_openai","path_prefix":"/openai?api-version=2024-10-21"},
+              {"name":"g","api":"gemini"}],
+            "chains":[{"name":"c","max_attempts":4,"providers":[{"provider":"br","model":"m:0"},
+              {"provider":"vx","model":"m@1"},{"provider":"az","model":"dep"},
+              {"provider":"g","model":"gem"}]}]}"#,
+        );
+        let facts = RequestFacts {
+            model: "claude-x",
+            path: Some("/v1/messages"),
+            api: Some(Api::AnthropicMessages),
+            ..Default::default()
+        };
+        let text = explain(&c, &facts).unwrap();
+        for line in [
+            "path: /model/m%3A0/invoke (streamed: /model/m%3A0/invoke-with-response-stream)",
+            "envelope: bedrock, InvokeModel",
+            "path: /v1/projects/p/locations/r/publishers/anthropic/models/m@1:rawPredict (streamed: /v1/projects/p/locations/r/publishers/anthropic/models/m@1:streamRawPredict)",
+            "path: /openai/deployments/dep/chat/completions?api-version=2024-10-21\n",
+            "envelope: azure_openai, deployments API",
+            "path: /v1beta/openai/chat/completions\n",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
     }
 }

@@ -328,7 +328,12 @@ fn run(command: Command) -> ExitCode {
                 content,
                 body: &body,
             };
-            return match llm_failover::explain::explain(&gw.config, &facts) {
+            let sending = |id: llm_failover::config::ProviderId| {
+                let u = gw.upstreams.get(id.index())?;
+                let p = gw.config.provider(id)?;
+                render::sending(u, p)
+            };
+            return match llm_failover::explain::explain_with(&gw.config, &facts, &sending) {
                 Ok(text) => {
                     print!("{text}");
                     ExitCode::SUCCESS

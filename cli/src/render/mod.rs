@@ -33,6 +33,7 @@ mod pieces;
 mod reloadable;
 mod route;
 mod signing;
+pub use signing::sending;
 mod stats;
 
 pub use crate::names::{NAME, UPSTREAM_PLUGIN_NAME};

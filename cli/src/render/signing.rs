@@ -11,6 +11,9 @@
 //! error toward Bedrock's breaker, which then takes Bedrock out of the chain until it works.
 
 use super::typed;
+use crate::input::Upstream;
+use llm_failover::config::Provider;
+use llm_failover::envelope::Envelope;
 use serde_yaml_ng::{Mapping, Value};
 
 const AWS_REQUEST_SIGNING: &str =
@@ -47,4 +50,23 @@ pub(crate) fn aws_filters(region: &str) -> [Value; 2] {
             }),
         },
     ]
+}
+
+/// What Envoy does to a provider's attempts after this filter, for `explain`: signs them for
+/// Bedrock, injects a credential read from a file, or nothing beyond the filter's headers
+/// (then `None`, but for Bedrock: its API key is the credential).
+pub fn sending(u: &Upstream, p: &Provider) -> Option<String> {
+    if let Some(region) = &u.aws_signing {
+        return Some(format!(
+            "signing: AWS Signature V4 by Envoy after this filter (service bedrock, region {region}), over the body as sent; unsigned, it is answered 502 and not sent"
+        ));
+    }
+    if let Some(t) = &u.token_file {
+        return Some(format!(
+            "credential: {} from {}, injected by Envoy after this filter (re-read when the file is replaced)",
+            t.header, t.path
+        ));
+    }
+    (p.envelope == Some(Envelope::Bedrock))
+        .then(|| "signing: none (a Bedrock API key in authorization)".to_string())
 }
