@@ -6,7 +6,7 @@
 //! Capability and content checks never skip the first entry: a request no fallback can take
 //! runs on the first entry alone, as it would without fallbacks.
 
-use crate::config::{any_matches, ChainEntry, Config, Provider};
+use crate::config::{any_matches, Chain, ChainEntry, Config, Provider};
 use crate::ids::ProviderId;
 use crate::rewrite::Content;
 use crate::translate::{self, Api};
@@ -30,11 +30,14 @@ pub enum SkipReason {
     /// The entry's API cannot carry the request, or the request depends on state another
     /// provider keeps (SPEC 2.4).
     ContentIncompatible,
+    /// The chain has `same_residency` and the entry's provider is not in the residency of the
+    /// request's first entry (or either is unknown).
+    Residency,
 }
 
 impl SkipReason {
     /// Every reason, in the order metrics index them.
-    pub const ALL: [SkipReason; 8] = [
+    pub const ALL: [SkipReason; 9] = [
         SkipReason::BreakerOpen,
         SkipReason::Dead,
         SkipReason::Model,
@@ -43,6 +46,7 @@ impl SkipReason {
         SkipReason::CapabilityTools,
         SkipReason::CapabilityContext,
         SkipReason::ContentIncompatible,
+        SkipReason::Residency,
     ];
 
     /// The fixed name (SPEC section 8 and 2.4).
@@ -56,6 +60,7 @@ impl SkipReason {
             SkipReason::CapabilityTools => "capability_tools",
             SkipReason::CapabilityContext => "capability_context",
             SkipReason::ContentIncompatible => "content_incompatible",
+            SkipReason::Residency => "residency",
         }
     }
 
@@ -66,7 +71,8 @@ impl SkipReason {
 
     /// Left out for what the request carries (SPEC 2.4), not for health or model.
     pub fn is_content(self) -> bool {
-        self.index() >= SkipReason::CapabilityVision.index()
+        (SkipReason::CapabilityVision.index()..=SkipReason::ContentIncompatible.index())
+            .contains(&self.index())
     }
 }
 
@@ -108,6 +114,7 @@ pub fn serves(provider: &Provider, entry: &ChainEntry, facts: &RequestFacts) -> 
 /// only the model and caller are checked for it.
 pub fn skip_reason(
     config: &Config,
+    chain: &Chain,
     entry: &ChainEntry,
     facts: &RequestFacts,
     first: Option<ProviderId>,
@@ -119,6 +126,12 @@ pub fn skip_reason(
         return Some(SkipReason::Model);
     }
     let first = first?;
+    if chain.same_residency && entry.provider != first {
+        let residency = config.provider(first).and_then(|f| f.residency);
+        if residency.is_none() || residency != provider.residency {
+            return Some(SkipReason::Residency);
+        }
+    }
     let caps = entry.capabilities;
     let content = &facts.content;
     if content.images && caps.vision == Some(false) {
@@ -166,7 +179,7 @@ mod tests {
 
     fn reason(c: &Config, entry: usize, facts: &RequestFacts, first: bool) -> Option<SkipReason> {
         let entry = &c.chains[0].entries[entry];
-        skip_reason(c, entry, facts, (!first).then(|| 0u8.into()))
+        skip_reason(c, &c.chains[0], entry, facts, (!first).then(|| 0u8.into()))
     }
 
     fn facts(content: Content) -> RequestFacts<'static> {

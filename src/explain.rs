@@ -8,6 +8,7 @@ use crate::config::{ChainEntry, Config, ModelPattern, Provider, ProviderId};
 use crate::envelope::Envelope;
 use crate::health::Admission;
 use crate::plan::{self, Gatekeeper, RequestFacts, SkipReason};
+use crate::residency::Residency;
 use crate::translate::Api;
 use std::fmt::Write;
 
@@ -155,7 +156,7 @@ pub fn explain_with(
                 let _ = writeln!(out, "chain: {}", chain.name);
                 for (entry, reason) in &refusal.skipped {
                     if let Some(entry) = chain.entry(*entry) {
-                        skip_line(&mut out, config, &facts, entry, *reason);
+                        skip_line(&mut out, config, &facts, entry, *reason, None);
                     }
                 }
             }
@@ -280,6 +281,11 @@ pub fn explain_with(
             let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
         }
     }
+    // Every breaker closed: the first slot is the request's first entry.
+    let first = (plan.slots.first())
+        .and_then(|s| chain.entry(s.entry))
+        .and_then(|e| config.provider(e.provider))
+        .and_then(|p| p.residency);
     let mut left_out = false;
     for (index, entry) in chain.entry_ids() {
         if plan.slots.iter().any(|s| s.entry == index) {
@@ -290,7 +296,7 @@ pub fn explain_with(
             left_out = true;
         }
         match plan.skipped.iter().find(|(e, _)| *e == index) {
-            Some((_, reason)) => skip_line(&mut out, config, &facts, entry, *reason),
+            Some((_, reason)) => skip_line(&mut out, config, &facts, entry, *reason, first),
             None => {
                 let _ = writeln!(
                     out,
@@ -327,6 +333,7 @@ fn skip_line(
     facts: &RequestFacts,
     entry: &ChainEntry,
     reason: SkipReason,
+    first: Option<Residency>,
 ) {
     let Some(provider) = config.provider(entry.provider) else {
         return;
@@ -372,6 +379,11 @@ fn skip_line(
             } else {
                 "no translation for this endpoint or a field it cannot express"
             }
+        ),
+        SkipReason::Residency => format!(
+            "residency ({}; the request's first entry is in {}; same_residency)",
+            provider.residency.map_or("unknown", |r| r.as_str()),
+            first.map_or("unknown", |r| r.as_str())
         ),
         other => other.as_str().to_string(),
     };

@@ -37,6 +37,7 @@ pub mod models;
 pub mod pattern;
 pub mod plan;
 pub mod reply;
+pub mod residency;
 pub mod retry_after;
 pub mod rewrite;
 pub mod roles;

@@ -30,6 +30,17 @@ impl ModelPattern {
     }
 }
 
+/// Every name `q` matches, `p` matches too.
+pub fn covers(p: &ModelPattern, q: &ModelPattern) -> bool {
+    match (p, q) {
+        (ModelPattern::Any, _) => true,
+        (ModelPattern::Prefix(a), ModelPattern::Prefix(b)) => b.starts_with(a.as_str()),
+        (ModelPattern::Prefix(a), ModelPattern::Exact(e)) => e.starts_with(a.as_str()),
+        (ModelPattern::Exact(a), ModelPattern::Exact(b)) => a == b,
+        _ => false,
+    }
+}
+
 pub fn any_matches(patterns: &[ModelPattern], model: &str) -> bool {
     patterns.iter().any(|p| p.matches(model))
 }

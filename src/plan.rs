@@ -137,7 +137,7 @@ pub fn plan_or_refuse(
         let reason = if full {
             (!eligible::serves(provider, entry, facts)).then_some(SkipReason::Model)
         } else {
-            eligible::skip_reason(config, entry, facts, first)
+            eligible::skip_reason(config, chain, entry, facts, first)
         };
         if let Some(reason) = reason {
             skipped.push((index, reason));
@@ -199,7 +199,7 @@ pub fn plan_or_refuse(
             .copied()
             .filter(|&e| {
                 chain.entry(e).is_some_and(|entry| {
-                    eligible::skip_reason(config, entry, facts, first).is_none()
+                    eligible::skip_reason(config, chain, entry, facts, first).is_none()
                 })
             })
             .collect()
@@ -908,6 +908,57 @@ mod tests {
         };
         let p = plan(&c, &responses, &FakeHealth::default()).unwrap();
         assert_eq!(entries(&p), vec![0, 1, 3]);
+    }
+
+    /// `same_residency` where the file cannot decide: the first entry serves `gpt-*` only.
+    const RESIDENT: &str = r#"{"providers":[{"name":"us1","models":["gpt-*"],"residency":"us"},
+        {"name":"eu1","residency":"eu"},{"name":"us2","residency":"us"},
+        {"name":"eu2","residency":"eu"},{"name":"gemini","api":"gemini",
+         "path_prefix":"/v1/projects/p/locations/europe-west4/endpoints/openapi"}],
+        "chains":[{"name":"main","same_residency":true,"max_attempts":5,
+          "providers":["us1","eu1","us2","eu2","gemini"],
+          "context_window":["eu2","us2"]}]}"#;
+
+    #[test]
+    fn same_residency_keeps_the_walk_in_the_first_entrys_residency() {
+        let c = config(RESIDENT);
+        let facts = |model| RequestFacts {
+            model,
+            path: Some("/v1/chat/completions"),
+            api: Some(Api::OpenAiChat),
+            ..Default::default()
+        };
+        let health = FakeHealth::default();
+        let p = plan(&c, &facts("gpt-4o"), &health).unwrap();
+        assert_eq!(entries(&p), vec![0, 2], "us1, then us2");
+        assert_eq!(
+            skips(&p.skipped),
+            vec![
+                (1, SkipReason::Residency),
+                (3, SkipReason::Residency),
+                (4, SkipReason::Residency)
+            ]
+        );
+        assert_eq!(reads(&health), vec![0, 2], "a skipped entry's health is not read");
+        assert_eq!(ids(&p.context_window), vec![6], "the list's us2 only");
+        // us1 does not serve the model: eu1 is the request's first entry, Gemini on Vertex
+        // AI in europe-west4 is in its residency.
+        let p = plan(&c, &facts("mistral"), &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![1, 3, 4]);
+        assert_eq!(
+            skips(&p.skipped),
+            vec![(0, SkipReason::Model), (2, SkipReason::Residency)]
+        );
+        assert_eq!(ids(&p.context_window), vec![5]);
+        // An open first entry is still the request's first: the walk stays in its residency.
+        let mut health = FakeHealth::default();
+        health.gates.insert(0.into(), Admission::BreakerOpen);
+        let p = plan(&c, &facts("gpt-4o"), &health).unwrap();
+        assert_eq!(entries(&p), vec![2]);
+        // Without same_residency nothing is skipped for it.
+        let c = config(&RESIDENT.replace(r#""same_residency":true,"#, ""));
+        let p = plan(&c, &facts("gpt-4o"), &FakeHealth::default()).unwrap();
+        assert_eq!(entries(&p), vec![0, 1, 2, 3, 4]);
     }
 
     #[test]

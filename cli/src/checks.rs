@@ -2,6 +2,7 @@
 
 use crate::diag::Diag;
 use llm_failover::config::{Config, ModelPattern};
+use llm_failover::pattern::covers;
 
 pub fn cross_check(config: &Config) -> Vec<Diag> {
     let mut out = Vec::new();
@@ -167,17 +168,6 @@ fn callers_cover(earlier: &[String], later: &[String]) -> bool {
         return earlier.is_empty() && later.is_empty();
     }
     later.iter().all(|c| earlier.contains(c))
-}
-
-/// Every model `q` matches, `p` matches too.
-pub fn covers(p: &ModelPattern, q: &ModelPattern) -> bool {
-    match (p, q) {
-        (ModelPattern::Any, _) => true,
-        (ModelPattern::Prefix(a), ModelPattern::Prefix(b)) => b.starts_with(a.as_str()),
-        (ModelPattern::Prefix(a), ModelPattern::Exact(e)) => e.starts_with(a.as_str()),
-        (ModelPattern::Exact(a), ModelPattern::Exact(b)) => a == b,
-        _ => false,
-    }
 }
 
 /// Some model matches both.

@@ -526,3 +526,50 @@ fn explain_prints_the_walk_and_refusals_exit_1() {
     assert_eq!(code, 2, "--model is required");
     assert!(stderr.contains("--model"), "{stderr}");
 }
+
+#[test]
+fn same_residency_is_refused_where_the_file_decides_and_explained_where_it_does_not() {
+    let dir = Scratch::new("residency");
+    let file = dir.file(
+        "res.failover.yaml",
+        "providers:\n  - {name: us, endpoint: \"127.0.0.1:1\", residency: us}\n  - {name: eu, endpoint: \"127.0.0.1:2\", residency: eu}\n  - {name: plain, endpoint: \"127.0.0.1:3\"}\n  - {name: claude-eu, endpoint: \"bedrock-runtime.eu-west-1.amazonaws.com:443\", api: bedrock}\n  - {name: claude-wrong, endpoint: \"127.0.0.1:4\", api: bedrock, region: us-east-1, residency: eu}\n\
+         chains:\n  - {name: main, same_residency: true, providers: [us, eu, plain, claude-eu]}\n",
+    );
+    let (code, _, stderr) = run(bin().args(["validate", &file]));
+    let stderr = unplaced(&stderr, &file);
+    assert_eq!(code, 1, "{stderr}");
+    for wanted in [
+        "providers[4].residency: \"eu\", but region us-east-1 is in \"us\"",
+        "chains[0].providers[1]: provider \"eu\" is in \"eu\", the chain's first entry (which takes every request) in \"us\"",
+        "chains[0].providers[2]: provider \"plain\" has no residency, which never matches",
+        // Bedrock's residency follows the region its endpoint names.
+        "chains[0].providers[3]: provider \"claude-eu\" is in \"eu\"",
+    ] {
+        assert!(
+            stderr.contains(&format!("{file}: {wanted}")),
+            "missing {wanted:?} in:\n{stderr}"
+        );
+    }
+    // The first entry serves gpt-* only: decided per request, and explain says what it skips.
+    let file = dir.file(
+        "ok.failover.yaml",
+        "providers:\n  - {name: us, endpoint: \"127.0.0.1:1\", residency: us, models: [\"gpt-*\"]}\n  - {name: eu, endpoint: \"127.0.0.1:2\", residency: eu}\n  - {name: claude-us, endpoint: \"127.0.0.1:4\", api: bedrock, region: us-west-2, credential: {header: authorization, prefix: \"Bearer \", value: k}}\n\
+         chains:\n  - {name: main, same_residency: true, providers: [us, eu, claude-us]}\n",
+    );
+    let (code, _, stderr) = run(bin().args(["validate", &file]));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, _) = run(bin().args(["explain", &file, "--model", "gpt-4o", "--no-env"]));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("  eu: skipped: residency (eu; the request's first entry is in us; same_residency)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  2. claude-us"), "{stdout}");
+    let (code, stdout, _) = run(bin().args(["explain", &file, "--model", "mistral", "--no-env"]));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("  1. eu"), "{stdout}");
+    assert!(
+        stdout.contains("  claude-us: skipped: residency (us; the request's first entry is in eu; same_residency)"),
+        "{stdout}"
+    );
+}

@@ -7,8 +7,11 @@ use super::{
     Capabilities, Chain, ChainEntry, EntryId, ModelPattern, Provider, ProviderId, RetryInPlace,
     MAX_CHAINS, MAX_CHAIN_LEN,
 };
+use super::any_matches;
 use crate::classify::{Class, FailoverSet};
 use crate::envelope::Envelope;
+use crate::pattern::covers;
+use crate::residency::Residency;
 use std::collections::BTreeMap;
 
 /// Checks the list itself (reported before any provider's problems, as it always was).
@@ -40,7 +43,11 @@ pub fn validate(
                 format!("chain {:?} is defined twice: names must be unique", c.name),
             );
         }
-        chains.push(validate_one(c, ids, providers, &mut at));
+        let chain = validate_one(c, ids, providers, &mut at);
+        if chain.same_residency {
+            residency(&chain, providers, &mut at);
+        }
+        chains.push(chain);
     }
     chains
 }
@@ -154,6 +161,66 @@ fn validate_one(
         }),
         try_last: c.try_last,
         fallbacks_exhausted: c.fallbacks_exhausted,
+        same_residency: c.same_residency,
+    }
+}
+
+/// `same_residency` (docs/behaviour.md 2.4): what the file already decides. An entry whose
+/// provider has no residency never matches, and when the chain's first entry takes every
+/// request the chain does (no `callers`, every model), it is every request's first entry: an
+/// entry of another residency would never be used. Otherwise the request's first entry is
+/// known at run time only, where planning skips the others as `residency`.
+fn residency(chain: &Chain, providers: &[Provider], at: &mut At) {
+    let provider = |e: &ChainEntry| providers.get(e.provider.index());
+    let Some(first) = chain.entries.first() else {
+        return;
+    };
+    let first_provider = provider(first);
+    let always_first = first_provider.is_some_and(|p| {
+        p.callers.is_empty()
+            && match &first.model {
+                Some(model) => any_matches(&p.models, model),
+                None => (chain.models.iter()).all(|m| p.models.iter().any(|pm| covers(pm, m))),
+            }
+    });
+    let lists = [
+        ("context_window", &chain.context_window),
+        ("content_policy", &chain.content_policy),
+    ];
+    let main = chain.main_ids().map(|(id, _)| id).enumerate();
+    let places = main.map(|(j, id)| ("providers", j, id)).chain(
+        lists
+            .into_iter()
+            .flat_map(|(name, ids)| ids.iter().enumerate().map(move |(j, &id)| (name, j, id))),
+    );
+    for (list, j, id) in places {
+        let Some(p) = chain.entry(id).and_then(provider) else {
+            continue;
+        };
+        let field = format!("{list}[{j}]");
+        let Some(residency) = p.residency else {
+            at.field(
+                &field,
+                format!(
+                    "provider {:?} has no residency, which never matches (same_residency): declare residency: {} on it, or remove same_residency",
+                    p.name,
+                    Residency::NAMES.join(" | ")
+                ),
+            );
+            continue;
+        };
+        let first_residency = first_provider.and_then(|f| f.residency);
+        if always_first && first_residency.is_some_and(|r| r != residency) {
+            at.field(
+                &field,
+                format!(
+                    "provider {:?} is in {:?}, the chain's first entry (which takes every request) in {:?}: with same_residency this entry is never used — remove it or turn same_residency off",
+                    p.name,
+                    residency.as_str(),
+                    first_residency.map_or("", Residency::as_str)
+                ),
+            );
+        }
     }
 }
 

@@ -29,6 +29,8 @@ pub struct Provider {
     pub max_tokens: u32,
     /// A cloud's envelope around the API (SPEC 13): Azure OpenAI, Bedrock, Vertex AI, Gemini.
     pub envelope: Option<crate::envelope::Envelope>,
+    /// Where it keeps the data it is sent: declared, or from a cloud's region; `None`: unknown.
+    pub residency: Option<crate::residency::Residency>,
 }
 
 impl Provider {
@@ -157,6 +159,8 @@ pub struct Chain {
     pub retry_in_place: Option<RetryInPlace>,
     pub try_last: bool,
     pub fallbacks_exhausted: bool,
+    /// Only entries of the request's first entry's residency (docs/behaviour.md 2.4).
+    pub same_residency: bool,
 }
 
 impl Chain {

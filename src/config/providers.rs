@@ -7,6 +7,7 @@ use super::problems::{is_header_name, is_token, At, Problems};
 use super::raw::{RawCredential, RawForward, RawProvider};
 use super::{ModelPattern, Provider, MAX_PROVIDERS};
 use crate::envelope::{Envelope, SIGNING_HEADERS};
+use crate::residency::Residency;
 use crate::translate::Api;
 use std::collections::BTreeMap;
 
@@ -164,6 +165,7 @@ fn validate_one(
         );
     }
     let forward = forward_rule(p.forward_headers.as_ref(), api, at);
+    let residency = residency(p, envelope, at);
     Provider {
         name: p.name.clone(),
         cluster,
@@ -178,7 +180,37 @@ fn validate_one(
         api,
         max_tokens: p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         envelope,
+        residency,
     }
+}
+
+/// Its residency: declared, else a cloud's region (`Residency::of_cloud`). A declared one that
+/// its region contradicts is refused.
+fn residency(p: &RawProvider, envelope: Option<Envelope>, at: &mut At) -> Option<Residency> {
+    let cloud = Residency::of_cloud(envelope, p.path_prefix.as_deref(), p.authority.as_deref());
+    let Some(word) = p.residency.as_deref() else {
+        return cloud;
+    };
+    let Some(declared) = Residency::parse(word) else {
+        at.field(
+            "residency",
+            format!(
+                "{word:?} is not a residency: use {}",
+                Residency::NAMES.join(", ")
+            ),
+        );
+        return None;
+    };
+    if let Some(cloud) = cloud.filter(|&c| c != declared) {
+        at.field(
+            "residency",
+            format!(
+                "{word:?}, but its region is in {:?}: remove residency (a cloud provider's follows its region) or fix the region",
+                cloud.as_str()
+            ),
+        );
+    }
+    Some(declared)
 }
 
 /// The header Anthropic Messages requires, and the version set when a provider sets none.

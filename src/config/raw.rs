@@ -142,6 +142,10 @@ pub struct RawProvider {
     /// caller set none (Messages requires it).
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// Where it keeps the data it is sent (`us`, `eu`, `apac`, `global`), for chains with
+    /// `same_residency`. Unset: a cloud's region decides (Bedrock, Vertex AI), else unknown.
+    #[serde(default)]
+    pub residency: Option<String>,
 }
 
 /// `forward_headers`: a list of extra names, or the word `all`.
@@ -212,6 +216,10 @@ pub struct RawChain {
     /// `true | {...}` would cost the module about 5 KB of serde's buffering.)
     #[serde(default)]
     pub retry_in_place: Option<RawRetrySettings>,
+    /// Send a request only to entries whose provider has the residency of its first entry's
+    /// (an unknown residency never matches).
+    #[serde(default)]
+    pub same_residency: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

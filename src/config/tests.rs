@@ -590,6 +590,7 @@ fn retry_in_place_and_the_first_token_timeout_are_read_with_their_defaults() {
     assert!(e[0].contains("retry_in_place"), "{e:?}");
 }
 
+<<<<<<< HEAD
 /// A cloud whose model names are its own gets the caller's model only when the file says so
 /// (the provider lists the names callers may ask for): an entry naming no model is refused
 /// otherwise, in Envoy as in the CLI (issue 32).
@@ -637,4 +638,82 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
     }
     // Gemini's models are the caller's to name, as OpenAI's are.
     assert!(config(r#"{"name":"g","api":"gemini"}"#, r#""g""#).is_ok());
+=======
+#[test]
+fn residency_is_declared_or_follows_a_clouds_region() {
+    let c = load(
+        r#"{"providers":[{"name":"a","residency":"eu"},{"name":"b"},
+        {"name":"v","api":"vertex","path_prefix":"/v1/projects/p/locations/us-east5"},
+        {"name":"g","api":"gemini","path_prefix":"/v1/projects/p/locations/global/endpoints/openapi"},
+        {"name":"br","api":"bedrock","authority":"bedrock-runtime.ap-northeast-1.amazonaws.com"}],
+        "chains":[{"name":"main","providers":["a","b","v","g","br"]}]}"#,
+    )
+    .unwrap();
+    let names: Vec<_> = (c.providers.iter())
+        .map(|p| p.residency.map(|r| r.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [Some("eu"), None, Some("us"), Some("global"), Some("apac")]
+    );
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","residency":"europe"},
+        {"name":"v","api":"vertex","path_prefix":"/v1/projects/p/locations/us-east5","residency":"eu"}],
+        "chains":[{"name":"main","providers":["a","v"]}]}"#,
+    );
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("providers[0].residency: \"europe\" is not a residency: use us, eu, apac, global"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("providers[1].residency: \"eu\", but its region is in \"us\""),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn same_residency_is_refused_where_the_file_decides_it() {
+    // The first entry takes every request: an entry elsewhere would never be used, and one
+    // without a residency never matches.
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","residency":"us"},{"name":"b","residency":"eu"},
+        {"name":"c"},{"name":"d","residency":"us"}],
+        "chains":[{"name":"main","same_residency":true,"providers":["a","b","c","d"],
+        "context_window":["b"]}]}"#,
+    );
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(e[0].starts_with("chains[0].providers[1]: provider \"b\" is in \"eu\", the chain's first entry (which takes every request) in \"us\""), "{e:?}");
+    assert!(e[1].starts_with("chains[0].providers[2]: provider \"c\" has no residency"), "{e:?}");
+    assert!(e[2].starts_with("chains[0].context_window[0]: provider \"b\" is in \"eu\""), "{e:?}");
+    // The first entry serves some models only (or some callers): decided per request.
+    for first in [
+        r#"{"name":"a","residency":"us","models":["gpt-*"]}"#,
+        r#"{"name":"a","residency":"us","callers":["team"]}"#,
+    ] {
+        let json = format!(
+            r#"{{"caller_header":"x-team","providers":[{first},{{"name":"b","residency":"eu"}}],
+            "chains":[{{"name":"main","same_residency":true,"providers":["a","b"]}}]}}"#
+        );
+        assert!(load(&json).is_ok(), "{first}");
+    }
+    // A chain whose models the first entry's cover; an entry model it serves.
+    for chain in [
+        r#""models":["gpt-4*"],"providers":["a","b"]"#,
+        r#""providers":[{"provider":"a","model":"gpt-4o"},"b"]"#,
+    ] {
+        let json = format!(
+            r#"{{"providers":[{{"name":"a","residency":"us","models":["gpt-*"]}},{{"name":"b","residency":"eu"}}],
+            "chains":[{{"name":"main","same_residency":true,{chain}}}]}}"#
+        );
+        let e = errors_of(&json);
+        assert!(e[0].starts_with("chains[0].providers[1]:"), "{chain}: {e:?}");
+    }
+    // Without same_residency the same chain is fine.
+    assert!(load(
+        r#"{"providers":[{"name":"a","residency":"us"},{"name":"b","residency":"eu"},{"name":"c"}],
+        "chains":[{"name":"main","providers":["a","b","c"]}]}"#
+    )
+    .is_ok());
+>>>>>>> 7054a56 (Residency: providers declare us|eu|apac|global (Bedrock's and Vertex AI's follow their region); same_residency chains skip entries outside the request's first entry's residency (reason residency), refused at configuration where the file decides it; explain says why)
 }

@@ -50,6 +50,15 @@ pub const SIGNING_HEADERS: [&str; 4] = [
     "x-amz-security-token",
 ];
 
+/// The AWS region in a Bedrock endpoint's host name
+/// (`bedrock-runtime[-fips].<region>.amazonaws.com`), if it names one.
+pub fn bedrock_region(host: &str) -> Option<&str> {
+    let rest = (host.strip_prefix("bedrock-runtime."))
+        .or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
+    let region = rest.strip_suffix(".amazonaws.com")?;
+    (!region.is_empty() && !region.contains('.')).then_some(region)
+}
+
 impl Envelope {
     /// The names configuration uses for `api` beyond `openai` and `anthropic`.
     pub const NAMES: [&'static str; 4] = ["azure_openai", "bedrock", "vertex", "gemini"];

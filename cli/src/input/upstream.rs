@@ -4,6 +4,7 @@
 use super::values::duration_ms;
 use super::yaml::show;
 use crate::diag::Diag;
+use llm_failover::residency::Residency;
 use serde_yaml_ng::{Mapping, Value};
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -214,6 +215,7 @@ pub(super) fn parse_upstream(
         }
         _ => None,
     };
+    bedrock_residency(p, region.as_deref(), &endpoint, at, errors);
     if errors.len() > before {
         return None;
     }
@@ -390,11 +392,43 @@ pub(super) fn bedrock_region(region: Option<&str>, endpoint: &Endpoint) -> Optio
     let Host::Name(name) = &endpoint.host else {
         return None;
     };
-    let rest = name
-        .strip_prefix("bedrock-runtime.")
-        .or_else(|| name.strip_prefix("bedrock-runtime-fips."))?;
-    let region = rest.strip_suffix(".amazonaws.com")?;
-    (!region.is_empty() && !region.contains('.')).then(|| region.to_string())
+    llm_failover::envelope::bedrock_region(name).map(str::to_string)
+}
+
+/// A Bedrock provider's residency follows its region (`region`, or its endpoint's): written
+/// into the plugin configuration, where the filter does not see the region; a `residency`
+/// the region contradicts is refused.
+fn bedrock_residency(
+    p: &mut Mapping,
+    region: Option<&str>,
+    endpoint: &Endpoint,
+    at: &str,
+    errors: &mut Vec<Diag>,
+) {
+    if p.get("api").and_then(Value::as_str) != Some("bedrock") {
+        return;
+    }
+    let Some(region) = bedrock_region(region, endpoint) else {
+        return;
+    };
+    let Some(residency) = Residency::of_region(&region) else {
+        return;
+    };
+    match p.get("residency").and_then(Value::as_str) {
+        None => {
+            p.insert("residency".into(), residency.as_str().into());
+        }
+        Some(declared) if Residency::parse(declared).is_some_and(|d| d != residency) => {
+            errors.push(Diag::error(
+                format!("{at}.residency"),
+                format!(
+                    "{declared:?}, but region {region} is in {:?}: remove residency (Bedrock's follows its region) or fix the region",
+                    residency.as_str()
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
 }
 
 /// `host:port`, `1.2.3.4:port` or `[v6]:port`.

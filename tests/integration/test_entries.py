@@ -1,0 +1,115 @@
+"""What a chain entry decides for itself (docs/behaviour.md sections 2.4 and 7), end to end on one
+real Envoy: `same_residency` keeps a request's walk in its first entry's residency (skips with
+reason `residency` in metrics and the access log).
+
+One gateway for the module (counters are compared as differences), mocks in this process."""
+import json
+import re
+
+import pytest
+
+import harness
+from harness import (Envoy, Gateway, env_key, free_port, prometheus_samples, render_config,
+                     start_mock, wait_until)
+
+if harness.external_mode():
+    pytest.skip("needs its own gateway and mocks", allow_module_level=True)
+
+MOCKS = ("us1", "eu1", "us2", "eu2")
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+breaker: {failures: 1000}
+providers:
+  - {name: us1, endpoint: "127.0.0.1:${US1_PORT}", residency: us, models: ["gpt-*"]}
+  - {name: eu1, endpoint: "127.0.0.1:${EU1_PORT}", residency: eu}
+  - {name: us2, endpoint: "127.0.0.1:${US2_PORT}", residency: us}
+  - {name: eu2, endpoint: "127.0.0.1:${EU2_PORT}", residency: eu}
+chains:
+  - name: resident                # the first entry serves gpt-* only: decided per request
+    models: ["*"]
+    same_residency: true
+    max_attempts: 4
+    providers: [us1, eu1, us2, eu2]
+"""
+
+
+class Module:
+    def __init__(self, tmp):
+        self.mocks = {}
+        try:
+            for name in MOCKS:
+                self.mocks[name] = start_mock(name)
+            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
+                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
+            path = render_config(CONFIG, env, out_dir=tmp)
+            self.envoy = Envoy(path, tmp / "envoy", env=env,
+                               extra_args=["--file-flush-interval-msec", "50"]).start()
+        except BaseException:
+            self.stop()
+            raise
+        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+
+    def stop(self):
+        if getattr(self, "envoy", None):
+            self.envoy.stop()
+        for m in self.mocks.values():
+            m.stop()
+
+    def reset(self):
+        for m in self.mocks.values():
+            m.reset()
+
+    def skipped(self):
+        return {(labels["provider"], labels["reason"]): value for labels, value in
+                prometheus_samples(self.gw.prometheus(), "llm_failover_skipped_total")}
+
+    def walk(self, request_id):
+        """The access log's llm_failover=... walk of one request, durations as 'N'."""
+        def find():
+            for line in self.gw.log().splitlines():
+                if f"request_id={request_id}" in line:
+                    return line
+            return None
+        line = wait_until(find, 10, f"access log line of {request_id}")
+        m = re.search(r" llm_failover=(\S+)", line)
+        assert m, line
+        return re.sub(r":\d+ms", ":Nms", m.group(1))
+
+
+@pytest.fixture(scope="module")
+def mod(tmp_path_factory):
+    m = Module(tmp_path_factory.mktemp("entries"))
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def entries(mod):
+    mod.reset()
+    return mod
+
+
+def test_same_residency_skips_entries_outside_the_first_entrys_residency(entries):
+    m = entries
+    for name in ("us1", "eu1"):
+        m.mocks[name].set_default(status=503)
+    before = m.skipped()
+    # gpt-4o: us1 is the request's first entry; eu1 and eu2 are in another residency.
+    r = m.gw.chat("gpt-4o", headers={"x-request-id": "res-us"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "us2"
+    assert r.header("x-llm-attempts") == "2"
+    assert m.walk("res-us") == "eu1:skipped:residency,eu2:skipped:residency," \
+                              "us1:overloaded:Nms,us2:ok:Nms"
+    # mistral: us1 does not serve it, so eu1 is the request's first entry: the walk stays in eu.
+    r = m.gw.chat("mistral", headers={"x-request-id": "res-eu"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "eu2"
+    assert m.walk("res-eu") == "us1:skipped:model,us2:skipped:residency,eu1:overloaded:Nms,eu2:ok:Nms"
+    assert m.mocks["us2"].request_count() == 1 and m.mocks["eu2"].request_count() == 1
+    after = m.skipped()
+    grown = {k: v - before.get(k, 0) for k, v in after.items()
+             if v != before.get(k, 0) and k[1] == "residency"}
+    assert grown == {("eu1", "residency"): 1, ("eu2", "residency"): 1,
+                     ("us2", "residency"): 1}, after
