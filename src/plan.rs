@@ -939,7 +939,11 @@ mod tests {
                 (4, SkipReason::Residency)
             ]
         );
-        assert_eq!(reads(&health), vec![0, 2], "a skipped entry's health is not read");
+        assert_eq!(
+            reads(&health),
+            vec![0, 2],
+            "a skipped entry's health is not read"
+        );
         assert_eq!(ids(&p.context_window), vec![6], "the list's us2 only");
         // us1 does not serve the model: eu1 is the request's first entry, Gemini on Vertex
         // AI in europe-west4 is in its residency.

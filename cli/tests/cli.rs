@@ -561,7 +561,9 @@ fn same_residency_is_refused_where_the_file_decides_and_explained_where_it_does_
     let (code, stdout, _) = run(bin().args(["explain", &file, "--model", "gpt-4o", "--no-env"]));
     assert_eq!(code, 0, "{stdout}");
     assert!(
-        stdout.contains("  eu: skipped: residency (eu; the request's first entry is in us; same_residency)"),
+        stdout.contains(
+            "  eu: skipped: residency (eu; the request's first entry is in us; same_residency)"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("  2. claude-us"), "{stdout}");

@@ -663,7 +663,9 @@ fn residency_is_declared_or_follows_a_clouds_region() {
     );
     assert_eq!(e.len(), 2, "{e:?}");
     assert!(
-        e[0].starts_with("providers[0].residency: \"europe\" is not a residency: use us, eu, apac, global"),
+        e[0].starts_with(
+            "providers[0].residency: \"europe\" is not a residency: use us, eu, apac, global"
+        ),
         "{e:?}"
     );
     assert!(
@@ -684,8 +686,14 @@ fn same_residency_is_refused_where_the_file_decides_it() {
     );
     assert_eq!(e.len(), 3, "{e:?}");
     assert!(e[0].starts_with("chains[0].providers[1]: provider \"b\" is in \"eu\", the chain's first entry (which takes every request) in \"us\""), "{e:?}");
-    assert!(e[1].starts_with("chains[0].providers[2]: provider \"c\" has no residency"), "{e:?}");
-    assert!(e[2].starts_with("chains[0].context_window[0]: provider \"b\" is in \"eu\""), "{e:?}");
+    assert!(
+        e[1].starts_with("chains[0].providers[2]: provider \"c\" has no residency"),
+        "{e:?}"
+    );
+    assert!(
+        e[2].starts_with("chains[0].context_window[0]: provider \"b\" is in \"eu\""),
+        "{e:?}"
+    );
     // The first entry serves some models only (or some callers): decided per request.
     for first in [
         r#"{"name":"a","residency":"us","models":["gpt-*"]}"#,
@@ -707,7 +715,10 @@ fn same_residency_is_refused_where_the_file_decides_it() {
             "chains":[{{"name":"main","same_residency":true,{chain}}}]}}"#
         );
         let e = errors_of(&json);
-        assert!(e[0].starts_with("chains[0].providers[1]:"), "{chain}: {e:?}");
+        assert!(
+            e[0].starts_with("chains[0].providers[1]:"),
+            "{chain}: {e:?}"
+        );
     }
     // Without same_residency the same chain is fine.
     assert!(load(
