@@ -533,7 +533,7 @@ fn same_residency_is_refused_where_the_file_decides_and_explained_where_it_does_
     let file = dir.file(
         "res.failover.yaml",
         "providers:\n  - {name: us, endpoint: \"127.0.0.1:1\", residency: us}\n  - {name: eu, endpoint: \"127.0.0.1:2\", residency: eu}\n  - {name: plain, endpoint: \"127.0.0.1:3\"}\n  - {name: claude-eu, endpoint: \"bedrock-runtime.eu-west-1.amazonaws.com:443\", api: bedrock}\n  - {name: claude-wrong, endpoint: \"127.0.0.1:4\", api: bedrock, region: us-east-1, residency: eu}\n\
-         chains:\n  - {name: main, same_residency: true, providers: [us, eu, plain, claude-eu]}\n",
+         chains:\n  - {name: main, same_residency: true, providers: [us, eu, plain, {provider: claude-eu, model: m}]}\n",
     );
     let (code, _, stderr) = run(bin().args(["validate", &file]));
     let stderr = unplaced(&stderr, &file);
@@ -554,7 +554,7 @@ fn same_residency_is_refused_where_the_file_decides_and_explained_where_it_does_
     let file = dir.file(
         "ok.failover.yaml",
         "providers:\n  - {name: us, endpoint: \"127.0.0.1:1\", residency: us, models: [\"gpt-*\"]}\n  - {name: eu, endpoint: \"127.0.0.1:2\", residency: eu}\n  - {name: claude-us, endpoint: \"127.0.0.1:4\", api: bedrock, region: us-west-2, credential: {header: authorization, prefix: \"Bearer \", value: k}}\n\
-         chains:\n  - {name: main, same_residency: true, providers: [us, eu, claude-us]}\n",
+         chains:\n  - {name: main, same_residency: true, providers: [us, eu, {provider: claude-us, model: m}]}\n",
     );
     let (code, _, stderr) = run(bin().args(["validate", &file]));
     assert_eq!(code, 0, "{stderr}");

@@ -1,13 +1,13 @@
 //! Validating `chains`: names, entries (known providers, no duplicates), limits and the
 //! `fallback_on` triggers.
 
+use super::any_matches;
 use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
 use super::{
     Capabilities, Chain, ChainEntry, EntryId, ModelPattern, Provider, ProviderId, RetryInPlace,
     MAX_CHAINS, MAX_CHAIN_LEN,
 };
-use super::any_matches;
 use crate::classify::{Class, FailoverSet};
 use crate::envelope::Envelope;
 use crate::pattern::covers;

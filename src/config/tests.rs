@@ -590,7 +590,6 @@ fn retry_in_place_and_the_first_token_timeout_are_read_with_their_defaults() {
     assert!(e[0].contains("retry_in_place"), "{e:?}");
 }
 
-<<<<<<< HEAD
 /// A cloud whose model names are its own gets the caller's model only when the file says so
 /// (the provider lists the names callers may ask for): an entry naming no model is refused
 /// otherwise, in Envoy as in the CLI (issue 32).
@@ -638,7 +637,8 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
     }
     // Gemini's models are the caller's to name, as OpenAI's are.
     assert!(config(r#"{"name":"g","api":"gemini"}"#, r#""g""#).is_ok());
-=======
+}
+
 #[test]
 fn residency_is_declared_or_follows_a_clouds_region() {
     let c = load(
@@ -646,7 +646,8 @@ fn residency_is_declared_or_follows_a_clouds_region() {
         {"name":"v","api":"vertex","path_prefix":"/v1/projects/p/locations/us-east5"},
         {"name":"g","api":"gemini","path_prefix":"/v1/projects/p/locations/global/endpoints/openapi"},
         {"name":"br","api":"bedrock","authority":"bedrock-runtime.ap-northeast-1.amazonaws.com"}],
-        "chains":[{"name":"main","providers":["a","b","v","g","br"]}]}"#,
+        "chains":[{"name":"main","providers":["a","b",{"provider":"v","model":"m"},"g",
+          {"provider":"br","model":"m"}]}]}"#,
     )
     .unwrap();
     let names: Vec<_> = (c.providers.iter())
@@ -659,7 +660,7 @@ fn residency_is_declared_or_follows_a_clouds_region() {
     let e = errors_of(
         r#"{"providers":[{"name":"a","residency":"europe"},
         {"name":"v","api":"vertex","path_prefix":"/v1/projects/p/locations/us-east5","residency":"eu"}],
-        "chains":[{"name":"main","providers":["a","v"]}]}"#,
+        "chains":[{"name":"main","providers":["a",{"provider":"v","model":"m"}]}]}"#,
     );
     assert_eq!(e.len(), 2, "{e:?}");
     assert!(
@@ -726,5 +727,4 @@ fn same_residency_is_refused_where_the_file_decides_it() {
         "chains":[{"name":"main","providers":["a","b","c"]}]}"#
     )
     .is_ok());
->>>>>>> 7054a56 (Residency: providers declare us|eu|apac|global (Bedrock's and Vertex AI's follow their region); same_residency chains skip entries outside the request's first entry's residency (reason residency), refused at configuration where the file decides it; explain says why)
 }
