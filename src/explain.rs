@@ -197,11 +197,31 @@ pub fn explain_with(
         .filter(|c| chain.fallback_on.has_class(*c))
         .map(Class::as_str)
         .collect();
+    // Every attempt Envoy may make, in-place retries and alternative lists included.
+    let limit = plan.attempt_limit(chain);
+    let in_place = chain
+        .retry_in_place
+        .filter(|_| config.routing == crate::config::Routing::Slots);
+    let planned = plan.slots.len();
+    let mut room = Vec::new();
+    if in_place.is_some() && limit > 1 {
+        room.push(format!(
+            "each provider may be retried once in place while attempts are left, within max_attempts {}",
+            chain.max_attempts
+        ));
+    }
+    if limit > planned && (!plan.context_window.is_empty() || !plan.content_policy.is_empty()) {
+        room.push("the walk may move to an alternative list".to_string());
+    }
+    let room = if room.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", room.join("; "))
+    };
     let _ = writeln!(
         out,
-        "walk: up to {} attempt{}; falls over on {}{}",
-        plan.slots.len(),
-        if plan.slots.len() == 1 { "" } else { "s" },
+        "walk: up to {limit} attempt{}{room}; falls over on {}{}",
+        if limit == 1 { "" } else { "s" },
         if falls.is_empty() {
             "nothing".to_string()
         } else {
@@ -280,6 +300,23 @@ pub fn explain_with(
         if !changes.removed.is_empty() {
             let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
         }
+        // Its in-place retry (SPEC 5) is an attempt slot of its own, when one can be left: it
+        // comes right after this attempt and pushes the later providers back by one.
+        if let Some(policy) = in_place.filter(|_| k + 1 < limit) {
+            let _ = writeln!(
+                out,
+                "  {}'. {} again (retry in place): once, when it fails with connection_error, server_error or overloaded, after {}, or rate_limited with a Retry-After of at most {}{}",
+                k + 1,
+                provider.name,
+                duration(policy.back_off_ms),
+                duration(policy.max_retry_after_ms),
+                if k + 1 < planned {
+                    "; the providers after it then move back one"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     // Every breaker closed: the first slot is the request's first entry.
     let first = (plan.slots.first())
@@ -325,6 +362,15 @@ pub fn explain_with(
         }
     );
     Ok(out)
+}
+
+/// A duration as configuration writes it (`500ms`, `2s`).
+fn duration(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
 }
 
 fn skip_line(

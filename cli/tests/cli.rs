@@ -575,3 +575,41 @@ fn same_residency_is_refused_where_the_file_decides_and_explained_where_it_does_
         "{stdout}"
     );
 }
+
+#[test]
+fn explain_counts_and_names_the_in_place_retry_slots() {
+    let dir = Scratch::new("explain-in-place");
+    let file = dir.file(
+        "gw.failover.yaml",
+        "providers:\n\
+         - {name: flaky, endpoint: \"127.0.0.1:1\"}\n\
+         - {name: spare, endpoint: \"127.0.0.1:2\"}\n\
+         chains:\n\
+         - {name: retried, models: [\"r-*\"], providers: [flaky, spare], retry_in_place: {back_off: 200ms}}\n\
+         - {name: plain, providers: [flaky, spare]}\n",
+    );
+    let (code, stdout, stderr) = run(bin().args(["explain", &file, "--model", "r-1"]));
+    assert_eq!(code, 0, "{stderr}");
+    // Two providers, each retried once in place, within max_attempts 3: three attempts.
+    assert!(
+        stdout.contains("walk: up to 3 attempts (each provider may be retried once in place"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n  1. flaky (cluster flaky)\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n  1'. flaky again (retry in place): once, when it fails with connection_error, server_error or overloaded, after 200ms, or rate_limited with a Retry-After of at most 2s; the providers after it then move back one\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n  2'. spare again (retry in place)"),
+        "{stdout}"
+    );
+    // Without retry_in_place: the two planned attempts, no retry slot.
+    let (code, stdout, _) = run(bin().args(["explain", &file, "--model", "x"]));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("walk: up to 2 attempts;"), "{stdout}");
+    assert!(!stdout.contains("retry in place"), "{stdout}");
+}
