@@ -12,7 +12,10 @@
 pub mod chat_to_messages;
 pub mod common;
 pub(crate) mod json;
+pub mod messages;
 pub mod messages_to_chat;
+pub mod model;
+pub mod responses;
 mod sse;
 
 /// An API (wire dialect) a caller calls or a provider speaks.

@@ -6,10 +6,12 @@
 //! [`check`] and [`request`] run the same rules: [`head`] and [`walk`] decide, `request`
 //! writes what `walk` passes it and `check` drops it (no body is built).
 
-use std::borrow::Cow;
+
 
 use super::common::{self, Usage};
 use super::json::{self, Obj, Out, Raw, EMPTY};
+use super::messages::{self, image, tool_input, valid_id};
+use super::model::{Choice, Part as Block, Request, Role, Tool};
 use super::{RequestContext, Untranslatable};
 
 pub mod stream;
@@ -38,98 +40,23 @@ pub fn check(body: &[u8]) -> Result<()> {
 pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     let req = parse(body)?;
     let head = head(&req)?;
-    // The blocks of `system`, and the turns: consecutive blocks of one role make one turn (the
-    // tool results answering one assistant turn, OpenAI's `role: tool` messages, go in a
-    // single user turn, before the text of a user message that follows them).
-    let mut system = Out::default();
-    let mut turns = Out::with_capacity(body.len() + 64);
-    let mut open = None;
-    walk(&req, &mut |role, block| {
-        if role == Role::System {
-            return write_block(&mut system, &block);
-        }
-        if open != Some(role) {
-            if open.is_some() {
-                turns.close_arr().close();
-            }
-            let name = if role == Role::User {
-                r#"{"role":"user""#
-            } else {
-                r#"{"role":"assistant""#
-            };
-            turns.raw(name).raw(r#""content":["#);
-            open = Some(role);
-        }
-        write_block(&mut turns, &block);
-    })?;
-    if open.is_some() {
-        turns.close_arr().close();
-    }
-
-    let mut out = Out::with_capacity(turns.0.len() + system.0.len() + 512);
-    out.raw(r#"{"model":"#).str(cx.model).key("max_tokens");
-    out.num(
-        req.u64("max_completion_tokens")
-            .or_else(|| req.u64("max_tokens"))
-            .unwrap_or(u64::from(cx.default_max_tokens)),
-    );
-    if !system.0.is_empty() {
-        out.key("system").open_arr().0.extend_from_slice(&system.0);
-        out.close_arr();
-    }
-    out.key("messages").open_arr().0.extend_from_slice(&turns.0);
-    out.close_arr();
-    if !head.stops.is_empty() {
-        out.key("stop_sequences").open_arr();
-        for stop in &head.stops {
-            out.raw(stop);
-        }
-        out.close_arr();
-    }
-    if let Some(t) = req.get("temperature") {
-        // Anthropic's temperature is 0-1, OpenAI's 0-2: above 1 is sent as 1 (the most random
-        // Messages allows).
-        out.key("temperature")
-            .raw(if json::above_one(t) { "1" } else { t });
-    }
-    if let Some(top_p) = req.get("top_p") {
-        out.key("top_p").raw(top_p);
-    }
-    // Tools and tool_choice only together (Messages refuses a tool_choice without tools).
-    if !head.tools.is_empty() {
-        out.key("tools").open_arr();
-        for tool in &head.tools {
-            out.open().key("name").raw(tool.name);
-            if let Some(description) = tool.description {
-                out.key("description").raw(description);
-            }
-            // A function without parameters: Messages requires a schema.
-            out.key("input_schema").raw(
-                tool.schema
-                    .unwrap_or(r#"{"type":"object","properties":{}}"#),
-            );
-            out.close();
-        }
-        out.close_arr();
-        if let Some(choice) = &head.choice {
-            out.key("tool_choice").open().key("type").raw(choice.kind);
-            if let Some(name) = choice.name {
-                out.key("name").raw(name);
-            }
-            if choice.serial {
-                out.key("disable_parallel_tool_use").bool(true);
-            }
-            out.close();
-        }
-    }
-    if let Some(user) = req.raw_str("user") {
-        out.raw(r#""metadata":{"user_id":"#).raw(user).close();
-    }
-    if let Some(stream) = req.bool("stream") {
-        out.key("stream").bool(stream);
-    }
-    out.close();
-    Ok(out.0)
+    // The tool results answering one assistant turn (OpenAI's `role: tool` messages) go in a
+    // single user turn, before the text of a user message that follows them.
+    let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    let rest = Request {
+        max_tokens: req
+            .u64("max_completion_tokens")
+            .or_else(|| req.u64("max_tokens")),
+        temperature: req.get("temperature"),
+        top_p: req.get("top_p"),
+        stops: head.stops,
+        tools: head.tools,
+        choice: head.choice,
+        user: req.raw_str("user"),
+        stream: req.bool("stream"),
+    };
+    Ok(messages::request(conversation, &rest, cx))
 }
 
 /// What of a request is not its messages: checked, and kept as written for `request`.
@@ -138,20 +65,6 @@ struct Head<'a> {
     choice: Option<Choice<'a>>,
     /// `stop` as JSON strings.
     stops: Vec<&'a str>,
-}
-
-/// A function tool, its members as written.
-struct Tool<'a> {
-    name: &'a str,
-    description: Option<&'a str>,
-    schema: Option<&'a str>,
-}
-
-/// Messages' `tool_choice`: its type (as JSON), the tool's name, `disable_parallel_tool_use`.
-struct Choice<'a> {
-    kind: &'static str,
-    name: Option<&'a str>,
-    serial: bool,
 }
 
 /// The request-wide rules: what Messages cannot carry (dropping it would change the answer).
@@ -250,36 +163,6 @@ fn stops<'a>(req: &Obj<'a>) -> Result<Vec<&'a str>> {
     Ok(out)
 }
 
-/// Where a Chat message's blocks go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    /// Hoisted into `system` (system and developer messages, wherever they are).
-    System,
-    User,
-    Assistant,
-}
-
-/// A Messages content block, its pieces as written where they can be copied.
-enum Block<'a> {
-    /// A JSON string.
-    Text(&'a str),
-    /// A data URI or an http(s) URL (checked by [`image`]).
-    Image(Cow<'a, str>),
-    ToolUse {
-        id: Cow<'a, str>,
-        /// A JSON string.
-        name: &'a str,
-        /// A JSON object's text.
-        input: Cow<'a, str>,
-    },
-    ToolResult {
-        id: Cow<'a, str>,
-        /// JSON strings: one as the content, several as text blocks.
-        content: Vec<&'a str>,
-        blocks: bool,
-    },
-}
-
 /// Passes each Messages block of the conversation to `push`, with where it goes.
 fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<()> {
     let mut last = None;
@@ -359,53 +242,17 @@ fn part<'a>(p: Raw<'a>, role: Role) -> Result<Option<Block<'a>>> {
     }
 }
 
-/// The image types Messages takes.
-const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
-
-/// Whether Messages takes an image from this URL: a data URI of one of its types, or http(s).
-fn image(url: &str) -> Result<()> {
-    let taken = match common::split_data_uri(url) {
-        Some((media_type, _)) => IMAGE_TYPES.contains(&media_type),
-        None => url.starts_with("https://") || url.starts_with("http://"),
-    };
-    if taken {
-        Ok(())
-    } else {
-        Err(field("image_url"))
-    }
-}
-
-/// A tool call id valid for Messages ([`common::tool_id`]), kept borrowed when it is.
-fn valid_id(id: Cow<'_, str>) -> Cow<'_, str> {
-    match common::tool_id(&id) {
-        Cow::Borrowed(_) => id,
-        Cow::Owned(valid) => Cow::Owned(valid),
-    }
-}
-
 fn tool_use(call: Raw<'_>) -> Result<Block<'_>> {
     let call = json::obj(call).ok_or(field("tool_calls"))?;
     if call.tag("type").is_some_and(|t| t != "function") {
         return Err(field("tool_calls"));
     }
     let f = call.obj("function").ok_or(field("tool_calls"))?;
-    Ok(Block::ToolUse {
+    Ok(Block::ToolCall {
         id: valid_id(call.str("id").unwrap_or_default()),
         name: f.raw_str("name").ok_or(field("tool_calls"))?,
         input: tool_input(f.str("arguments").unwrap_or_default())?,
     })
-}
-
-/// OpenAI's `arguments` (JSON text) as Messages' `input` (an object): empty text is `{}`;
-/// anything but an object cannot be sent.
-pub(crate) fn tool_input(arguments: Cow<'_, str>) -> Result<Cow<'_, str>> {
-    if arguments.trim().is_empty() {
-        return Ok(Cow::Borrowed("{}"));
-    }
-    if Obj::parse(&arguments).is_none() {
-        return Err(field("tool_calls.function.arguments"));
-    }
-    Ok(arguments)
 }
 
 /// A `role: tool` message as a `tool_result` block (its id made valid like the call's).
@@ -431,50 +278,6 @@ fn tool_result<'a>(m: &Obj<'a>) -> Result<Block<'a>> {
         content,
         blocks,
     })
-}
-
-/// Writes a block (JSON fragments in one call each: every call is code in the module).
-fn write_block(out: &mut Out, block: &Block<'_>) {
-    match block {
-        Block::Text(text) => {
-            out.raw(r#"{"type":"text","text":"#).raw(text);
-        }
-        Block::Image(url) => match common::split_data_uri(url) {
-            Some((media_type, data)) => {
-                out.raw(r#"{"type":"image","source":{"type":"base64","media_type":"#);
-                out.str(media_type).key("data").str(data).close();
-            }
-            None => {
-                out.raw(r#"{"type":"image","source":{"type":"url","url":"#);
-                out.str(url).close();
-            }
-        },
-        Block::ToolUse { id, name, input } => {
-            out.raw(r#"{"type":"tool_use","id":"#).str(id);
-            out.key("name").raw(name).key("input").raw(input.trim());
-        }
-        Block::ToolResult {
-            id,
-            content,
-            blocks,
-        } => {
-            out.raw(r#"{"type":"tool_result","tool_use_id":"#).str(id);
-            match (content.as_slice(), blocks) {
-                ([], _) => {}
-                ([text], false) => {
-                    out.key("content").raw(text);
-                }
-                (texts, _) => {
-                    out.key("content").open_arr();
-                    for text in texts {
-                        write_block(out, &Block::Text(text));
-                    }
-                    out.close_arr();
-                }
-            }
-        }
-    }
-    out.close();
 }
 
 /// The provider's answer (or error) for the OpenAI caller. `created`: Unix seconds. `Err`: a

@@ -19,6 +19,7 @@
 
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
 use crate::translate::json::{number, pick, put, Digits, RawStr};
+use crate::translate::messages::update_usage;
 use crate::translate::sse::{self, Reader};
 use crate::translate::StreamContext;
 
@@ -125,30 +126,6 @@ impl<'a> Event<'a> {
             content_block,
             delta,
             usage,
-        }
-    }
-}
-
-/// The counts a `usage` object reports replace the ones known.
-fn update_usage(reported: &[u8], usage: &mut Usage) {
-    let counts = pick(
-        reported,
-        [
-            b"input_tokens",
-            b"output_tokens",
-            b"cache_read_input_tokens",
-            b"cache_creation_input_tokens",
-        ],
-    );
-    let known = [
-        &mut usage.input,
-        &mut usage.output,
-        &mut usage.cache_read,
-        &mut usage.cache_creation,
-    ];
-    for (count, known) in counts.into_iter().zip(known) {
-        if let Some(n) = number(count) {
-            *known = n;
         }
     }
 }

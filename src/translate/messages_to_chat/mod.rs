@@ -493,7 +493,7 @@ pub fn response(status: u16, body: &[u8]) -> std::result::Result<Vec<u8>, Vec<u8
         let f = call.obj("function").unwrap_or_default();
         // Arguments that are not an object (cut short by max_tokens) cannot be an input.
         let arguments = f.str("arguments").unwrap_or_default();
-        let input = super::chat_to_messages::tool_input(arguments).unwrap_or(Cow::Borrowed("{}"));
+        let input = super::messages::tool_input(arguments).unwrap_or(Cow::Borrowed("{}"));
         out.raw(r#"{"type":"tool_use","id":"#);
         out.str(&common::tool_id(&call.str("id").unwrap_or_default()));
         out.key("name").raw(f.raw_str("name").unwrap_or(EMPTY));

@@ -1,0 +1,373 @@
+//! Anthropic Messages as a provider dialect of the internal model ([`super::model`]): a request
+//! written from the model ([`Conversation`], [`request`]), a whole answer read into it
+//! ([`answer`]) and a stream read into its events ([`Decoder`]).
+//!
+//! The Chat Completions caller (`chat_to_messages`) and the Responses caller (`responses`)
+//! both write their requests through here.
+
+use std::borrow::Cow;
+
+use super::common::{self, Usage};
+use super::json::{self, number, pick, Obj, Out, RawStr};
+use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
+use super::sse::{self, Reader};
+use super::{RequestContext, Untranslatable};
+
+/// The image types Messages takes.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// Whether Messages takes an image from this URL: a data URI of one of its types, or http(s).
+pub fn image(url: &str) -> Result<(), Untranslatable> {
+    let taken = match common::split_data_uri(url) {
+        Some((media_type, _)) => IMAGE_TYPES.contains(&media_type),
+        None => url.starts_with("https://") || url.starts_with("http://"),
+    };
+    if taken {
+        Ok(())
+    } else {
+        Err(Untranslatable::Field("image_url"))
+    }
+}
+
+/// A tool call id valid for Messages ([`common::tool_id`]), kept borrowed when it is.
+pub fn valid_id(id: Cow<'_, str>) -> Cow<'_, str> {
+    match common::tool_id(&id) {
+        Cow::Borrowed(_) => id,
+        Cow::Owned(valid) => Cow::Owned(valid),
+    }
+}
+
+/// OpenAI's `arguments` (JSON text) as Messages' `input` (an object): empty text is `{}`;
+/// anything but an object cannot be sent.
+pub(crate) fn tool_input(arguments: Cow<'_, str>) -> Result<Cow<'_, str>, Untranslatable> {
+    if arguments.trim().is_empty() {
+        return Ok(Cow::Borrowed("{}"));
+    }
+    if Obj::parse(&arguments).is_none() {
+        return Err(Untranslatable::Field("tool_calls.function.arguments"));
+    }
+    Ok(arguments)
+}
+
+/// The conversation as Messages writes it: the `system` blocks, and the turns (consecutive
+/// parts of one role make one turn).
+pub struct Conversation {
+    system: Out,
+    turns: Out,
+    open: Option<Role>,
+}
+
+impl Conversation {
+    pub fn with_capacity(n: usize) -> Conversation {
+        Conversation {
+            system: Out::default(),
+            turns: Out::with_capacity(n),
+            open: None,
+        }
+    }
+
+    /// Adds the next part of the conversation.
+    pub fn push(&mut self, role: Role, part: &Part<'_>) {
+        if role == Role::System {
+            return write_part(&mut self.system, part);
+        }
+        let turns = &mut self.turns;
+        if self.open != Some(role) {
+            if self.open.is_some() {
+                turns.close_arr().close();
+            }
+            let name = if role == Role::User {
+                r#"{"role":"user""#
+            } else {
+                r#"{"role":"assistant""#
+            };
+            turns.raw(name).raw(r#""content":["#);
+            self.open = Some(role);
+        }
+        write_part(turns, part);
+    }
+}
+
+/// The Messages request: the conversation and the rest of the request.
+pub fn request(mut conversation: Conversation, req: &Request<'_>, cx: &RequestContext<'_>) -> Vec<u8> {
+    let (system, turns) = (&conversation.system, &mut conversation.turns);
+    if conversation.open.is_some() {
+        turns.close_arr().close();
+    }
+    let mut out = Out::with_capacity(turns.0.len() + system.0.len() + 512);
+    out.raw(r#"{"model":"#).str(cx.model).key("max_tokens");
+    out.num(req.max_tokens.unwrap_or(u64::from(cx.default_max_tokens)));
+    if !system.0.is_empty() {
+        out.key("system").open_arr().0.extend_from_slice(&system.0);
+        out.close_arr();
+    }
+    out.key("messages").open_arr().0.extend_from_slice(&turns.0);
+    out.close_arr();
+    if !req.stops.is_empty() {
+        out.key("stop_sequences").open_arr();
+        for stop in &req.stops {
+            out.raw(stop);
+        }
+        out.close_arr();
+    }
+    if let Some(t) = req.temperature {
+        // Anthropic's temperature is 0-1, OpenAI's 0-2: above 1 is sent as 1 (the most random
+        // Messages allows).
+        out.key("temperature")
+            .raw(if json::above_one(t) { "1" } else { t });
+    }
+    if let Some(top_p) = req.top_p {
+        out.key("top_p").raw(top_p);
+    }
+    // Tools and tool_choice only together (Messages refuses a tool_choice without tools).
+    if !req.tools.is_empty() {
+        out.key("tools").open_arr();
+        for tool in &req.tools {
+            out.open().key("name").raw(tool.name);
+            if let Some(description) = tool.description {
+                out.key("description").raw(description);
+            }
+            // A function without parameters: Messages requires a schema.
+            out.key("input_schema").raw(
+                tool.schema
+                    .unwrap_or(r#"{"type":"object","properties":{}}"#),
+            );
+            out.close();
+        }
+        out.close_arr();
+        if let Some(choice) = &req.choice {
+            out.key("tool_choice").open().key("type").raw(choice.kind);
+            if let Some(name) = choice.name {
+                out.key("name").raw(name);
+            }
+            if choice.serial {
+                out.key("disable_parallel_tool_use").bool(true);
+            }
+            out.close();
+        }
+    }
+    if let Some(user) = req.user {
+        out.raw(r#""metadata":{"user_id":"#).raw(user).close();
+    }
+    if let Some(stream) = req.stream {
+        out.key("stream").bool(stream);
+    }
+    out.close();
+    out.0
+}
+
+/// Writes a part as a Messages block (JSON fragments in one call each: every call is code in
+/// the module).
+fn write_part(out: &mut Out, part: &Part<'_>) {
+    match part {
+        Part::Text(text) => {
+            out.raw(r#"{"type":"text","text":"#).raw(text);
+        }
+        Part::Image(url) => match common::split_data_uri(url) {
+            Some((media_type, data)) => {
+                out.raw(r#"{"type":"image","source":{"type":"base64","media_type":"#);
+                out.str(media_type).key("data").str(data).close();
+            }
+            None => {
+                out.raw(r#"{"type":"image","source":{"type":"url","url":"#);
+                out.str(url).close();
+            }
+        },
+        Part::ToolCall { id, name, input } => {
+            out.raw(r#"{"type":"tool_use","id":"#).str(id);
+            out.key("name").raw(name).key("input").raw(input.trim());
+        }
+        Part::ToolResult {
+            id,
+            content,
+            blocks,
+        } => {
+            out.raw(r#"{"type":"tool_result","tool_use_id":"#).str(id);
+            match (content.as_slice(), blocks) {
+                ([], _) => {}
+                ([text], false) => {
+                    out.key("content").raw(text);
+                }
+                (texts, _) => {
+                    out.key("content").open_arr();
+                    for text in texts {
+                        write_part(out, &Part::Text(text));
+                    }
+                    out.close_arr();
+                }
+            }
+        }
+    }
+    out.close();
+}
+
+/// A Messages answer read into the model (`None`: not a Messages answer). Thinking and
+/// server-tool blocks do not cross vendors.
+pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
+    let answer = Obj::parse_bytes(body)?;
+    let content = answer.arr("content")?;
+    let mut output = Vec::with_capacity(content.len());
+    for block in content.iter().filter_map(|b| json::obj(b)) {
+        match block.tag("type") {
+            Some("text") => output.extend(block.raw_str("text").map(Output::Text)),
+            Some("tool_use") => output.push(Output::ToolCall {
+                id: block.raw_str("id").unwrap_or(json::EMPTY),
+                name: block.raw_str("name").unwrap_or(json::EMPTY),
+                arguments: block.get("input").unwrap_or("{}"),
+            }),
+            _ => {}
+        }
+    }
+    let usage = answer.obj("usage").unwrap_or_default();
+    Some(Answer {
+        id: answer.raw_str("id"),
+        model: answer.raw_str("model"),
+        output,
+        stop: Stop::of_messages(answer.tag("stop_reason").unwrap_or("end_turn").as_bytes()),
+        usage: Usage {
+            input: usage.u64("input_tokens").unwrap_or(0),
+            output: usage.u64("output_tokens").unwrap_or(0),
+            cache_read: usage.u64("cache_read_input_tokens").unwrap_or(0),
+            cache_creation: usage.u64("cache_creation_input_tokens").unwrap_or(0),
+        },
+    })
+}
+
+/// A Messages event stream read into the model's events, whatever the chunk boundaries.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    sse: Reader,
+    usage: Usage,
+    /// The content block indexes of the text and tool blocks (the others are not passed on).
+    blocks: Vec<u64>,
+    /// `message_stop` or an error came: nothing more is read.
+    done: bool,
+    /// The stop reason came.
+    stopped: bool,
+}
+
+impl Decoder {
+    /// Reads the next chunk (`end`: the last), passing each event to `on`. A stream whose stop
+    /// reason came is complete without `message_stop` (docs/behaviour.md, section 5).
+    pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
+        let Decoder {
+            sse,
+            usage,
+            blocks,
+            done,
+            stopped,
+        } = self;
+        let mut on_event = |e: sse::Event<'_>| {
+            if !*done {
+                decode(e, usage, blocks, done, stopped, on);
+            }
+        };
+        sse.feed(chunk, &mut on_event);
+        if end {
+            sse.finish(&mut on_event);
+            if *stopped && !*done {
+                *done = true;
+                on(Event::End);
+            }
+        }
+    }
+}
+
+fn decode(
+    e: sse::Event<'_>,
+    usage: &mut Usage,
+    blocks: &mut Vec<u64>,
+    done: &mut bool,
+    stopped: &mut bool,
+    on: &mut dyn FnMut(Event<'_>),
+) {
+    let [kind, message, index, block, delta, reported] = pick(
+        e.data,
+        [
+            b"type",
+            b"message",
+            b"index",
+            b"content_block",
+            b"delta",
+            b"usage",
+        ],
+    );
+    let index = number(index).unwrap_or(0);
+    if e.name == b"error" || kind == br#""error""# {
+        *done = true;
+        let error = common::provider_error(e.data).unwrap_or_default();
+        return on(Event::Error {
+            kind: error.kind.as_deref(),
+            message: error.message.as_deref(),
+        });
+    }
+    match kind {
+        br#""message_start""# => {
+            let [id, model, start_usage] = pick(message, [b"id", b"model", b"usage"]);
+            update_usage(start_usage, usage);
+            on(Event::Start { id, model });
+            on(Event::Usage(*usage));
+        }
+        br#""content_block_start""# => {
+            let [kind, id, name] = pick(block, [b"type", b"id", b"name"]);
+            let block = match kind {
+                br#""text""# => Block::Text,
+                br#""tool_use""# => Block::ToolCall { id, name },
+                _ => return, // thinking, redacted thinking, server tools
+            };
+            blocks.push(index);
+            on(Event::BlockStart { index, block });
+        }
+        br#""content_block_delta""# if blocks.contains(&index) => {
+            let [kind, text, json] = pick(delta, [b"type", b"text", b"partial_json"]);
+            match (kind, RawStr::of(text), RawStr::of(json)) {
+                (br#""text_delta""#, Some(text), _) if !text.is_empty() => {
+                    on(Event::Text { index, text: text.0 });
+                }
+                (br#""input_json_delta""#, _, Some(json)) if !json.is_empty() => {
+                    on(Event::Arguments { index, json: json.0 });
+                }
+                _ => {}
+            }
+        }
+        br#""content_block_stop""# if blocks.contains(&index) => on(Event::BlockStop { index }),
+        br#""message_delta""# => {
+            update_usage(reported, usage);
+            on(Event::Usage(*usage));
+            let [reason] = pick(delta, [b"stop_reason"]);
+            if let Some(reason) = RawStr::of(reason) {
+                *stopped = true;
+                on(Event::Stop(Stop::of_messages(reason.inner())));
+            }
+        }
+        br#""message_stop""# => {
+            *done = true;
+            on(Event::End);
+        }
+        _ => {} // ping, and event types added later
+    }
+}
+
+/// The counts a `usage` object reports replace the ones known.
+pub(crate) fn update_usage(reported: &[u8], usage: &mut Usage) {
+    let counts = pick(
+        reported,
+        [
+            b"input_tokens",
+            b"output_tokens",
+            b"cache_read_input_tokens",
+            b"cache_creation_input_tokens",
+        ],
+    );
+    let known = [
+        &mut usage.input,
+        &mut usage.output,
+        &mut usage.cache_read,
+        &mut usage.cache_creation,
+    ];
+    for (count, known) in counts.into_iter().zip(known) {
+        if let Some(n) = number(count) {
+            *known = n;
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The one internal model of a conversation, an answer and a stream that the dialects read into
+//! and write from (docs/translation.md "Layout"): a caller's dialect reads its request into
+//! [`Request`] and a stream of [`Part`]s with their [`Role`], the provider's dialect writes
+//! them; the provider's answer is read into an [`Answer`] (whole) or a sequence of [`Event`]s
+//! (streamed), which the caller's dialect writes. Adding a dialect adds one reader and one
+//! writer of these, not one translator per pair.
+//!
+//! Text, names and ids are kept as the JSON strings they were written as (escapes included),
+//! so most of a body is copied, never unescaped and escaped again.
+
+use std::borrow::Cow;
+
+use super::common::Usage;
+
+/// Where a part of the conversation goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The instructions (system and developer messages, wherever a dialect puts them).
+    System,
+    User,
+    Assistant,
+}
+
+/// One part of a turn, its pieces as written where they can be copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// A JSON string.
+    Text(&'a str),
+    /// A data URI or an http(s) URL.
+    Image(Cow<'a, str>),
+    /// The assistant called a function.
+    ToolCall {
+        /// Valid in the provider's dialect.
+        id: Cow<'a, str>,
+        /// A JSON string.
+        name: &'a str,
+        /// A JSON object's text.
+        input: Cow<'a, str>,
+    },
+    /// A function's result, answering the call with this id.
+    ToolResult {
+        id: Cow<'a, str>,
+        /// JSON strings: one as the content, several as text blocks.
+        content: Vec<&'a str>,
+        /// The caller sent its result as a list of parts.
+        blocks: bool,
+    },
+}
+
+/// What of a request is not its conversation, as the model knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// The most output tokens (`None`: the provider's default).
+    pub max_tokens: Option<u64>,
+    /// As written (a JSON number), on OpenAI's 0-2 scale.
+    pub temperature: Option<&'a str>,
+    pub top_p: Option<&'a str>,
+    /// Stop sequences as JSON strings.
+    pub stops: Vec<&'a str>,
+    pub tools: Vec<Tool<'a>>,
+    pub choice: Option<Choice<'a>>,
+    /// The end user's id (a JSON string).
+    pub user: Option<&'a str>,
+    pub stream: Option<bool>,
+}
+
+/// A function tool, its members as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tool<'a> {
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    /// A JSON Schema object's text.
+    pub schema: Option<&'a str>,
+}
+
+/// Which tools the model may call: Messages' `tool_choice` terms (its type as JSON, the tool's
+/// name, `disable_parallel_tool_use`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice<'a> {
+    pub kind: &'static str,
+    pub name: Option<&'a str>,
+    pub serial: bool,
+}
+
+/// Why an answer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stop {
+    /// The model finished its turn (or matched a stop sequence).
+    #[default]
+    End,
+    /// It reached the output limit.
+    MaxTokens,
+    /// It called tools and waits for their results.
+    ToolUse,
+    /// The provider's safety system stopped it.
+    Refusal,
+}
+
+impl Stop {
+    /// From Anthropic's `stop_reason`.
+    pub fn of_messages(reason: &[u8]) -> Stop {
+        match reason {
+            b"max_tokens" | b"model_context_window_exceeded" => Stop::MaxTokens,
+            b"tool_use" => Stop::ToolUse,
+            b"refusal" => Stop::Refusal,
+            _ => Stop::End,
+        }
+    }
+}
+
+/// A whole answer: its id and model (JSON strings as written), its output in order, why it
+/// ended and what it counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer<'a> {
+    pub id: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub output: Vec<Output<'a>>,
+    pub stop: Stop,
+    pub usage: Usage,
+}
+
+/// One piece of an answer's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output<'a> {
+    /// A JSON string.
+    Text(&'a str),
+    /// A function call: its id and name (JSON strings), its arguments as a JSON object's text.
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+}
+
+/// What a block of a streamed answer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Block<'a> {
+    Text,
+    /// A function call: its id and name as JSON strings.
+    ToolCall { id: &'a [u8], name: &'a [u8] },
+}
+
+/// One event of a streamed answer, as a provider's dialect reads it and a caller's writes it.
+/// Text and argument pieces are JSON strings as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The answer starts: its id and model (JSON strings, empty when unknown).
+    Start { id: &'a [u8], model: &'a [u8] },
+    /// Block `index` of the answer starts.
+    BlockStart { index: u64, block: Block<'a> },
+    /// More text of a text block.
+    Text { index: u64, text: &'a [u8] },
+    /// More of a function call's arguments (a piece of JSON text, as a JSON string).
+    Arguments { index: u64, json: &'a [u8] },
+    /// Block `index` is complete.
+    BlockStop { index: u64 },
+    /// Why the answer stopped.
+    Stop(Stop),
+    /// What the answer counted so far (the last one wins).
+    Usage(Usage),
+    /// The answer is complete.
+    End,
+    /// The provider reported an error: its type and message, when it gave them.
+    Error {
+        kind: Option<&'a str>,
+        message: Option<&'a str>,
+    },
+}
