@@ -82,12 +82,15 @@ pub struct PlanRecord<'a> {
 
 const CHAT_CALLER: u8 = 4;
 const MESSAGES_CALLER: u8 = 8;
+/// Both bits: a Responses caller.
+const RESPONSES_CALLER: u8 = CHAT_CALLER | MESSAGES_CALLER;
 
 fn api_flag(api: Option<Api>) -> u8 {
     match api {
         None => 0,
         Some(Api::OpenAiChat) => CHAT_CALLER,
         Some(Api::AnthropicMessages) => MESSAGES_CALLER,
+        Some(Api::OpenAiResponses) => RESPONSES_CALLER,
     }
 }
 
@@ -234,6 +237,7 @@ impl PlanText {
             0 => None,
             CHAT_CALLER => Some(Api::OpenAiChat),
             MESSAGES_CALLER => Some(Api::AnthropicMessages),
+            RESPONSES_CALLER => Some(Api::OpenAiResponses),
             _ => return None,
         };
         // "limit;context_window;content_policy", each list's entries comma separated.
@@ -583,7 +587,11 @@ mod tests {
             Some("3"),
             "a same-API plan keeps the flags it always had"
         );
-        for (api, flags) in [(Api::OpenAiChat, "7"), (Api::AnthropicMessages, "b")] {
+        for (api, flags) in [
+            (Api::OpenAiChat, "7"),
+            (Api::AnthropicMessages, "b"),
+            (Api::OpenAiResponses, "f"),
+        ] {
             let crossing = PlanRecord {
                 caller_api: Some(api),
                 ..record
@@ -600,9 +608,6 @@ mod tests {
             PlanText::decode(same_api.clone()).map(|t| t.view().caller_api),
             Some(None)
         );
-        // Both caller bits at once is no record of ours.
-        let both = same_api.replacen("\n3\n", "\nf\n", 1);
-        assert_eq!(PlanText::decode(both), None);
     }
 
     #[test]
@@ -635,7 +640,7 @@ mod tests {
             lines.join("\n")
         };
         assert!(PlanText::decode(with_line(5, "3")).is_some());
-        assert_eq!(PlanText::decode(with_line(5, "c")), None);
+        assert_eq!(PlanText::decode(with_line(5, "13")), None);
         assert_eq!(PlanText::decode(with_line(5, "g")), None);
         assert_eq!(PlanText::decode(with_line(6, "x,y")), None);
         assert_eq!(PlanText::decode(with_line(7, "3;1;x")), None);

@@ -901,13 +901,16 @@ mod tests {
             skips(&p.skipped),
             vec![(2, SkipReason::ContentIncompatible)]
         );
-        // A Responses request plans the same way (it skipped the `openai` entry too).
+        // A Responses request goes to the `openai` entry as it is (it was skipped too), and is
+        // translated for the Anthropic one.
         let responses = RequestFacts {
             path: Some("/v1/responses"),
+            api: Some(Api::OpenAiResponses),
+            body: br#"{"model":"m","input":"hi"}"#,
             ..embeddings
         };
         let p = plan(&c, &responses, &FakeHealth::default()).unwrap();
-        assert_eq!(entries(&p), vec![0, 1, 3]);
+        assert_eq!(entries(&p), vec![0, 1, 2, 3]);
     }
 
     /// `same_residency` where the file cannot decide: the first entry serves `gpt-*` only.

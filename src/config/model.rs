@@ -3,7 +3,7 @@
 use super::{Role, Routing};
 use crate::classify::{Class, FailoverSet};
 use crate::ids::{ChainId, EntryId, ProviderId};
-use crate::translate::Api;
+use crate::translate::{Api, FamilyEndpoint};
 use std::collections::BTreeMap;
 
 pub use crate::pattern::{any_matches, ModelPattern};
@@ -43,25 +43,23 @@ impl Provider {
     pub fn translates(&self, caller: Option<Api>, path: &str) -> Option<Api> {
         let api = self.api?;
         let same = match caller {
+            Some(Api::OpenAiResponses) => self.serves_as_is(api, FamilyEndpoint::Responses),
             Some(caller) => caller == api,
-            None => self.serves_as_is(api, path),
+            None => Api::family_endpoint(path).is_some_and(|e| self.serves_as_is(api, e)),
         };
         (!same).then_some(api)
     }
 
-    /// Whether this provider (speaking `api`) serves the caller's untranslated endpoint on
-    /// `path` as it is: OpenAI and Azure OpenAI serve Responses (Azure on its v1 API, a
-    /// `path_prefix` without `api-version`), embeddings and completions; Gemini's OpenAI
-    /// endpoint serves embeddings only; Anthropic's clouds none.
-    fn serves_as_is(&self, api: Api, path: &str) -> bool {
+    /// Whether this provider (speaking `api`) serves one of OpenAI's other endpoints as it
+    /// is: OpenAI and Azure OpenAI serve Responses (Azure on its v1 API, a `path_prefix`
+    /// without `api-version`), embeddings and completions; Gemini's OpenAI endpoint serves
+    /// embeddings only; Anthropic's clouds none.
+    fn serves_as_is(&self, api: Api, endpoint: FamilyEndpoint) -> bool {
         use crate::envelope::Envelope;
-        use crate::translate::FamilyEndpoint as E;
+        use FamilyEndpoint as E;
         if api != Api::OpenAiChat {
             return false;
         }
-        let Some(endpoint) = Api::family_endpoint(path) else {
-            return false;
-        };
         match (self.envelope, endpoint) {
             (None, _) | (Some(Envelope::AzureOpenAi), E::Embeddings | E::Completions) => true,
             (Some(Envelope::AzureOpenAi), E::Responses) => !self

@@ -89,7 +89,11 @@ impl Conversation {
 }
 
 /// The Messages request: the conversation and the rest of the request.
-pub fn request(mut conversation: Conversation, req: &Request<'_>, cx: &RequestContext<'_>) -> Vec<u8> {
+pub fn request(
+    mut conversation: Conversation,
+    req: &Request<'_>,
+    cx: &RequestContext<'_>,
+) -> Vec<u8> {
     let (system, turns) = (&conversation.system, &mut conversation.turns);
     if conversation.open.is_some() {
         turns.close_arr().close();
@@ -247,6 +251,11 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// The stop reason came.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// Reads the next chunk (`end`: the last), passing each event to `on`. A stream whose stop
     /// reason came is complete without `message_stop` (docs/behaviour.md, section 5).
     pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
@@ -305,8 +314,8 @@ fn decode(
         br#""message_start""# => {
             let [id, model, start_usage] = pick(message, [b"id", b"model", b"usage"]);
             update_usage(start_usage, usage);
-            on(Event::Start { id, model });
             on(Event::Usage(*usage));
+            on(Event::Start { id, model });
         }
         br#""content_block_start""# => {
             let [kind, id, name] = pick(block, [b"type", b"id", b"name"]);
@@ -322,10 +331,16 @@ fn decode(
             let [kind, text, json] = pick(delta, [b"type", b"text", b"partial_json"]);
             match (kind, RawStr::of(text), RawStr::of(json)) {
                 (br#""text_delta""#, Some(text), _) if !text.is_empty() => {
-                    on(Event::Text { index, text: text.0 });
+                    on(Event::Text {
+                        index,
+                        text: text.0,
+                    });
                 }
                 (br#""input_json_delta""#, _, Some(json)) if !json.is_empty() => {
-                    on(Event::Arguments { index, json: json.0 });
+                    on(Event::Arguments {
+                        index,
+                        json: json.0,
+                    });
                 }
                 _ => {}
             }

@@ -27,6 +27,9 @@ pub enum Api {
     OpenAiChat,
     /// Anthropic Messages (`/v1/messages`).
     AnthropicMessages,
+    /// OpenAI Responses (`/v1/responses`): a caller dialect; providers declaring `api: openai`
+    /// speak it as it is.
+    OpenAiResponses,
 }
 
 impl Api {
@@ -35,6 +38,7 @@ impl Api {
         match self {
             Api::OpenAiChat => "openai",
             Api::AnthropicMessages => "anthropic",
+            Api::OpenAiResponses => "openai_responses",
         }
     }
 
@@ -48,26 +52,26 @@ impl Api {
 
     /// The API a caller speaks, from the path it called (a query is ignored; any prefix before
     /// the endpoint is allowed). `None` for every other endpoint (embeddings, completions,
-    /// responses, models): those are never translated.
+    /// models): those are never translated.
     pub fn of_path(path: &str) -> Option<Api> {
         let path = path.split_once('?').map_or(path, |(p, _)| p);
         if path.ends_with("/chat/completions") {
             Some(Api::OpenAiChat)
         } else if path.ends_with("/messages") {
             Some(Api::AnthropicMessages)
+        } else if path.ends_with("/responses") {
+            Some(Api::OpenAiResponses)
         } else {
             None
         }
     }
 
     /// The endpoint a caller called that no translation exists for but a provider of this
-    /// API's family serves as it is (same bytes, `model` rewritten): OpenAI's Responses,
-    /// embeddings and legacy completions for [`Api::OpenAiChat`] providers.
+    /// API's family serves as it is (same bytes, `model` rewritten): OpenAI's embeddings and
+    /// legacy completions for [`Api::OpenAiChat`] providers.
     pub fn family_endpoint(path: &str) -> Option<FamilyEndpoint> {
         let path = path.split_once('?').map_or(path, |(p, _)| p);
-        if path.ends_with("/responses") {
-            Some(FamilyEndpoint::Responses)
-        } else if path.ends_with("/embeddings") {
+        if path.ends_with("/embeddings") {
             Some(FamilyEndpoint::Embeddings)
         } else if path.ends_with("/completions") && !path.ends_with("/chat/completions") {
             Some(FamilyEndpoint::Completions)
@@ -81,6 +85,7 @@ impl Api {
         match self {
             Api::OpenAiChat => "/v1/chat/completions",
             Api::AnthropicMessages => "/v1/messages",
+            Api::OpenAiResponses => "/v1/responses",
         }
     }
 }
@@ -128,6 +133,8 @@ pub fn request(
     match (from, to) {
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::request(body, cx),
         (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::request(body, cx),
+        (Api::OpenAiResponses, Api::AnthropicMessages) => responses::to_messages(body, cx),
+        (Api::OpenAiResponses, _) => Err(Untranslatable::Field("input")),
         _ => Ok(body.to_vec()),
     }
 }
@@ -138,6 +145,9 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
     match (from, to) {
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::check(body),
         (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::check(body),
+        (Api::OpenAiResponses, Api::AnthropicMessages) => responses::check(body),
+        // Not translated yet: the entry is skipped.
+        (Api::OpenAiResponses, _) => Err(Untranslatable::Field("input")),
         _ => Ok(()),
     }
 }
@@ -162,6 +172,9 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
             chat_to_messages::response(status, body, created)
         }
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
+        (Api::AnthropicMessages, Api::OpenAiResponses) => {
+            responses::from_messages(status, body, created)
+        }
         _ => Ok(body.to_vec()),
     };
     match translated {
@@ -180,7 +193,7 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
 /// speaking `provider` that is no answer of that API.
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
     match (provider, caller) {
-        (Api::AnthropicMessages, _) => chat_to_messages::unreadable(),
+        (Api::AnthropicMessages | Api::OpenAiResponses, _) => chat_to_messages::unreadable(),
         (Api::OpenAiChat, _) => messages_to_chat::unreadable(),
     }
 }
@@ -194,7 +207,8 @@ pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
 /// them, as the APIs ask.
 pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
     match api {
-        Api::AnthropicMessages => {
+        // Responses' typed events carry their `type` too.
+        Api::AnthropicMessages | Api::OpenAiResponses => {
             let [kind] = json::pick(data, [b"type"]);
             name == b"error" || json::RawStr::of(kind).is_some_and(|k| !k.is_empty())
         }
@@ -215,7 +229,9 @@ pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
 /// {"type", "message"}}`.
 pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) -> Vec<u8> {
     match api {
-        Api::OpenAiChat => chat_to_messages::openai_error(kind, code, message),
+        Api::OpenAiChat | Api::OpenAiResponses => {
+            chat_to_messages::openai_error(kind, code, message)
+        }
         Api::AnthropicMessages => messages_to_chat::anthropic_error(status, message),
     }
 }
@@ -247,6 +263,8 @@ pub enum StreamTranslator {
     MessagesToChat(chat_to_messages::stream::Translator),
     /// An OpenAI Chat stream to an Anthropic Messages caller.
     ChatToMessages(messages_to_chat::stream::Translator),
+    /// An Anthropic Messages stream to an OpenAI Responses caller, through the model.
+    MessagesToResponses(Box<responses::FromMessages>),
 }
 
 impl StreamTranslator {
@@ -259,6 +277,11 @@ impl StreamTranslator {
             (Api::OpenAiChat, Api::AnthropicMessages) => Some(StreamTranslator::ChatToMessages(
                 messages_to_chat::stream::Translator::default(),
             )),
+            (Api::AnthropicMessages, Api::OpenAiResponses) => {
+                Some(StreamTranslator::MessagesToResponses(Box::new(
+                    responses::FromMessages::new(cx.created),
+                )))
+            }
             _ => None,
         }
     }
@@ -280,6 +303,11 @@ impl StreamTranslator {
                 t.push(chunk, end, out);
                 (t.ended(), t.owes_end(), true)
             }
+            // Its translator ends a stream cut short itself, in the Responses dialect.
+            StreamTranslator::MessagesToResponses(t) => {
+                t.push(chunk, end, out);
+                return t.owes_end();
+            }
         };
         if end && !ended {
             out.extend_from_slice(crate::dialects::cut_stream_event(messages_caller));
@@ -296,6 +324,7 @@ impl StreamTranslator {
         match self {
             StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ChatToMessages(t) => t.finished(),
+            StreamTranslator::MessagesToResponses(t) => t.encoder.finished,
         }
     }
 }

@@ -137,7 +137,10 @@ pub enum Output<'a> {
 pub enum Block<'a> {
     Text,
     /// A function call: its id and name as JSON strings.
-    ToolCall { id: &'a [u8], name: &'a [u8] },
+    ToolCall {
+        id: &'a [u8],
+        name: &'a [u8],
+    },
 }
 
 /// One event of a streamed answer, as a provider's dialect reads it and a caller's writes it.

@@ -1,0 +1,760 @@
+//! OpenAI's Responses API (`POST /v1/responses`) as a caller dialect of the internal model
+//! ([`super::model`]): its request read into the model ([`check`], [`to_messages`]), an answer
+//! written from the model ([`answer`]), and the model's stream events written as Responses'
+//! typed events ([`Encoder`]). Its errors are OpenAI's (`{"error": {...}}`).
+//! docs/translation.md has the field table.
+
+use super::common::Usage;
+use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
+use super::messages;
+use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool};
+use super::{RequestContext, Untranslatable};
+
+#[cfg(test)]
+mod tests;
+
+type Checked<T> = core::result::Result<T, Untranslatable>;
+
+fn field(name: &'static str) -> Untranslatable {
+    Untranslatable::Field(name)
+}
+
+fn parse(body: &[u8]) -> Checked<Obj<'_>> {
+    Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
+}
+
+/// Whether the request can be served by a provider of another dialect (the rules of
+/// [`to_messages`], no body built).
+pub fn check(body: &[u8]) -> Checked<()> {
+    let req = parse(body)?;
+    head(&req)?;
+    walk(&req, &mut |_, _| ())
+}
+
+/// The Messages request for the caller's Responses request.
+pub fn to_messages(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
+    let req = parse(body)?;
+    let head = head(&req)?;
+    let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    Ok(messages::request(conversation, &head, cx))
+}
+
+/// The request-wide members: what another dialect cannot carry is refused (dropping it would
+/// change the answer); `store`, `metadata`, `reasoning`, `include`, `truncation`,
+/// `service_tier` and `prompt_cache_key` are dropped (they do not change this answer).
+fn head<'a>(req: &Obj<'a>) -> Checked<Request<'a>> {
+    for state in ["previous_response_id", "conversation", "prompt"] {
+        if req.get(state).is_some_and(|v| v != "null") {
+            return Err(field(state));
+        }
+    }
+    if req.bool("background") == Some(true) {
+        return Err(field("background"));
+    }
+    if req.u64("top_logprobs").is_some_and(|n| n > 0) {
+        return Err(field("top_logprobs"));
+    }
+    if req.has("max_tool_calls") {
+        return Err(field("max_tool_calls"));
+    }
+    let format = req.obj("text").and_then(|t| t.obj("format"));
+    if format
+        .and_then(|f| f.tag("type"))
+        .is_some_and(|t| t != "text")
+    {
+        return Err(field("text.format"));
+    }
+    let mut tools = Vec::new();
+    for tool in req.arr("tools").unwrap_or_default() {
+        // Only function tools cross; OpenAI's built-in tools (web search, file search, code
+        // interpreter, ...) run on OpenAI.
+        let tool = json::obj(tool).filter(|t| t.tag("type") == Some("function"));
+        let tool = tool.ok_or(field("tools"))?;
+        tools.push(Tool {
+            name: tool.raw_str("name").ok_or(field("tools"))?,
+            description: tool.raw_str("description"),
+            schema: tool.get("parameters").filter(|p| *p != "null"),
+        });
+    }
+    let choice = tool_choice(req)?;
+    Ok(Request {
+        max_tokens: req.u64("max_output_tokens"),
+        temperature: req.get("temperature").filter(|t| *t != "null"),
+        top_p: req.get("top_p").filter(|t| *t != "null"),
+        stops: Vec::new(),
+        tools,
+        choice,
+        user: req
+            .raw_str("safety_identifier")
+            .or_else(|| req.raw_str("user")),
+        stream: req.bool("stream"),
+    })
+}
+
+/// `tool_choice` and `parallel_tool_calls: false` in the model's terms.
+fn tool_choice<'a>(req: &Obj<'a>) -> Checked<Option<Choice<'a>>> {
+    let given = req.get("tool_choice");
+    let (kind, name) = match given {
+        None => ("\"auto\"", None),
+        Some(choice) => match json::str(choice).as_deref() {
+            Some("auto") => ("\"auto\"", None),
+            Some("none") => ("\"none\"", None),
+            Some("required") => ("\"any\"", None),
+            Some(_) => return Err(field("tool_choice")),
+            None => {
+                let named = json::obj(choice)
+                    .filter(|c| c.tag("type") == Some("function"))
+                    .and_then(|c| c.raw_str("name"))
+                    .ok_or(field("tool_choice"))?;
+                ("\"tool\"", Some(named))
+            }
+        },
+    };
+    let serial = req.bool("parallel_tool_calls") == Some(false) && kind != "\"none\"";
+    if given.is_none() && !serial {
+        return Ok(None);
+    }
+    Ok(Some(Choice { kind, name, serial }))
+}
+
+/// Passes each part of the conversation to `push`, with its role: `instructions` first, then
+/// the `input` (a string is one user message).
+fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
+    if let Some(instructions) = req.raw_str("instructions").filter(|t| *t != EMPTY) {
+        push(Role::System, Part::Text(instructions));
+    }
+    let input = req.get("input").ok_or(field("input"))?;
+    if let Some(text) = json::raw_str(input) {
+        if text == EMPTY {
+            return Err(field("input"));
+        }
+        push(Role::User, Part::Text(text));
+        return Ok(());
+    }
+    let mut last = None;
+    let mut counted = |role, part| {
+        if role != Role::System {
+            last = Some(role);
+        }
+        push(role, part);
+    };
+    for item in json::arr(input).ok_or(field("input"))? {
+        let item = json::obj(item).ok_or(field("input"))?;
+        self::item(&item, &mut counted)?;
+    }
+    // Messages continues a last assistant turn (a prefill) where Responses answers after it,
+    // and refuses a conversation without turns.
+    if last != Some(Role::User) {
+        return Err(field("input"));
+    }
+    Ok(())
+}
+
+/// One input item: a message (with or without `type: message`), a function call or its
+/// output; reasoning items are dropped (another vendor cannot read them); references to items
+/// a provider stored, and built-in tools' calls, cannot be sent elsewhere.
+fn item<'a>(item: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
+    match item.tag("type") {
+        None | Some("message") => message(item, push),
+        Some("function_call") => {
+            let arguments = item.str("arguments").unwrap_or_default();
+            push(
+                Role::Assistant,
+                Part::ToolCall {
+                    id: messages::valid_id(item.str("call_id").ok_or(field("input.call_id"))?),
+                    name: item.raw_str("name").ok_or(field("input.name"))?,
+                    input: messages::tool_input(arguments)?,
+                },
+            );
+            Ok(())
+        }
+        Some("function_call_output") => {
+            let id = messages::valid_id(item.str("call_id").ok_or(field("input.call_id"))?);
+            let output = item.get("output").ok_or(field("input.output"))?;
+            let (content, blocks) = match json::raw_str(output) {
+                Some(text) => (Vec::from_iter((text != EMPTY).then_some(text)), false),
+                None => {
+                    let mut texts = Vec::new();
+                    for p in json::arr(output).ok_or(field("input.output"))? {
+                        let p = json::obj(p).filter(|p| p.tag("type") == Some("input_text"));
+                        let p = p.ok_or(field("input.output"))?;
+                        texts.extend(p.raw_str("text").filter(|t| *t != EMPTY));
+                    }
+                    (texts, true)
+                }
+            };
+            push(
+                Role::User,
+                Part::ToolResult {
+                    id,
+                    content,
+                    blocks,
+                },
+            );
+            Ok(())
+        }
+        Some("reasoning") => Ok(()),
+        Some("item_reference") => Err(field("input.item_reference")),
+        Some(_) => Err(field("input.type")),
+    }
+}
+
+fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
+    let role = match m.tag("role") {
+        Some("system" | "developer") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        _ => return Err(field("input.role")),
+    };
+    let content = m.get("content").ok_or(field("input.content"))?;
+    if let Some(text) = json::raw_str(content) {
+        // Messages refuses empty text blocks.
+        if text != EMPTY {
+            push(role, Part::Text(text));
+        }
+        return Ok(());
+    }
+    for p in json::arr(content).ok_or(field("input.content"))? {
+        let p = json::obj(p).ok_or(field("input.content"))?;
+        let text = |key| p.raw_str(key).filter(|t| *t != EMPTY).map(Part::Text);
+        let part = match (p.tag("type"), role) {
+            (Some("input_text" | "output_text"), _) => text("text"),
+            (Some("refusal"), Role::Assistant) => text("refusal"),
+            (Some("input_image"), Role::User) => {
+                if p.has("file_id") && p.get("file_id") != Some("null") {
+                    return Err(field("file_id"));
+                }
+                let url = p.str("image_url").ok_or(field("input_image"))?;
+                messages::image(&url)?;
+                Some(Part::Image(url))
+            }
+            (Some("input_file"), _) => return Err(field("input_file")),
+            (Some("input_audio"), _) => return Err(field("input_audio")),
+            _ => return Err(field("input.content")),
+        };
+        if let Some(part) = part {
+            push(role, part);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers.
+
+/// Writes `"<prefix><id without its own prefix>"` from an id as a JSON string (`"msg_01A"`
+/// with `resp_` is `"resp_01A"`): ids of the caller's dialect derived from the provider's.
+fn derived_id(out: &mut Vec<u8>, prefix: &[u8], id: &[u8]) {
+    let inner = RawStr(id).inner();
+    let rest = match inner.iter().position(|&b| b == b'_') {
+        Some(at) if at < 6 => inner.get(at + 1..).unwrap_or(inner),
+        _ => inner,
+    };
+    put(out, &[b"\"", prefix, rest, b"\""]);
+}
+
+/// The `status` and `incomplete_details` members for a stop reason.
+fn status(stop: Stop) -> &'static [u8] {
+    match stop {
+        Stop::MaxTokens => {
+            br#""status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}"#
+        }
+        Stop::Refusal => {
+            br#""status":"incomplete","incomplete_details":{"reason":"content_filter"}"#
+        }
+        Stop::End | Stop::ToolUse => br#""status":"completed","incomplete_details":null"#,
+    }
+}
+
+/// Responses' `usage`: `input_tokens` counts every input token (cached ones among them, as
+/// `input_tokens_details.cached_tokens`).
+fn write_usage(out: &mut Vec<u8>, u: &Usage) {
+    put(
+        out,
+        &[
+            br#""usage":{"input_tokens":"#,
+            Digits::of(u.prompt_tokens()).get(),
+            br#","input_tokens_details":{"cached_tokens":"#,
+            Digits::of(u.cache_read).get(),
+            br#"},"output_tokens":"#,
+            Digits::of(u.output).get(),
+            br#","output_tokens_details":{"reasoning_tokens":0},"total_tokens":"#,
+            Digits::of(u.total_tokens()).get(),
+            b"}",
+        ],
+    );
+}
+
+/// The start of a `response` object: `{"id":…,"object":"response","created_at":…,` then the
+/// status members, `"model":…,`.
+fn response_head(out: &mut Vec<u8>, id: &[u8], created: u64, status: &[u8], model: &[u8]) {
+    out.extend_from_slice(br#"{"id":"#);
+    derived_id(out, b"resp_", id);
+    put(
+        out,
+        &[
+            br#","object":"response","created_at":"#,
+            Digits::of(created).get(),
+            b",",
+            status,
+            br#","error":null,"model":"#,
+            model,
+            b",",
+        ],
+    );
+}
+
+/// The members every `response` object ends with, after its `output`.
+const RESPONSE_TAIL: &[u8] = br#""parallel_tool_calls":true,"tool_choice":"auto","tools":[],"#;
+
+/// A message output item holding one `output_text` (`text` a JSON string).
+fn message_item(out: &mut Vec<u8>, id: &[u8], status: &[u8], text: Option<&[u8]>) {
+    put(out, &[br#"{"id":"#, id, br#","type":"message","status":""#]);
+    put(out, &[status, br#"","role":"assistant","content":["#]);
+    if let Some(text) = text {
+        put(
+            out,
+            &[
+                br#"{"type":"output_text","annotations":[],"text":"#,
+                text,
+                b"}",
+            ],
+        );
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// A function call output item (`call_id`, `name` and `arguments` JSON strings).
+fn call_item(out: &mut Vec<u8>, call_id: &[u8], name: &[u8], arguments: &[u8], status: &[u8]) {
+    out.extend_from_slice(br#"{"id":"#);
+    derived_id(out, b"fc_", call_id);
+    put(
+        out,
+        &[
+            br#","type":"function_call","status":""#,
+            status,
+            br#"","arguments":"#,
+            arguments,
+            br#","call_id":"#,
+            call_id,
+            br#","name":"#,
+            name,
+            b"}",
+        ],
+    );
+}
+
+/// A message item's id: the provider's answer id, numbered after the first.
+fn message_id(out: &mut Vec<u8>, answer_id: &[u8], k: usize) {
+    let inner = RawStr(answer_id).inner();
+    put(out, &[b"\"", inner]);
+    if k > 0 {
+        put(out, &[b"_", Digits::of(k as u64).get()]);
+    }
+    out.push(b'"');
+}
+
+/// The Responses answer for an answer read into the model. `created`: Unix seconds.
+pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
+    let id = answer.id.unwrap_or("\"msg\"").as_bytes();
+    let mut out = Vec::with_capacity(512);
+    response_head(
+        &mut out,
+        id,
+        created,
+        status(answer.stop),
+        answer.model.unwrap_or(EMPTY).as_bytes(),
+    );
+    out.extend_from_slice(br#""output":["#);
+    for (k, output) in answer.output.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        match output {
+            Output::Text(text) => {
+                let mut item_id = Vec::with_capacity(id.len() + 4);
+                message_id(&mut item_id, id, k);
+                message_item(&mut out, &item_id, b"completed", Some(text.as_bytes()));
+            }
+            Output::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let mut text = Out::with_capacity(arguments.len() + 8);
+                text.str(arguments);
+                call_item(
+                    &mut out,
+                    id.as_bytes(),
+                    name.as_bytes(),
+                    &text.0,
+                    b"completed",
+                );
+            }
+        }
+    }
+    out.extend_from_slice(b"],");
+    out.extend_from_slice(RESPONSE_TAIL);
+    write_usage(&mut out, &answer.usage);
+    out.push(b'}');
+    out
+}
+
+/// A Messages provider's answer (or error) for the Responses caller. `Err`: a `2xx` body that
+/// is not a Messages answer, with the error the caller gets instead.
+pub fn from_messages(status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
+    if !(200..300).contains(&status) {
+        return Ok(super::chat_to_messages::error(status, body));
+    }
+    match messages::answer(body) {
+        Some(a) => Ok(answer(&a, created)),
+        None => Err(super::chat_to_messages::unreadable()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams.
+
+/// One output item of the stream being written.
+#[derive(Debug)]
+struct Item {
+    /// The provider's block index.
+    block: u64,
+    /// Its item id (a JSON string).
+    id: Vec<u8>,
+    /// A function call's call id and name (JSON strings); empty for a message.
+    call: Option<(Vec<u8>, Vec<u8>)>,
+    /// The text or arguments so far, escapes as written (between the quotes).
+    text: Vec<u8>,
+}
+
+/// The model's stream events written as the Responses API's typed events, each `event: <type>`
+/// and `data: {"type": <type>, "sequence_number": n, ...}`, in OpenAI's order.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    created: u64,
+    sequence: u64,
+    /// The answer's id and model as JSON strings.
+    id: Vec<u8>,
+    model: Vec<u8>,
+    items: Vec<Item>,
+    /// The finished output items, comma separated, for the last event.
+    done: Vec<u8>,
+    stop: Stop,
+    usage: Usage,
+    started: bool,
+    /// `response.completed` (or `response.incomplete`) was written.
+    pub finished: bool,
+    /// An error event was written: nothing more goes to the caller.
+    pub failed: bool,
+}
+
+impl Encoder {
+    pub fn new(created: u64) -> Encoder {
+        Encoder {
+            created,
+            id: b"\"msg\"".to_vec(),
+            model: EMPTY.as_bytes().to_vec(),
+            ..Encoder::default()
+        }
+    }
+
+    /// Starts an event: `event: <kind>` and `data: {"type":<kind>,"sequence_number":n,`.
+    fn open(&mut self, out: &mut Vec<u8>, kind: &[u8]) {
+        put(
+            out,
+            &[
+                b"event: ",
+                kind,
+                b"\ndata: {\"type\":\"",
+                kind,
+                b"\",\"sequence_number\":",
+                Digits::of(self.sequence).get(),
+                b",",
+            ],
+        );
+        self.sequence += 1;
+    }
+
+    /// An event whose data holds the whole `response` in this state.
+    fn response_event(&mut self, out: &mut Vec<u8>, kind: &[u8], status: &[u8], output: bool) {
+        self.open(out, kind);
+        out.extend_from_slice(br#""response":"#);
+        response_head(out, &self.id, self.created, status, &self.model);
+        out.extend_from_slice(br#""output":["#);
+        if output {
+            out.extend_from_slice(&self.done);
+        }
+        out.extend_from_slice(b"],");
+        out.extend_from_slice(RESPONSE_TAIL);
+        write_usage(out, &self.usage);
+        out.extend_from_slice(b"}}\n\n");
+    }
+
+    /// Writes what the caller gets for one event of the provider's stream.
+    pub fn event(&mut self, e: Event<'_>, out: &mut Vec<u8>) {
+        if self.finished || self.failed {
+            return;
+        }
+        match e {
+            Event::Start { id, model } => {
+                if RawStr::of(id).is_some() {
+                    self.id = id.to_vec();
+                }
+                if RawStr::of(model).is_some() {
+                    self.model = model.to_vec();
+                }
+                self.start(out);
+            }
+            Event::BlockStart { index, block } => {
+                self.start(out);
+                self.block_start(index, block, out);
+            }
+            Event::Text { index, text } | Event::Arguments { index, json: text } => {
+                self.delta(index, text, out);
+            }
+            Event::BlockStop { index } => self.block_stop(index, out),
+            Event::Stop(stop) => self.stop = stop,
+            Event::Usage(usage) => self.usage = usage,
+            Event::End => {
+                self.start(out);
+                self.finished = true;
+                let (kind, status): (&[u8], _) = match self.stop {
+                    Stop::MaxTokens | Stop::Refusal => (b"response.incomplete", status(self.stop)),
+                    _ => (b"response.completed", status(Stop::End)),
+                };
+                self.response_event(out, kind, status, true);
+            }
+            Event::Error { kind, message } => {
+                let message = message.unwrap_or("The provider's stream reported an error.");
+                self.fail(kind.unwrap_or("api_error"), message, out);
+            }
+        }
+    }
+
+    /// `response.created` and `response.in_progress`, once.
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        let status = br#""status":"in_progress","incomplete_details":null"#;
+        self.response_event(out, b"response.created", status, false);
+        self.response_event(out, b"response.in_progress", status, false);
+    }
+
+    fn output_index(&self, k: usize) -> Digits {
+        Digits::of(k as u64)
+    }
+
+    fn block_start(&mut self, block: u64, kind: Block<'_>, out: &mut Vec<u8>) {
+        let k = self.items.len();
+        let index = self.output_index(k);
+        let mut id = Vec::with_capacity(self.id.len() + 8);
+        let call = match kind {
+            Block::Text => {
+                message_id(&mut id, &self.id, k);
+                None
+            }
+            Block::ToolCall { id: call_id, name } => {
+                derived_id(&mut id, b"fc_", RawStr::or_empty(RawStr::of(call_id)));
+                Some((
+                    RawStr::or_empty(RawStr::of(call_id)).to_vec(),
+                    RawStr::or_empty(RawStr::of(name)).to_vec(),
+                ))
+            }
+        };
+        self.open(out, b"response.output_item.added");
+        put(out, &[br#""output_index":"#, index.get(), br#","item":"#]);
+        match &call {
+            None => message_item(out, &id, b"in_progress", None),
+            Some((call_id, name)) => {
+                call_item(out, call_id, name, EMPTY.as_bytes(), b"in_progress")
+            }
+        }
+        out.extend_from_slice(b"}\n\n");
+        if call.is_none() {
+            self.open(out, b"response.content_part.added");
+            self.part_members(out, &id, index.get());
+            out.extend_from_slice(br#","part":{"type":"output_text","annotations":[],"text":""}}"#);
+            out.extend_from_slice(b"\n\n");
+        }
+        self.items.push(Item {
+            block,
+            id,
+            call,
+            text: Vec::new(),
+        });
+    }
+
+    /// `"item_id":…,"output_index":…` and, for text, `,"content_index":0`.
+    fn part_members(&self, out: &mut Vec<u8>, id: &[u8], index: &[u8]) {
+        put(
+            out,
+            &[
+                br#""item_id":"#,
+                id,
+                br#","output_index":"#,
+                index,
+                br#","content_index":0"#,
+            ],
+        );
+    }
+
+    fn delta(&mut self, block: u64, text: &[u8], out: &mut Vec<u8>) {
+        let Some(k) = self.items.iter().position(|i| i.block == block) else {
+            return;
+        };
+        let index = self.output_index(k);
+        let (kind, text_event): (&[u8], bool) = match self.items.get(k).map(|i| i.call.is_none()) {
+            Some(true) => (b"response.output_text.delta", true),
+            _ => (b"response.function_call_arguments.delta", false),
+        };
+        self.open(out, kind);
+        let Some(item) = self.items.get_mut(k) else {
+            return;
+        };
+        item.text.extend_from_slice(RawStr(text).inner());
+        put(
+            out,
+            &[
+                br#""item_id":"#,
+                &item.id,
+                br#","output_index":"#,
+                index.get(),
+            ],
+        );
+        if text_event {
+            out.extend_from_slice(br#","content_index":0"#);
+        }
+        put(out, &[br#","delta":"#, text]);
+        if text_event {
+            out.extend_from_slice(br#","logprobs":[]"#);
+        }
+        out.extend_from_slice(b"}\n\n");
+    }
+
+    fn block_stop(&mut self, block: u64, out: &mut Vec<u8>) {
+        let Some(k) = self.items.iter().position(|i| i.block == block) else {
+            return;
+        };
+        let Some(item) = self.items.get_mut(k) else {
+            return;
+        };
+        let id = std::mem::take(&mut item.id);
+        let call = item.call.take();
+        let mut text = Vec::with_capacity(item.text.len() + 2);
+        put(&mut text, &[b"\"", &item.text, b"\""]);
+        let index = self.output_index(k);
+        let mut done = Vec::with_capacity(text.len() + 128);
+        match &call {
+            None => {
+                self.open(out, b"response.output_text.done");
+                self.part_members(out, &id, index.get());
+                put(
+                    out,
+                    &[br#","text":"#, &text, br#","logprobs":[]}"#, b"\n\n"],
+                );
+                self.open(out, b"response.content_part.done");
+                self.part_members(out, &id, index.get());
+                put(
+                    out,
+                    &[
+                        br#","part":{"type":"output_text","annotations":[],"text":"#,
+                        &text,
+                        b"}}\n\n",
+                    ],
+                );
+                message_item(&mut done, &id, b"completed", Some(&text));
+            }
+            Some((call_id, name)) => {
+                self.open(out, b"response.function_call_arguments.done");
+                put(
+                    out,
+                    &[
+                        br#""item_id":"#,
+                        &id,
+                        br#","output_index":"#,
+                        index.get(),
+                        br#","arguments":"#,
+                        &text,
+                        b"}\n\n",
+                    ],
+                );
+                call_item(&mut done, call_id, name, &text, b"completed");
+            }
+        }
+        self.open(out, b"response.output_item.done");
+        put(
+            out,
+            &[
+                br#""output_index":"#,
+                index.get(),
+                br#","item":"#,
+                &done,
+                b"}\n\n",
+            ],
+        );
+        if !self.done.is_empty() {
+            self.done.push(b',');
+        }
+        self.done.extend_from_slice(&done);
+    }
+
+    /// Ends the caller's stream with an error event (`event: error`, Responses' `type`,
+    /// `code`, `message`, `param` and `sequence_number`, and an `error` object, which OpenAI's
+    /// SDKs raise on): the provider's error event, or a stream cut short.
+    pub fn fail(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        if self.finished || self.failed {
+            return;
+        }
+        self.failed = true;
+        self.open(out, b"error");
+        let mut body = Out::with_capacity(message.len() * 2 + 64);
+        body.raw(r#""code":"#).str(kind).key("message").str(message);
+        body.raw(r#""param":null,"error":{"type":"#).str(kind);
+        body.key("message").str(message).close().close();
+        out.extend_from_slice(&body.0);
+        out.extend_from_slice(b"\n\n");
+    }
+}
+
+/// A Messages provider's stream for a Responses caller: the Messages dialect's decoder into
+/// the model's events, this dialect's encoder out of them.
+#[derive(Debug, Default)]
+pub struct FromMessages {
+    decoder: messages::Decoder,
+    pub encoder: Encoder,
+}
+
+impl FromMessages {
+    pub fn new(created: u64) -> FromMessages {
+        FromMessages {
+            decoder: messages::Decoder::default(),
+            encoder: Encoder::new(created),
+        }
+    }
+
+    /// Feeds the next chunk (`end`: the last) and appends the caller's events to `out`; a
+    /// stream that ends before its final event ends with an error event.
+    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
+        let encoder = &mut self.encoder;
+        if encoder.finished || encoder.failed {
+            return;
+        }
+        self.decoder
+            .push(chunk, end, &mut |e| encoder.event(e, out));
+        if end && !encoder.finished && !encoder.failed {
+            encoder.fail(
+                "server_error",
+                "the provider's stream ended before its final event",
+                out,
+            );
+        }
+    }
+
+    /// The stop reason came, the end not yet: the stream's end writes `response.completed`.
+    pub fn owes_end(&self) -> bool {
+        self.decoder.stopped() && !self.encoder.finished && !self.encoder.failed
+    }
+}

@@ -6,8 +6,6 @@
 //! [`check`] and [`request`] run the same rules: [`head`] and [`walk`] decide, `request`
 //! writes what `walk` passes it and `check` drops it (no body is built).
 
-
-
 use super::common::{self, Usage};
 use super::json::{self, Obj, Out, Raw, EMPTY};
 use super::messages::{self, image, tool_input, valid_id};
@@ -391,7 +389,7 @@ pub(crate) fn write_openai_usage(out: &mut Out, u: &Usage) {
 }
 
 /// A provider's error answer in OpenAI's shape: its message and type when it gave them.
-fn error(status: u16, body: &[u8]) -> Vec<u8> {
+pub(crate) fn error(status: u16, body: &[u8]) -> Vec<u8> {
     let error = common::provider_error(body);
     let kind = error
         .as_ref()

@@ -1,0 +1,331 @@
+//! Reference payloads from OpenAI's Responses API documentation and Anthropic's Messages
+//! documentation (src/translate/fixtures/responses/), translated through the model and held
+//! byte for byte against the expected files beside them; a property test that any chunking of
+//! a stream gives the same events.
+
+use super::*;
+use crate::translate::{self, Api, StreamTranslator};
+use proptest::prelude::*;
+
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/translate/fixtures/responses/"
+);
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{FIXTURES}{name}")).unwrap()
+}
+
+/// `actual` against the expected file (`LLM_FAILOVER_BLESS=1` writes it instead).
+fn expect(name: &str, actual: &[u8]) {
+    let actual = std::str::from_utf8(actual).unwrap();
+    if std::env::var_os("LLM_FAILOVER_BLESS").is_some() {
+        std::fs::write(format!("{FIXTURES}{name}"), actual).unwrap();
+    }
+    assert_eq!(actual, fixture(name).as_str(), "{name}");
+}
+
+fn compact(json: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::from_str::<serde_json::Value>(json).unwrap()).unwrap()
+}
+
+const CX: RequestContext<'static> = RequestContext {
+    model: "claude-sonnet-4-5",
+    default_max_tokens: 4096,
+};
+
+fn to_messages_of(name: &str) -> Vec<u8> {
+    let body = compact(&fixture(name));
+    check(&body).unwrap();
+    let out = translate::request(Api::OpenAiResponses, Api::AnthropicMessages, &body, &CX).unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out).expect("valid JSON");
+    out
+}
+
+#[test]
+fn a_string_input_is_one_user_turn() {
+    expect(
+        "request_text.messages.json",
+        &to_messages_of("request_text.json"),
+    );
+}
+
+#[test]
+fn items_instructions_tools_and_sampling_map_to_messages() {
+    // Reasoning items are dropped; store, metadata and reasoning too; the temperature above
+    // Messages' 1 is sent as 1; parallel_tool_calls false disables parallel tool use.
+    expect(
+        "request_items.messages.json",
+        &to_messages_of("request_items.json"),
+    );
+}
+
+#[test]
+fn what_another_vendor_cannot_carry_is_refused() {
+    let refused = |body: &str| check(body.as_bytes()).err();
+    let f = |name| Some(Untranslatable::Field(name));
+    assert_eq!(
+        refused(r#"{"input":"hi","previous_response_id":"resp_1"}"#),
+        f("previous_response_id")
+    );
+    assert_eq!(
+        refused(r#"{"input":"hi","conversation":"conv_1"}"#),
+        f("conversation")
+    );
+    assert_eq!(
+        refused(r#"{"input":"hi","background":true}"#),
+        f("background")
+    );
+    assert_eq!(
+        refused(r#"{"input":"hi","tools":[{"type":"web_search"}]}"#),
+        f("tools")
+    );
+    assert_eq!(
+        refused(
+            r#"{"input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{}}}}"#
+        ),
+        f("text.format")
+    );
+    assert_eq!(
+        refused(r#"{"input":[{"type":"item_reference","id":"msg_1"}]}"#),
+        f("input.item_reference")
+    );
+    assert_eq!(
+        refused(
+            r#"{"input":[{"role":"user","content":[{"type":"input_file","file_id":"file-1"}]}]}"#
+        ),
+        f("input_file")
+    );
+    assert_eq!(
+        refused(
+            r#"{"input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}"#
+        ),
+        f("file_id")
+    );
+    // A last assistant turn would be continued by Messages, answered after by Responses.
+    assert_eq!(
+        refused(r#"{"input":[{"role":"assistant","content":"Hi"}]}"#),
+        f("input")
+    );
+    assert_eq!(refused(r#"{"input":""}"#), f("input"));
+    assert_eq!(refused("[1]"), Some(Untranslatable::NotJson));
+    // Harmless members are dropped, not refused.
+    assert_eq!(
+        refused(
+            r#"{"input":"hi","store":true,"previous_response_id":null,"text":{"format":{"type":"text"}},"include":["reasoning.encrypted_content"]}"#
+        ),
+        None
+    );
+}
+
+#[test]
+fn a_messages_answer_with_a_tool_call_is_a_response_with_a_function_call_item() {
+    let body = compact(&fixture("messages_answer_tool.json"));
+    let out = translate::response(
+        Api::AnthropicMessages,
+        Api::OpenAiResponses,
+        200,
+        &body,
+        1741476542,
+    );
+    assert!(!out.unreadable);
+    let out = out.body;
+    serde_json::from_slice::<serde_json::Value>(&out).expect("valid JSON");
+    expect("messages_answer_tool.responses.json", &out);
+}
+
+#[test]
+fn a_2xx_that_is_no_messages_answer_is_unreadable() {
+    let out = translate::response(
+        Api::AnthropicMessages,
+        Api::OpenAiResponses,
+        200,
+        br#"{"choices":[]}"#,
+        1,
+    );
+    assert!(out.unreadable);
+    assert!(std::str::from_utf8(&out.body)
+        .unwrap()
+        .contains("not an Anthropic Messages answer"));
+}
+
+#[test]
+fn stop_reasons_are_statuses() {
+    let answer = |reason: &str| {
+        let body = format!(
+            r#"{{"id":"msg_1","model":"c","content":[{{"type":"text","text":"Hi"}}],"stop_reason":"{reason}","usage":{{"input_tokens":1,"output_tokens":2}}}}"#
+        );
+        let out = from_messages(200, body.as_bytes(), 1).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        (
+            v["status"].as_str().unwrap().to_owned(),
+            v["incomplete_details"]["reason"]
+                .as_str()
+                .map(str::to_owned),
+        )
+    };
+    assert_eq!(answer("end_turn"), ("completed".into(), None));
+    assert_eq!(
+        answer("max_tokens"),
+        ("incomplete".into(), Some("max_output_tokens".into()))
+    );
+    assert_eq!(
+        answer("refusal"),
+        ("incomplete".into(), Some("content_filter".into()))
+    );
+}
+
+#[test]
+fn a_messages_error_is_an_openai_error() {
+    let out = from_messages(
+        400,
+        br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        1,
+    )
+    .unwrap();
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","param":null,"code":null}}"#
+    );
+    assert_eq!(
+        translate::error_body(
+            Api::OpenAiResponses,
+            503,
+            "server_error",
+            "fallbacks_exhausted",
+            "every provider failed"
+        ),
+        translate::error_body(
+            Api::OpenAiChat,
+            503,
+            "server_error",
+            "fallbacks_exhausted",
+            "every provider failed"
+        ),
+    );
+}
+
+fn translate_stream(chunks: &[&[u8]]) -> Vec<u8> {
+    let mut t = StreamTranslator::new(
+        Api::AnthropicMessages,
+        Api::OpenAiResponses,
+        translate::StreamContext {
+            created: 1741476542,
+            include_usage: false,
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for (k, chunk) in chunks.iter().enumerate() {
+        t.push(chunk, k + 1 == chunks.len(), &mut out);
+    }
+    out
+}
+
+/// Each event's data is JSON whose `type` is its `event:` name and whose sequence numbers
+/// count from 0.
+fn events(stream: &[u8]) -> Vec<serde_json::Value> {
+    let text = std::str::from_utf8(stream).unwrap();
+    let mut all = Vec::new();
+    for (k, frame) in text.split_terminator("\n\n").enumerate() {
+        let (name, data) = frame.split_once('\n').unwrap();
+        let data: serde_json::Value =
+            serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(name.strip_prefix("event: "), data["type"].as_str());
+        assert_eq!(data["sequence_number"], k as u64);
+        all.push(data);
+    }
+    all
+}
+
+#[test]
+fn a_messages_stream_with_a_tool_call_is_responses_typed_events() {
+    let out = translate_stream(&[fixture("messages_stream_tool.sse").as_bytes()]);
+    let all = events(&out);
+    let kinds: Vec<_> = all.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    let done = &all[14]["response"];
+    assert_eq!(
+        done["output"][0]["content"][0]["text"],
+        "Okay, let's check the \"weather\"."
+    );
+    assert_eq!(
+        done["output"][1]["arguments"],
+        r#"{"location": "San Francisco, CA"}"#
+    );
+    assert_eq!(
+        done["output"][1]["call_id"],
+        "toolu_01T1x1fJ34qAmk2tNTrN7Up6"
+    );
+    assert_eq!(done["usage"]["input_tokens"], 502);
+    assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], 30);
+    assert_eq!(done["usage"]["output_tokens"], 89);
+    expect("messages_stream_tool.responses.sse", &out);
+}
+
+#[test]
+fn a_stream_cut_short_or_failing_ends_with_an_error_event() {
+    let stream = fixture("messages_stream_tool.sse");
+    let cut = stream.split("event: content_block_stop").next().unwrap();
+    let out = translate_stream(&[cut.as_bytes()]);
+    let all = events(&out);
+    let last = all.last().unwrap();
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["code"], "server_error");
+    assert!(last["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("ended before"));
+    let failing = format!(
+        "{cut}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n"
+    );
+    let out = translate_stream(&[failing.as_bytes(), b"more"]);
+    let all = events(&out);
+    assert_eq!(all.last().unwrap()["code"], "overloaded_error");
+    assert_eq!(all.iter().filter(|e| e["type"] == "error").count(), 1);
+    // A stream whose stop reason came is complete without message_stop.
+    let no_stop = stream.replace(
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        "",
+    );
+    let out = translate_stream(&[no_stop.as_bytes()]);
+    assert_eq!(events(&out).last().unwrap()["type"], "response.completed");
+}
+
+proptest! {
+    #[test]
+    fn any_chunking_gives_the_same_events(cuts in proptest::collection::vec(0usize..4000, 0..12)) {
+        let stream = fixture("messages_stream_tool.sse");
+        let bytes = stream.as_bytes();
+        let whole = translate_stream(&[bytes]);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            chunks.push(&bytes[at..c]);
+            at = c;
+        }
+        chunks.push(&bytes[at..]);
+        prop_assert_eq!(translate_stream(&chunks), whole);
+    }
+}
