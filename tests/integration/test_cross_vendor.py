@@ -75,7 +75,10 @@ chains:
   - name: openai-endpoints        # OpenAI's other endpoints: OpenAI, then another OpenAI
     models: ["oai-*"]
     paths: ["/v1/responses", "/v1/embeddings", "/v1/completions"]
-    providers: [openai, {provider: anthropic, model: claude-x}, {provider: spare, model: gpt-spare}]
+    providers: [openai, {provider: spare, model: gpt-spare}, {provider: anthropic, model: claude-x}]
+  - name: resp-claude             # a Responses app: OpenAI, then Anthropic
+    models: ["rc-*"]
+    providers: [openai, {provider: anthropic, model: claude-sonnet-4-5}]
   - name: responses               # state kept by a provider: previous_response_id
     models: ["gpt-*"]
     paths: ["/v1/responses"]
@@ -313,9 +316,95 @@ def test_responses_embeddings_and_completions_fail_over_to_another_openai_provid
     assert all(body(r)["model"] == "gpt-spare" for r in recs)
     assert body(recs[0])["input"] == "hi", "the caller's body, never translated"
     assert [header(r, "authorization") for r in recs] == [["Bearer sk-spare"]] * 5
-    assert xv.anthropic.request_count() == 0, "no translation for these endpoints yet"
-    assert walk(gw, "xv-resp") == ("anthropic:skipped:content_incompatible,"
-                                   "openai:overloaded:Nms,spare:ok:Nms")
+    assert xv.anthropic.request_count() == 0, "the same API comes first in this chain"
+    assert walk(gw, "xv-resp") == "openai:overloaded:Nms,spare:ok:Nms"
+    assert skipped(gw) == {("anthropic", "content_incompatible"): 2}, \
+        "embeddings and completions have no translation"
+
+
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
+                    "parameters": WEATHER}]
+
+
+def test_openai_responses_app_through_an_anthropic_fallback(xv):
+    """`client.responses.create` (JSON and stream=True) and the `responses.stream` helper
+    through an outage of the OpenAI primary: the Anthropic fallback gets a Messages request,
+    the app its answer as a Response and as Responses' typed events, usage included."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(strict=True, usage=CACHE_USAGE)
+    gw = xv.start()
+    c = xv.oai()
+    raw = c.responses.with_raw_response.create(
+        model="rc-4o", instructions="Be brief.", input="hi", max_output_tokens=100,
+        extra_headers={"x-request-id": "xv-rc"})
+    assert raw.headers["x-llm-provider"] == "anthropic"
+    r = raw.parse()
+    assert r.object == "response" and r.status == "completed"
+    assert r.output_text == "Hello from anthropic (model claude-sonnet-4-5)"
+    assert r.model == "claude-sonnet-4-5"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (54, 9, 63)
+    assert r.usage.input_tokens_details.cached_tokens == 40
+    events = list(c.responses.create(model="rc-4o", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}], stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
+        "anthropic:0 anthropic:1 anthropic:2 "
+    assert events[-1].response.usage.input_tokens_details.cached_tokens == 40
+    with c.responses.stream(model="rc-4o", input="hi") as stream:
+        texts = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(texts) == final.output_text == "anthropic:0 anthropic:1 anthropic:2 "
+    first, second, third = accepted(xv.anthropic)
+    sent = anthropic_side(first)
+    assert sent == {"model": "claude-sonnet-4-5", "max_tokens": 100,
+                    "system": [{"type": "text", "text": "Be brief."}],
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    assert anthropic_side(second)["stream"] is True and body(third)["max_tokens"] == 1024
+    assert walk(gw, "xv-rc") == "openai:overloaded:Nms,anthropic:ok:Nms"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_openai_responses_tool_round_trip_through_an_anthropic_fallback(xv, stream):
+    """A function tool's call and result cross both ways: the Anthropic tool_use comes back as
+    a function_call item (call_id kept), and the app's function_call_output reaches
+    Anthropic as the tool_result of that call."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.enqueue(
+        {"strict": True, "tool_calls": [{"id": "toolu_01A", "name": "get_weather",
+                                         "arguments": {"city": "Paris"}}]},
+        {"strict": True, "content": "It is 18 degrees in Paris."})
+    xv.start()
+    c = xv.oai()
+    items = [{"role": "user", "content": "Weather in Paris?"}]
+    kw = dict(model="rc-4o", tools=RESPONSES_TOOLS, parallel_tool_calls=False)
+    if stream:
+        with c.responses.stream(input=items, **kw) as s:
+            args = "".join(e.delta for e in s if e.type == "response.function_call_arguments.delta")
+            r = s.get_final_response()
+        assert json.loads(args) == {"city": "Paris"}
+    else:
+        r = c.responses.create(input=items, **kw)
+    (call,) = [o for o in r.output if o.type == "function_call"]
+    assert (call.call_id, call.name, json.loads(call.arguments)) == \
+        ("toolu_01A", "get_weather", {"city": "Paris"})
+    items += [{"type": "function_call", "call_id": call.call_id, "name": call.name,
+               "arguments": call.arguments},
+              {"type": "function_call_output", "call_id": call.call_id, "output": "18C, sunny"}]
+    r = c.responses.create(input=items, **kw)
+    assert r.output_text == "It is 18 degrees in Paris."
+    first, second = accepted(xv.anthropic)
+    for rec in (first, second):
+        sent = anthropic_side(rec)
+        assert sent["tools"] == [{"name": "get_weather", "description": "Weather in a city",
+                                  "input_schema": WEATHER}]
+        assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    sent = body(second)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    assert sent["messages"][1]["content"] == [{"type": "tool_use", "id": "toolu_01A",
+                                               "name": "get_weather", "input": {"city": "Paris"}}]
+    assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_01A",
+                                               "content": "18C, sunny"}]
 
 
 def test_an_endpoint_without_translation_skips_entries_of_another_api(xv):
@@ -345,6 +434,8 @@ def test_docs_show_the_example_file_and_explains_real_output():
     config = EXAMPLE_CONFIG.read_text()
     assert config.strip() in doc
     assert (harness.REPO_ROOT / "examples" / "cross_vendor.py").read_text().strip() in doc
+    calling = (harness.REPO_ROOT / "docs" / "calling.md").read_text()
+    assert RESPONSES_EXAMPLE.read_text().strip() in calling
     excerpt = readme.split("From\n`envoy/cross-vendor.failover.yaml`:\n\n```yaml\n", 1)[1]
     excerpt = excerpt.split("```", 1)[0]
     assert excerpt.count("\n") > 20
@@ -352,7 +443,7 @@ def test_docs_show_the_example_file_and_explains_real_output():
         assert line in config.splitlines(), f"README's line is not in the file: {line!r}"
     env = {**os.environ, "OPENAI_API_KEY": "x", "ANTHROPIC_API_KEY": "y"}
     shown = EXPLAIN.findall(readme) + EXPLAIN.findall(doc)
-    assert len(shown) == 3, shown
+    assert len(shown) == 4, shown
     for command, output in shown:
         args = command.replace("\\\n", " ").split()
         p = subprocess.run([str(harness.cli_bin()), "explain", *args], env=env, cwd=harness.REPO_ROOT,
@@ -862,6 +953,34 @@ def test_ai_gateway_2290_2352_input_and_cache_tokens_kept_in_a_translated_stream
 # ------------------------------------------------------------------ the example users copy
 
 EXAMPLE = harness.REPO_ROOT / "examples" / "cross_vendor.py"
+
+
+RESPONSES_EXAMPLE = harness.REPO_ROOT / "examples" / "responses_app.py"
+
+
+def test_the_responses_example_runs_through_an_anthropic_fallback(xv):
+    """examples/responses_app.py (docs/calling.md shows it) during an OpenAI outage: the
+    function call, its result and the streamed final answer cross to the Anthropic mock."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.enqueue(
+        {"strict": True, "tool_calls": [{"id": "toolu_01", "name": "get_weather",
+                                         "arguments": {"city": "Paris"}}]},
+        {"strict": True, "chunks": 2, "usage": {"input_tokens": 30, "output_tokens": 8}})
+    gw = xv.start()
+    env = {**os.environ, "GATEWAY_URL": gw.url, "GATEWAY_KEY": "gw-key", "MODEL": "rc-4o"}
+    p = subprocess.run([sys.executable, str(RESPONSES_EXAMPLE)], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "anthropic claude-sonnet-4-5 completed",
+        "get_weather {'city': 'Paris'}",
+        "anthropic:0 anthropic:1 ",
+        "38 tokens"], p.stdout
+    second = accepted(xv.anthropic)[1]
+    sent = anthropic_side(second)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_01",
+                                               "content": '{"celsius": 18}'}]
 
 
 def test_the_cross_vendor_example_runs_through_an_anthropic_fallback(xv):
