@@ -1,6 +1,6 @@
 //! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]`
 //! `llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]`
-//! `llm-failover validate FILE [--envoy-version V] [--no-env]`
+//! `llm-failover validate FILE [--strict] [--envoy-version V] [--no-env]`
 //! `llm-failover explain FILE --model M [--caller C] [--path P] [--body FILE] [--no-env]`
 //! `llm-failover help [COMMAND]`, and `--help` on every command.
 //!
@@ -27,7 +27,7 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]
        llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]
-       llm-failover validate FILE [--envoy-version V] [--no-env]
+       llm-failover validate FILE [--strict] [--envoy-version V] [--no-env]
        llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--body FILE] [--no-env]
        llm-failover help [COMMAND]     (or COMMAND --help)";
 

@@ -372,6 +372,13 @@ fn usage_errors_exit_2_and_unreadable_files_exit_1() {
             "{args:?}: {stderr}"
         );
     }
+    // `validate` alone: the usage names its --strict (issue 32).
+    let (code, _, stderr) = run(bin().arg("validate"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("llm-failover validate FILE [--strict]"),
+        "{stderr}"
+    );
     let (code, stdout, _) = run(bin().arg("--help"));
     assert_eq!(code, 0);
     assert!(stdout.contains("validate"));

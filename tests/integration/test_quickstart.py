@@ -7,7 +7,10 @@ What the test changes, and only that: the providers' endpoints (`api.openai.com:
 `api.anthropic.com:443`) become the mocks' `127.0.0.1` ports, the listener's port 10000 a free
 port (other Envoys run on this machine), and Envoy gets `--disable-hot-restart` (several Envoys
 at once); README says to run `envoy -c` in another terminal, so the test starts it in the
-background and runs the rest once it listens."""
+background and runs the rest once it listens. The set-up block's first line
+(`./scripts/setup.sh && ./scripts/build.sh`) is checked, not run: the suite runs after both.
+
+"Watch it fail over" (issue 32) runs as written too, its mock ports moved to free ones."""
 from __future__ import annotations
 
 import json
@@ -34,9 +37,9 @@ def _quickstart():
     section = readme[start:end if end > 0 else None]
     blocks = re.findall(r"```(\w*)\n(.*?)```", section, re.S)
     langs = [lang for lang, _ in blocks]
-    assert langs == ["sh", "yaml", "sh", ""], (
+    assert langs == ["sh", "yaml", "sh", "", "sh"], (
         f"README's quick start should be: set-up (sh), the file (yaml), the commands (sh), "
-        f"the headers they print; found {langs}")
+        f"the headers they print, watching it fail over with the mocks (sh); found {langs}")
     return [text for _, text in blocks]
 
 
@@ -59,9 +62,20 @@ def providers():
     anthropic.stop()
 
 
+BUILD = "./scripts/setup.sh && ./scripts/build.sh"
+
+
+def _setup(setup: str) -> str:
+    """The set-up block without its first line, which must set up and build."""
+    first, _, rest = setup.partition("\n")
+    assert first.strip() == BUILD, f"README's set-up should start with {BUILD!r}: {first!r}"
+    return rest
+
+
 def test_readme_quick_start_runs_as_written(providers, tmp_path):
     openai, anthropic = providers
-    setup, file_text, commands, expected = _quickstart()
+    setup, file_text, commands, expected, _watch = _quickstart()
+    setup = _setup(setup)
     for built in ("target/release/llm-failover", "dist/llm_failover.wasm", ".venv/bin/envoy"):
         assert (REPO_ROOT / built).exists(), f"{built} is missing: run ./scripts/build.sh first"
     port = free_port()
@@ -82,6 +96,7 @@ def test_readme_quick_start_runs_as_written(providers, tmp_path):
     steps = _bash(prologue + "\n".join(before), tmp_path)
     assert steps.returncode == 0, f"README's commands failed:\n{steps.stdout}\n{steps.stderr}"
     assert steps.stdout.startswith("gateway.failover.yaml: valid ("), steps.stdout
+    assert "warning" not in steps.stderr, steps.stderr  # validate --strict, literally
     assert "anthropic" in steps.stdout and "claude-sonnet-4-5" in steps.stdout, steps.stdout
     assert (tmp_path / "envoy.yaml").exists()
 
@@ -114,3 +129,38 @@ def test_readme_quick_start_runs_as_written(providers, tmp_path):
     keys = [v for k, v in sent["headers"] if k.lower() == "x-api-key"]
     assert keys == ["sk-ant-..."], sent["headers"]
     assert not [v for k, v in sent["headers"] if k.lower() == "authorization"]
+
+
+def test_readme_watch_it_fail_over_runs_as_written(tmp_path):
+    setup, file_text, commands, expected, watch = _quickstart()
+    setup = _setup(setup)
+    port = free_port()
+    (tmp_path / "gateway.failover.yaml").write_text(file_text.replace("port: 10000",
+                                                                      f"port: {port}"))
+    for fixed in ("18101", "18102", "19101", "19102"):
+        assert fixed in watch, fixed
+        watch = watch.replace(fixed, str(free_port()))
+    watch = watch.rstrip().replace("envoy -c envoy.yaml", "exec envoy -c envoy.yaml --disable-hot-restart")
+    prologue = f"set -euo pipefail\ncd {REPO_ROOT}\n{setup}\ncd {tmp_path}\n"
+    # Its mocks and Envoy in one process group, ended together.
+    run = _spawn(["bash", "-c", prologue + watch], cwd=str(tmp_path),
+                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):
+            assert run.poll() is None, (
+                f"it exited: {run.stdout.read().decode(errors='replace')[-3000:]}")
+            assert time.monotonic() < deadline, "Envoy did not listen within 30 s"
+            time.sleep(0.1)
+        curl = commands.splitlines()[-2:]  # the Quick start's curl, as README says
+        assert curl[0].startswith("curl "), curl
+        out = _bash(prologue + "\n".join(curl).replace("localhost:10000", f"localhost:{port}"),
+                    tmp_path)
+    finally:
+        _terminate(run, grace=3)
+        if run.stdout:
+            run.stdout.close()
+    assert out.returncode == 0, out.stderr
+    got = [line.strip().lower() for line in out.stdout.splitlines() if line.strip()]
+    want = [line.strip().lower() for line in expected.splitlines() if line.strip()]
+    assert got == want, f"README says the curl prints {want}, it printed {got}"
