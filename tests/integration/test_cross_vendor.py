@@ -958,6 +958,56 @@ EXAMPLE = harness.REPO_ROOT / "examples" / "cross_vendor.py"
 RESPONSES_EXAMPLE = harness.REPO_ROOT / "examples" / "responses_app.py"
 
 
+def test_an_agents_sdk_agent_with_a_function_tool_through_an_anthropic_fallback(xv):
+    """OpenAI's Agents SDK (`openai-agents`, on the Responses API) runs an agent with one
+    function tool for two turns during an OpenAI outage: the tool call comes from Claude, the
+    SDK runs the tool, its result goes back to Claude, and the agent's final output is
+    Claude's answer."""
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"  # traffic only to 127.0.0.1
+    import asyncio
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    set_tracing_disabled(True)
+    xv.openai.set_default(status=503, strict=True)
+    turns = [{"strict": True, "tool_calls": [{"id": "toolu_01", "name": "get_weather",
+                                              "arguments": {"city": "Paris"}}]},
+             {"strict": True, "content": "It is 18 degrees in Paris.", "chunks": 2}]
+    xv.anthropic.enqueue(*turns, *turns)
+    gw = xv.start()
+    seen = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        seen.append(city)
+        return "18C, sunny"
+
+    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="gw-key", max_retries=0)
+    agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather],
+                  model=OpenAIResponsesModel(model="rc-4o", openai_client=client))
+
+    async def both():
+        result = await Runner.run(agent, "What is the weather in Paris?")
+        run = Runner.run_streamed(agent, "What is the weather in Paris?")
+        kinds = [event.type async for event in run.stream_events()]
+        return result.final_output, run.final_output, kinds
+
+    final, output, kinds = asyncio.run(both())
+    assert final == "It is 18 degrees in Paris."
+    assert seen == ["Paris", "Paris"]
+    assert output == "anthropic:0 anthropic:1 " and "raw_response_event" in kinds
+    first, second, third, fourth = accepted(xv.anthropic)
+    assert body(third)["stream"] is True and body(fourth)["stream"] is True
+    sent = anthropic_side(first)
+    assert sent["system"] == [{"type": "text", "text": "Answer with the tool."}]
+    assert [t["name"] for t in sent["tools"]] == ["get_weather"]
+    sent = anthropic_side(second)
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
+    assert sent["messages"][1]["content"][-1] == {
+        "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}
+    assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_01",
+                                               "content": "18C, sunny"}]
+
+
 def test_the_responses_example_runs_through_an_anthropic_fallback(xv):
     """examples/responses_app.py (docs/calling.md shows it) during an OpenAI outage: the
     function call, its result and the streamed final answer cross to the Anthropic mock."""
