@@ -7,6 +7,7 @@ use crate::config::{Chain, Config, ProviderId};
 use crate::handoff::Refused;
 use crate::plan::Plan;
 use crate::reply::Reply;
+use crate::wire;
 
 /// What the downstream role knows about the final answer without extra reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,4 +226,58 @@ pub fn unused_probes<'a>(
         .enumerate()
         .filter(move |(i, slot)| slot.probe && *i >= attempts)
         .filter_map(move |(_, slot)| Some(chain?.entry(slot.entry)?.provider))
+}
+
+/// The gateway's response headers a browser may read (SPEC 6, 16).
+pub const EXPOSED: [&str; 4] = [
+    wire::PROVIDER_HEADER,
+    wire::ATTEMPTS_HEADER,
+    wire::FALLBACK_COUNT_HEADER,
+    wire::FALLBACK_REASON_HEADER,
+];
+
+/// `access-control-expose-headers` for the answer to a request that carried `Origin`: the
+/// value already there (a provider's, or a filter's that ran before this one on the response)
+/// with the gateway's headers ([`EXPOSED`]) it lacks added; `None` when it lists them all.
+pub fn expose_headers(existing: Option<&[u8]>) -> Option<String> {
+    let existing = existing
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    let listed = |name: &str| {
+        existing.is_some_and(|v| v.split(',').any(|n| n.trim().eq_ignore_ascii_case(name)))
+    };
+    let missing: Vec<&str> = EXPOSED.into_iter().filter(|n| !listed(n)).collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let mut value = existing.map_or_else(String::new, |v| format!("{v}, "));
+    value.push_str(&missing.join(", "));
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateways_headers_join_what_is_exposed_already() {
+        let all = "x-llm-provider, x-llm-attempts, x-llm-fallback-count, x-llm-fallback-reason";
+        assert_eq!(expose_headers(None).as_deref(), Some(all));
+        assert_eq!(expose_headers(Some(b"  ")).as_deref(), Some(all));
+        assert_eq!(
+            expose_headers(Some(b"x-request-id")).as_deref(),
+            Some(format!("x-request-id, {all}").as_str())
+        );
+        // Listed already (any case, any spacing): only the others are added, or nothing.
+        assert_eq!(
+            expose_headers(Some(b"X-LLM-Provider,x-request-id")).as_deref(),
+            Some(
+                "X-LLM-Provider,x-request-id, x-llm-attempts, x-llm-fallback-count, x-llm-fallback-reason"
+            )
+        );
+        assert_eq!(expose_headers(Some(all.as_bytes())), None);
+        // A value that is not text is replaced.
+        assert_eq!(expose_headers(Some(b"\xff")).as_deref(), Some(all));
+    }
 }

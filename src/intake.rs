@@ -35,6 +35,9 @@ pub enum RequestHeader {
     /// The caller's own gateway credential: removed before routing, so no attempt carries it
     /// even where the upstream role is missing (SPEC section 7).
     GatewayCredential,
+    /// `origin`: a browser's request, whose answer lists the gateway's headers in
+    /// `access-control-expose-headers` (SPEC 16). Otherwise a header like any other.
+    Origin,
     /// Anything else: left alone.
     Other,
 }
@@ -44,6 +47,7 @@ pub fn request_header(config: &Config, name: &[u8]) -> RequestHeader {
         b":path" => RequestHeader::Path,
         b":authority" => RequestHeader::Authority,
         b":method" => RequestHeader::Method,
+        b"origin" => RequestHeader::Origin,
         _ if wire::ENVOY_STEERING_HEADERS
             .iter()
             .any(|h| h.as_bytes() == name) =>

@@ -22,6 +22,9 @@ use crate::wire;
 use std::cell::Cell;
 use std::rc::Rc;
 
+/// The CORS response header naming the headers a browser's script may read.
+const EXPOSE_HEADERS: &str = "access-control-expose-headers";
+
 thread_local! {
     /// A missing `clear_route_cache` is a deployment problem: say so once per VM, not per request.
     static WARNED_ROUTE_CACHE: Cell<bool> = const { Cell::new(false) };
@@ -45,6 +48,8 @@ pub struct Downstream<H: Host> {
     exhausted_body: Option<Vec<u8>>,
     /// The filter answered this request itself (status endpoint, unreadable request).
     answered: bool,
+    /// The request carried `Origin` (a browser's): its answer exposes the gateway's headers.
+    cors: bool,
 }
 
 /// Planning's view of health: one shared-data read per provider considered.
@@ -108,6 +113,7 @@ impl<H: Host> Downstream<H> {
             attempts: 0,
             exhausted_body: None,
             answered: false,
+            cors: false,
         }
     }
 
@@ -366,6 +372,10 @@ impl<H: Host> Downstream<H> {
                     }
                 }
                 RequestHeader::GatewayCredential => self.remove_request_header(name),
+                RequestHeader::Origin => {
+                    self.cors = true;
+                    self.forward(name, value, &mut kept);
+                }
                 RequestHeader::Other => self.forward(name, value, &mut kept),
             }
         }
@@ -461,6 +471,13 @@ impl<H: Host> Downstream<H> {
         }
         if let Some(reason) = answer.fallback_reason {
             host.set_header(Map::Response, wire::FALLBACK_REASON_HEADER, Some(reason));
+        }
+        if self.cors && answer.provider.is_some() {
+            // Browsers read only the headers CORS exposes (read only for such a request).
+            let existing = host.header(Map::Response, EXPOSE_HEADERS);
+            if let Some(value) = answer::expose_headers(existing.as_deref()) {
+                host.set_header(Map::Response, EXPOSE_HEADERS, Some(&value));
+            }
         }
         if let Some(chain) = answer.exhausted {
             self.metrics.exhausted(host, &self.config, plan.chain);

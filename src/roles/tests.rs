@@ -785,6 +785,27 @@ fn an_in_place_retry_is_no_fallback_for_the_header_or_the_metric() {
 }
 
 #[test]
+fn a_browsers_request_gets_the_gateways_headers_exposed() {
+    let gw = Gateway::new(THREE);
+    let exposed = "access-control-expose-headers";
+    let all = "x-llm-provider, x-llm-attempts, x-llm-fallback-count, x-llm-fallback-reason";
+    let body = r#"{"model":"gpt-4o","messages":[]}"#;
+    let origin = ("origin", "https://app.example");
+    let r = gw.request(&[origin], body, &[status(503), ok()]);
+    assert_eq!(r.header(exposed), Some(all));
+    // Merged with what the answer exposes already.
+    let theirs = Provider::Answer(200, vec![(exposed, "x-request-id")], "{}");
+    let r = gw.request(&[origin], body, &[theirs]);
+    assert_eq!(
+        r.header(exposed),
+        Some(format!("x-request-id, {all}").as_str())
+    );
+    // No Origin: nothing added.
+    let r = gw.chat("gpt-4o", &[status(503), ok()]);
+    assert_eq!(r.header(exposed), None);
+}
+
+#[test]
 fn an_answer_that_does_not_fall_over_is_the_answer() {
     let gw = Gateway::new(THREE);
     let r = gw.chat("gpt-4o", &[status(400), ok()]);

@@ -6,10 +6,14 @@ through one real Envoy for the whole module:
   `200` holding an error (both directions: OpenAI caller -> Anthropic provider, Anthropic
   caller -> OpenAI provider);
 * with `retry_in_place`, a request counts once toward its provider's breaker: a primary that
-  answers every try `503` opens its breaker (failures 3) after three requests, not two."""
+  answers every try `503` opens its breaker (failures 3) after three requests, not two;
+* a browser's request (with `Origin`) gets the gateway's headers in
+  `access-control-expose-headers`, merged with what is there, also behind Envoy's CORS filter
+  (a second Envoy, the rendered bootstrap with the filter and a cors policy added)."""
 import json
 
 import pytest
+import yaml
 
 import harness
 from harness import Envoy, prometheus_samples, render_config, start_mock
@@ -51,20 +55,32 @@ needs_hold = pytest.mark.skipif(
            "attempt whose answer was held to read its body)")
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory):
-    d = tmp_path_factory.mktemp("answer-rules")
-    mocks = {name: start_mock(name) for name in MOCKS}
+def start(d, mocks, patch=None):
+    """Envoy on CONFIG rendered for `mocks`; `patch(bootstrap)` edits the rendered bootstrap."""
     env = {f"{name.upper()}_PORT": str(m.port) for name, m in mocks.items()}
     env.update(LISTEN_PORT=str(harness.free_port()), ADMIN_PORT=str(harness.free_port()))
     config = CONFIG.replace("ROUTER_ONLY", "" if harness.grouping_mode() else IN_PLACE)
-    envoy = Envoy(render_config(config, env, out_dir=d), d / "envoy", env=env).start()
+    path = render_config(config, env, out_dir=d)
+    if patch:
+        bootstrap = yaml.safe_load(path.read_text())
+        patch(bootstrap)
+        path.write_text(yaml.safe_dump(bootstrap))
+    envoy = Envoy(path, d / "envoy", env=env).start()
     gateway = harness.Gateway(envoy.listener_url(), envoy.admin_url, envoy=envoy)
     gateway.mocks = mocks
+    return envoy, gateway
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    mocks = {name: start_mock(name) for name in MOCKS}
+    envoy = None
     try:
+        envoy, gateway = start(tmp_path_factory.mktemp("answer-rules"), mocks)
         yield gateway
     finally:
-        envoy.stop()
+        if envoy:
+            envoy.stop()
         for m in mocks.values():
             m.stop()
 
@@ -148,3 +164,68 @@ def test_retry_in_place_does_not_halve_the_breakers_threshold(gw, mocks):
     assert r.header("x-llm-attempts") == "1"
     assert mocks["flaky"].request_count() == 6
     assert attempts(gw, "flaky", "overloaded") == 6
+
+
+# ---------------------------------------------------------------------------------------------
+# Headers browsers can read (SPEC 16).
+
+EXPOSE = "access-control-expose-headers"
+OURS = "x-llm-provider, x-llm-attempts, x-llm-fallback-count, x-llm-fallback-reason"
+ORIGIN = {"origin": "https://app.example"}
+
+
+def test_a_browsers_request_gets_the_gateways_headers_exposed(gw, mocks):
+    mocks["oai"].set_default(STEP_ASIDE)
+    mocks["ant"].set_default(headers={EXPOSE: "x-mock-provider"})
+    r = gw.chat("gpt-4o", headers=ORIGIN)
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "ant"
+    # The provider's own list, and ours after it.
+    assert r.header(EXPOSE) == f"x-mock-provider, {OURS}"
+    mocks["ant"].set_default({})
+    r = gw.chat("gpt-4o", headers=ORIGIN)
+    assert r.header(EXPOSE) == OURS
+    # No Origin: nothing added.
+    r = gw.chat("gpt-4o")
+    assert r.status == 200 and r.header(EXPOSE) is None
+
+
+CORS_FILTER = {"name": "envoy.filters.http.cors", "typed_config": {
+    "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}}
+CORS_POLICY = {
+    "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
+    "allow_origin_string_match": [{"exact": "https://app.example"}],
+    "allow_methods": "POST, OPTIONS", "allow_headers": "content-type, authorization"}
+
+
+def with_cors(bootstrap):
+    """Envoy's CORS filter first in the API listener's chain (it answers preflights before
+    llm_failover sees them, and so runs after it on the response), the policy on the host."""
+    hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    config = hcm["typed_config"]
+    config["http_filters"].insert(0, CORS_FILTER)
+    for host in config["route_config"]["virtual_hosts"]:
+        host.setdefault("typed_per_filter_config", {})["envoy.filters.http.cors"] = CORS_POLICY
+
+
+def test_behind_envoys_cors_filter_the_gateways_headers_are_exposed_too(tmp_path):
+    mocks = {name: start_mock(name) for name in MOCKS}
+    envoy = None
+    try:
+        envoy, cors = start(tmp_path, mocks, patch=with_cors)
+        # The preflight is the CORS filter's: no provider sees it.
+        r = cors.request("OPTIONS", "/v1/chat/completions", headers={
+            **ORIGIN, "access-control-request-method": "POST"})
+        assert r.status == 200, r.text
+        assert r.header("access-control-allow-origin") == "https://app.example"
+        assert all(m.request_count() == 0 for m in mocks.values())
+        # The request: the CORS filter's headers and ours.
+        r = cors.chat("gpt-4o", headers=ORIGIN)
+        assert r.status == 200, r.text
+        assert r.header("access-control-allow-origin") == "https://app.example"
+        assert r.header(EXPOSE) == OURS
+    finally:
+        if envoy:
+            envoy.stop()
+        for m in mocks.values():
+            m.stop()
