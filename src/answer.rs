@@ -247,13 +247,15 @@ pub fn expose_headers(existing: Option<&[u8]>) -> Option<String> {
     let listed = |name: &str| {
         existing.is_some_and(|v| v.split(',').any(|n| n.trim().eq_ignore_ascii_case(name)))
     };
-    let missing: Vec<&str> = EXPOSED.into_iter().filter(|n| !listed(n)).collect();
-    if missing.is_empty() {
-        return None;
+    let existing = existing.unwrap_or_default();
+    let mut value = String::from(existing);
+    for name in EXPOSED.into_iter().filter(|n| !listed(n)) {
+        if !value.is_empty() {
+            value.push_str(", ");
+        }
+        value.push_str(name);
     }
-    let mut value = existing.map_or_else(String::new, |v| format!("{v}, "));
-    value.push_str(&missing.join(", "));
-    Some(value)
+    (value.len() > existing.len()).then_some(value)
 }
 
 #[cfg(test)]
