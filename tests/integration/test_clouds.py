@@ -573,7 +573,7 @@ def _explained(source, env, model, path):
                           "--path", path], capture_output=True, text=True, timeout=30,
                          env={**__import__("os").environ, **env}, cwd=harness.REPO_ROOT)
     assert out.returncode == 0, out.stderr + out.stdout
-    said = re.search(r"^ +path: (\S+)(?: \(streamed: (\S+)\))?", out.stdout, re.M)
+    said = re.search(r"^ +path: ([^\s,]+)(?: \(streamed: ([^\s,)]+)\))?", out.stdout, re.M)
     assert said, out.stdout
     return said.group(1), said.group(2) or said.group(1), out.stdout
 

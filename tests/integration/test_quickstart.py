@@ -129,6 +129,10 @@ def test_readme_quick_start_runs_as_written(providers, tmp_path):
     keys = [v for k, v in sent["headers"] if k.lower() == "x-api-key"]
     assert keys == ["sk-ant-..."], sent["headers"]
     assert not [v for k, v in sent["headers"] if k.lower() == "authorization"]
+    # Its endpoint's host, as docs/configuration.md says (`authority`), never the caller's
+    # `localhost:PORT` (issue 32).
+    hosts = [v for k, v in sent["headers"] if k.lower() == "host"]
+    assert hosts == [f"127.0.0.1:{anthropic.port}"], hosts
 
 
 def test_readme_watch_it_fail_over_runs_as_written(tmp_path):

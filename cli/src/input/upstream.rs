@@ -496,18 +496,26 @@ fn is_dns_name(host: &str) -> bool {
         })
 }
 
-/// Providers reached by host name get `authority` = that host (`host:port` on a non-default
-/// port) unless they set one: providers behind shared front ends route on it. Providers at an
-/// IP address over TLS get their `sni` name.
+/// Providers get `authority` = their endpoint's host (`host:port` on a non-default port) unless
+/// they set one: providers behind shared front ends route on it, and none gets the caller's
+/// `host` (the gateway's own). Providers at an IP address over TLS get their `sni` name; at an
+/// IP address over plain HTTP, that address (IPv6 in brackets), as a client dialling it sends.
 pub(super) fn add_default_authorities(root: &mut Mapping, upstreams: &[Upstream]) {
     let Some(Value::Sequence(providers)) = root.get_mut("providers") else {
         return;
     };
     for (p, u) in providers.iter_mut().zip(upstreams) {
+        let ip;
         let host = match (&u.endpoint.host, &u.sni) {
             (Host::Name(host), _) => host,
             (Host::Ip(_), Some(sni)) => sni,
-            (Host::Ip(_), None) => continue,
+            (Host::Ip(addr), None) => {
+                ip = match addr {
+                    std::net::IpAddr::V4(v4) => v4.to_string(),
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                };
+                &ip
+            }
         };
         let Value::Mapping(p) = p else {
             continue;
