@@ -262,11 +262,12 @@ fn credential_variables_reach_every_filter_vm_and_the_plugin_json_differs_only_i
         down_json["role"] = "x".into();
         assert_eq!(up_json, down_json, "plugin JSON identical but for the role");
     }
-    // Hostname providers get their host as :authority; IP providers keep the caller's.
+    // Every provider gets its endpoint's host as :authority, an IP provider its address
+    // (never the caller's host).
     let providers = down_json["providers"].as_array().unwrap();
     assert_eq!(providers[0]["authority"], "api.openai.com");
     assert_eq!(providers[1]["authority"], "my.openai.azure.com");
-    assert!(providers[3].get("authority").is_none());
+    assert_eq!(providers[3]["authority"], "127.0.0.1:8000");
     assert!(
         providers[0].get("endpoint").is_none(),
         "renderer fields never reach the filter"
