@@ -17,9 +17,10 @@ cd "$(dirname "$0")/.."
 # Issue 29 (OpenAI's Responses API as a caller dialect, through the internal model of
 # src/translate/model.rs) allows at most 520,000 with everything in: the Responses dialect took
 # the module from about 462,000 to 486,020 bytes (493,556 with the residency and explain
-# changes that landed beside it; BENCHMARKS.md "Module size").
+# changes that landed beside it), and Chat Completions as its provider dialect to 501,901
+# (BENCHMARKS.md "Module size").
 TARGET=418489
-CEILING=495000
+CEILING=505000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -325,11 +325,12 @@ mod tests {
                 .map(|e| reason(&c, e, &on(path), false).is_some())
                 .collect::<Vec<_>>()
         };
-        // Entries o, a, az, azd, g, b. Responses is translated for Anthropic's dialect (a, and
-        // b on Bedrock), not (yet) for Chat (Gemini's OpenAI endpoint, Azure's deployments).
+        // Entries o, a, az, azd, g, b. Responses is translated for the other dialects: for
+        // Anthropic's (a, and b on Bedrock) and for Chat (Gemini's OpenAI endpoint, Azure's
+        // deployments API).
         assert_eq!(
             skips("/v1/responses"),
-            [false, false, false, true, true, false]
+            [false, false, false, false, false, false]
         );
         assert_eq!(
             skips("/v1/embeddings"),
@@ -339,9 +340,19 @@ mod tests {
             skips("/v1/completions"),
             [false, true, false, false, true, true]
         );
+        let refused = RequestFacts {
+            body: br#"{"model":"m","input":"hi","tools":[{"type":"web_search"}]}"#,
+            ..on("/v1/responses")
+        };
         assert_eq!(
-            reason(&c, 5, &on("/v1/responses"), false),
-            Some(SkipReason::ContentIncompatible)
+            reason(&c, 5, &refused, false),
+            Some(SkipReason::ContentIncompatible),
+            "what the entry's dialect cannot carry"
+        );
+        assert_eq!(
+            reason(&c, 1, &refused, false),
+            None,
+            "the same API carries it"
         );
         // State kept by the first provider still keeps a Responses request on it.
         let state = RequestFacts {

@@ -214,11 +214,16 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
     for block in content.iter().filter_map(|b| json::obj(b)) {
         match block.tag("type") {
             Some("text") => output.extend(block.raw_str("text").map(Output::Text)),
-            Some("tool_use") => output.push(Output::ToolCall {
-                id: block.raw_str("id").unwrap_or(json::EMPTY),
-                name: block.raw_str("name").unwrap_or(json::EMPTY),
-                arguments: block.get("input").unwrap_or("{}"),
-            }),
+            Some("tool_use") => {
+                let mut arguments = Out::with_capacity(64);
+                arguments.str(block.get("input").unwrap_or("{}"));
+                output.push(Output::ToolCall {
+                    id: block.raw_str("id").unwrap_or(json::EMPTY),
+                    name: block.raw_str("name").unwrap_or(json::EMPTY),
+                    arguments: String::from_utf8(arguments.0)
+                        .map_or(Cow::Borrowed("\"{}\""), Cow::Owned),
+                });
+            }
             _ => {}
         }
     }

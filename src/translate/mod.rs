@@ -9,6 +9,7 @@
 //!
 //! Same-API attempts never reach this module (SPEC 13: they pay nothing for it).
 
+pub mod chat;
 pub mod chat_to_messages;
 pub mod common;
 pub(crate) mod json;
@@ -134,7 +135,7 @@ pub fn request(
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::request(body, cx),
         (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::request(body, cx),
         (Api::OpenAiResponses, Api::AnthropicMessages) => responses::to_messages(body, cx),
-        (Api::OpenAiResponses, _) => Err(Untranslatable::Field("input")),
+        (Api::OpenAiResponses, Api::OpenAiChat) => responses::to_chat(body, cx),
         _ => Ok(body.to_vec()),
     }
 }
@@ -145,9 +146,7 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
     match (from, to) {
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::check(body),
         (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::check(body),
-        (Api::OpenAiResponses, Api::AnthropicMessages) => responses::check(body),
-        // Not translated yet: the entry is skipped.
-        (Api::OpenAiResponses, _) => Err(Untranslatable::Field("input")),
+        (Api::OpenAiResponses, Api::AnthropicMessages | Api::OpenAiChat) => responses::check(body),
         _ => Ok(()),
     }
 }
@@ -172,9 +171,7 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
             chat_to_messages::response(status, body, created)
         }
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
-        (Api::AnthropicMessages, Api::OpenAiResponses) => {
-            responses::from_messages(status, body, created)
-        }
+        (provider, Api::OpenAiResponses) => responses::from(provider, status, body, created),
         _ => Ok(body.to_vec()),
     };
     match translated {
@@ -193,6 +190,7 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
 /// speaking `provider` that is no answer of that API.
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
     match (provider, caller) {
+        (provider, Api::OpenAiResponses) => responses::unreadable(provider),
         (Api::AnthropicMessages | Api::OpenAiResponses, _) => chat_to_messages::unreadable(),
         (Api::OpenAiChat, _) => messages_to_chat::unreadable(),
     }
@@ -263,8 +261,9 @@ pub enum StreamTranslator {
     MessagesToChat(chat_to_messages::stream::Translator),
     /// An OpenAI Chat stream to an Anthropic Messages caller.
     ChatToMessages(messages_to_chat::stream::Translator),
-    /// An Anthropic Messages stream to an OpenAI Responses caller, through the model.
-    MessagesToResponses(Box<responses::FromMessages>),
+    /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
+    /// the model.
+    ToResponses(Box<responses::Stream>),
 }
 
 impl StreamTranslator {
@@ -277,9 +276,9 @@ impl StreamTranslator {
             (Api::OpenAiChat, Api::AnthropicMessages) => Some(StreamTranslator::ChatToMessages(
                 messages_to_chat::stream::Translator::default(),
             )),
-            (Api::AnthropicMessages, Api::OpenAiResponses) => {
-                Some(StreamTranslator::MessagesToResponses(Box::new(
-                    responses::FromMessages::new(cx.created),
+            (Api::AnthropicMessages | Api::OpenAiChat, Api::OpenAiResponses) => {
+                Some(StreamTranslator::ToResponses(Box::new(
+                    responses::Stream::new(provider, cx.created),
                 )))
             }
             _ => None,
@@ -304,7 +303,7 @@ impl StreamTranslator {
                 (t.ended(), t.owes_end(), true)
             }
             // Its translator ends a stream cut short itself, in the Responses dialect.
-            StreamTranslator::MessagesToResponses(t) => {
+            StreamTranslator::ToResponses(t) => {
                 t.push(chunk, end, out);
                 return t.owes_end();
             }
@@ -324,7 +323,7 @@ impl StreamTranslator {
         match self {
             StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ChatToMessages(t) => t.finished(),
-            StreamTranslator::MessagesToResponses(t) => t.encoder.finished,
+            StreamTranslator::ToResponses(t) => t.encoder.finished,
         }
     }
 }

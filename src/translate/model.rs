@@ -124,11 +124,12 @@ pub struct Answer<'a> {
 pub enum Output<'a> {
     /// A JSON string.
     Text(&'a str),
-    /// A function call: its id and name (JSON strings), its arguments as a JSON object's text.
+    /// A function call: its id, its name and its arguments (the JSON text of an object) as
+    /// JSON strings.
     ToolCall {
         id: &'a str,
         name: &'a str,
-        arguments: &'a str,
+        arguments: Cow<'a, str>,
     },
 }
 

@@ -6,8 +6,8 @@
 
 use super::common::Usage;
 use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
-use super::messages;
 use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool};
+use super::{chat, messages, Api};
 use super::{RequestContext, Untranslatable};
 
 #[cfg(test)]
@@ -38,6 +38,15 @@ pub fn to_messages(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
     let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
     walk(&req, &mut |role, part| conversation.push(role, &part))?;
     Ok(messages::request(conversation, &head, cx))
+}
+
+/// The Chat Completions request for the caller's Responses request.
+pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
+    let req = parse(body)?;
+    let head = head(&req)?;
+    let mut conversation = chat::Conversation::with_capacity(body.len() + 64);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    Ok(chat::request(conversation, &head, cx))
 }
 
 /// The request-wide members: what another dialect cannot carry is refused (dropping it would
@@ -345,14 +354,13 @@ fn call_item(out: &mut Vec<u8>, call_id: &[u8], name: &[u8], arguments: &[u8], s
     );
 }
 
-/// A message item's id: the provider's answer id, numbered after the first.
+/// A message item's id: `msg_` and the provider's answer id, numbered after the first.
 fn message_id(out: &mut Vec<u8>, answer_id: &[u8], k: usize) {
-    let inner = RawStr(answer_id).inner();
-    put(out, &[b"\"", inner]);
+    derived_id(out, b"msg_", answer_id);
     if k > 0 {
-        put(out, &[b"_", Digits::of(k as u64).get()]);
+        out.pop();
+        put(out, &[b"_", Digits::of(k as u64).get(), b"\""]);
     }
-    out.push(b'"');
 }
 
 /// The Responses answer for an answer read into the model. `created`: Unix seconds.
@@ -382,13 +390,12 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
                 name,
                 arguments,
             } => {
-                let mut text = Out::with_capacity(arguments.len() + 8);
-                text.str(arguments);
+                let arguments = arguments.as_bytes();
                 call_item(
                     &mut out,
                     id.as_bytes(),
                     name.as_bytes(),
-                    &text.0,
+                    arguments,
                     b"completed",
                 );
             }
@@ -401,15 +408,33 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
     out
 }
 
-/// A Messages provider's answer (or error) for the Responses caller. `Err`: a `2xx` body that
-/// is not a Messages answer, with the error the caller gets instead.
-pub fn from_messages(status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
+/// A provider's answer (or error) for the Responses caller: read by the provider's dialect
+/// (Messages or Chat), written as a Response. `Err`: a `2xx` body that is no answer of the
+/// provider's dialect, with the error the caller gets instead. An error answer is OpenAI's
+/// error body, the provider's message and type kept.
+pub fn from(provider: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
     if !(200..300).contains(&status) {
         return Ok(super::chat_to_messages::error(status, body));
     }
-    match messages::answer(body) {
+    let read = match provider {
+        Api::OpenAiChat => chat::answer(body),
+        _ => messages::answer(body),
+    };
+    match read {
         Some(a) => Ok(answer(&a, created)),
-        None => Err(super::chat_to_messages::unreadable()),
+        None => Err(unreadable(provider)),
+    }
+}
+
+/// The error a Responses caller gets for a `2xx` answer that is none of its provider's API.
+pub fn unreadable(provider: Api) -> Vec<u8> {
+    match provider {
+        Api::OpenAiChat => super::common::openai_error_body(
+            "api_error",
+            None,
+            "The provider's answer is not an OpenAI Chat Completions answer and could not be translated.",
+        ),
+        _ => super::chat_to_messages::unreadable(),
     }
 }
 
@@ -719,18 +744,29 @@ impl Encoder {
     }
 }
 
-/// A Messages provider's stream for a Responses caller: the Messages dialect's decoder into
-/// the model's events, this dialect's encoder out of them.
-#[derive(Debug, Default)]
-pub struct FromMessages {
-    decoder: messages::Decoder,
+/// The provider dialect's stream decoder.
+#[derive(Debug)]
+enum Decoder {
+    Messages(messages::Decoder),
+    Chat(chat::Decoder),
+}
+
+/// A provider's stream for a Responses caller: the provider dialect's decoder into the model's
+/// events, this dialect's encoder out of them.
+#[derive(Debug)]
+pub struct Stream {
+    decoder: Decoder,
     pub encoder: Encoder,
 }
 
-impl FromMessages {
-    pub fn new(created: u64) -> FromMessages {
-        FromMessages {
-            decoder: messages::Decoder::default(),
+impl Stream {
+    pub fn new(provider: Api, created: u64) -> Stream {
+        let decoder = match provider {
+            Api::OpenAiChat => Decoder::Chat(chat::Decoder::default()),
+            _ => Decoder::Messages(messages::Decoder::default()),
+        };
+        Stream {
+            decoder,
             encoder: Encoder::new(created),
         }
     }
@@ -742,8 +778,11 @@ impl FromMessages {
         if encoder.finished || encoder.failed {
             return;
         }
-        self.decoder
-            .push(chunk, end, &mut |e| encoder.event(e, out));
+        let on = &mut |e: Event<'_>| encoder.event(e, out);
+        match &mut self.decoder {
+            Decoder::Messages(d) => d.push(chunk, end, on),
+            Decoder::Chat(d) => d.push(chunk, end, on),
+        }
         if end && !encoder.finished && !encoder.failed {
             encoder.fail(
                 "server_error",
@@ -755,6 +794,10 @@ impl FromMessages {
 
     /// The stop reason came, the end not yet: the stream's end writes `response.completed`.
     pub fn owes_end(&self) -> bool {
-        self.decoder.stopped() && !self.encoder.finished && !self.encoder.failed
+        let stopped = match &self.decoder {
+            Decoder::Messages(d) => d.stopped(),
+            Decoder::Chat(d) => d.stopped(),
+        };
+        stopped && !self.encoder.finished && !self.encoder.failed
     }
 }

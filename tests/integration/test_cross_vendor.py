@@ -49,6 +49,10 @@ providers:
     endpoint: "127.0.0.1:${SPARE_PORT:-18304}"
     api: openai
     credential: {header: authorization, prefix: "Bearer ", value: sk-spare}
+  - name: gemini                  # Gemini's OpenAI endpoint (Chat Completions only), on spare
+    endpoint: "127.0.0.1:${SPARE_PORT:-18304}"
+    api: gemini
+    credential: {header: authorization, prefix: "Bearer ", value: sk-gemini}
   - name: relay                   # another Anthropic Messages endpoint
     endpoint: "127.0.0.1:${RELAY_PORT:-18305}"
     api: anthropic
@@ -76,6 +80,9 @@ chains:
     models: ["oai-*"]
     paths: ["/v1/responses", "/v1/embeddings", "/v1/completions"]
     providers: [openai, {provider: spare, model: gpt-spare}, {provider: anthropic, model: claude-x}]
+  - name: resp-gemini             # a Responses app: OpenAI, then a Chat-only provider
+    models: ["rg-*"]
+    providers: [openai, {provider: gemini, model: gemini-2.5-flash}]
   - name: resp-claude             # a Responses app: OpenAI, then Anthropic
     models: ["rc-*"]
     providers: [openai, {provider: anthropic, model: claude-sonnet-4-5}]
@@ -956,6 +963,55 @@ EXAMPLE = harness.REPO_ROOT / "examples" / "cross_vendor.py"
 
 
 RESPONSES_EXAMPLE = harness.REPO_ROOT / "examples" / "responses_app.py"
+
+
+def test_openai_responses_app_through_a_chat_only_fallback(xv):
+    """A Responses request falls over to a provider that speaks only Chat Completions (Gemini's
+    OpenAI endpoint): translated to Chat there, its answer and stream back as a Response,
+    function calls both ways, usage with cached tokens."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.spare.enqueue(
+        {"strict": True, "tool_calls": [{"id": "call_7", "name": "get_weather",
+                                         "arguments": {"city": "Paris"}}],
+         "usage": OPENAI_CACHE_USAGE},
+        {"strict": True, "chunks": 2})
+    gw = xv.start()
+    c = xv.oai()
+    items = [{"role": "user", "content": "Weather in Paris?"}]
+    raw = c.responses.with_raw_response.create(
+        model="rg-4o", instructions="Be brief.", input=items, tools=RESPONSES_TOOLS,
+        max_output_tokens=50, extra_headers={"x-request-id": "xv-rg"})
+    assert raw.headers["x-llm-provider"] == "gemini"
+    r = raw.parse()
+    (call,) = r.output
+    assert (call.type, call.call_id, json.loads(call.arguments)) == \
+        ("function_call", "call_7", {"city": "Paris"})
+    assert (r.usage.input_tokens, r.usage.input_tokens_details.cached_tokens) == (60, 40)
+    items += [{"type": "function_call", "call_id": call.call_id, "name": call.name,
+               "arguments": call.arguments},
+              {"type": "function_call_output", "call_id": call.call_id, "output": "18C"}]
+    with c.responses.stream(model="rg-4o", input=items, tools=RESPONSES_TOOLS) as s:
+        final = s.get_final_response()
+    assert final.output_text == "spare:0 spare:1 "
+    first, second = accepted(xv.spare)
+    assert first["path"] == second["path"] == "/v1beta/openai/chat/completions"
+    assert header(first, "authorization") == ["Bearer sk-gemini"]
+    sent = body(first)
+    assert sent["model"] == "gemini-2.5-flash" and sent["max_completion_tokens"] == 50
+    assert sent["messages"] == [{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": [
+                                    {"type": "text", "text": "Weather in Paris?"}]}]
+    assert sent["tools"] == [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}}]
+    sent = body(second)
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert sent["messages"][1:] == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_7", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "18C"}][1:]
+    assert walk(gw, "xv-rg") == "openai:overloaded:Nms,gemini:ok:Nms"
 
 
 def test_an_agents_sdk_agent_with_a_function_tool_through_an_anthropic_fallback(xv):

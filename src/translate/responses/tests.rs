@@ -155,7 +155,7 @@ fn stop_reasons_are_statuses() {
         let body = format!(
             r#"{{"id":"msg_1","model":"c","content":[{{"type":"text","text":"Hi"}}],"stop_reason":"{reason}","usage":{{"input_tokens":1,"output_tokens":2}}}}"#
         );
-        let out = from_messages(200, body.as_bytes(), 1).unwrap();
+        let out = from(Api::AnthropicMessages, 200, body.as_bytes(), 1).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         (
             v["status"].as_str().unwrap().to_owned(),
@@ -177,7 +177,8 @@ fn stop_reasons_are_statuses() {
 
 #[test]
 fn a_messages_error_is_an_openai_error() {
-    let out = from_messages(
+    let out = from(
+        Api::AnthropicMessages,
         400,
         br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
         1,
@@ -327,5 +328,105 @@ proptest! {
         }
         chunks.push(&bytes[at..]);
         prop_assert_eq!(translate_stream(&chunks), whole);
+    }
+}
+
+// ----------------------------------------------------------------- a Chat Completions provider
+
+#[test]
+fn items_instructions_tools_and_sampling_map_to_chat() {
+    let body = compact(&fixture("request_items.json"));
+    let out = translate::request(Api::OpenAiResponses, Api::OpenAiChat, &body, &CX).unwrap();
+    serde_json::from_slice::<serde_json::Value>(&out).expect("valid JSON");
+    expect("request_items.chat.json", &out);
+}
+
+#[test]
+fn a_chat_answer_with_a_tool_call_is_a_response_with_a_function_call_item() {
+    let body = compact(&fixture("chat_answer_tool.json"));
+    let out = translate::response(
+        Api::OpenAiChat,
+        Api::OpenAiResponses,
+        200,
+        &body,
+        1699896916,
+    );
+    assert!(!out.unreadable);
+    let v: serde_json::Value = serde_json::from_slice(&out.body).expect("valid JSON");
+    assert_eq!(v["output"][0]["type"], "function_call");
+    assert_eq!(v["usage"]["input_tokens_details"]["cached_tokens"], 64);
+    expect("chat_answer_tool.responses.json", &out.body);
+    let odd = translate::response(Api::OpenAiChat, Api::OpenAiResponses, 200, b"{}", 1);
+    assert!(odd.unreadable);
+    assert!(std::str::from_utf8(&odd.body)
+        .unwrap()
+        .contains("Chat Completions answer"));
+}
+
+fn translate_chat_stream(chunks: &[&[u8]]) -> Vec<u8> {
+    let mut t = StreamTranslator::new(
+        Api::OpenAiChat,
+        Api::OpenAiResponses,
+        translate::StreamContext {
+            created: 1694268190,
+            include_usage: false,
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for (k, chunk) in chunks.iter().enumerate() {
+        t.push(chunk, k + 1 == chunks.len(), &mut out);
+    }
+    out
+}
+
+#[test]
+fn a_chat_stream_with_a_tool_call_is_responses_typed_events() {
+    let out = translate_chat_stream(&[fixture("chat_stream_tool.sse").as_bytes()]);
+    let all = events(&out);
+    let kinds: Vec<_> = all.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"response.created"));
+    assert_eq!(kinds.last(), Some(&"response.completed"));
+    let done = &all.last().unwrap()["response"];
+    assert_eq!(done["output"][0]["content"][0]["text"], "Let me \"check\".");
+    assert_eq!(
+        done["output"][1]["arguments"],
+        r#"{"location":"Paris, France"}"#
+    );
+    assert_eq!(
+        done["output"][1]["call_id"],
+        "call_DdmO9pD3xa9XTPNJ32zg2hcA"
+    );
+    assert_eq!(done["usage"]["input_tokens"], 82);
+    assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], 64);
+    assert_eq!(done["usage"]["output_tokens"], 17);
+    expect("chat_stream_tool.responses.sse", &out);
+    // Cut short before the finish reason: an error event ends it.
+    let stream = fixture("chat_stream_tool.sse");
+    let cut = stream.split("data: {\"id\":\"chatcmpl-123\",\"object\":\"chat.completion.chunk\",\"created\":1694268190,\"model\":\"gpt-4o-mini\",\"system_fingerprint\":\"fp_44709d6fcb\",\"choices\":[{\"index\":0,\"delta\":{},").next().unwrap();
+    assert_eq!(
+        events(&translate_chat_stream(&[cut.as_bytes()]))
+            .last()
+            .unwrap()["type"],
+        "error"
+    );
+}
+
+proptest! {
+    #[test]
+    fn any_chunking_of_a_chat_stream_gives_the_same_events(cuts in proptest::collection::vec(0usize..4000, 0..12)) {
+        let stream = fixture("chat_stream_tool.sse");
+        let bytes = stream.as_bytes();
+        let whole = translate_chat_stream(&[bytes]);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            chunks.push(&bytes[at..c]);
+            at = c;
+        }
+        chunks.push(&bytes[at..]);
+        prop_assert_eq!(translate_chat_stream(&chunks), whole);
     }
 }
