@@ -12,6 +12,7 @@ use crate::classify::{classify_no_response, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider};
 use crate::destination::{self, Refusal};
 use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
+use crate::entry_settings::{self, Dialect, EntrySettings};
 use crate::envelope::Envelope;
 use crate::handoff::{PlanRecord, PlanText, PlanView};
 use crate::health::{Admission, Health};
@@ -145,6 +146,12 @@ pub enum BodyEdit<'a> {
     /// Hold the headers until the whole body is here, then write this model into it
     /// ([`rewrite_body`]) and set the new length.
     RewriteModel(&'a str),
+    /// The same, with the entry's request settings written in too (the model when it
+    /// rewrites one): [`rewrite_body`].
+    Rewrite {
+        model: Option<&'a str>,
+        settings: SettingsEdit,
+    },
     /// Hold the headers until the whole body is here, then translate it for the provider's
     /// API ([`translate_body`]) and set the new length.
     Translate(Translation),
@@ -202,10 +209,12 @@ pub fn request_edits<'a>(
         .filter(|m| *m != a.plan.model && has_body);
     // A translated attempt to an envelope's provider: translated, then put in the envelope
     // (the upstream role does both in one pause).
-    let body = match (a.translation, envelope, rewrite_to) {
-        (Some(t), _, _) if has_body => BodyEdit::Translate(t),
-        (_, Some(envelope), _) => BodyEdit::Envelope(envelope),
-        (_, _, Some(model)) => BodyEdit::RewriteModel(model),
+    let settings = settings_edit(a).filter(|_| has_body);
+    let body = match (a.translation, envelope, rewrite_to, settings) {
+        (Some(t), _, _, _) if has_body => BodyEdit::Translate(t),
+        (_, Some(envelope), _, _) => BodyEdit::Envelope(envelope),
+        (_, _, model, Some(settings)) => BodyEdit::Rewrite { model, settings },
+        (_, _, Some(model), None) => BodyEdit::RewriteModel(model),
         _ if later => BodyEdit::RestoreLength(a.plan.body_len),
         _ => BodyEdit::Keep,
     };
@@ -249,12 +258,42 @@ pub fn provider_path<'a>(
     }
 }
 
-/// The body to send with `model` written in: `(new body, None when unchanged; content length)`.
-/// A body that is not a JSON object is forwarded as it is.
-pub fn rewrite_body(body: &[u8], model: &str) -> (Option<Vec<u8>>, usize) {
-    let new_body = rewrite::scan_top_level(body)
-        .ok()
-        .and_then(|scan| rewrite::rewrite(body, &scan, Some(model), false));
+/// A chain entry's request settings and the dialect of the body they are written into.
+pub type SettingsEdit = (Dialect, EntrySettings);
+
+/// What attempt `a`'s entry sends besides the model (`effort`, `max_tokens`), in the dialect
+/// the provider gets: the translated API's, else the caller's (from its path). `None` when the
+/// entry sets nothing, or for an endpoint that takes neither (embeddings).
+pub fn settings_edit(a: &Attempt<'_, '_>) -> Option<SettingsEdit> {
+    if a.entry.settings.is_empty() {
+        return None;
+    }
+    let dialect = match a.translation {
+        Some(t) => Dialect::of_api(t.provider),
+        None => Dialect::of_path(a.plan.path)?,
+    };
+    Some((dialect, a.entry.settings))
+}
+
+/// The body to send with `model` written in (and the entry's `settings`, when it has some):
+/// `(new body, None when unchanged; content length)`. A body that is not a JSON object is
+/// forwarded as it is. Without settings only the model's bytes change.
+pub fn rewrite_body(
+    body: &[u8],
+    model: Option<&str>,
+    settings: Option<&SettingsEdit>,
+) -> (Option<Vec<u8>>, usize) {
+    let rewritten = model.and_then(|model| {
+        let scan = rewrite::scan_top_level(body).ok()?;
+        rewrite::rewrite(body, &scan, Some(model), false)
+    });
+    let new_body = match settings {
+        None => rewritten,
+        Some((dialect, settings)) => {
+            let base = rewritten.as_deref().unwrap_or(body);
+            entry_settings::apply(base, *dialect, settings).or(rewritten)
+        }
+    };
     let len = new_body.as_ref().map_or(body.len(), Vec::len);
     (new_body, len)
 }
@@ -267,12 +306,20 @@ pub fn translate_body(a: &Attempt<'_, '_>, t: Translation, body: &[u8]) -> Resul
         model: a.entry.model.as_deref().unwrap_or(a.plan.model),
         default_max_tokens: a.provider.max_tokens,
     };
-    translate::request(t.caller, t.provider, body, &cx).map_err(|why| {
+    let translated = translate::request(t.caller, t.provider, body, &cx).map_err(|why| {
         let what = match why {
             translate::Untranslatable::NotJson => "the body is not a JSON object",
             translate::Untranslatable::Field(field) => field,
         };
         Reply::untranslatable(&a.provider.name, t.provider.as_str(), what)
+    })?;
+    // The entry's settings, in the provider's dialect (the translation re-wrote the body
+    // already: this pays only for entries that set some).
+    Ok(match settings_edit(a) {
+        Some((dialect, settings)) => {
+            entry_settings::apply(&translated, dialect, &settings).unwrap_or(translated)
+        }
+        None => translated,
     })
 }
 
@@ -317,14 +364,17 @@ fn whole_answer(t: Translation, status: u16, body: &[u8], created: u64) -> Decid
     }
 }
 
-/// The body to send in `envelope` (`beta`: the caller's `anthropic-beta` header):
-/// `(new body, None when unchanged; content length)`.
+/// The body to send in `envelope` (`beta`: the caller's `anthropic-beta` header), the
+/// entry's `settings` written in first: `(new body, None when unchanged; content length)`.
 pub fn envelope_body(
     body: &[u8],
     envelope: Envelope,
     beta: Option<&str>,
+    settings: Option<&SettingsEdit>,
 ) -> (Option<Vec<u8>>, usize) {
-    let new_body = envelope.body(body, beta);
+    let edited = settings.and_then(|(dialect, s)| entry_settings::apply(body, *dialect, s));
+    let base = edited.as_deref().unwrap_or(body);
+    let new_body = envelope.body(base, beta).or(edited);
     let len = new_body.as_ref().map_or(body.len(), Vec::len);
     (new_body, len)
 }

@@ -23,6 +23,7 @@ pub mod destination;
 pub mod dialects;
 pub mod duration;
 pub mod eligible;
+pub mod entry_settings;
 pub mod envelope;
 pub mod explain;
 pub mod group;

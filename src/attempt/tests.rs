@@ -169,10 +169,10 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
 
 #[test]
 fn the_body_gets_the_providers_model() {
-    let (body, len) = rewrite_body(br#"{"model":"m","x":1}"#, "m-b");
+    let (body, len) = rewrite_body(br#"{"model":"m","x":1}"#, Some("m-b"), None);
     assert_eq!(body.as_deref(), Some(&br#"{"model":"m-b","x":1}"#[..]));
     assert_eq!(len, 21);
-    assert_eq!(rewrite_body(b"not json", "m-b"), (None, 8));
+    assert_eq!(rewrite_body(b"not json", Some("m-b"), None), (None, 8));
 }
 
 #[test]
@@ -613,4 +613,76 @@ fn the_end_of_a_streamed_answer_is_watched_in_the_callers_dialect() {
         hold(&c, &a, &ResponseHead::read(&sse, false), false),
         Some(Hold::FirstOutput)
     );
+}
+
+#[test]
+fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
+    let json = r#"{"role":"upstream","providers":[{"name":"a"},{"name":"c","api":"anthropic"}],
+        "chains":[{"name":"main","providers":[{"provider":"a","effort":"low"},
+          {"provider":"c","model":"claude","effort":"high","max_tokens":30000}]}]}"#;
+    let c = Config::from_json(json.as_bytes(), &|_| None).expect("valid config");
+    let mut record = PlanRecord {
+        config: 0,
+        chain: ChainId::FIRST,
+        start_ms: 1_000,
+        body_len: 20,
+        log_started: false,
+        stream: false,
+        caller_api: Some(Api::OpenAiChat),
+        slots: &SLOTS,
+        limit: 0,
+        context_window: &[],
+        content_policy: &[],
+        path: "/v1/chat/completions",
+        authority: "gw",
+        model: "m",
+    };
+    let p = PlanText::decode(record.encode()).expect("decodes");
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    let low = EntrySettings {
+        effort: Some(crate::entry_settings::Effort::Low),
+        max_tokens: None,
+    };
+    // No model to rewrite: the settings alone hold the body.
+    assert_eq!(
+        request_edits(&c, &first, false).body,
+        BodyEdit::Rewrite {
+            model: None,
+            settings: (Dialect::Chat, low)
+        }
+    );
+    let (body, len) = rewrite_body(
+        br#"{"model":"m","messages":[]}"#,
+        None,
+        settings_edit(&first).as_ref(),
+    );
+    let body = body.expect("edited");
+    assert_eq!(
+        body,
+        br#"{"model":"m","messages":[],"reasoning_effort":"low"}"#
+    );
+    assert_eq!(len, body.len());
+    // Translated for Messages: the thinking budget, in the translated body.
+    let second = resolve(&c, p.view(), 2).expect("attempt 2");
+    let t = second.translation.expect("translated");
+    let body = translate_body(
+        &second,
+        t,
+        br#"{"model":"m","temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .expect("translates");
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["model"], "claude");
+    assert_eq!(v["max_tokens"], 30000);
+    assert_eq!(
+        v["thinking"],
+        serde_json::json!({"type": "enabled", "budget_tokens": 20000})
+    );
+    assert!(v.get("temperature").is_none(), "{v}");
+    // An entry without settings keeps the byte-exact model rewrite; embeddings take none.
+    record.path = "/v1/embeddings";
+    let p = PlanText::decode(record.encode()).expect("decodes");
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    assert_eq!(settings_edit(&first), None);
+    assert_eq!(request_edits(&c, &first, false).body, BodyEdit::Keep);
 }

@@ -9,6 +9,7 @@ use super::{
     MAX_CHAINS, MAX_CHAIN_LEN,
 };
 use crate::classify::{Class, FailoverSet};
+use crate::entry_settings::{Effort, EntrySettings};
 use crate::envelope::Envelope;
 use crate::pattern::covers;
 use crate::residency::Residency;
@@ -271,6 +272,7 @@ fn resolve(
                 tools: capabilities.tools,
                 context_window: capabilities.context_window,
             },
+            settings: settings(e, &field, at),
         };
         let others = entries.get(first..).unwrap_or_default();
         if others.iter().any(|e| e.same_destination(&entry)) {
@@ -321,6 +323,33 @@ fn model_required(provider: &Provider) -> Option<String> {
     Some(format!(
         "provider {name:?} is {what}, or the caller's model is sent in its place — write {{provider: {name}, model: {example}}}, or list the {list} callers may ask for in that provider's models"
     ))
+}
+
+/// An entry's `effort` and `max_tokens`.
+fn settings(e: &RawChainEntry, field: &str, at: &mut At) -> EntrySettings {
+    let effort = e.effort.as_deref().and_then(|word| {
+        let effort = Effort::parse(word);
+        if effort.is_none() {
+            at.field(
+                &format!("{field}.effort"),
+                format!(
+                    "{word:?} is not an effort: use {}",
+                    Effort::NAMES.join(", ")
+                ),
+            );
+        }
+        effort
+    });
+    if e.max_tokens == Some(0) {
+        at.field(
+            &format!("{field}.max_tokens"),
+            "must be above 0 (omit it to send the caller's)",
+        );
+    }
+    EntrySettings {
+        effort,
+        max_tokens: e.max_tokens.filter(|&m| m > 0),
+    }
 }
 
 fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String> {

@@ -106,6 +106,8 @@ pub struct ChainEntry {
     /// Model name sent to this provider; `None` keeps the requested model.
     pub model: Option<String>,
     pub capabilities: Capabilities,
+    /// The effort and `max_tokens` its requests are sent with (docs/behaviour.md section 7).
+    pub settings: crate::entry_settings::EntrySettings,
 }
 
 impl ChainEntry {

@@ -255,11 +255,18 @@ pub struct RawChainEntry {
     /// What this entry's model takes (SPEC 2.4); unknown = capable.
     #[serde(default)]
     pub capabilities: Option<RawCapabilities>,
+    /// The reasoning effort this entry's requests are sent with (`minimal`, `low`, `medium`,
+    /// `high`), in its provider's dialect (`entry_settings`).
+    #[serde(default)]
+    pub effort: Option<String>,
+    /// The `max_tokens` this entry's requests are sent with, in its provider's dialect.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
 }
 
 /// What a chain entry is, in serde's "expected ..." of a refused one.
 pub(super) const ENTRY_EXPECTED: &str =
-    "a provider's name or a mapping {provider, model, capabilities}";
+    "a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}";
 
 /// A chain's list of entries (`providers`, `context_window`, `content_policy`): each a provider's
 /// name or a [`RawChainEntry`] mapping. Not an untagged enum: serde would buffer each entry and
@@ -282,6 +289,8 @@ fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>,
                 provider: name.to_string(),
                 model: None,
                 capabilities: None,
+                effort: None,
+                max_tokens: None,
             })
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(

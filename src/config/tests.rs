@@ -232,13 +232,13 @@ fn parse_errors_name_the_field() {
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",5,"a"]}]}"#
                 .to_string(),
             "chains[0].providers[1]",
-            "invalid type: integer `5`, expected a provider's name or a mapping {provider, model, capabilities}",
+            "invalid type: integer `5`, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}",
         ),
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",["a"]]}]}"#
                 .to_string(),
             "chains[0].providers[1]",
-            "invalid type: sequence, expected a provider's name or a mapping {provider, model, capabilities}",
+            "invalid type: sequence, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}",
         ),
         // Inside an entry: the field itself, never "no model" or "capable" (issue 32).
         (
@@ -727,4 +727,32 @@ fn same_residency_is_refused_where_the_file_decides_it() {
         "chains":[{"name":"main","providers":["a","b","c"]}]}"#
     )
     .is_ok());
+}
+
+#[test]
+fn an_entrys_effort_and_max_tokens_are_checked_with_their_field() {
+    let c = load(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"main","providers":[
+        {"provider":"a","effort":"minimal","max_tokens":100}]}]}"#,
+    )
+    .unwrap();
+    let s = c.chains[0].entries[0].settings;
+    assert_eq!(s.effort.map(|e| e.as_str()), Some("minimal"));
+    assert_eq!(s.max_tokens, Some(100));
+    assert!(load(MINIMAL).unwrap().chains[0].entries[0]
+        .settings
+        .is_empty());
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"},{"name":"b"}],"chains":[{"name":"main","providers":["a",
+        {"provider":"b","effort":"extreme","max_tokens":0}],
+        "context_window":[{"provider":"b","model":"big","effort":"HIGH"}]}]}"#,
+    );
+    assert_eq!(
+        e,
+        [
+            "chains[0].providers[1].effort: \"extreme\" is not an effort: use minimal, low, medium, high",
+            "chains[0].providers[1].max_tokens: must be above 0 (omit it to send the caller's)",
+            "chains[0].context_window[0].effort: \"HIGH\" is not an effort: use minimal, low, medium, high",
+        ]
+    );
 }

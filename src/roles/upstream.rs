@@ -43,6 +43,9 @@ pub struct Upstream<H: Host> {
     current: Option<Current>,
     /// Model name to write into the body for this provider, while waiting for the body.
     rewrite_to: Option<String>,
+    /// The entry's request settings to write into the body, in its dialect, while waiting
+    /// for it (docs/behaviour.md section 7).
+    settings: Option<attempt::SettingsEdit>,
     /// The attempt is translated for its provider (SPEC 13): its body, while waiting for it,
     /// and its answer.
     translation: Option<Translation>,
@@ -108,6 +111,7 @@ impl<H: Host> Upstream<H> {
             metrics,
             current: None,
             rewrite_to: None,
+            settings: None,
             translation: None,
             translate_request: false,
             include_usage: false,
@@ -345,7 +349,7 @@ impl<H: Host> Upstream<H> {
         if due(self.send_at) {
             self.send_at = None;
             // A body still being rewritten or translated continues the request itself.
-            if self.rewrite_to.is_none() && !self.translate_request {
+            if self.rewrite_to.is_none() && self.settings.is_none() && !self.translate_request {
                 self.host.resume(Map::Request);
             }
         }
@@ -494,6 +498,7 @@ impl<H: Host> Upstream<H> {
         if edits.drop_max_retries {
             host.set_header(Map::Request, wire::MAX_RETRIES_HEADER, None);
         }
+        self.settings = None;
         let rewrite_to = match edits.body {
             BodyEdit::Keep => None,
             BodyEdit::RestoreLength(len) => {
@@ -501,6 +506,10 @@ impl<H: Host> Upstream<H> {
                 None
             }
             BodyEdit::RewriteModel(model) => Some(model.to_string()),
+            BodyEdit::Rewrite { model, settings } => {
+                self.settings = Some(settings);
+                model.map(str::to_string)
+            }
             BodyEdit::Translate(_) => None,
             BodyEdit::Envelope(envelope) => {
                 // Bedrock takes the caller's beta flags in its body only: the downstream role
@@ -511,6 +520,7 @@ impl<H: Host> Upstream<H> {
                     .and_then(|k| forward::kept_value(k, crate::wire::ANTHROPIC_BETA))
                     .map(str::to_string);
                 self.envelope_body = Some((a.provider_id, beta));
+                self.settings = attempt::settings_edit(&a);
                 None
             }
         };
@@ -531,6 +541,7 @@ impl<H: Host> Upstream<H> {
         });
         self.rewrite_to = rewrite_to;
         if self.rewrite_to.is_some()
+            || self.settings.is_some()
             || self.translate_request
             || self.envelope_body.is_some()
             || self.send_at.is_some()
@@ -555,25 +566,27 @@ impl<H: Host> Upstream<H> {
         if self.envelope_body.is_some() {
             return self.envelope_request_body(body_size, end_of_stream);
         }
-        let Some(model) = &self.rewrite_to else {
+        if self.rewrite_to.is_none() && self.settings.is_none() {
             // A retry in place keeps its body with its headers until the back-off is over.
             return if self.send_at.is_some() {
                 Flow::Pause
             } else {
                 Flow::Continue
             };
-        };
+        }
         if !end_of_stream {
             return Flow::Pause;
         }
         let body = self.host.body(Map::Request, body_size).unwrap_or_default();
-        let (new_body, len) = attempt::rewrite_body(&body, model);
+        let (new_body, len) =
+            attempt::rewrite_body(&body, self.rewrite_to.as_deref(), self.settings.as_ref());
         if let Some(new_body) = new_body {
             self.host.set_body(Map::Request, body_size, &new_body);
         }
         self.host
             .set_header(Map::Request, "content-length", Some(&len.to_string()));
         self.rewrite_to = None;
+        self.settings = None;
         if self.send_at.is_some() {
             return Flow::Pause;
         }
@@ -597,7 +610,7 @@ impl<H: Host> Upstream<H> {
             attempt::resolve(&self.config, current.plan.view(), current.number).map(|a| {
                 let body = attempt::translate_body(&a, t, &body)?;
                 Ok::<_, crate::reply::Reply>(match a.provider.envelope.filter(|e| e.edits_body()) {
-                    Some(envelope) => attempt::envelope_body(&body, envelope, None)
+                    Some(envelope) => attempt::envelope_body(&body, envelope, None, None)
                         .0
                         .unwrap_or(body),
                     None => body,
@@ -636,7 +649,9 @@ impl<H: Host> Upstream<H> {
             return Flow::Continue;
         };
         let body = self.host.body(Map::Request, body_size).unwrap_or_default();
-        let (new_body, len) = attempt::envelope_body(&body, envelope, beta.as_deref());
+        let settings = self.settings.take();
+        let (new_body, len) =
+            attempt::envelope_body(&body, envelope, beta.as_deref(), settings.as_ref());
         if let Some(new_body) = new_body {
             self.host.set_body(Map::Request, body_size, &new_body);
         }

@@ -81,6 +81,22 @@ def _messages(doc: dict) -> tuple[str, str] | None:
         if not isinstance(system, list) or any(
                 not isinstance(b, dict) or b.get("type") != "text" for b in system):
             return ("system", "system: Input should be a valid string or a list of text blocks")
+    thinking = doc.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        # Anthropic's extended-thinking rules (its docs, "Extended thinking").
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or budget < 1024:
+            return ("thinking", "thinking.enabled.budget_tokens: Input should be greater than "
+                                "or equal to 1024")
+        if budget >= doc["max_tokens"]:
+            return ("max_tokens", "`max_tokens` must be greater than `thinking.budget_tokens`")
+        if t is not None and t != 1 or "top_k" in doc:
+            return ("temperature", "`temperature` may only be set to 1 when thinking is "
+                                   "enabled")
+        if isinstance(doc.get("tool_choice"), dict) and \
+                doc["tool_choice"].get("type") in ("any", "tool"):
+            return ("tool_choice", "Thinking may not be enabled when tool_choice forces tool "
+                                   "use.")
     tc = doc.get("tool_choice")
     if tc is not None and not (isinstance(tc, dict)
                                and tc.get("type") in ("auto", "any", "tool", "none")):

@@ -1,6 +1,7 @@
 """What a chain entry decides for itself (docs/behaviour.md sections 2.4 and 7), end to end on one
 real Envoy: `same_residency` keeps a request's walk in its first entry's residency (skips with
-reason `residency` in metrics and the access log).
+reason `residency` in metrics and the access log); an entry's `effort` and `max_tokens` reach
+its provider in that provider's dialect, and an entry without them gets the caller's bytes.
 
 One gateway for the module (counters are compared as differences), mocks in this process."""
 import json
@@ -15,7 +16,7 @@ from harness import (Envoy, Gateway, env_key, free_port, prometheus_samples, ren
 if harness.external_mode():
     pytest.skip("needs its own gateway and mocks", allow_module_level=True)
 
-MOCKS = ("us1", "eu1", "us2", "eu2")
+MOCKS = ("us1", "eu1", "us2", "eu2", "chat", "claude", "plain")
 CONFIG = """
 listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
 admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
@@ -25,12 +26,23 @@ providers:
   - {name: eu1, endpoint: "127.0.0.1:${EU1_PORT}", residency: eu}
   - {name: us2, endpoint: "127.0.0.1:${US2_PORT}", residency: us}
   - {name: eu2, endpoint: "127.0.0.1:${EU2_PORT}", residency: eu}
+  - {name: chat, endpoint: "127.0.0.1:${CHAT_PORT}"}
+  - {name: claude, endpoint: "127.0.0.1:${CLAUDE_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-claude}}
+  - {name: plain, endpoint: "127.0.0.1:${PLAIN_PORT}"}
 chains:
   - name: resident                # the first entry serves gpt-* only: decided per request
     models: ["*"]
     same_residency: true
     max_attempts: 4
     providers: [us1, eu1, us2, eu2]
+  - name: settings
+    models: ["set-*"]
+    max_attempts: 3
+    providers:
+      - {provider: chat, effort: low, max_tokens: 100}
+      - {provider: claude, model: claude-sonnet-4-5, effort: medium}
+      - plain
 """
 
 
@@ -113,3 +125,36 @@ def test_same_residency_skips_entries_outside_the_first_entrys_residency(entries
              if v != before.get(k, 0) and k[1] == "residency"}
     assert grown == {("eu1", "residency"): 1, ("eu2", "residency"): 1,
                      ("us2", "residency"): 1}, after
+
+
+def test_each_entry_is_sent_its_effort_and_max_tokens_in_its_providers_dialect(entries):
+    m = entries
+    m.mocks["chat"].set_default(status=503)
+    m.mocks["claude"].set_default(status=503, strict=True)
+    caller = ('{"model": "set-a", "max_tokens": 64, "temperature": 0.3,\n'
+              ' "messages": [{"role": "user", "content": "hi"}]}')
+    r = m.gw.post("/v1/chat/completions", body=caller,
+                  headers={"content-type": "application/json"})
+    assert r.status == 200, r.text
+    assert r.header("x-llm-provider") == "plain"
+    (chat,) = m.mocks["chat"].requests()
+    sent = json.loads(chat["body"])
+    assert sent["reasoning_effort"] == "low" and sent["max_completion_tokens"] == 100, sent
+    assert "max_tokens" not in sent and sent["temperature"] == 0.3, sent
+    (claude,) = m.mocks["claude"].requests()
+    assert claude["rejected"] is None, claude["rejected"]
+    assert claude["path"] == "/v1/messages"
+    sent = json.loads(claude["body"])
+    assert sent["model"] == "claude-sonnet-4-5"
+    # medium is a 10,000-token budget; max_tokens must stay above it (64 of answer kept).
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 10000}, sent
+    assert sent["max_tokens"] == 10064 and "temperature" not in sent, sent
+    (plain,) = m.mocks["plain"].requests()
+    assert plain["body"] == caller, "an entry without settings gets the caller's bytes"
+    # A Responses request: reasoning.effort and max_output_tokens (Messages cannot take it).
+    r = m.gw.post("/v1/responses", json={"model": "set-r", "input": "hi",
+                                        "reasoning": {"summary": "auto"}})
+    assert r.status == 200, r.text
+    sent = json.loads(m.mocks["chat"].requests()[-1]["body"])
+    assert sent["reasoning"] == {"summary": "auto", "effort": "low"}, sent
+    assert sent["max_output_tokens"] == 100, sent

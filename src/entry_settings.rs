@@ -1,0 +1,412 @@
+//! What a chain entry sends its requests with besides the model (docs/behaviour.md section 7):
+//! a reasoning `effort` and `max_tokens`, written in the dialect of the body the provider gets.
+//!
+//! | dialect | `effort` | `max_tokens` |
+//! |---|---|---|
+//! | OpenAI Chat | `reasoning_effort` | `max_completion_tokens` (and `max_tokens` where the body has it) |
+//! | OpenAI Responses | `reasoning.effort` (the body's other `reasoning` members kept) | `max_output_tokens` |
+//! | Anthropic Messages | `thinking: {type: enabled, budget_tokens}` ([`Effort::budget_tokens`]); `temperature`, `top_p`, `top_k` removed (Anthropic refuses them with thinking); none when `tool_choice` forces a tool (refused with thinking too) | `max_tokens`, raised by the budget when not above it |
+//!
+//! Only entries that set something pay for it: their body's top-level members are copied as
+//! written, those the settings replace left out and the settings' own appended. Entries
+//! without settings keep the byte-exact model rewrite (`rewrite::rewrite`) or nothing.
+
+use crate::rewrite::decoded_eq;
+use crate::translate::json::{self, Digits};
+use crate::translate::Api;
+
+/// A reasoning effort, as the OpenAI APIs name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub const NAMES: [&'static str; 4] = ["minimal", "low", "medium", "high"];
+
+    pub fn parse(word: &str) -> Option<Effort> {
+        match word {
+            "minimal" => Some(Effort::Minimal),
+            "low" => Some(Effort::Low),
+            "medium" => Some(Effort::Medium),
+            "high" => Some(Effort::High),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Minimal => "minimal",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+
+    /// Anthropic's thinking budget for this effort (at least the 1,024 tokens Anthropic
+    /// requires).
+    pub fn budget_tokens(self) -> u64 {
+        match self {
+            Effort::Minimal => 1_024,
+            Effort::Low => 4_000,
+            Effort::Medium => 10_000,
+            Effort::High => 20_000,
+        }
+    }
+}
+
+/// A chain entry's request settings; the default sets nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntrySettings {
+    pub effort: Option<Effort>,
+    pub max_tokens: Option<u32>,
+}
+
+impl EntrySettings {
+    pub fn is_empty(&self) -> bool {
+        self.effort.is_none() && self.max_tokens.is_none()
+    }
+}
+
+/// The dialect of the body a provider gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Dialect {
+    /// The dialect of a translated body. (OpenAI Responses has no translation yet: a Responses
+    /// body keeps the caller's dialect, [`Dialect::of_path`].)
+    pub fn of_api(api: Api) -> Dialect {
+        match api {
+            Api::OpenAiChat => Dialect::Chat,
+            Api::AnthropicMessages => Dialect::Messages,
+        }
+    }
+
+    /// From the path the body goes to (after any translation): `.../chat/completions`,
+    /// `.../responses`, `.../messages` (Bedrock's and Vertex AI's envelopes carry Messages and
+    /// are edited before they are put in it). Other endpoints take no settings.
+    pub fn of_path(path: &str) -> Option<Dialect> {
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        if path.ends_with("/chat/completions") {
+            Some(Dialect::Chat)
+        } else if path.ends_with("/responses") {
+            Some(Dialect::Responses)
+        } else if path.ends_with("/messages") {
+            Some(Dialect::Messages)
+        } else {
+            None
+        }
+    }
+}
+
+/// Anthropic's `max_tokens` when a Messages body has none (it always should).
+const MESSAGES_MAX_TOKENS: u64 = 4_096;
+
+/// `body` with `settings` written in `dialect`; `None` when it is not a JSON object (it is
+/// then sent as it is) or nothing is to be written.
+pub fn apply(body: &[u8], dialect: Dialect, settings: &EntrySettings) -> Option<Vec<u8>> {
+    if settings.is_empty() {
+        return None;
+    }
+    let (replaced, added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
+        Dialect::Chat => chat(settings),
+        Dialect::Responses => responses(body, settings),
+        Dialect::Messages => messages(body, settings),
+    };
+    if added.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() + 96);
+    out.push(b'{');
+    let mut members = json::members(body);
+    while let Some((name, value)) = members.next_span() {
+        let (Some(name_bytes), Some(value)) = (body.get(name.clone()), body.get(value)) else {
+            return None;
+        };
+        let name_text = std::str::from_utf8(name_bytes).ok()?;
+        if replaced.iter().any(|r| is_name(name_text, r)) {
+            continue;
+        }
+        separate(&mut out);
+        out.push(b'"');
+        out.extend_from_slice(name_bytes);
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(value);
+    }
+    if !members.complete() {
+        return None;
+    }
+    for (name, value) in added {
+        separate(&mut out);
+        out.push(b'"');
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(&value);
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+fn separate(out: &mut Vec<u8>) {
+    if out.last() != Some(&b'{') {
+        out.push(b',');
+    }
+}
+
+/// A member name as written, compared decoded (`"max\u005ftokens"` is `max_tokens`).
+fn is_name(raw: &str, name: &str) -> bool {
+    if raw.contains('\\') {
+        decoded_eq(raw, name)
+    } else {
+        raw == name
+    }
+}
+
+fn quoted(word: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(word.len() + 2);
+    v.push(b'"');
+    v.extend_from_slice(word.as_bytes());
+    v.push(b'"');
+    v
+}
+
+fn number(n: u64) -> Vec<u8> {
+    Digits::of(n).get().to_vec()
+}
+
+/// The value of the top-level member `name`, as written.
+fn member<'a>(body: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    json::members(body)
+        .find(|(n, _)| std::str::from_utf8(n).is_ok_and(|n| is_name(n, name)))
+        .map(|(_, v)| v)
+}
+
+fn chat(s: &EntrySettings) -> (&'static [&'static str], Vec<(&'static str, Vec<u8>)>) {
+    let mut added = Vec::new();
+    let mut replaced: &'static [&'static str] = &[];
+    if let Some(effort) = s.effort {
+        added.push(("reasoning_effort", quoted(effort.as_str())));
+        replaced = &["reasoning_effort"];
+    }
+    if let Some(max) = s.max_tokens {
+        added.push(("max_completion_tokens", number(max.into())));
+        replaced = if s.effort.is_some() {
+            &["reasoning_effort", "max_completion_tokens", "max_tokens"]
+        } else {
+            &["max_completion_tokens", "max_tokens"]
+        };
+    }
+    (replaced, added)
+}
+
+fn responses(
+    body: &[u8],
+    s: &EntrySettings,
+) -> (&'static [&'static str], Vec<(&'static str, Vec<u8>)>) {
+    let mut added = Vec::new();
+    if let Some(effort) = s.effort {
+        // The caller's other reasoning settings (`summary`) stay.
+        let mut reasoning = b"{".to_vec();
+        if let Some(old) = member(body, "reasoning") {
+            for (name, value) in json::members(old) {
+                if std::str::from_utf8(name).is_ok_and(|n| is_name(n, "effort")) {
+                    continue;
+                }
+                json::put(&mut reasoning, &[b"\"", name, b"\":", value, b","]);
+            }
+        }
+        json::put(
+            &mut reasoning,
+            &[b"\"effort\":", &quoted(effort.as_str()), b"}"],
+        );
+        added.push(("reasoning", reasoning));
+    }
+    if let Some(max) = s.max_tokens {
+        added.push(("max_output_tokens", number(max.into())));
+    }
+    let replaced: &'static [&'static str] = match (s.effort, s.max_tokens) {
+        (Some(_), Some(_)) => &["reasoning", "max_output_tokens"],
+        (Some(_), None) => &["reasoning"],
+        _ => &["max_output_tokens"],
+    };
+    (replaced, added)
+}
+
+fn messages(
+    body: &[u8],
+    s: &EntrySettings,
+) -> (&'static [&'static str], Vec<(&'static str, Vec<u8>)>) {
+    let max = s
+        .max_tokens
+        .map(u64::from)
+        .or_else(|| member(body, "max_tokens").and_then(json::number));
+    let thinking = s.effort.filter(|_| !forces_a_tool(body));
+    let Some(effort) = thinking else {
+        let Some(max) = s.max_tokens else {
+            return (&[], Vec::new());
+        };
+        return (&["max_tokens"], vec![("max_tokens", number(max.into()))]);
+    };
+    let budget = effort.budget_tokens();
+    let max = max.unwrap_or(MESSAGES_MAX_TOKENS);
+    // budget_tokens must be below max_tokens: the answer keeps the room it had.
+    let max = if max > budget {
+        max
+    } else {
+        max.saturating_add(budget)
+    };
+    let mut value = b"{\"type\":\"enabled\",\"budget_tokens\":".to_vec();
+    json::put(&mut value, &[Digits::of(budget).get(), b"}"]);
+    (
+        &["max_tokens", "thinking", "temperature", "top_p", "top_k"],
+        vec![("max_tokens", number(max)), ("thinking", value)],
+    )
+}
+
+/// `tool_choice` makes the model call a tool (`{"type": "any"}` or `{"type": "tool", ...}`),
+/// which Anthropic refuses with thinking.
+fn forces_a_tool(body: &[u8]) -> bool {
+    let Some(choice) = member(body, "tool_choice") else {
+        return false;
+    };
+    let [kind] = json::pick(choice, [b"type"]);
+    kind == b"\"any\"" || kind == b"\"tool\""
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(body: &str, dialect: Dialect, effort: Option<Effort>, max: Option<u32>) -> String {
+        let s = EntrySettings {
+            effort,
+            max_tokens: max,
+        };
+        let out = apply(body.as_bytes(), dialect, &s).expect("edited");
+        serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn chat_gets_reasoning_effort_and_max_completion_tokens() {
+        let body = r#"{"model": "m", "messages": [{"role":"user","content":"hi"}], "reasoning_effort": "high", "max_tokens": 9}"#;
+        assert_eq!(
+            edit(body, Dialect::Chat, Some(Effort::Low), Some(100)),
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"reasoning_effort":"low","max_completion_tokens":100}"#
+        );
+        assert_eq!(
+            edit(
+                r#"{"model":"m"}"#,
+                Dialect::Chat,
+                Some(Effort::Minimal),
+                None
+            ),
+            r#"{"model":"m","reasoning_effort":"minimal"}"#
+        );
+        assert_eq!(
+            edit(
+                r#"{"model":"m","reasoning_effort":"high"}"#,
+                Dialect::Chat,
+                None,
+                Some(5)
+            ),
+            r#"{"model":"m","reasoning_effort":"high","max_completion_tokens":5}"#
+        );
+    }
+
+    #[test]
+    fn responses_get_reasoning_effort_keeping_the_summary() {
+        let body = r#"{"model":"m","input":"hi","reasoning":{"effort":"high","summary":"auto"},"max_output_tokens":7}"#;
+        assert_eq!(
+            edit(body, Dialect::Responses, Some(Effort::Medium), Some(50)),
+            r#"{"model":"m","input":"hi","reasoning":{"summary":"auto","effort":"medium"},"max_output_tokens":50}"#
+        );
+        assert_eq!(
+            edit(
+                r#"{"model":"m"}"#,
+                Dialect::Responses,
+                Some(Effort::Low),
+                None
+            ),
+            r#"{"model":"m","reasoning":{"effort":"low"}}"#
+        );
+    }
+
+    #[test]
+    fn messages_get_a_thinking_budget_below_max_tokens_and_no_temperature() {
+        let body = r#"{"model":"c","max_tokens":30000,"temperature":0.2,"top_k":5,"messages":[]}"#;
+        assert_eq!(
+            edit(body, Dialect::Messages, Some(Effort::Medium), None),
+            r#"{"model":"c","messages":[],"max_tokens":30000,"thinking":{"type":"enabled","budget_tokens":10000}}"#
+        );
+        // A max_tokens at or below the budget keeps its room above the budget.
+        assert_eq!(
+            edit(
+                r#"{"max_tokens":1024,"thinking":{"type":"disabled"}}"#,
+                Dialect::Messages,
+                Some(Effort::Low),
+                None
+            ),
+            r#"{"max_tokens":5024,"thinking":{"type":"enabled","budget_tokens":4000}}"#
+        );
+        assert_eq!(
+            edit(
+                r#"{"max_tokens":64}"#,
+                Dialect::Messages,
+                Some(Effort::High),
+                Some(30000)
+            ),
+            r#"{"max_tokens":30000,"thinking":{"type":"enabled","budget_tokens":20000}}"#
+        );
+        assert_eq!(
+            edit(r#"{"max_tokens":64}"#, Dialect::Messages, None, Some(8)),
+            r#"{"max_tokens":8}"#
+        );
+        // A forced tool: no thinking (Anthropic refuses both), max_tokens still written.
+        let forced =
+            r#"{"max_tokens":64,"temperature":0,"tool_choice":{"type":"tool","name":"f"}}"#;
+        assert_eq!(
+            edit(forced, Dialect::Messages, Some(Effort::High), Some(9)),
+            r#"{"temperature":0,"tool_choice":{"type":"tool","name":"f"},"max_tokens":9}"#
+        );
+        let s = EntrySettings {
+            effort: Some(Effort::High),
+            max_tokens: None,
+        };
+        assert_eq!(apply(forced.as_bytes(), Dialect::Messages, &s), None);
+    }
+
+    #[test]
+    fn escaped_names_count_and_other_bodies_are_left_alone() {
+        assert_eq!(
+            edit(
+                r#"{"max\u005ftokens":1, "m" : [1, {"a":2}] }"#,
+                Dialect::Chat,
+                None,
+                Some(3)
+            ),
+            r#"{"m":[1, {"a":2}],"max_completion_tokens":3}"#
+        );
+        let s = EntrySettings {
+            effort: Some(Effort::Low),
+            max_tokens: None,
+        };
+        for body in ["[1]", "{\"a\":1", "{\"a\":1} x", ""] {
+            assert_eq!(apply(body.as_bytes(), Dialect::Chat, &s), None, "{body}");
+        }
+        assert_eq!(apply(b"{}", Dialect::Chat, &EntrySettings::default()), None);
+        assert_eq!(Dialect::of_path("/v1/responses"), Some(Dialect::Responses));
+        assert_eq!(
+            Dialect::of_path("/openai/chat/completions?x=1"),
+            Some(Dialect::Chat)
+        );
+        assert_eq!(Dialect::of_path("/v1/embeddings"), None);
+    }
+}
