@@ -12,7 +12,7 @@ use crate::classify::{classify_no_response, Class, NoResponse};
 use crate::config::{Chain, ChainEntry, Config, Provider};
 use crate::destination::{self, Refusal};
 use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
-use crate::entry_settings::{self, Dialect, EntrySettings};
+use crate::entry_settings::{self, EntrySettings};
 use crate::envelope::Envelope;
 use crate::handoff::{PlanRecord, PlanText, PlanView};
 use crate::health::{Admission, Health};
@@ -258,8 +258,8 @@ pub fn provider_path<'a>(
     }
 }
 
-/// A chain entry's request settings and the dialect of the body they are written into.
-pub type SettingsEdit = (Dialect, EntrySettings);
+/// A chain entry's request settings and the API (dialect) of the body they are written into.
+pub type SettingsEdit = (Api, EntrySettings);
 
 /// What attempt `a`'s entry sends besides the model (`effort`, `max_tokens`), in the dialect
 /// the provider gets: the translated API's, else the caller's (from its path). `None` when the
@@ -269,8 +269,8 @@ pub fn settings_edit(a: &Attempt<'_, '_>) -> Option<SettingsEdit> {
         return None;
     }
     let dialect = match a.translation {
-        Some(t) => Dialect::of_api(t.provider),
-        None => Dialect::of_path(a.plan.path)?,
+        Some(t) => t.provider,
+        None => Api::of_path(a.plan.path)?,
     };
     Some((dialect, a.entry.settings))
 }

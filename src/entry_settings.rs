@@ -71,54 +71,19 @@ impl EntrySettings {
     }
 }
 
-/// The dialect of the body a provider gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Chat,
-    Responses,
-    Messages,
-}
-
-impl Dialect {
-    /// The dialect of a translated body. (OpenAI Responses has no translation yet: a Responses
-    /// body keeps the caller's dialect, [`Dialect::of_path`].)
-    pub fn of_api(api: Api) -> Dialect {
-        match api {
-            Api::OpenAiChat => Dialect::Chat,
-            Api::AnthropicMessages => Dialect::Messages,
-        }
-    }
-
-    /// From the path the body goes to (after any translation): `.../chat/completions`,
-    /// `.../responses`, `.../messages` (Bedrock's and Vertex AI's envelopes carry Messages and
-    /// are edited before they are put in it). Other endpoints take no settings.
-    pub fn of_path(path: &str) -> Option<Dialect> {
-        let path = path.split_once('?').map_or(path, |(p, _)| p);
-        if path.ends_with("/chat/completions") {
-            Some(Dialect::Chat)
-        } else if path.ends_with("/responses") {
-            Some(Dialect::Responses)
-        } else if path.ends_with("/messages") {
-            Some(Dialect::Messages)
-        } else {
-            None
-        }
-    }
-}
-
 /// Anthropic's `max_tokens` when a Messages body has none (it always should).
 const MESSAGES_MAX_TOKENS: u64 = 4_096;
 
 /// `body` with `settings` written in `dialect`; `None` when it is not a JSON object (it is
 /// then sent as it is) or nothing is to be written.
-pub fn apply(body: &[u8], dialect: Dialect, settings: &EntrySettings) -> Option<Vec<u8>> {
+pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<u8>> {
     if settings.is_empty() {
         return None;
     }
     let (replaced, added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
-        Dialect::Chat => chat(settings),
-        Dialect::Responses => responses(body, settings),
-        Dialect::Messages => messages(body, settings),
+        Api::OpenAiChat => chat(settings),
+        Api::OpenAiResponses => responses(body, settings),
+        Api::AnthropicMessages => messages(body, settings),
     };
     if added.is_empty() {
         return None;
@@ -284,7 +249,7 @@ fn forces_a_tool(body: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn edit(body: &str, dialect: Dialect, effort: Option<Effort>, max: Option<u32>) -> String {
+    fn edit(body: &str, dialect: Api, effort: Option<Effort>, max: Option<u32>) -> String {
         let s = EntrySettings {
             effort,
             max_tokens: max,
@@ -298,13 +263,13 @@ mod tests {
     fn chat_gets_reasoning_effort_and_max_completion_tokens() {
         let body = r#"{"model": "m", "messages": [{"role":"user","content":"hi"}], "reasoning_effort": "high", "max_tokens": 9}"#;
         assert_eq!(
-            edit(body, Dialect::Chat, Some(Effort::Low), Some(100)),
+            edit(body, Api::OpenAiChat, Some(Effort::Low), Some(100)),
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"reasoning_effort":"low","max_completion_tokens":100}"#
         );
         assert_eq!(
             edit(
                 r#"{"model":"m"}"#,
-                Dialect::Chat,
+                Api::OpenAiChat,
                 Some(Effort::Minimal),
                 None
             ),
@@ -313,7 +278,7 @@ mod tests {
         assert_eq!(
             edit(
                 r#"{"model":"m","reasoning_effort":"high"}"#,
-                Dialect::Chat,
+                Api::OpenAiChat,
                 None,
                 Some(5)
             ),
@@ -325,13 +290,13 @@ mod tests {
     fn responses_get_reasoning_effort_keeping_the_summary() {
         let body = r#"{"model":"m","input":"hi","reasoning":{"effort":"high","summary":"auto"},"max_output_tokens":7}"#;
         assert_eq!(
-            edit(body, Dialect::Responses, Some(Effort::Medium), Some(50)),
+            edit(body, Api::OpenAiResponses, Some(Effort::Medium), Some(50)),
             r#"{"model":"m","input":"hi","reasoning":{"summary":"auto","effort":"medium"},"max_output_tokens":50}"#
         );
         assert_eq!(
             edit(
                 r#"{"model":"m"}"#,
-                Dialect::Responses,
+                Api::OpenAiResponses,
                 Some(Effort::Low),
                 None
             ),
@@ -343,14 +308,14 @@ mod tests {
     fn messages_get_a_thinking_budget_below_max_tokens_and_no_temperature() {
         let body = r#"{"model":"c","max_tokens":30000,"temperature":0.2,"top_k":5,"messages":[]}"#;
         assert_eq!(
-            edit(body, Dialect::Messages, Some(Effort::Medium), None),
+            edit(body, Api::AnthropicMessages, Some(Effort::Medium), None),
             r#"{"model":"c","messages":[],"max_tokens":30000,"thinking":{"type":"enabled","budget_tokens":10000}}"#
         );
         // A max_tokens at or below the budget keeps its room above the budget.
         assert_eq!(
             edit(
                 r#"{"max_tokens":1024,"thinking":{"type":"disabled"}}"#,
-                Dialect::Messages,
+                Api::AnthropicMessages,
                 Some(Effort::Low),
                 None
             ),
@@ -359,28 +324,33 @@ mod tests {
         assert_eq!(
             edit(
                 r#"{"max_tokens":64}"#,
-                Dialect::Messages,
+                Api::AnthropicMessages,
                 Some(Effort::High),
                 Some(30000)
             ),
             r#"{"max_tokens":30000,"thinking":{"type":"enabled","budget_tokens":20000}}"#
         );
         assert_eq!(
-            edit(r#"{"max_tokens":64}"#, Dialect::Messages, None, Some(8)),
+            edit(
+                r#"{"max_tokens":64}"#,
+                Api::AnthropicMessages,
+                None,
+                Some(8)
+            ),
             r#"{"max_tokens":8}"#
         );
         // A forced tool: no thinking (Anthropic refuses both), max_tokens still written.
         let forced =
             r#"{"max_tokens":64,"temperature":0,"tool_choice":{"type":"tool","name":"f"}}"#;
         assert_eq!(
-            edit(forced, Dialect::Messages, Some(Effort::High), Some(9)),
+            edit(forced, Api::AnthropicMessages, Some(Effort::High), Some(9)),
             r#"{"temperature":0,"tool_choice":{"type":"tool","name":"f"},"max_tokens":9}"#
         );
         let s = EntrySettings {
             effort: Some(Effort::High),
             max_tokens: None,
         };
-        assert_eq!(apply(forced.as_bytes(), Dialect::Messages, &s), None);
+        assert_eq!(apply(forced.as_bytes(), Api::AnthropicMessages, &s), None);
     }
 
     #[test]
@@ -388,7 +358,7 @@ mod tests {
         assert_eq!(
             edit(
                 r#"{"max\u005ftokens":1, "m" : [1, {"a":2}] }"#,
-                Dialect::Chat,
+                Api::OpenAiChat,
                 None,
                 Some(3)
             ),
@@ -399,14 +369,11 @@ mod tests {
             max_tokens: None,
         };
         for body in ["[1]", "{\"a\":1", "{\"a\":1} x", ""] {
-            assert_eq!(apply(body.as_bytes(), Dialect::Chat, &s), None, "{body}");
+            assert_eq!(apply(body.as_bytes(), Api::OpenAiChat, &s), None, "{body}");
         }
-        assert_eq!(apply(b"{}", Dialect::Chat, &EntrySettings::default()), None);
-        assert_eq!(Dialect::of_path("/v1/responses"), Some(Dialect::Responses));
         assert_eq!(
-            Dialect::of_path("/openai/chat/completions?x=1"),
-            Some(Dialect::Chat)
+            apply(b"{}", Api::OpenAiChat, &EntrySettings::default()),
+            None
         );
-        assert_eq!(Dialect::of_path("/v1/embeddings"), None);
     }
 }

@@ -291,6 +291,21 @@ pub fn explain_with(
                 envelope_words(envelope, provider)
             );
         }
+        let settings = entry.settings;
+        if !settings.is_empty() {
+            let mut sent = Vec::with_capacity(2);
+            if let Some(effort) = settings.effort {
+                sent.push(format!("effort {}", effort.as_str()));
+            }
+            if let Some(max) = settings.max_tokens {
+                sent.push(format!("max_tokens {max}"));
+            }
+            let _ = writeln!(
+                out,
+                "       sent with: {} (in the provider's dialect)",
+                sent.join(", ")
+            );
+        }
         if !changes.headers.is_empty() {
             let _ = writeln!(out, "       sets: {}", changes.headers.join(", "));
         }

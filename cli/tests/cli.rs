@@ -620,3 +620,36 @@ fn explain_counts_and_names_the_in_place_retry_slots() {
     assert!(stdout.contains("walk: up to 2 attempts;"), "{stdout}");
     assert!(!stdout.contains("retry in place"), "{stdout}");
 }
+
+#[test]
+fn an_entrys_effort_is_checked_and_explained() {
+    let dir = Scratch::new("effort");
+    let file = dir.file(
+        "effort.failover.yaml",
+        "providers:\n  - {name: a, endpoint: \"127.0.0.1:1\"}\n  - {name: b, endpoint: \"127.0.0.1:2\"}\n\
+         chains:\n  - {name: main, providers: [{provider: a, effort: lowest}, {provider: b, max_tokens: 0}]}\n",
+    );
+    let (code, _, stderr) = run(bin().args(["validate", &file]));
+    let stderr = unplaced(&stderr, &file);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("{file}: chains[0].providers[0].effort: \"lowest\" is not an effort: use minimal, low, medium, high")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{file}: chains[0].providers[1].max_tokens:")),
+        "{stderr}"
+    );
+    let file = dir.file(
+        "ok.failover.yaml",
+        "providers:\n  - {name: a, endpoint: \"127.0.0.1:1\"}\n  - {name: b, endpoint: \"127.0.0.1:2\"}\n\
+         chains:\n  - {name: main, providers: [{provider: a, effort: low, max_tokens: 100}, b]}\n",
+    );
+    let (code, stdout, _) = run(bin().args(["explain", &file, "--model", "gpt-4o", "--no-env"]));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout
+            .contains("       sent with: effort low, max_tokens 100 (in the provider's dialect)\n"),
+        "{stdout}"
+    );
+}

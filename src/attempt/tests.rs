@@ -648,7 +648,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
         request_edits(&c, &first, false).body,
         BodyEdit::Rewrite {
             model: None,
-            settings: (Dialect::Chat, low)
+            settings: (Api::OpenAiChat, low)
         }
     );
     let (body, len) = rewrite_body(

@@ -245,7 +245,7 @@ fn parse_errors_name_the_field() {
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",{"provider":"a","modle":"m"}]}]}"#
                 .to_string(),
             "chains[0].providers[1].modle",
-            "unknown field `modle`, expected one of `provider`, `model`, `capabilities`",
+            "unknown field `modle`, expected one of `provider`, `model`, `capabilities`, `effort`, `max_tokens`",
         ),
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"provider":"a","capabilities":{"context_window":"200k"}}]}]}"#
@@ -257,7 +257,7 @@ fn parse_errors_name_the_field() {
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"context_window":[{"provider":"a","capabilites":{}}]}]}"#
                 .to_string(),
             "chains[0].context_window[0].capabilites",
-            "unknown field `capabilites`, expected one of `provider`, `model`, `capabilities`",
+            "unknown field `capabilites`, expected one of `provider`, `model`, `capabilities`, `effort`, `max_tokens`",
         ),
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"model":"m"}]}]}"#

@@ -31,11 +31,6 @@ providers:
      credential: {header: x-api-key, value: sk-claude}}
   - {name: plain, endpoint: "127.0.0.1:${PLAIN_PORT}"}
 chains:
-  - name: resident                # the first entry serves gpt-* only: decided per request
-    models: ["*"]
-    same_residency: true
-    max_attempts: 4
-    providers: [us1, eu1, us2, eu2]
   - name: settings
     models: ["set-*"]
     max_attempts: 3
@@ -43,6 +38,11 @@ chains:
       - {provider: chat, effort: low, max_tokens: 100}
       - {provider: claude, model: claude-sonnet-4-5, effort: medium}
       - plain
+  - name: resident                # the first entry serves gpt-* only: decided per request
+    models: ["*"]
+    same_residency: true
+    max_attempts: 4
+    providers: [us1, eu1, us2, eu2]
 """
 
 
