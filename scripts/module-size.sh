@@ -18,9 +18,10 @@ cd "$(dirname "$0")/.."
 # src/translate/model.rs) allows at most 520,000 with everything in: the Responses dialect took
 # the module from about 462,000 to 486,020 bytes (493,556 with the residency and explain
 # changes that landed beside it), and Chat Completions as its provider dialect to 501,901
-# (BENCHMARKS.md "Module size").
+# (BENCHMARKS.md "Module size"). Issue 31's per-entry request settings (effort, max_tokens in
+# each provider's dialect): 511,944.
 TARGET=418489
-CEILING=505000
+CEILING=512000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"
