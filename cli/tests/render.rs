@@ -712,3 +712,42 @@ fn a_credential_from_a_file_is_refused_where_envoy_cannot_inject_it_alone() {
         assert!(e.contains("providers[0].credential"), "{says}: {e}");
     }
 }
+
+/// `aws_credentials` chooses the signer's credential sources; the default, the environment
+/// only, never lets Envoy ask the instance metadata address (issue 32).
+#[test]
+fn a_bedrock_providers_aws_credentials_choose_the_signers_sources() {
+    let signer = |credentials: &str| -> Value {
+        let b = bootstrap(&format!(
+            "providers: [{{name: br, endpoint: \"127.0.0.1:1\", api: bedrock, region: us-east-1{credentials}}}]\nchains: [{{name: c, providers: [{{provider: br, model: m}}]}}]\n"
+        ));
+        let clusters = b["static_resources"]["clusters"].as_sequence().unwrap();
+        let options = &clusters[0]["typed_extension_protocol_options"];
+        let (_, options) = options.as_mapping().unwrap().iter().next().unwrap();
+        let filters = options["http_filters"].as_sequence().unwrap();
+        let signer = filters
+            .iter()
+            .find(|f| f["name"] == "envoy.filters.http.aws_request_signing")
+            .unwrap();
+        signer["typed_config"]["credential_provider"].clone()
+    };
+    let env: Value = serde_yaml_ng::from_str(
+        "{custom_credential_provider_chain: true, environment_credential_provider: {}}",
+    )
+    .unwrap();
+    assert_eq!(signer(""), env, "the default");
+    assert_eq!(signer(", aws_credentials: env"), env);
+    assert_eq!(
+        signer(", aws_credentials: chain"),
+        Value::Null,
+        "Envoy's own chain"
+    );
+    assert_eq!(
+        signer(", aws_credentials: {file: /etc/aws/credentials, profile: bedrock}"),
+        serde_yaml_ng::from_str::<Value>("{custom_credential_provider_chain: true, credentials_file_provider: {credentials_data_source: {filename: /etc/aws/credentials}, profile: bedrock}}").unwrap()
+    );
+    assert_eq!(
+        signer(", aws_credentials: {web_identity_token_file: /var/run/token, role_arn: \"arn:aws:iam::1:role/r\"}"),
+        serde_yaml_ng::from_str::<Value>("{custom_credential_provider_chain: true, assume_role_with_web_identity_provider: {web_identity_token_data_source: {filename: /var/run/token}, role_arn: \"arn:aws:iam::1:role/r\", role_session_name: llm-failover}}").unwrap()
+    );
+}

@@ -586,8 +586,11 @@ def test_explain_says_the_path_and_signing_each_provider_kind_receives(clouds, t
                          and "name: bedrock," not in l)
     source = tmp_path / "kinds.failover.yaml"
     source.write_text(text)
-    env = {**gateway.env, **AWS_ENV}
-    gw = gateway.start(source, env=AWS_ENV)
+    # Environment credentials and the instance metadata address not turned off: Envoy asks only
+    # the sources the file names (aws_credentials, default env), so never that address.
+    aws_env = {**AWS_ENV, "AWS_EC2_METADATA_DISABLED": ""}
+    env = {**gateway.env, **aws_env}
+    gw = gateway.start(source, env=aws_env)
     kinds = [("anthropic", "anthropic", "/v1/messages"), ("bedrock", "bedrock", "/v1/messages"),
              ("bedrock-key", "anthropic", "/v1/messages"), ("vertex", "vertex", "/v1/messages"),
              ("openai", "openai", "/v1/chat/completions"), ("azure", "azure", "/v1/chat/completions"),
@@ -608,6 +611,7 @@ def test_explain_says_the_path_and_signing_each_provider_kind_receives(clouds, t
         auth = _header(got, "authorization")
         if kind == "bedrock":
             assert "signing: AWS Signature V4 by Envoy" in said, said
+            assert "credentials from the environment only" in said, said
             assert auth and auth[0].startswith("AWS4-HMAC-SHA256 "), auth
         if kind == "bedrock-key":
             assert "signing: none (a Bedrock API key in authorization)" in said, said
@@ -616,3 +620,5 @@ def test_explain_says_the_path_and_signing_each_provider_kind_receives(clouds, t
             assert f"envelope: {kind.split('-')[0].replace('azure', 'azure_openai')}" in said, said
     # Each kind's paths are its own (a second copy of the path code could agree with itself).
     assert len(seen) >= 9, seen
+    assert "instance metadata" not in gw.log().lower(), [l for l in gw.log().splitlines()
+                                                 if "metadata" in l.lower()]

@@ -32,8 +32,8 @@ pub use listen::{
     DEFAULT_STATUS_PORT,
 };
 pub use upstream::{
-    parse_endpoint, Endpoint, Host, TokenFile, Upstream, DEFAULT_CONNECT_TIMEOUT_MS,
-    PROVIDER_RENDERER_KEYS,
+    parse_endpoint, AwsCredentials, AwsSigning, Endpoint, Host, TokenFile, Upstream,
+    DEFAULT_CONNECT_TIMEOUT_MS, PROVIDER_RENDERER_KEYS,
 };
 pub use values::parse_size;
 
@@ -106,15 +106,21 @@ fn aws_signing(
     u: &mut Upstream,
     envoy_version: EnvoyVersion,
 ) -> Result<(), Diag> {
+    let at = format!("providers[{i}]");
     if p.envelope != Some(llm_failover::envelope::Envelope::Bedrock)
         || u.token_file.is_some()
         || p.set_headers
             .iter()
             .any(|(name, _)| name == "authorization")
     {
+        if u.aws_credentials.is_some() {
+            return Err(Diag::error(
+                format!("{at}.aws_credentials"),
+                "only for a Bedrock provider Envoy signs (api: bedrock without a credential) — remove it",
+            ));
+        }
         return Ok(());
     }
-    let at = format!("providers[{i}]");
     if envoy_version.mode() == Mode::Grouping {
         return Err(Diag::error(
             format!("{at}.api"),
@@ -123,7 +129,10 @@ fn aws_signing(
     }
     match upstream::bedrock_region(u.region.as_deref(), &u.endpoint) {
         Some(region) => {
-            u.aws_signing = Some(region);
+            u.aws_signing = Some(upstream::AwsSigning {
+                region,
+                credentials: u.aws_credentials.clone().unwrap_or_default(),
+            });
             Ok(())
         }
         None => Err(Diag::error(

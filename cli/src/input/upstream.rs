@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 
 /// Per-provider fields only the renderer reads.
-pub const PROVIDER_RENDERER_KEYS: [&str; 8] = [
+pub const PROVIDER_RENDERER_KEYS: [&str; 9] = [
     "endpoint",
     "tls",
     "sni",
@@ -20,6 +20,7 @@ pub const PROVIDER_RENDERER_KEYS: [&str; 8] = [
     "api_version",
     "project",
     "region",
+    "aws_credentials",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +57,104 @@ pub struct Upstream {
     /// Plain-HTTP provider spoken to in HTTP/2 (h2c); TLS providers negotiate it by ALPN.
     pub http2: bool,
     /// `api: bedrock` without a credential: Envoy signs each attempt with AWS Signature V4
-    /// for this region (`crate::render::signing`).
-    pub aws_signing: Option<String>,
+    /// for this region, with credentials from these sources (`crate::render::signing`).
+    pub aws_signing: Option<AwsSigning>,
+    /// `aws_credentials` as written (`None`: the default, the environment only).
+    pub aws_credentials: Option<AwsCredentials>,
     /// `region` as written (Bedrock's signing region; Vertex's is in `path_prefix`).
     pub region: Option<String>,
     /// `credential.file`: Envoy injects the credential from this file, re-read when it is
     /// replaced (`crate::render::credential`).
     pub token_file: Option<TokenFile>,
+}
+
+/// How Envoy signs a Bedrock provider's attempts: the region, and where its AWS credentials
+/// come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsSigning {
+    pub region: String,
+    pub credentials: AwsCredentials,
+}
+
+/// `aws_credentials`: the sources Envoy's signer reads AWS credentials from (its
+/// `credential_provider`). Only the ones named are asked: with `Env`, the default, Envoy never
+/// queries the instance metadata address.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AwsCredentials {
+    /// `env`: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`) only.
+    #[default]
+    Env,
+    /// `chain`: Envoy's default chain (environment, credentials and config files, web identity
+    /// from the environment, container and instance metadata).
+    Chain,
+    /// `{file, profile}`: a credentials file in AWS's format.
+    File {
+        path: String,
+        profile: Option<String>,
+    },
+    /// `{web_identity_token_file, role_arn, role_session_name}`: AssumeRoleWithWebIdentity (an
+    /// EKS service account's token).
+    WebIdentity {
+        token_file: String,
+        role_arn: String,
+        session_name: String,
+    },
+}
+
+/// Reads `aws_credentials` (`at`: the provider's path).
+fn aws_credentials(v: &Value, at: &str, errors: &mut Vec<Diag>) -> Option<AwsCredentials> {
+    const FORMS: &str = "write env (the default), chain, {file: PATH, profile: NAME} or {web_identity_token_file: PATH, role_arn: ARN}";
+    let field = format!("{at}.aws_credentials");
+    let mut refuse = |problem: String| {
+        errors.push(Diag::error(field.clone(), problem));
+        None
+    };
+    let m = match v {
+        Value::String(s) if s == "env" => return Some(AwsCredentials::Env),
+        Value::String(s) if s == "chain" => return Some(AwsCredentials::Chain),
+        Value::Mapping(m) => m,
+        other => {
+            return refuse(format!(
+                "{} is not a credential source — {FORMS}",
+                show(other)
+            ))
+        }
+    };
+    let text = |key: &str| m.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let keys: Vec<&str> = m.keys().filter_map(Value::as_str).collect();
+    let allowed: &[&str] = if keys.contains(&"file") {
+        &["file", "profile"]
+    } else {
+        &["web_identity_token_file", "role_arn", "role_session_name"]
+    };
+    if let Some(unknown) = keys.iter().find(|k| !allowed.contains(k)) {
+        return refuse(super::suggest::unknown_field(unknown, allowed));
+    }
+    if keys.contains(&"file") {
+        return match text("file") {
+            Some(path) if path.starts_with('/') => Some(AwsCredentials::File {
+                path: path.to_string(),
+                profile: text("profile").map(str::to_string),
+            }),
+            _ => refuse(format!(
+                "file: the credentials file's absolute path, e.g. /etc/aws/credentials — {FORMS}"
+            )),
+        };
+    }
+    match (text("web_identity_token_file"), text("role_arn")) {
+        (Some(token_file), Some(role_arn)) if token_file.starts_with('/') => {
+            Some(AwsCredentials::WebIdentity {
+                token_file: token_file.to_string(),
+                role_arn: role_arn.to_string(),
+                session_name: text("role_session_name")
+                    .unwrap_or("llm-failover")
+                    .to_string(),
+            })
+        }
+        _ => refuse(format!(
+            "web identity needs web_identity_token_file (an absolute path) and role_arn — {FORMS}"
+        )),
+    }
 }
 
 /// A credential Envoy reads from a file (`credential: {header, prefix, file}`): the
@@ -101,6 +193,9 @@ pub(super) fn parse_upstream(
     let before = errors.len();
     let region = cloud_fields(p, at, errors);
     let token_file = token_file(p, at, errors);
+    let aws_credentials = p
+        .shift_remove("aws_credentials")
+        .and_then(|v| aws_credentials(&v, at, errors));
 
     let endpoint = match endpoint {
         None => {
@@ -228,6 +323,7 @@ pub(super) fn parse_upstream(
         connect_timeout_ms,
         http2,
         aws_signing: None,
+        aws_credentials,
         region,
         token_file,
     })

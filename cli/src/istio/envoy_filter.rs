@@ -94,7 +94,7 @@ fn cluster_patch_value(gw: &Gateway, u: &Upstream) -> Value {
         "typed_extension_protocol_options" => render::upstream_options(
             render::http_protocol(u),
             &discovered_filter(UPSTREAM_EXTENSION),
-            u.aws_signing.as_deref(),
+            u.aws_signing.as_ref(),
             None,
         ),
     }

@@ -117,7 +117,7 @@ fn cluster(gw: &Gateway, u: &Upstream, upstream: &Value) -> Value {
         upstream_options(
             http_protocol(u),
             upstream,
-            u.aws_signing.as_deref(),
+            u.aws_signing.as_ref(),
             injector(gw, u),
         ),
     );
@@ -174,7 +174,7 @@ fn circuit_breakers() -> Value {
 pub(crate) fn upstream_options(
     protocol: (&str, Value),
     upstream: &Value,
-    aws_signing: Option<&str>,
+    aws_signing: Option<&crate::input::AwsSigning>,
     injector: Option<Value>,
 ) -> Value {
     let mut options = Mapping::new();
@@ -186,9 +186,9 @@ pub(crate) fn upstream_options(
     let mut filters = vec![upstream.clone()];
     // After this filter, which clears the header on every attempt: only this cluster's get it.
     filters.extend(injector);
-    if let Some(region) = aws_signing {
+    if let Some(signing) = aws_signing {
         // After this filter: the signature covers the body and headers actually sent.
-        filters.extend(super::signing::aws_filters(region));
+        filters.extend(super::signing::aws_filters(signing));
     }
     filters.push(map! { "name" => "envoy.filters.http.upstream_codec", "typed_config" => typed(UPSTREAM_CODEC, map! {}) });
     options.insert("http_filters".into(), seq(filters));

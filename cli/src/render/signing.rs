@@ -11,7 +11,7 @@
 //! error toward Bedrock's breaker, which then takes Bedrock out of the chain until it works.
 
 use super::typed;
-use crate::input::Upstream;
+use crate::input::{AwsCredentials, AwsSigning, Upstream};
 use llm_failover::config::Provider;
 use llm_failover::envelope::Envelope;
 use serde_yaml_ng::{Mapping, Value};
@@ -31,17 +31,23 @@ const UNSIGNED_GUARD: &str = r#"function envoy_on_request(handle)
 end
 "#;
 
-/// The signer for `region` and the guard after it.
-pub(crate) fn aws_filters(region: &str) -> [Value; 2] {
+/// The signer for `signing`'s region and credential sources, and the guard after it.
+pub(crate) fn aws_filters(signing: &AwsSigning) -> [Value; 2] {
+    let mut signer = map! {
+        "service_name" => "bedrock",
+        "region" => signing.region.as_str(),
+        // Sign the body's hash (Envoy buffers the body for it): a changed body fails.
+        "use_unsigned_payload" => false,
+    };
+    if let Some(sources) = credential_provider(&signing.credentials) {
+        if let Value::Mapping(m) = &mut signer {
+            m.insert("credential_provider".into(), sources);
+        }
+    }
     [
         map! {
             "name" => "envoy.filters.http.aws_request_signing",
-            "typed_config" => typed(AWS_REQUEST_SIGNING, map! {
-                "service_name" => "bedrock",
-                "region" => region,
-                // Sign the body's hash (Envoy buffers the body for it): a changed body fails.
-                "use_unsigned_payload" => false,
-            }),
+            "typed_config" => typed(AWS_REQUEST_SIGNING, signer),
         },
         map! {
             "name" => "llm_failover.unsigned_guard",
@@ -52,13 +58,53 @@ pub(crate) fn aws_filters(region: &str) -> [Value; 2] {
     ]
 }
 
+/// Envoy's `credential_provider` for `credentials` (`None`: its default chain). A custom
+/// chain holds only the sources named, so Envoy asks nothing else (no instance metadata).
+fn credential_provider(credentials: &AwsCredentials) -> Option<Value> {
+    let source = match credentials {
+        AwsCredentials::Chain => return None,
+        AwsCredentials::Env => ("environment_credential_provider", map! {}),
+        AwsCredentials::File { path, profile } => {
+            let mut file =
+                map! { "credentials_data_source" => map! { "filename" => path.as_str() } };
+            if let (Some(profile), Value::Mapping(m)) = (profile, &mut file) {
+                m.insert("profile".into(), profile.as_str().into());
+            }
+            ("credentials_file_provider", file)
+        }
+        AwsCredentials::WebIdentity {
+            token_file,
+            role_arn,
+            session_name,
+        } => (
+            "assume_role_with_web_identity_provider",
+            map! {
+                "web_identity_token_data_source" => map! { "filename" => token_file.as_str() },
+                "role_arn" => role_arn.as_str(),
+                "role_session_name" => session_name.as_str(),
+            },
+        ),
+    };
+    let mut provider = Mapping::new();
+    provider.insert("custom_credential_provider_chain".into(), true.into());
+    provider.insert(source.0.into(), source.1);
+    Some(Value::Mapping(provider))
+}
+
 /// What Envoy does to a provider's attempts after this filter, for `explain`: signs them for
 /// Bedrock, injects a credential read from a file, or nothing beyond the filter's headers
 /// (then `None`, but for Bedrock: its API key is the credential).
 pub fn sending(u: &Upstream, p: &Provider) -> Option<String> {
-    if let Some(region) = &u.aws_signing {
+    if let Some(signing) = &u.aws_signing {
+        let from = match &signing.credentials {
+            AwsCredentials::Env => "the environment only".to_string(),
+            AwsCredentials::Chain => "Envoy's default chain".to_string(),
+            AwsCredentials::File { path, .. } => format!("the file {path}"),
+            AwsCredentials::WebIdentity { role_arn, .. } => format!("web identity as {role_arn}"),
+        };
         return Some(format!(
-            "signing: AWS Signature V4 by Envoy after this filter (service bedrock, region {region}), over the body as sent; unsigned, it is answered 502 and not sent"
+            "signing: AWS Signature V4 by Envoy after this filter (service bedrock, region {}, credentials from {from}), over the body as sent; unsigned, it is answered 502 and not sent",
+            signing.region
         ));
     }
     if let Some(t) = &u.token_file {
