@@ -3,7 +3,8 @@
 // Cargo calls it through .cargo/config.toml: `runner = ["node", "scripts/wasm-test-runner.mjs"]`,
 // so `cargo test --target wasm32-wasip1 -p llm-failover --lib` runs the unit tests inside wasm.
 // Usage: node scripts/wasm-test-runner.mjs MODULE.wasm [ARGS...]
-//  - args and the environment pass through; the current directory is preopened as "." ;
+//  - args and the environment pass through; the current directory is preopened as ".", and
+//    the root as "/" (fixture files read by absolute path);
 //  - every import outside wasi_snapshot_preview1 (the proxy-wasm `env.proxy_*` hostcalls) is
 //    stubbed with a function returning 0, so tests must not rely on hostcall results;
 //  - the exit code propagates; a trap (a panic under panic=abort) exits with 101. A failing
@@ -32,7 +33,8 @@ const wasi = new WASI({
   // panic=abort ends the harness at the first failing test and would lose libtest's captured
   // output (the panic message); show output live unless the caller chose otherwise.
   env: { RUST_TEST_NOCAPTURE: "1", ...process.env },
-  preopens: { ".": process.cwd() },
+  // "/" too, so tests may read fixture files by absolute path (env!("CARGO_MANIFEST_DIR")).
+  preopens: { ".": process.cwd(), "/": "/" },
   returnOnExit: true,
 });
 

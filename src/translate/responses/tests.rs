@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::translate::{self, Api, StreamTranslator};
+#[cfg(not(target_arch = "wasm32"))]
 use proptest::prelude::*;
 
 const FIXTURES: &str = concat!(
@@ -312,6 +313,8 @@ fn a_stream_cut_short_or_failing_ends_with_an_error_event() {
     assert_eq!(events(&out).last().unwrap()["type"], "response.completed");
 }
 
+// Host only: proptest is not built for wasm32.
+#[cfg(not(target_arch = "wasm32"))]
 proptest! {
     #[test]
     fn any_chunking_gives_the_same_events(cuts in proptest::collection::vec(0usize..4000, 0..12)) {
@@ -412,6 +415,8 @@ fn a_chat_stream_with_a_tool_call_is_responses_typed_events() {
     );
 }
 
+// Host only: proptest is not built for wasm32.
+#[cfg(not(target_arch = "wasm32"))]
 proptest! {
     #[test]
     fn any_chunking_of_a_chat_stream_gives_the_same_events(cuts in proptest::collection::vec(0usize..4000, 0..12)) {
