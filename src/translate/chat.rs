@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use super::common::{self, Usage};
 use super::json::{self, elements, number, pick, Obj, Out, RawStr};
-use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
+use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool};
 use super::sse::{self, Reader};
 use super::RequestContext;
 
@@ -162,40 +162,7 @@ pub fn request(
     if let Some(top_p) = req.top_p {
         out.key("top_p").raw(top_p);
     }
-    if !req.tools.is_empty() {
-        out.key("tools").open_arr();
-        for tool in &req.tools {
-            out.raw(r#"{"type":"function","function":{"name":"#)
-                .raw(tool.name);
-            if let Some(description) = tool.description {
-                out.key("description").raw(description);
-            }
-            if let Some(schema) = tool.schema {
-                out.key("parameters").raw(schema);
-            }
-            out.close().close();
-        }
-        out.close_arr();
-        if let Some(choice) = &req.choice {
-            out.key("tool_choice");
-            match (choice.kind, choice.name) {
-                ("\"tool\"", Some(name)) => {
-                    out.raw(r#"{"type":"function","function":{"name":"#)
-                        .raw(name);
-                    out.close().close();
-                }
-                ("\"any\"", _) => {
-                    out.raw("\"required\"");
-                }
-                (kind, _) => {
-                    out.raw(kind);
-                }
-            }
-            if choice.serial {
-                out.key("parallel_tool_calls").bool(false);
-            }
-        }
-    }
+    write_tools(&mut out, &req.tools, req.choice.as_ref());
     if let Some(user) = req.user {
         out.key("user").raw(user);
     }
@@ -207,6 +174,46 @@ pub fn request(
     }
     out.close();
     out.0
+}
+
+/// `tools`, `tool_choice` and `parallel_tool_calls`, only together (Chat refuses the others
+/// without tools): the model's choice (in Messages' terms) in Chat's.
+pub fn write_tools(out: &mut Out, tools: &[Tool<'_>], choice: Option<&Choice<'_>>) {
+    if tools.is_empty() {
+        return;
+    }
+    out.key("tools").open_arr();
+    for tool in tools {
+        out.raw(r#"{"type":"function","function":{"name":"#)
+            .raw(tool.name);
+        if let Some(description) = tool.description {
+            out.key("description").raw(description);
+        }
+        if let Some(schema) = tool.schema {
+            out.key("parameters").raw(schema);
+        }
+        out.close().close();
+    }
+    out.close_arr();
+    if let Some(choice) = choice {
+        out.key("tool_choice");
+        match (choice.kind, choice.name) {
+            ("\"tool\"", Some(name)) => {
+                out.raw(r#"{"type":"function","function":{"name":"#)
+                    .raw(name);
+                out.close().close();
+            }
+            ("\"any\"", _) => {
+                out.raw("\"required\"");
+            }
+            (kind, _) => {
+                out.raw(kind);
+            }
+        }
+        if choice.serial {
+            out.key("parallel_tool_calls").bool(false);
+        }
+    }
 }
 
 /// The model's stop reason for a Chat `finish_reason`.

@@ -287,6 +287,40 @@ impl Decoder {
     }
 }
 
+/// The members of an Anthropic event the stream readers read, as written (empty where absent).
+pub(crate) struct Fields<'a> {
+    pub kind: &'a [u8],
+    pub message: &'a [u8],
+    pub index: Option<u64>,
+    pub content_block: &'a [u8],
+    pub delta: &'a [u8],
+    pub usage: &'a [u8],
+}
+
+impl<'a> Fields<'a> {
+    pub fn read(data: &'a [u8]) -> Fields<'a> {
+        let [kind, message, index, content_block, delta, usage] = pick(
+            data,
+            [
+                b"type",
+                b"message",
+                b"index",
+                b"content_block",
+                b"delta",
+                b"usage",
+            ],
+        );
+        Fields {
+            kind,
+            message,
+            index: number(index),
+            content_block,
+            delta,
+            usage,
+        }
+    }
+}
+
 fn decode(
     e: sse::Event<'_>,
     usage: &mut Usage,
@@ -295,18 +329,15 @@ fn decode(
     stopped: &mut bool,
     on: &mut dyn FnMut(Event<'_>),
 ) {
-    let [kind, message, index, block, delta, reported] = pick(
-        e.data,
-        [
-            b"type",
-            b"message",
-            b"index",
-            b"content_block",
-            b"delta",
-            b"usage",
-        ],
-    );
-    let index = number(index).unwrap_or(0);
+    let Fields {
+        kind,
+        message,
+        index,
+        content_block: block,
+        delta,
+        usage: reported,
+    } = Fields::read(e.data);
+    let index = index.unwrap_or(0);
     if e.name == b"error" || kind == br#""error""# {
         *done = true;
         let error = common::provider_error(e.data).unwrap_or_default();

@@ -124,6 +124,16 @@ pub enum Untranslatable {
     Field(&'static str),
 }
 
+/// The reason for a field the target cannot carry.
+pub(crate) fn field(name: &'static str) -> Untranslatable {
+    Untranslatable::Field(name)
+}
+
+/// A caller's body as a JSON object.
+pub(crate) fn parse(body: &[u8]) -> Result<json::Obj<'_>, Untranslatable> {
+    json::Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
+}
+
 /// The request body to send to a provider speaking `to`, from a caller speaking `from`.
 pub fn request(
     from: Api,

@@ -15,13 +15,7 @@ mod tests;
 
 type Checked<T> = core::result::Result<T, Untranslatable>;
 
-fn field(name: &'static str) -> Untranslatable {
-    Untranslatable::Field(name)
-}
-
-fn parse(body: &[u8]) -> Checked<Obj<'_>> {
-    Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
-}
+use super::{field, parse};
 
 /// Whether the request can be served by a provider of another dialect (the rules of
 /// [`to_messages`], no body built).
@@ -101,30 +95,10 @@ fn head<'a>(req: &Obj<'a>) -> Checked<Request<'a>> {
     })
 }
 
-/// `tool_choice` and `parallel_tool_calls: false` in the model's terms.
+/// `tool_choice` (a named function: `{type: function, name}`) and `parallel_tool_calls: false`
+/// in the model's terms.
 fn tool_choice<'a>(req: &Obj<'a>) -> Checked<Option<Choice<'a>>> {
-    let given = req.get("tool_choice");
-    let (kind, name) = match given {
-        None => ("\"auto\"", None),
-        Some(choice) => match json::str(choice).as_deref() {
-            Some("auto") => ("\"auto\"", None),
-            Some("none") => ("\"none\"", None),
-            Some("required") => ("\"any\"", None),
-            Some(_) => return Err(field("tool_choice")),
-            None => {
-                let named = json::obj(choice)
-                    .filter(|c| c.tag("type") == Some("function"))
-                    .and_then(|c| c.raw_str("name"))
-                    .ok_or(field("tool_choice"))?;
-                ("\"tool\"", Some(named))
-            }
-        },
-    };
-    let serial = req.bool("parallel_tool_calls") == Some(false) && kind != "\"none\"";
-    if given.is_none() && !serial {
-        return Ok(None);
-    }
-    Ok(Some(Choice { kind, name, serial }))
+    super::chat_to_messages::tool_choice_named(req, |c| c.raw_str("name"))
 }
 
 /// Passes each part of the conversation to `push`, with its role: `instructions` first, then

@@ -19,13 +19,7 @@ mod tests;
 
 type Result<T> = core::result::Result<T, Untranslatable>;
 
-fn field(name: &'static str) -> Untranslatable {
-    Untranslatable::Field(name)
-}
-
-fn parse(body: &[u8]) -> Result<Obj<'_>> {
-    Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
-}
+use super::{field, parse};
 
 /// Whether the request can go to a Messages provider (the rules of [`request`], no body built).
 pub fn check(body: &[u8]) -> Result<()> {
@@ -112,6 +106,15 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
 
 /// `tool_choice` and `parallel_tool_calls: false` as Messages' `tool_choice`.
 fn tool_choice<'a>(req: &Obj<'a>) -> Result<Option<Choice<'a>>> {
+    tool_choice_named(req, |c| c.obj("function").and_then(|f| f.raw_str("name")))
+}
+
+/// OpenAI's `tool_choice` (`auto`, `none`, `required` or a named function, the function's
+/// name read by `name` from the object) and `parallel_tool_calls: false` in the model's terms.
+pub(crate) fn tool_choice_named<'a>(
+    req: &Obj<'a>,
+    name: fn(&Obj<'a>) -> Option<&'a str>,
+) -> Result<Option<Choice<'a>>> {
     let given = req.get("tool_choice");
     let (kind, name) = match given {
         None => ("\"auto\"", None),
@@ -123,8 +126,7 @@ fn tool_choice<'a>(req: &Obj<'a>) -> Result<Option<Choice<'a>>> {
             None => {
                 let named = json::obj(choice)
                     .filter(|c| c.tag("type") == Some("function"))
-                    .and_then(|c| c.obj("function"))
-                    .and_then(|f| f.raw_str("name"))
+                    .and_then(|c| name(&c))
                     .ok_or(field("tool_choice"))?;
                 ("\"tool\"", Some(named))
             }

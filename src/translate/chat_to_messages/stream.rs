@@ -18,8 +18,8 @@
 //! `message_delta`: the last value of each wins.
 
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
-use crate::translate::json::{number, pick, put, Digits, RawStr};
-use crate::translate::messages::update_usage;
+use crate::translate::json::{pick, put, Digits, RawStr};
+use crate::translate::messages::{update_usage, Fields as Event};
 use crate::translate::sse::{self, Reader};
 use crate::translate::StreamContext;
 
@@ -93,40 +93,6 @@ impl Translator {
     /// not yet.
     pub fn owes_end(&self) -> bool {
         self.state.finish_sent && !self.state.finished && !self.state.failed
-    }
-}
-
-/// The members of an Anthropic event this translation reads, as written (empty where absent).
-struct Event<'a> {
-    kind: &'a [u8],
-    message: &'a [u8],
-    index: Option<u64>,
-    content_block: &'a [u8],
-    delta: &'a [u8],
-    usage: &'a [u8],
-}
-
-impl<'a> Event<'a> {
-    fn read(data: &'a [u8]) -> Event<'a> {
-        let [kind, message, index, content_block, delta, usage] = pick(
-            data,
-            [
-                b"type",
-                b"message",
-                b"index",
-                b"content_block",
-                b"delta",
-                b"usage",
-            ],
-        );
-        Event {
-            kind,
-            message,
-            index: number(index),
-            content_block,
-            delta,
-            usage,
-        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use super::common;
 use super::json::{self, Obj, Out, Raw, EMPTY};
+use super::model::{Choice, Tool};
 use super::{RequestContext, Untranslatable};
 
 pub mod stream;
@@ -19,13 +20,7 @@ mod tests;
 
 type Result<T> = core::result::Result<T, Untranslatable>;
 
-fn field(name: &'static str) -> Untranslatable {
-    Untranslatable::Field(name)
-}
-
-fn parse(body: &[u8]) -> Result<Obj<'_>> {
-    Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
-}
+use super::{field, parse};
 
 /// Whether the request can go to a Chat Completions provider (the rules of [`request`], no
 /// body built).
@@ -59,39 +54,7 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
         }
         out.close_arr();
     }
-    // Tools, tool_choice and parallel_tool_calls only together (Chat refuses the others
-    // without tools).
-    if !head.tools.is_empty() {
-        out.key("tools").open_arr();
-        for tool in &head.tools {
-            out.raw(r#"{"type":"function","function":{"name":"#)
-                .raw(tool.name);
-            if let Some(description) = tool.description {
-                out.key("description").raw(description);
-            }
-            if let Some(schema) = tool.schema {
-                out.key("parameters").raw(schema);
-            }
-            out.close().close();
-        }
-        out.close_arr();
-        if let Some(choice) = &head.choice {
-            out.key("tool_choice");
-            match choice.name {
-                Some(name) => {
-                    out.raw(r#"{"type":"function","function":{"name":"#)
-                        .raw(name);
-                    out.close().close();
-                }
-                None => {
-                    out.raw(choice.mode);
-                }
-            }
-            if choice.serial {
-                out.key("parallel_tool_calls").bool(false);
-            }
-        }
-    }
+    super::chat::write_tools(&mut out, &head.tools, head.choice.as_ref());
     if let Some(user) = req.obj("metadata").and_then(|m| m.raw_str("user_id")) {
         out.key("user").raw(user);
     }
@@ -114,21 +77,6 @@ struct Head<'a> {
     tools: Vec<Tool<'a>>,
     choice: Option<Choice<'a>>,
     stops: Vec<Raw<'a>>,
-}
-
-/// A client tool, its members as written.
-struct Tool<'a> {
-    name: &'a str,
-    description: Option<&'a str>,
-    schema: Option<&'a str>,
-}
-
-/// Chat's `tool_choice`: a mode (as JSON) or a function's name, and `parallel_tool_calls:
-/// false`.
-struct Choice<'a> {
-    mode: &'static str,
-    name: Option<&'a str>,
-    serial: bool,
 }
 
 fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
@@ -159,18 +107,18 @@ fn head<'a>(req: &Obj<'a>) -> Result<Head<'a>> {
     let choice = match req.obj("tool_choice") {
         None => None,
         Some(choice) => {
-            let (mode, name) = match choice.tag("type") {
+            let (kind, name) = match choice.tag("type") {
                 Some("auto") => ("\"auto\"", None),
-                Some("any") => ("\"required\"", None),
+                Some("any") => ("\"any\"", None),
                 Some("none") => ("\"none\"", None),
                 Some("tool") => (
-                    "",
+                    "\"tool\"",
                     Some(choice.raw_str("name").ok_or(field("tool_choice"))?),
                 ),
                 _ => return Err(field("tool_choice")),
             };
             let serial = choice.bool("disable_parallel_tool_use") == Some(true);
-            Some(Choice { mode, name, serial })
+            Some(Choice { kind, name, serial })
         }
     };
     Ok(Head {

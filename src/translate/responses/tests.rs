@@ -207,21 +207,39 @@ fn a_messages_error_is_an_openai_error() {
     );
 }
 
-fn translate_stream(chunks: &[&[u8]]) -> Vec<u8> {
-    let mut t = StreamTranslator::new(
-        Api::AnthropicMessages,
-        Api::OpenAiResponses,
-        translate::StreamContext {
-            created: 1741476542,
-            include_usage: false,
-        },
-    )
-    .unwrap();
+fn translate_from(provider: Api, chunks: &[&[u8]]) -> Vec<u8> {
+    let cx = translate::StreamContext {
+        created: 1741476542,
+        include_usage: false,
+    };
+    let mut t = StreamTranslator::new(provider, Api::OpenAiResponses, cx).unwrap();
     let mut out = Vec::new();
     for (k, chunk) in chunks.iter().enumerate() {
         t.push(chunk, k + 1 == chunks.len(), &mut out);
     }
     out
+}
+
+fn translate_stream(chunks: &[&[u8]]) -> Vec<u8> {
+    translate_from(Api::AnthropicMessages, chunks)
+}
+
+fn translate_chat_stream(chunks: &[&[u8]]) -> Vec<u8> {
+    translate_from(Api::OpenAiChat, chunks)
+}
+
+/// `bytes` cut at `cuts` (any positions, in any order).
+fn chunked(bytes: &[u8], cuts: Vec<usize>) -> Vec<&[u8]> {
+    let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+    cuts.sort_unstable();
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    for c in cuts {
+        chunks.push(&bytes[at..c]);
+        at = c;
+    }
+    chunks.push(&bytes[at..]);
+    chunks
 }
 
 /// Each event's data is JSON whose `type` is its `event:` name and whose sequence numbers
@@ -319,18 +337,8 @@ proptest! {
     #[test]
     fn any_chunking_gives_the_same_events(cuts in proptest::collection::vec(0usize..4000, 0..12)) {
         let stream = fixture("messages_stream_tool.sse");
-        let bytes = stream.as_bytes();
-        let whole = translate_stream(&[bytes]);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-        cuts.sort_unstable();
-        let mut chunks = Vec::new();
-        let mut at = 0;
-        for c in cuts {
-            chunks.push(&bytes[at..c]);
-            at = c;
-        }
-        chunks.push(&bytes[at..]);
-        prop_assert_eq!(translate_stream(&chunks), whole);
+        let whole = translate_stream(&[stream.as_bytes()]);
+        prop_assert_eq!(translate_stream(&chunked(stream.as_bytes(), cuts)), whole);
     }
 }
 
@@ -364,23 +372,6 @@ fn a_chat_answer_with_a_tool_call_is_a_response_with_a_function_call_item() {
     assert!(std::str::from_utf8(&odd.body)
         .unwrap()
         .contains("Chat Completions answer"));
-}
-
-fn translate_chat_stream(chunks: &[&[u8]]) -> Vec<u8> {
-    let mut t = StreamTranslator::new(
-        Api::OpenAiChat,
-        Api::OpenAiResponses,
-        translate::StreamContext {
-            created: 1694268190,
-            include_usage: false,
-        },
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    for (k, chunk) in chunks.iter().enumerate() {
-        t.push(chunk, k + 1 == chunks.len(), &mut out);
-    }
-    out
 }
 
 #[test]
@@ -421,17 +412,7 @@ proptest! {
     #[test]
     fn any_chunking_of_a_chat_stream_gives_the_same_events(cuts in proptest::collection::vec(0usize..4000, 0..12)) {
         let stream = fixture("chat_stream_tool.sse");
-        let bytes = stream.as_bytes();
-        let whole = translate_chat_stream(&[bytes]);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-        cuts.sort_unstable();
-        let mut chunks = Vec::new();
-        let mut at = 0;
-        for c in cuts {
-            chunks.push(&bytes[at..c]);
-            at = c;
-        }
-        chunks.push(&bytes[at..]);
-        prop_assert_eq!(translate_chat_stream(&chunks), whole);
+        let whole = translate_chat_stream(&[stream.as_bytes()]);
+        prop_assert_eq!(translate_chat_stream(&chunked(stream.as_bytes(), cuts)), whole);
     }
 }
