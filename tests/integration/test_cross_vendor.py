@@ -83,6 +83,10 @@ chains:
   - name: resp-gemini             # a Responses app: OpenAI, then a Chat-only provider
     models: ["rg-*"]
     providers: [openai, {provider: gemini, model: gemini-2.5-flash}]
+  - name: resp-three              # a Responses app: OpenAI, Anthropic, a Chat-only provider
+    models: ["rx-*"]
+    providers: [openai, {provider: anthropic, model: claude-sonnet-4-5},
+                {provider: gemini, model: gemini-2.5-flash}]
   - name: resp-claude             # a Responses app: OpenAI, then Anthropic
     models: ["rc-*"]
     providers: [openai, {provider: anthropic, model: claude-sonnet-4-5}]
@@ -1012,6 +1016,31 @@ def test_openai_responses_app_through_a_chat_only_fallback(xv):
             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_7", "content": "18C"}][1:]
     assert walk(gw, "xv-rg") == "openai:overloaded:Nms,gemini:ok:Nms"
+
+
+@needs_hold
+def test_a_responses_stream_whose_translated_first_event_is_an_error_falls_over(xv):
+    """A Responses app's stream: the Anthropic fallback opens with `event: error`
+    (overloaded), which is read on Anthropic's own bytes and falls over; the Chat-only entry
+    after it answers, translated. When the last entry answers an error, the app gets it in
+    OpenAI's error shape with the provider's message."""
+    xv.openai.set_default(status=503, strict=True)
+    xv.anthropic.set_default(preset="anthropic_overloaded_stream", strict=True)
+    xv.start()
+    c = xv.oai()
+    raw = c.responses.with_raw_response.create(model="rx-4o", input="hi", stream=True)
+    assert raw.headers["x-llm-provider"] == "gemini"
+    assert raw.headers["x-llm-fallback-reason"] == "overloaded"
+    events = list(raw.parse())
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
+        "spare:0 spare:1 spare:2 "
+    assert events[-1].type == "response.completed"
+    xv.anthropic.set_default(status=400, strict=True, body={"type": "error", "error": {
+        "type": "invalid_request_error", "message": "messages: roles must alternate"}})
+    with pytest.raises(openai.BadRequestError) as e:
+        c.responses.create(model="rc-4o", input="hi")
+    assert e.value.body["message"] == "messages: roles must alternate"
+    assert e.value.body["type"] == "invalid_request_error"
 
 
 def test_an_agents_sdk_agent_with_a_function_tool_through_an_anthropic_fallback(xv):
