@@ -49,7 +49,7 @@ pub struct Content {
     /// A non-empty top-level `tools` (or `functions`) list.
     pub tools: bool,
     /// State kept by one provider: a non-null `previous_response_id` or `conversation`, or
-    /// a `file_id` anywhere in the body.
+    /// a `file_id` or an `item_reference` item anywhere in the body.
     pub provider_state: bool,
     /// Body bytes without inline media (base64 `data` and `data:` URIs), the base of the
     /// prompt-size estimate.

@@ -76,7 +76,8 @@ pub(crate) struct Scanner<'a> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pending {
     None,
-    /// `type`: `image_url`, `image` or `input_image` is an image.
+    /// `type`: `image_url`, `image` or `input_image` is an image; `item_reference` an item a
+    /// provider stored.
     Type,
     /// `file_id`: a file kept by a provider.
     FileId,
@@ -113,6 +114,8 @@ impl<'a> Scanner<'a> {
             Pending::Type => {
                 self.content.images |=
                     matches!(token, b"\"image_url\"" | b"\"image\"" | b"\"input_image\"");
+                // A Responses input item naming an item the provider stored.
+                self.content.provider_state |= token == b"\"item_reference\"";
             }
             Pending::FileId => self.content.provider_state = true,
             Pending::Data => self.media_bytes += token.len(),

@@ -549,6 +549,11 @@ fn the_scan_notes_images_tools_provider_state_and_inline_media() {
     assert!(content(r#"{"previous_response_id":"resp_1","input":"hi"}"#).provider_state);
     assert!(content(r#"{"conversation":{"id":"conv_1"}}"#).provider_state);
     assert!(!content(r#"{"previous_response_id":null}"#).provider_state);
+    assert!(content(r#"{"input":[{"type":"item_reference","id":"msg_1"}]}"#).provider_state);
+    assert!(
+        !content(r#"{"input":[{"type":"message","role":"user","content":"item_reference"}]}"#)
+            .provider_state
+    );
     assert!(
         content(r#"{"messages":[{"content":[{"type":"file","file":{"file_id":"file-1"}}]}]}"#)
             .provider_state
