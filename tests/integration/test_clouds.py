@@ -438,7 +438,8 @@ CANONICAL = CLOUDS.replace(
 @needs_router_mode
 def test_the_canonical_chain_serves_both_sdks_through_outages_of_anthropic_and_bedrock(clouds):
     """Claude on Anthropic, then Claude on Bedrock (signed), then GPT on Azure OpenAI (the
-    issue's chain): an Anthropic-SDK app and an OpenAI-SDK app, streamed and not."""
+    issue's chain): an Anthropic-SDK app and an OpenAI-SDK app, streamed and not, on Chat
+    Completions and on the Responses API."""
     gateway, m = clouds
     assert CANONICAL != CLOUDS
     gw = gateway.start(CANONICAL, env=AWS_ENV)
@@ -456,6 +457,11 @@ def test_the_canonical_chain_serves_both_sdks_through_outages_of_anthropic_and_b
         "bedrock:0 bedrock:1 bedrock:2 "
     with ant.messages.stream(model="claude-x", max_tokens=20, messages=ask) as s:
         assert "".join(s.text_stream) == "bedrock:0 bedrock:1 bedrock:2 "
+    # A Responses app: translated to Messages in Bedrock's envelope, signed, and back.
+    assert oai.responses.create(model="claude-x", input="hi").output_text == \
+        f"Hello from bedrock (model {BEDROCK_MODEL})"
+    with oai.responses.stream(model="claude-x", input="hi") as s:
+        assert s.get_final_response().output_text == "bedrock:0 bedrock:1 bedrock:2 "
     assert all(r.get("rejected") is None for r in m["bedrock"].requests())
     # Bedrock down too: GPT on Azure answers both.
     m["bedrock"].set_default(status=503)
@@ -468,7 +474,14 @@ def test_the_canonical_chain_serves_both_sdks_through_outages_of_anthropic_and_b
     stream = oai.chat.completions.create(model="claude-x", messages=ask, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == \
         "azure:0 azure:1 azure:2 "
+    # The Responses app on Azure's deployments API (Chat Completions only): translated to Chat.
+    assert oai.responses.create(model="claude-x", input="hi").output_text == \
+        "Hello from azure (model gpt-4o-prod)"
+    with oai.responses.stream(model="claude-x", input="hi") as s:
+        assert s.get_final_response().output_text == "azure:0 azure:1 azure:2 "
     assert all(r.get("rejected") is None for r in m["azure"].requests())
+    assert m["azure"].requests()[-1]["path"].startswith(
+        "/openai/deployments/gpt-4o-prod/chat/completions?api-version=")
 
 
 # Bedrock's errors (a chain that falls over on every class Bedrock's errors map to).
