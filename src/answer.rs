@@ -7,6 +7,7 @@ use crate::config::{Chain, Config, ProviderId};
 use crate::handoff::Refused;
 use crate::plan::Plan;
 use crate::reply::Reply;
+use crate::translate::Api;
 use crate::wire;
 
 /// What the downstream role knows about the final answer without extra reads.
@@ -67,6 +68,22 @@ pub fn may_have_rerouted(config: &Config, plan: &Plan, attempt_count: u64) -> bo
         && config
             .chain(plan.chain)
             .is_some_and(|c| c.has_lists() || c.retry_in_place.is_some())
+}
+
+/// Whether an attempt of `plan` may have sent the request on another `:path` than the caller's
+/// `path` (a provider's `path_prefix`, envelope, or a translation for a caller of `api`):
+/// attempts share the request's headers with Envoy's access log, which would then name the
+/// last attempt's path, so the downstream role puts the caller's back once the answer comes.
+/// Plain same-API chains answer `false` and pay nothing.
+pub fn path_to_restore(config: &Config, plan: &Plan, path: &str, api: Option<Api>) -> bool {
+    let Some(chain) = config.chain(plan.chain) else {
+        return false;
+    };
+    chain.entries.iter().any(|e| {
+        config.provider(e.provider).is_some_and(|p| {
+            p.path_prefix.is_some() || p.envelope.is_some() || p.translates(api, path).is_some()
+        })
+    })
 }
 
 /// The public view of a planned request's final answer.
@@ -261,6 +278,38 @@ pub fn expose_headers(existing: Option<&[u8]>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_callers_path_is_restored_only_where_an_attempt_may_have_changed_it() {
+        let config = |providers: &str| {
+            Config::from_json(
+                format!(r#"{{"providers":[{providers}],"chains":[{{"name":"c","providers":["a","b"]}}]}}"#)
+                    .as_bytes(),
+                &|_| None,
+            )
+            .expect("valid")
+        };
+        let plan = Plan {
+            chain: crate::ids::ChainId::new(0).expect("id"),
+            slots: Vec::new(),
+            skipped: Vec::new(),
+            context_window: Vec::new(),
+            content_policy: Vec::new(),
+        };
+        let chat = "/v1/chat/completions";
+        let openai = Some(Api::OpenAiChat);
+        // Same API, same path: nothing to do on the hot path.
+        let plain = config(r#"{"name":"a"},{"name":"b","api":"openai"}"#);
+        assert!(!path_to_restore(&plain, &plan, chat, openai));
+        for other in [
+            r#"{"name":"b","api":"anthropic"}"#,
+            r#"{"name":"b","path_prefix":"/x"}"#,
+            r#"{"name":"b","api":"gemini"}"#,
+        ] {
+            let c = config(&format!(r#"{{"name":"a"}},{other}"#));
+            assert!(path_to_restore(&c, &plan, chat, openai), "{other}");
+        }
+    }
 
     #[test]
     fn the_gateways_headers_join_what_is_exposed_already() {

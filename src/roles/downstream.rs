@@ -434,6 +434,11 @@ impl<H: Host> Downstream<H> {
         let Some(plan) = &self.plan else {
             return Flow::Continue;
         };
+        if answer::path_to_restore(&self.config, plan, &self.path, Api::of_path(&self.path)) {
+            // The access log names the caller's path, not the last attempt's.
+            self.host
+                .set_header(Map::Request, ":path", Some(&self.path));
+        }
         let marker = self
             .host
             .header(Map::Response, wire::RETRY_MARKER_HEADER)

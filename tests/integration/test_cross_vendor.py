@@ -266,6 +266,10 @@ def test_capability_skips_are_shown_in_headers_metrics_and_the_access_log(xv):
         assert walk(gw, rid) == (f"anthropic:skipped:{reason},openai:overloaded:Nms,"
                                  "backup:ok:Nms")
     assert walk(gw, "xv-plain") == "openai:overloaded:Nms,anthropic:ok:Nms"
+    # The caller's path in the access log, though Anthropic was sent /v1/messages (issue 32).
+    assert xv.anthropic.last_request()["path"] == "/v1/messages"
+    line = next(l for l in gw.log().splitlines() if "request_id=xv-plain" in l)
+    assert '"POST /v1/chat/completions ' in line, line
     assert [body(r)["model"] for r in accepted(xv.backup)] == ["gpt-backup"] * 3
 
 
