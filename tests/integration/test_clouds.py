@@ -546,22 +546,10 @@ def test_bedrocks_errors_are_read_from_its_error_type_and_message(clouds):
 # Every provider kind once, each alone in its chain (model k-<name>): what `explain` says each
 # attempt's path is, against what the provider receives through Envoy (issue 32). Bedrock with
 # an API key and Gemini go to plain mocks, which take any path; Azure's v1 API to the Azure
-# mock, which checks it.
-KINDS = """
-listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
-admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
-providers:
-  - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
-     credential: {header: x-api-key, value: sk-ant}}
-  - {name: bedrock, endpoint: "127.0.0.1:${BEDROCK_PORT}", api: bedrock, region: us-east-1}
+# mock, which checks it. The providers of CLOUDS, and three more.
+KINDS = CLOUDS[:CLOUDS.index("chains:")] + """
   - {name: bedrock-key, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: bedrock,
      credential: {header: authorization, prefix: "Bearer ", value: bedrock-api-key}}
-  - {name: vertex, endpoint: "127.0.0.1:${VERTEX_PORT}", api: vertex, project: p1, region: us-east5,
-     credential: {header: authorization, prefix: "Bearer ", value: ya29.vertex-token}}
-  - {name: openai, endpoint: "127.0.0.1:${OPENAI_PORT}", api: openai,
-     credential: {header: authorization, prefix: "Bearer ", value: sk-openai}}
-  - {name: azure, endpoint: "127.0.0.1:${AZURE_PORT}", api: azure_openai, api_version: "2024-10-21",
-     credential: {header: api-key, value: az-key}}
   - {name: azure-v1, endpoint: "127.0.0.1:${AZURE_PORT}", api: azure_openai,
      credential: {header: api-key, value: az-key}}
   - {name: gemini, endpoint: "127.0.0.1:${OPENAI_PORT}", api: gemini,
