@@ -9,6 +9,7 @@
 //!
 //! Same-API attempts never reach this module (SPEC 13: they pay nothing for it).
 
+pub mod assemble;
 pub mod chat;
 pub mod chat_to_messages;
 pub mod common;

@@ -1,0 +1,395 @@
+//! A streamed answer gathered into one whole answer (work in progress for the first-token
+//! timeout of a request that did not ask for a stream, docs/behaviour.md section 5: the attempt
+//! is streamed from the provider, and the caller gets one JSON answer in its API). The stream's
+//! events, as each dialect's decoder reads them ([`super::chat::Decoder`],
+//! [`super::messages::Decoder`]), are collected into an owned [`Collected`]; [`whole`] writes it
+//! as the caller's API's JSON answer: Chat's own writer ([`chat_answer`]), Messages through the
+//! Chat-to-Messages answer translation, Responses through `responses::answer`.
+
+use super::common::Usage;
+use super::json::Out;
+use super::model::{Answer, Block, Event, Output, Stop};
+use super::Api;
+use std::borrow::Cow;
+
+/// One block of the answer: text, or a function call with its id, name and arguments, each the
+/// contents of a JSON string (without its quotes, escapes as written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(Vec<u8>),
+    Call {
+        id: Vec<u8>,
+        name: Vec<u8>,
+        arguments: Vec<u8>,
+    },
+}
+
+/// The events of one streamed answer, gathered.
+#[derive(Debug, Default)]
+pub struct Collected {
+    id: Vec<u8>,
+    model: Vec<u8>,
+    /// Blocks by their stream index.
+    pieces: Vec<(u64, Piece)>,
+    stop: Stop,
+    usage: Usage,
+    /// The answer's end came.
+    pub complete: bool,
+    /// The provider reported an error in the stream.
+    pub error: bool,
+}
+
+/// The contents of a JSON string written `"..."` (escapes kept, so pieces concatenate).
+fn inner(json_string: &[u8]) -> &[u8] {
+    json_string
+        .strip_prefix(b"\"")
+        .and_then(|s| s.strip_suffix(b"\""))
+        .unwrap_or(json_string)
+}
+
+fn quoted(contents: &[u8]) -> String {
+    let mut s = Vec::with_capacity(contents.len() + 2);
+    s.push(b'"');
+    s.extend_from_slice(contents);
+    s.push(b'"');
+    String::from_utf8(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+impl Collected {
+    /// Takes one event of the stream.
+    pub fn on(&mut self, e: Event<'_>) {
+        match e {
+            Event::Start { id, model } => {
+                self.id = inner(id).to_vec();
+                self.model = inner(model).to_vec();
+            }
+            Event::BlockStart { index, block } => {
+                let piece = match block {
+                    Block::Text => Piece::Text(Vec::new()),
+                    Block::ToolCall { id, name } => Piece::Call {
+                        id: inner(id).to_vec(),
+                        name: inner(name).to_vec(),
+                        arguments: Vec::new(),
+                    },
+                };
+                self.pieces.push((index, piece));
+            }
+            Event::Text { index, text } => match self.piece(index) {
+                Some(Piece::Text(t)) => t.extend_from_slice(inner(text)),
+                // Text with no block opened for it (Chat opens none before its first delta).
+                _ => self.pieces.push((index, Piece::Text(inner(text).to_vec()))),
+            },
+            Event::Arguments { index, json } => {
+                if let Some(Piece::Call { arguments, .. }) = self.piece(index) {
+                    arguments.extend_from_slice(inner(json));
+                }
+            }
+            Event::BlockStop { .. } => {}
+            Event::Stop(stop) => self.stop = stop,
+            Event::Usage(usage) => self.usage = usage,
+            Event::End => self.complete = true,
+            Event::Error { .. } => self.error = true,
+        }
+    }
+
+    fn piece(&mut self, index: u64) -> Option<&mut Piece> {
+        self.pieces
+            .iter_mut()
+            .rev()
+            .find(|(i, _)| *i == index)
+            .map(|(_, p)| p)
+    }
+
+    /// The gathered answer, as the model's [`Answer`] (its strings owned here).
+    pub fn answer(&self) -> (Answer<'_>, Vec<String>) {
+        // Strings first (the answer borrows them), then the answer over them.
+        let mut strings = Vec::with_capacity(self.pieces.len() * 3 + 2);
+        strings.push(quoted(&self.id));
+        strings.push(quoted(&self.model));
+        for (_, piece) in &self.pieces {
+            match piece {
+                Piece::Text(t) => strings.push(quoted(t)),
+                Piece::Call {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    strings.push(quoted(id));
+                    strings.push(quoted(name));
+                    strings.push(quoted(arguments));
+                }
+            }
+        }
+        let answer = Answer {
+            id: None,
+            model: None,
+            output: Vec::new(),
+            stop: self.stop,
+            usage: self.usage,
+        };
+        (answer, strings)
+    }
+}
+
+/// The answer `c` holds, borrowing `strings` from [`Collected::answer`].
+fn fill<'a>(c: &Collected, mut answer: Answer<'a>, strings: &'a [String]) -> Answer<'a> {
+    let mut s = strings.iter().map(String::as_str);
+    answer.id = s.next().filter(|id| *id != "\"\"");
+    answer.model = s.next().filter(|m| *m != "\"\"");
+    for (_, piece) in &c.pieces {
+        match piece {
+            Piece::Text(_) => answer.output.extend(s.next().map(Output::Text)),
+            Piece::Call { .. } => {
+                let (Some(id), Some(name), Some(arguments)) = (s.next(), s.next(), s.next()) else {
+                    break;
+                };
+                answer.output.push(Output::ToolCall {
+                    id,
+                    name,
+                    arguments: Cow::Borrowed(arguments),
+                });
+            }
+        }
+    }
+    answer
+}
+
+/// A Chat completion (`object: chat.completion`) of `answer`: its texts joined as the
+/// message's content, its calls as `tool_calls`, usage with cached tokens.
+pub fn chat_answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
+    let mut out = Out::with_capacity(256);
+    out.open();
+    out.key("id")
+        .raw(answer.id.unwrap_or("\"chatcmpl-gateway\""));
+    out.key("object").raw("\"chat.completion\"");
+    out.key("created").num(created);
+    out.key("model").raw(answer.model.unwrap_or("\"\""));
+    out.key("choices").open_arr().open();
+    out.key("index").num(0);
+    out.key("message").open();
+    out.key("role").raw("\"assistant\"");
+    let texts: Vec<&str> = (answer.output.iter())
+        .filter_map(|o| match o {
+            Output::Text(t) => Some(*t),
+            Output::ToolCall { .. } => None,
+        })
+        .collect();
+    if texts.is_empty() {
+        out.key("content").null();
+    } else {
+        let mut joined = Vec::new();
+        for t in &texts {
+            joined.extend_from_slice(inner(t.as_bytes()));
+        }
+        out.key("content").raw(&quoted(&joined));
+    }
+    let calls: Vec<&Output<'_>> = (answer.output.iter())
+        .filter(|o| matches!(o, Output::ToolCall { .. }))
+        .collect();
+    if !calls.is_empty() {
+        out.key("tool_calls").open_arr();
+        for call in calls {
+            if let Output::ToolCall {
+                id,
+                name,
+                arguments,
+            } = call
+            {
+                out.open();
+                out.key("id").raw(id);
+                out.key("type").raw("\"function\"");
+                out.key("function").open();
+                out.key("name").raw(name);
+                out.key("arguments").raw(arguments);
+                out.close().close();
+            }
+        }
+        out.close_arr();
+    }
+    out.close();
+    let finish = match answer.stop {
+        Stop::End => "\"stop\"",
+        Stop::MaxTokens => "\"length\"",
+        Stop::ToolUse => "\"tool_calls\"",
+        Stop::Refusal => "\"content_filter\"",
+    };
+    out.key("finish_reason").raw(finish);
+    out.close().close_arr();
+    let u = answer.usage;
+    out.key("usage").open();
+    out.key("prompt_tokens").num(u.prompt_tokens());
+    out.key("completion_tokens").num(u.output);
+    out.key("total_tokens")
+        .num(u.prompt_tokens().saturating_add(u.output));
+    out.key("prompt_tokens_details").open();
+    out.key("cached_tokens").num(u.cache_read);
+    out.close();
+    out.close();
+    out.close();
+    out.0
+}
+
+/// A caller's whole answer in `caller`'s API from a stream gathered into `c` (`created`: Unix
+/// seconds, for OpenAI's answers). `None` when the stream did not end with its answer's end
+/// (cut short, or an error event): the attempt failed.
+pub fn whole(caller: Api, c: &Collected, created: u64) -> Option<Vec<u8>> {
+    if !c.complete || c.error {
+        return None;
+    }
+    let (answer, strings) = c.answer();
+    let answer = fill(c, answer, &strings);
+    let chat = chat_answer(&answer, created);
+    match caller {
+        Api::OpenAiChat => Some(chat),
+        Api::AnthropicMessages => super::messages_to_chat::response(200, &chat).ok(),
+        Api::OpenAiResponses => Some(super::responses::answer(&answer, created)),
+    }
+}
+
+/// Gathers a whole stream in `api`'s dialect (all its bytes, in one piece or several) and
+/// writes it as `api`'s JSON answer.
+pub fn stream_to_answer(api: Api, chunks: &[&[u8]], created: u64) -> Option<Vec<u8>> {
+    let mut c = Collected::default();
+    let last = chunks.len().saturating_sub(1);
+    match api {
+        Api::OpenAiChat => {
+            let mut d = super::chat::Decoder::default();
+            for (i, chunk) in chunks.iter().enumerate() {
+                d.push(chunk, i == last, &mut |e| c.on(e));
+            }
+        }
+        Api::AnthropicMessages => {
+            let mut d = super::messages::Decoder::default();
+            for (i, chunk) in chunks.iter().enumerate() {
+                d.push(chunk, i == last, &mut |e| c.on(e));
+            }
+        }
+        // The Responses stream has no decoder into the model yet.
+        Api::OpenAiResponses => return None,
+    }
+    whole(api, &c, created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn parse(body: &[u8]) -> Value {
+        serde_json::from_slice(body).expect("JSON")
+    }
+
+    const CHAT: &str = concat!(
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\\"you\\\"\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,\"total_tokens\":15,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n",
+        "data: [DONE]\n\n"
+    );
+
+    #[test]
+    fn a_chat_stream_becomes_one_chat_completion_with_its_usage() {
+        // Whatever the chunk boundaries.
+        for cut in [CHAT.len(), 7, 100, 333] {
+            let (a, b) = CHAT.as_bytes().split_at(cut.min(CHAT.len()));
+            let body = stream_to_answer(Api::OpenAiChat, &[a, b], 1_700).expect("complete");
+            let v = parse(&body);
+            assert_eq!(v["object"], "chat.completion");
+            assert_eq!(v["model"], "gpt-4o");
+            assert_eq!(v["choices"][0]["message"]["content"], "Hello \"you\"");
+            assert_eq!(v["choices"][0]["finish_reason"], "stop");
+            assert_eq!(
+                v["usage"],
+                json!({"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+                       "prompt_tokens_details": {"cached_tokens": 4}})
+            );
+        }
+    }
+
+    #[test]
+    fn a_messages_stream_becomes_one_message_with_tool_use_and_usage() {
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":20,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Let me look.\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"weather\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"city\\\": \"}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"Paris\\\"}\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":9}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        );
+        let body =
+            stream_to_answer(Api::AnthropicMessages, &[stream.as_bytes()], 0).expect("complete");
+        let v = parse(&body);
+        assert_eq!(v["type"], "message", "{v}");
+        assert_eq!(v["model"], "claude-x");
+        assert_eq!(v["stop_reason"], "tool_use");
+        assert_eq!(
+            v["content"][0],
+            json!({"type": "text", "text": "Let me look."})
+        );
+        assert_eq!(v["content"][1]["type"], "tool_use");
+        assert_eq!(v["content"][1]["name"], "weather");
+        assert_eq!(v["content"][1]["input"], json!({"city": "Paris"}));
+        assert_eq!(v["usage"]["input_tokens"], 20);
+        assert_eq!(v["usage"]["cache_read_input_tokens"], 5);
+        assert_eq!(v["usage"]["output_tokens"], 9);
+    }
+
+    #[test]
+    fn a_stream_cut_short_or_with_an_error_is_no_answer() {
+        let cut = CHAT.split("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\"").next().unwrap();
+        assert_eq!(
+            stream_to_answer(Api::OpenAiChat, &[cut.as_bytes()], 0),
+            None
+        );
+        let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+        assert_eq!(
+            stream_to_answer(Api::AnthropicMessages, &[error.as_bytes()], 0),
+            None
+        );
+    }
+}
+
+/// Whether a request that did not ask for a stream may be sent as one and its answer gathered
+/// (docs/behaviour.md section 5): not with several choices (`n` above 1), log probabilities
+/// (`logprobs: true`, `top_logprobs`) or audio output (`modalities` naming `audio`, an `audio`
+/// member), which a gathered answer would not carry.
+pub fn streamable(body: &[u8]) -> bool {
+    let [n, logprobs, top_logprobs, modalities, audio] = super::json::pick(
+        body,
+        [b"n", b"logprobs", b"top_logprobs", b"modalities", b"audio"],
+    );
+    let several = super::json::number(n).is_some_and(|n| n > 1);
+    let audio_out = !audio.is_empty() && audio != b"null"
+        || super::json::elements(modalities).any(|m| m == b"\"audio\"");
+    !several
+        && logprobs != b"true"
+        && (top_logprobs.is_empty() || top_logprobs == b"null")
+        && !audio_out
+}
+
+#[cfg(test)]
+mod streamable_tests {
+    use super::streamable;
+
+    #[test]
+    fn several_choices_log_probabilities_and_audio_go_as_they_are() {
+        assert!(streamable(br#"{"model":"m","messages":[],"n":1}"#));
+        assert!(streamable(
+            br#"{"model":"m","logprobs":false,"audio":null}"#
+        ));
+        for body in [
+            r#"{"model":"m","n":2}"#,
+            r#"{"model":"m","logprobs":true}"#,
+            r#"{"model":"m","top_logprobs":3}"#,
+            r#"{"model":"m","modalities":["text","audio"]}"#,
+            r#"{"model":"m","audio":{"voice":"alloy","format":"wav"}}"#,
+        ] {
+            assert!(!streamable(body.as_bytes()), "{body}");
+        }
+    }
+}
