@@ -265,14 +265,18 @@ pub type SettingsEdit = (Api, EntrySettings);
 /// the provider gets: the translated API's, else the caller's (from its path). `None` when the
 /// entry sets nothing, or for an endpoint that takes neither (embeddings).
 pub fn settings_edit(a: &Attempt<'_, '_>) -> Option<SettingsEdit> {
-    if a.entry.settings.is_empty() {
+    let settings = EntrySettings {
+        stream: a.plan.gather,
+        ..a.entry.settings
+    };
+    if settings.is_empty() {
         return None;
     }
     let dialect = match a.translation {
         Some(t) => t.provider,
         None => Api::of_path(a.plan.path)?,
     };
-    Some((dialect, a.entry.settings))
+    Some((dialect, settings))
 }
 
 /// The body to send with `model` written in (and the entry's `settings`, when it has some):
@@ -680,6 +684,29 @@ pub fn hold(
     }
 }
 
+/// A gathered attempt's answer that is a `200` event stream (docs/behaviour.md section 5): the
+/// provider's API (the stream's dialect) and the caller's, whose JSON answer it becomes.
+pub fn gathers(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<(Api, Api)> {
+    let stream = head.status == 200 && head.content_type.is_some_and(dialects::is_event_stream);
+    if !a.plan.gather || !stream {
+        return None;
+    }
+    let caller = (a.translation.map(|t| t.caller)).or_else(|| Api::of_path(a.plan.path))?;
+    Some((a.translation.map_or(caller, |t| t.provider), caller))
+}
+
+/// The caller's one JSON answer from a gathered stream (`body`, all of it, in `provider`'s
+/// dialect): `502` with the caller's error when the stream did not end with its answer.
+pub fn gathered(provider: Api, caller: Api, body: &[u8], created: u64) -> WholeAnswer {
+    match translate::assemble::stream_to_answer(provider, caller, &[body], created) {
+        Some(body) => WholeAnswer { status: 200, body },
+        None => WholeAnswer {
+            status: UNREADABLE_STATUS,
+            body: translate::unreadable(provider, caller),
+        },
+    }
+}
+
 /// Whether attempt `a`'s answer is an AWS event stream to unwrap into SSE: a `200` stream of a
 /// Bedrock provider (`content_type` read only then).
 pub fn unframes(
@@ -1052,6 +1079,7 @@ pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
         log_started: p.log_started,
         stream: p.stream,
         caller_api: p.caller_api,
+        gather: p.gather,
         slots: walk,
         limit: u8::try_from(p.limit()).unwrap_or(u8::MAX),
         context_window: &context_window,

@@ -63,11 +63,15 @@ impl Effort {
 pub struct EntrySettings {
     pub effort: Option<Effort>,
     pub max_tokens: Option<u32>,
+    /// Not the entry's: the attempt of a request that did not ask for a stream is streamed
+    /// (`"stream": true`, and for Chat `stream_options.include_usage`) to be gathered
+    /// (docs/behaviour.md section 5).
+    pub stream: bool,
 }
 
 impl EntrySettings {
     pub fn is_empty(&self) -> bool {
-        self.effort.is_none() && self.max_tokens.is_none()
+        self.effort.is_none() && self.max_tokens.is_none() && !self.stream
     }
 }
 
@@ -80,11 +84,20 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
     if settings.is_empty() {
         return None;
     }
-    let (replaced, added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
+    let (replaced, mut added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
         Api::OpenAiChat => chat(settings),
         Api::OpenAiResponses => responses(body, settings),
         Api::AnthropicMessages => messages(body, settings),
     };
+    let mut replaced = replaced.to_vec();
+    if settings.stream {
+        replaced.push("stream");
+        added.push(("stream", b"true".to_vec()));
+        if dialect == Api::OpenAiChat {
+            replaced.push("stream_options");
+            added.push(("stream_options", b"{\"include_usage\":true}".to_vec()));
+        }
+    }
     if added.is_empty() {
         return None;
     }
@@ -253,6 +266,7 @@ mod tests {
         let s = EntrySettings {
             effort,
             max_tokens: max,
+            stream: false,
         };
         let out = apply(body.as_bytes(), dialect, &s).expect("edited");
         serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
@@ -349,8 +363,24 @@ mod tests {
         let s = EntrySettings {
             effort: Some(Effort::High),
             max_tokens: None,
+            stream: false,
         };
         assert_eq!(apply(forced.as_bytes(), Api::AnthropicMessages, &s), None);
+    }
+
+    #[test]
+    fn a_gathered_attempt_asks_for_a_stream_with_its_usage() {
+        let s = EntrySettings {
+            stream: true,
+            ..Default::default()
+        };
+        let chat = apply(br#"{"model":"m","stream":false}"#, Api::OpenAiChat, &s).unwrap();
+        assert_eq!(
+            chat,
+            br#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#
+        );
+        let messages = apply(br#"{"max_tokens":5}"#, Api::AnthropicMessages, &s).unwrap();
+        assert_eq!(messages, br#"{"max_tokens":5,"stream":true}"#);
     }
 
     #[test]
@@ -367,6 +397,7 @@ mod tests {
         let s = EntrySettings {
             effort: Some(Effort::Low),
             max_tokens: None,
+            stream: false,
         };
         for body in ["[1]", "{\"a\":1", "{\"a\":1} x", ""] {
             assert_eq!(apply(body.as_bytes(), Api::OpenAiChat, &s), None, "{body}");

@@ -69,6 +69,10 @@ pub struct PlanRecord<'a> {
     pub stream: bool,
     /// The caller's API, when an attempt may be translated (SPEC 13); `None` otherwise.
     pub caller_api: Option<Api>,
+    /// The caller did not ask for a stream, but under a first-token timeout each attempt is
+    /// streamed from the provider (`stream` is set too) and its answer gathered into one JSON
+    /// answer (docs/behaviour.md section 5).
+    pub gather: bool,
     pub slots: &'a [Slot],
     /// Attempts Envoy may make (`Plan::attempt_limit`); 0 means `slots.len()`.
     pub limit: u8,
@@ -81,6 +85,7 @@ pub struct PlanRecord<'a> {
 }
 
 const CHAT_CALLER: u8 = 4;
+const GATHER: u8 = 16;
 const MESSAGES_CALLER: u8 = 8;
 /// Both bits: a Responses caller.
 const RESPONSES_CALLER: u8 = CHAT_CALLER | MESSAGES_CALLER;
@@ -118,7 +123,10 @@ impl PlanRecord<'_> {
             self.chain,
             self.start_ms,
             self.body_len,
-            u8::from(self.log_started) | u8::from(self.stream) << 1 | api_flag(self.caller_api)
+            u8::from(self.log_started)
+                | u8::from(self.stream) << 1
+                | api_flag(self.caller_api)
+                | if self.gather { GATHER } else { 0 }
         );
         for (i, s) in self.slots.iter().enumerate() {
             if i > 0 {
@@ -155,6 +163,7 @@ pub struct PlanText {
     log_started: bool,
     stream: bool,
     caller_api: Option<Api>,
+    gather: bool,
     limit: u8,
     /// Parsed once: every callback of the attempt reads them.
     slots: [Slot; MAX_CHAIN_LEN],
@@ -177,6 +186,8 @@ pub struct PlanView<'a> {
     pub stream: bool,
     /// The caller's API when an attempt may be translated (see [`PlanRecord::caller_api`]).
     pub caller_api: Option<Api>,
+    /// See [`PlanRecord::gather`].
+    pub gather: bool,
     limit: u8,
     slots: &'a [Slot],
     context_window: &'a str,
@@ -230,9 +241,12 @@ impl PlanText {
             return None;
         }
         let flags: u8 = match field(&flags)? {
-            f if f.len() == 1 => u8::from_str_radix(f, 16).ok()?,
+            f if f.len() <= 2 => u8::from_str_radix(f, 16).ok()?,
             _ => return None,
         };
+        if flags & !(GATHER | 15) != 0 {
+            return None;
+        }
         let caller_api = match flags & (CHAT_CALLER | MESSAGES_CALLER) {
             0 => None,
             CHAT_CALLER => Some(Api::OpenAiChat),
@@ -275,6 +289,7 @@ impl PlanText {
             log_started: flags & 1 != 0,
             stream: flags & 2 != 0,
             caller_api,
+            gather: flags & GATHER != 0,
             limit,
             slots: parsed,
             slot_count,
@@ -297,6 +312,7 @@ impl PlanText {
             log_started: self.log_started,
             stream: self.stream,
             caller_api: self.caller_api,
+            gather: self.gather,
             limit: self.limit,
             slots: self
                 .slots
@@ -467,6 +483,7 @@ mod tests {
             log_started: true,
             stream: false,
             caller_api: None,
+            gather: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -542,6 +559,7 @@ mod tests {
             log_started: true,
             stream: true,
             caller_api: None,
+            gather: false,
             slots: &slots,
             limit: 5,
             context_window: &[4.into(), 5.into()],
@@ -573,6 +591,7 @@ mod tests {
             log_started: true,
             stream: true,
             caller_api: None,
+            gather: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -621,6 +640,7 @@ mod tests {
             log_started: false,
             stream: false,
             caller_api: None,
+            gather: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -640,7 +660,9 @@ mod tests {
             lines.join("\n")
         };
         assert!(PlanText::decode(with_line(5, "3")).is_some());
-        assert_eq!(PlanText::decode(with_line(5, "13")), None);
+        assert!(PlanText::decode(with_line(5, "13")).is_some_and(|p| p.view().gather));
+        assert_eq!(PlanText::decode(with_line(5, "23")), None);
+        assert_eq!(PlanText::decode(with_line(5, "113")), None);
         assert_eq!(PlanText::decode(with_line(5, "g")), None);
         assert_eq!(PlanText::decode(with_line(6, "x,y")), None);
         assert_eq!(PlanText::decode(with_line(7, "3;1;x")), None);

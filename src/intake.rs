@@ -315,6 +315,8 @@ pub fn slot_clusters<'a>(
 pub struct Published<'a> {
     pub plan: &'a Plan,
     pub stream: bool,
+    /// Each attempt is streamed from the provider and gathered ([`gathers`]).
+    pub gather: bool,
     pub start_ms: u64,
     pub body_len: usize,
     pub path: &'a str,
@@ -322,6 +324,19 @@ pub struct Published<'a> {
     pub model: &'a str,
     /// The caller's API (from its path).
     pub api: Option<Api>,
+}
+
+/// Whether a request that did not ask for a stream is streamed from each provider and its
+/// answer gathered into one JSON answer (docs/behaviour.md section 5): with a first-token
+/// timeout, for Chat and Messages callers, where the upstream role may hold answers (not on
+/// Envoy 1.36), unless it asks for what a gathered answer would not
+/// carry (`translate::assemble::streamable`).
+pub fn gathers(config: &Config, api: Option<Api>, stream: bool, body: &[u8]) -> bool {
+    !stream
+        && config.timeouts.first_token_ms > 0
+        && config.hold_answers
+        && matches!(api, Some(Api::OpenAiChat | Api::AnthropicMessages))
+        && crate::translate::assemble::streamable(body)
 }
 
 impl<'a> Published<'a> {
@@ -337,7 +352,8 @@ impl<'a> Published<'a> {
             start_ms: self.start_ms,
             body_len: self.body_len as u64,
             log_started: !self.plan.skipped.is_empty(),
-            stream: self.stream,
+            stream: self.stream || self.gather,
+            gather: self.gather,
             caller_api: self.api.filter(|_| self.crosses_apis(config)),
             slots: &self.plan.slots,
             limit: lists.map_or(0, |l| u8::try_from(l).unwrap_or(u8::MAX)),

@@ -23,6 +23,7 @@ fn plan(slots: &[Slot]) -> PlanText {
         log_started: false,
         stream: false,
         caller_api: None,
+        gather: false,
         slots,
         limit: 0,
         context_window: &[],
@@ -221,6 +222,7 @@ fn streamed_plan() -> PlanText {
         log_started: false,
         stream: true,
         caller_api: None,
+        gather: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -341,6 +343,7 @@ fn an_empty_or_unreadable_200_is_a_server_error() {
         log_started: false,
         stream: false,
         caller_api: None,
+        gather: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -407,6 +410,7 @@ fn limited_plan(slots: &[Slot], limit: u8) -> PlanText {
         log_started: false,
         stream: true,
         caller_api: None,
+        gather: false,
         slots,
         limit,
         context_window: &[],
@@ -629,6 +633,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
         log_started: false,
         stream: false,
         caller_api: Some(Api::OpenAiChat),
+        gather: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -642,6 +647,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
     let low = EntrySettings {
         effort: Some(crate::entry_settings::Effort::Low),
         max_tokens: None,
+        stream: false,
     };
     // No model to rewrite: the settings alone hold the body.
     assert_eq!(

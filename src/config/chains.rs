@@ -349,6 +349,7 @@ fn settings(e: &RawChainEntry, field: &str, at: &mut At) -> EntrySettings {
     EntrySettings {
         effort,
         max_tokens: e.max_tokens.filter(|&m| m > 0),
+        stream: false,
     }
 }
 

@@ -294,9 +294,11 @@ impl<H: Host> Downstream<H> {
         intake::route_properties(&config, &plan, |property, cluster| {
             self.host.set_property(property, cluster.as_bytes());
         });
+        let gather = intake::gathers(&config, facts.api, request.stream(), body);
         let published = Published {
             plan: &plan,
             stream: request.stream(),
+            gather,
             start_ms: now.0,
             body_len,
             path: &self.path,
@@ -311,7 +313,11 @@ impl<H: Host> Downstream<H> {
         let retries = published.max_retries(&config).to_string();
         self.host
             .set_header(Map::Request, wire::MAX_RETRIES_HEADER, Some(&retries));
-        if config.timeouts.first_token(request.stream()).is_some() {
+        if config
+            .timeouts
+            .first_token(request.stream() || gather)
+            .is_some()
+        {
             // A stream whose headers do not come within the first-token timeout has produced
             // no output either: Envoy's per-try timer ends it (read once per request).
             let wait = config.timeouts.headers_wait_ms(true).to_string();

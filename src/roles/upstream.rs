@@ -58,6 +58,9 @@ pub struct Upstream<H: Host> {
     settled: bool,
     /// The response is held until the start of its body is read (SPEC 3a).
     hold: Option<Hold>,
+    /// The request did not ask for a stream: this `200` stream is gathered into one JSON
+    /// answer (docs/behaviour.md section 5).
+    gather: Option<Gathering>,
     /// Bytes of the held body received so far.
     held: usize,
     /// The provider's answer carried a header named like the retry marker.
@@ -90,6 +93,14 @@ struct Unframing {
     done: usize,
 }
 
+/// A gathered stream: its dialect, the caller's API and the bytes so far.
+#[derive(Debug)]
+struct Gathering {
+    provider: Api,
+    caller: Api,
+    bytes: Vec<u8>,
+}
+
 /// A translated attempt's answer on its way to the caller.
 enum Answering {
     /// Buffered whole, then replaced (`translate::response`).
@@ -112,6 +123,7 @@ impl<H: Host> Upstream<H> {
             current: None,
             rewrite_to: None,
             settings: None,
+            gather: None,
             translation: None,
             translate_request: false,
             include_usage: false,
@@ -682,10 +694,14 @@ impl<H: Host> Upstream<H> {
         let head = attempt::ResponseHead::read(&map, end_of_stream);
         self.provider_marker = head.marker;
         self.answered = true;
-        // A translated stream's end is its translator's (not watched here).
-        let watched = a
-            .translation
-            .is_none()
+        self.gather = attempt::gathers(&a, &head).map(|(provider, caller)| Gathering {
+            provider,
+            caller,
+            bytes: Vec::new(),
+        });
+        // A translated stream's end is its translator's, a gathered one's its gathering (not
+        // watched here).
+        let watched = (a.translation.is_none() && self.gather.is_none())
             .then(|| attempt::watch_end(&a, &head));
         if let Some(messages_caller) = watched.flatten() {
             self.messages_caller = messages_caller;
@@ -712,6 +728,8 @@ impl<H: Host> Upstream<H> {
         self.held = body_size;
         let flow = if self.hold.is_some() {
             self.decide_held(end_of_stream)
+        } else if self.gather.is_some() {
+            self.gather_body(end_of_stream)
         } else {
             self.translate_answer(body_size, end_of_stream)
         };
@@ -774,6 +792,28 @@ impl<H: Host> Upstream<H> {
         self.replaced = true;
     }
 
+    /// A gathered stream (its first output came in time): kept here to its end, nothing of it
+    /// sent, then replaced by the caller's one JSON answer. A stream that ended before its
+    /// answer's end gets the caller's error body (its `200` went with the headers).
+    fn gather_body(&mut self, end_of_stream: bool) -> Flow {
+        let Some(g) = self.gather.as_mut() else {
+            return Flow::Continue;
+        };
+        let chunk = self.host.body(Map::Response, self.held).unwrap_or_default();
+        g.bytes.extend_from_slice(&chunk);
+        if !end_of_stream {
+            self.host.set_body(Map::Response, self.held, b"");
+            return Flow::Continue;
+        }
+        let created = self.started_s();
+        let Some(g) = self.gather.take() else {
+            return Flow::Continue;
+        };
+        let answer = attempt::gathered(g.provider, g.caller, &g.bytes, created);
+        self.host.set_body(Map::Response, self.held, &answer.body);
+        Flow::Continue
+    }
+
     /// When the attempt started, in Unix seconds (OpenAI answers' `created`).
     fn started_s(&self) -> u64 {
         self.current.as_ref().map_or(0, |c| c.start_ms / 1000)
@@ -817,6 +857,9 @@ impl<H: Host> Upstream<H> {
     pub fn on_response_trailers(&mut self) -> Flow {
         if self.hold.is_some() {
             return self.decide_held(true);
+        }
+        if self.gather.is_some() {
+            return self.gather_body(true);
         }
         // A whole answer is held whole; nothing kept of a stream: its end was written (or
         // cannot be: docs/behaviour.md). Without a translated answer nothing is read.
@@ -909,6 +952,16 @@ impl<H: Host> Upstream<H> {
                 self.give_whole(&answer);
             }
             return Flow::Continue;
+        }
+        if decided.class != Class::Ok || marker == Marker::Set {
+            self.gather = None;
+        } else if self.gather.is_some() {
+            // Its headers go now (Envoy's per-try timer would end a held answer), saying what
+            // comes at the end instead of the stream.
+            self.host.set_header(Map::Response, "content-length", None);
+            self.host
+                .set_header(Map::Response, "content-type", Some("application/json"));
+            return self.gather_body(end_of_stream);
         }
         // Decided on the provider's own bytes; then translated for the caller, all of what
         // is held so far.

@@ -246,12 +246,17 @@ pub fn whole(caller: Api, c: &Collected, created: u64) -> Option<Vec<u8>> {
     }
 }
 
-/// Gathers a whole stream in `api`'s dialect (all its bytes, in one piece or several) and
-/// writes it as `api`'s JSON answer.
-pub fn stream_to_answer(api: Api, chunks: &[&[u8]], created: u64) -> Option<Vec<u8>> {
+/// Gathers a whole stream in `provider`'s dialect (all its bytes, in one piece or several) and
+/// writes it as `caller`'s JSON answer.
+pub fn stream_to_answer(
+    provider: Api,
+    caller: Api,
+    chunks: &[&[u8]],
+    created: u64,
+) -> Option<Vec<u8>> {
     let mut c = Collected::default();
     let last = chunks.len().saturating_sub(1);
-    match api {
+    match provider {
         Api::OpenAiChat => {
             let mut d = super::chat::Decoder::default();
             for (i, chunk) in chunks.iter().enumerate() {
@@ -267,7 +272,7 @@ pub fn stream_to_answer(api: Api, chunks: &[&[u8]], created: u64) -> Option<Vec<
         // The Responses stream has no decoder into the model yet.
         Api::OpenAiResponses => return None,
     }
-    whole(api, &c, created)
+    whole(caller, &c, created)
 }
 
 #[cfg(test)]
@@ -293,7 +298,8 @@ mod tests {
         // Whatever the chunk boundaries.
         for cut in [CHAT.len(), 7, 100, 333] {
             let (a, b) = CHAT.as_bytes().split_at(cut.min(CHAT.len()));
-            let body = stream_to_answer(Api::OpenAiChat, &[a, b], 1_700).expect("complete");
+            let body = stream_to_answer(Api::OpenAiChat, Api::OpenAiChat, &[a, b], 1_700)
+                .expect("complete");
             let v = parse(&body);
             assert_eq!(v["object"], "chat.completion");
             assert_eq!(v["model"], "gpt-4o");
@@ -321,8 +327,13 @@ mod tests {
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":9}}\n\n",
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
         );
-        let body =
-            stream_to_answer(Api::AnthropicMessages, &[stream.as_bytes()], 0).expect("complete");
+        let body = stream_to_answer(
+            Api::AnthropicMessages,
+            Api::AnthropicMessages,
+            &[stream.as_bytes()],
+            0,
+        )
+        .expect("complete");
         let v = parse(&body);
         assert_eq!(v["type"], "message", "{v}");
         assert_eq!(v["model"], "claude-x");
@@ -340,15 +351,37 @@ mod tests {
     }
 
     #[test]
+    fn a_chat_stream_gathered_for_a_messages_caller_is_a_message() {
+        let body = stream_to_answer(
+            Api::OpenAiChat,
+            Api::AnthropicMessages,
+            &[CHAT.as_bytes()],
+            0,
+        )
+        .expect("complete");
+        let v = parse(&body);
+        assert_eq!(v["type"], "message", "{v}");
+        assert_eq!(v["content"][0]["text"], "Hello \"you\"");
+        assert_eq!(v["usage"]["input_tokens"], 8);
+        assert_eq!(v["usage"]["cache_read_input_tokens"], 4);
+        assert_eq!(v["usage"]["output_tokens"], 3);
+    }
+
+    #[test]
     fn a_stream_cut_short_or_with_an_error_is_no_answer() {
         let cut = CHAT.split("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\"").next().unwrap();
         assert_eq!(
-            stream_to_answer(Api::OpenAiChat, &[cut.as_bytes()], 0),
+            stream_to_answer(Api::OpenAiChat, Api::OpenAiChat, &[cut.as_bytes()], 0),
             None
         );
         let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
         assert_eq!(
-            stream_to_answer(Api::AnthropicMessages, &[error.as_bytes()], 0),
+            stream_to_answer(
+                Api::AnthropicMessages,
+                Api::AnthropicMessages,
+                &[error.as_bytes()],
+                0
+            ),
             None
         );
     }

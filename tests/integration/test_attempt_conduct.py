@@ -227,14 +227,17 @@ def test_a_stream_whose_headers_do_not_come_in_time_falls_over(three):
     assert attempts(gw).get((("outcome", "timeout"), ("provider", "primary"))) == 1
 
 
-def test_the_first_token_timeout_never_cuts_a_slow_non_streamed_answer(three):
+def test_the_first_token_timeout_cuts_a_non_streamed_request_whose_answer_does_not_start(three):
+    # Issue 31: a request that did not ask for a stream is streamed from the provider under
+    # first_token (it used to wait for the attempt timeout), and answered as one JSON answer.
     gateway, primary, secondary, _ = three
     primary.set_default(delay_ms=2000)
     gw = gateway.start(config(timeouts=FIRST_TOKEN))
     r = gw.chat("gpt-4o")
     assert r.status == 200, r.text
-    assert r.header("x-llm-provider") == "primary"
-    assert secondary.request_count() == 0
+    assert r.header("x-llm-provider") == "secondary"
+    assert r.header("x-llm-fallback-reason") == "timeout"
+    assert r.json()["choices"][0]["message"]["content"].startswith("secondary:0 ")
 
 
 def test_the_first_token_timeout_never_cuts_a_stream_that_started(three):

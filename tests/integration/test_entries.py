@@ -1,7 +1,9 @@
 """What a chain entry decides for itself (docs/behaviour.md sections 2.4 and 7), end to end on one
 real Envoy: `same_residency` keeps a request's walk in its first entry's residency (skips with
 reason `residency` in metrics and the access log); an entry's `effort` and `max_tokens` reach
-its provider in that provider's dialect, and an entry without them gets the caller's bytes.
+its provider in that provider's dialect, and an entry without them gets the caller's bytes; with
+`timeouts.first_token`, a request that did not ask for a stream is streamed from each provider,
+cut as `timeout` when no output comes in time, and answered with one JSON answer.
 
 One gateway for the module (counters are compared as differences), mocks in this process."""
 import json
@@ -47,14 +49,14 @@ chains:
 
 
 class Module:
-    def __init__(self, tmp):
+    def __init__(self, tmp, config=CONFIG, mocks=MOCKS):
         self.mocks = {}
         try:
-            for name in MOCKS:
+            for name in mocks:
                 self.mocks[name] = start_mock(name)
             env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
                    **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
-            path = render_config(CONFIG, env, out_dir=tmp)
+            path = render_config(config, env, out_dir=tmp)
             self.envoy = Envoy(path, tmp / "envoy", env=env,
                                extra_args=["--file-flush-interval-msec", "50"]).start()
         except BaseException:
@@ -158,3 +160,56 @@ def test_each_entry_is_sent_its_effort_and_max_tokens_in_its_providers_dialect(e
     sent = json.loads(m.mocks["chat"].requests()[-1]["body"])
     assert sent["reasoning"] == {"summary": "auto", "effort": "low"}, sent
     assert sent["max_output_tokens"] == 100, sent
+
+
+GATHER = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+breaker: {failures: 1000}
+timeouts: {first_token: 1s}
+providers:
+  - {name: slow, endpoint: "127.0.0.1:${SLOW_PORT}"}
+  - {name: fast, endpoint: "127.0.0.1:${FAST_PORT}"}
+chains:
+  - {name: main, providers: [slow, fast]}
+"""
+
+
+@pytest.fixture(scope="module")
+def gathering(tmp_path_factory):
+    m = Module(tmp_path_factory.mktemp("gather"), GATHER, ("slow", "fast"))
+    yield m
+    m.stop()
+
+
+def test_a_request_not_streamed_is_streamed_under_first_token_and_answered_whole(gathering):
+    m = gathering
+    m.reset()
+    # Headers at once, no output within the first-token timeout: cut, falls over.
+    m.mocks["slow"].set_default(first_chunk_delay_ms=3000)
+    # On time, then longer than the first-token timeout to finish: never cut.
+    m.mocks["fast"].set_default(chunks=4, chunk_interval_ms=400,
+                                usage={"prompt_tokens": 7, "completion_tokens": 4,
+                                       "total_tokens": 11})
+    caller = '{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+    r = m.gw.post("/v1/chat/completions", body=caller,
+                  headers={"content-type": "application/json"}, timeout=15)
+    assert r.status == 200, r.text
+    assert r.header("content-type") == "application/json"
+    assert r.header("x-llm-provider") == "fast"
+    assert r.header("x-llm-fallback-reason") == "timeout"
+    answer = r.json()
+    assert answer["object"] == "chat.completion", answer
+    assert answer["choices"][0]["message"]["content"] == "fast:0 fast:1 fast:2 fast:3 "
+    assert answer["choices"][0]["finish_reason"] == "stop"
+    assert answer["usage"]["prompt_tokens"] == 7 and answer["usage"]["completion_tokens"] == 4
+    for name in ("slow", "fast"):
+        sent = json.loads(m.mocks[name].requests()[-1]["body"])
+        assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    # Several choices cannot be gathered: sent as it is (and slow answers JSON at once).
+    m.reset()
+    caller = '{"model": "gpt-4o", "n": 2, "messages": [{"role": "user", "content": "hi"}]}'
+    r = m.gw.post("/v1/chat/completions", body=caller,
+                  headers={"content-type": "application/json"})
+    assert r.status == 200 and r.header("x-llm-provider") == "slow", r.text
+    assert m.mocks["slow"].requests()[-1]["body"] == caller
