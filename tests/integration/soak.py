@@ -217,6 +217,13 @@ class Soak:
                 kind = "stream" if r.complete and done else "stream cut"
                 if not r.complete and r.error is None:
                     self.violation("stream ended unclearly", rid)
+            elif not r.complete:
+                # Gathered from the provider's stream under first_token: a provider that fails
+                # after the first output ends the answer as a stream's (reset: the client
+                # raises), never with a complete-looking body.
+                kind = "json cut"
+                if r.error is None:
+                    self.violation("answer ended unclearly", rid)
             else:
                 try:
                     content = json.loads(r.body)["choices"][0]["message"]["content"]
@@ -416,7 +423,7 @@ class Soak:
                  "",
                  "| figure | value |", "|---|---|",
                  f"| requests answered | {len(res)} ({len(res) / max(self.elapsed, 1):.0f}/s) |",
-                 f"| 200 JSON / 200 stream complete / stream cut mid-way | {kinds['json']} / {kinds['stream']} / {kinds['stream cut']} |",
+                 f"| 200 JSON / JSON cut mid-way (gathered) / 200 stream complete / stream cut mid-way | {kinds['json']} / {kinds['json cut']} / {kinds['stream']} / {kinds['stream cut']} |",
                  f"| error answers (status code: count) | {', '.join(f'{k}: {c}' for k, c in sorted(errors.items())) or '-'} |",
                  f"| latency p50 / p99 / max | {pct(0.5) * 1000:.0f} / {pct(0.99) * 1000:.0f} / {took[-1] * 1000:.0f} ms |",
                  f"| attempts at providers (mock records) | {sum(sum(c.values()) for c in self.served.values())} |",
