@@ -20,9 +20,11 @@ cd "$(dirname "$0")/.."
 # changes that landed beside it), and Chat Completions as its provider dialect to 501,901
 # (BENCHMARKS.md "Module size"). Issue 31's per-entry request settings (effort, max_tokens in
 # each provider's dialect): 511,944; issue 32's access-log path (the caller's :path put back
-# where a chain's attempts may change it): 511,563 after main's responses.rs mends.
+# where a chain's attempts may change it): 511,563 after main's responses.rs mends; issue 31's
+# first-token timeout without streaming (a stream gathered into one JSON answer,
+# translate/assemble.rs): 519,806, 194 bytes under the wave's limit.
 TARGET=418489
-CEILING=512500
+CEILING=520000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

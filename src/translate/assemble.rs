@@ -12,23 +12,24 @@ use super::model::{Answer, Block, Event, Output, Stop};
 use super::Api;
 use std::borrow::Cow;
 
-/// One block of the answer: text, or a function call with its id, name and arguments, each the
-/// contents of a JSON string (without its quotes, escapes as written).
+/// One block of the answer: text, or a function call with its id, name and arguments, each a
+/// JSON string's contents without its closing quote until [`Collected::answer`] closes it
+/// (escapes as written, so pieces concatenate).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
-    Text(Vec<u8>),
+    Text(String),
     Call {
-        id: Vec<u8>,
-        name: Vec<u8>,
-        arguments: Vec<u8>,
+        id: String,
+        name: String,
+        arguments: String,
     },
 }
 
 /// The events of one streamed answer, gathered.
 #[derive(Debug, Default)]
 pub struct Collected {
-    id: Vec<u8>,
-    model: Vec<u8>,
+    id: String,
+    model: String,
     /// Blocks by their stream index.
     pieces: Vec<(u64, Piece)>,
     stop: Stop,
@@ -40,19 +41,20 @@ pub struct Collected {
 }
 
 /// The contents of a JSON string written `"..."` (escapes kept, so pieces concatenate).
-fn inner(json_string: &[u8]) -> &[u8] {
-    json_string
+fn inner(json_string: &[u8]) -> &str {
+    let contents = json_string
         .strip_prefix(b"\"")
         .and_then(|s| s.strip_suffix(b"\""))
-        .unwrap_or(json_string)
+        .unwrap_or_default();
+    std::str::from_utf8(contents).unwrap_or_default()
 }
 
-fn quoted(contents: &[u8]) -> String {
-    let mut s = Vec::with_capacity(contents.len() + 2);
-    s.push(b'"');
-    s.extend_from_slice(contents);
-    s.push(b'"');
-    String::from_utf8(s).unwrap_or_else(|_| "\"\"".to_string())
+/// A JSON string opened with `contents` (closed by [`Collected::answer`]).
+fn opened(contents: &[u8]) -> String {
+    let mut s = String::with_capacity(contents.len() + 2);
+    s.push('"');
+    s.push_str(inner(contents));
+    s
 }
 
 impl Collected {
@@ -60,28 +62,28 @@ impl Collected {
     pub fn on(&mut self, e: Event<'_>) {
         match e {
             Event::Start { id, model } => {
-                self.id = inner(id).to_vec();
-                self.model = inner(model).to_vec();
+                self.id = opened(id);
+                self.model = opened(model);
             }
             Event::BlockStart { index, block } => {
                 let piece = match block {
-                    Block::Text => Piece::Text(Vec::new()),
+                    Block::Text => Piece::Text(opened(b"")),
                     Block::ToolCall { id, name } => Piece::Call {
-                        id: inner(id).to_vec(),
-                        name: inner(name).to_vec(),
-                        arguments: Vec::new(),
+                        id: opened(id),
+                        name: opened(name),
+                        arguments: opened(b""),
                     },
                 };
                 self.pieces.push((index, piece));
             }
             Event::Text { index, text } => match self.piece(index) {
-                Some(Piece::Text(t)) => t.extend_from_slice(inner(text)),
+                Some(Piece::Text(t)) => t.push_str(inner(text)),
                 // Text with no block opened for it (Chat opens none before its first delta).
-                _ => self.pieces.push((index, Piece::Text(inner(text).to_vec()))),
+                _ => self.pieces.push((index, Piece::Text(opened(text)))),
             },
             Event::Arguments { index, json } => {
                 if let Some(Piece::Call { arguments, .. }) = self.piece(index) {
-                    arguments.extend_from_slice(inner(json));
+                    arguments.push_str(inner(json));
                 }
             }
             Event::BlockStop { .. } => {}
@@ -100,58 +102,51 @@ impl Collected {
             .map(|(_, p)| p)
     }
 
-    /// The gathered answer, as the model's [`Answer`] (its strings owned here).
-    pub fn answer(&self) -> (Answer<'_>, Vec<String>) {
-        // Strings first (the answer borrows them), then the answer over them.
-        let mut strings = Vec::with_capacity(self.pieces.len() * 3 + 2);
-        strings.push(quoted(&self.id));
-        strings.push(quoted(&self.model));
-        for (_, piece) in &self.pieces {
+    /// The gathered answer, as the model's [`Answer`] (its strings closed and borrowed here).
+    pub fn answer(&mut self) -> Answer<'_> {
+        let close = |s: &mut String| {
+            if s.is_empty() {
+                s.push('"');
+            }
+            s.push('"');
+        };
+        close(&mut self.id);
+        close(&mut self.model);
+        for (_, piece) in &mut self.pieces {
             match piece {
-                Piece::Text(t) => strings.push(quoted(t)),
+                Piece::Text(t) => close(t),
                 Piece::Call {
                     id,
                     name,
                     arguments,
                 } => {
-                    strings.push(quoted(id));
-                    strings.push(quoted(name));
-                    strings.push(quoted(arguments));
+                    close(id);
+                    close(name);
+                    close(arguments);
                 }
             }
         }
-        let answer = Answer {
-            id: None,
-            model: None,
-            output: Vec::new(),
+        Answer {
+            id: Some(self.id.as_str()).filter(|s| s.len() > 2),
+            model: Some(self.model.as_str()).filter(|s| s.len() > 2),
+            output: (self.pieces.iter())
+                .map(|(_, p)| match p {
+                    Piece::Text(t) => Output::Text(t),
+                    Piece::Call {
+                        id,
+                        name,
+                        arguments,
+                    } => Output::ToolCall {
+                        id,
+                        name,
+                        arguments: Cow::Borrowed(arguments),
+                    },
+                })
+                .collect(),
             stop: self.stop,
             usage: self.usage,
-        };
-        (answer, strings)
-    }
-}
-
-/// The answer `c` holds, borrowing `strings` from [`Collected::answer`].
-fn fill<'a>(c: &Collected, mut answer: Answer<'a>, strings: &'a [String]) -> Answer<'a> {
-    let mut s = strings.iter().map(String::as_str);
-    answer.id = s.next().filter(|id| *id != "\"\"");
-    answer.model = s.next().filter(|m| *m != "\"\"");
-    for (_, piece) in &c.pieces {
-        match piece {
-            Piece::Text(_) => answer.output.extend(s.next().map(Output::Text)),
-            Piece::Call { .. } => {
-                let (Some(id), Some(name), Some(arguments)) = (s.next(), s.next(), s.next()) else {
-                    break;
-                };
-                answer.output.push(Output::ToolCall {
-                    id,
-                    name,
-                    arguments: Cow::Borrowed(arguments),
-                });
-            }
         }
     }
-    answer
 }
 
 /// A Chat completion (`object: chat.completion`) of `answer`: its texts joined as the
@@ -177,11 +172,12 @@ pub fn chat_answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
     if texts.is_empty() {
         out.key("content").null();
     } else {
-        let mut joined = Vec::new();
+        let mut joined = String::from("\"");
         for t in &texts {
-            joined.extend_from_slice(inner(t.as_bytes()));
+            joined.push_str(inner(t.as_bytes()));
         }
-        out.key("content").raw(&quoted(&joined));
+        joined.push('"');
+        out.key("content").raw(&joined);
     }
     let calls: Vec<&Output<'_>> = (answer.output.iter())
         .filter(|o| matches!(o, Output::ToolCall { .. }))
@@ -232,12 +228,11 @@ pub fn chat_answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
 /// A caller's whole answer in `caller`'s API from a stream gathered into `c` (`created`: Unix
 /// seconds, for OpenAI's answers). `None` when the stream did not end with its answer's end
 /// (cut short, or an error event): the attempt failed.
-pub fn whole(caller: Api, c: &Collected, created: u64) -> Option<Vec<u8>> {
+pub fn whole(caller: Api, c: &mut Collected, created: u64) -> Option<Vec<u8>> {
     if !c.complete || c.error {
         return None;
     }
-    let (answer, strings) = c.answer();
-    let answer = fill(c, answer, &strings);
+    let answer = c.answer();
     let chat = chat_answer(&answer, created);
     match caller {
         Api::OpenAiChat => Some(chat),
@@ -272,7 +267,7 @@ pub fn stream_to_answer(
         // The Responses stream has no decoder into the model yet.
         Api::OpenAiResponses => return None,
     }
-    whole(caller, &c, created)
+    whole(caller, &mut c, created)
 }
 
 #[cfg(test)]
