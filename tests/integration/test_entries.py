@@ -170,14 +170,20 @@ timeouts: {first_token: 1s}
 providers:
   - {name: slow, endpoint: "127.0.0.1:${SLOW_PORT}"}
   - {name: fast, endpoint: "127.0.0.1:${FAST_PORT}"}
+  - {name: claude, endpoint: "127.0.0.1:${CLAUDE_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-claude}}
+  - {name: gpt, endpoint: "127.0.0.1:${GPT_PORT}", api: openai}
 chains:
+  - {name: across, models: ["x-*"],
+     providers: [slow, {provider: claude, model: claude-sonnet-4-5}]}
+  - {name: back, models: ["claude-*"], providers: [{provider: gpt, model: gpt-4o}]}
   - {name: main, providers: [slow, fast]}
 """
 
 
 @pytest.fixture(scope="module")
 def gathering(tmp_path_factory):
-    m = Module(tmp_path_factory.mktemp("gather"), GATHER, ("slow", "fast"))
+    m = Module(tmp_path_factory.mktemp("gather"), GATHER, ("slow", "fast", "claude", "gpt"))
     yield m
     m.stop()
 
@@ -213,3 +219,27 @@ def test_a_request_not_streamed_is_streamed_under_first_token_and_answered_whole
                   headers={"content-type": "application/json"})
     assert r.status == 200 and r.header("x-llm-provider") == "slow", r.text
     assert m.mocks["slow"].requests()[-1]["body"] == caller
+
+
+def test_a_gathered_answer_crosses_apis_both_ways(gathering):
+    m = gathering
+    m.reset()
+    m.mocks["slow"].set_default(first_chunk_delay_ms=3000)
+    m.mocks["claude"].set_default(strict=True, usage={"input_tokens": 9, "output_tokens": 3})
+    r = m.gw.post("/v1/chat/completions", timeout=15, json={
+        "model": "x-1", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status == 200 and r.header("x-llm-provider") == "claude", r.text
+    answer = r.json()
+    assert answer["object"] == "chat.completion", answer
+    assert answer["choices"][0]["message"]["content"] == "claude:0 claude:1 claude:2 "
+    assert answer["usage"]["prompt_tokens"] == 9 and answer["usage"]["completion_tokens"] == 3
+    sent = json.loads(m.mocks["claude"].requests()[-1]["body"])
+    assert sent["stream"] is True and "stream_options" not in sent, sent
+    # An Anthropic caller gathered from an OpenAI provider's stream.
+    r = m.gw.post("/v1/messages", timeout=15, headers={"anthropic-version": "2023-06-01"},
+                  json={"model": "claude-3", "max_tokens": 50,
+                        "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status == 200 and r.header("x-llm-provider") == "gpt", r.text
+    answer = r.json()
+    assert answer["type"] == "message", answer
+    assert answer["content"][0]["text"] == "gpt:0 gpt:1 gpt:2 "
