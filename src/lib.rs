@@ -44,6 +44,7 @@ pub mod rewrite;
 pub mod roles;
 pub mod status;
 pub mod translate;
+pub mod usage;
 pub mod wire;
 
 #[cfg(target_arch = "wasm32")]
