@@ -295,7 +295,7 @@ def fail_log_lines(path):
 
 def render(primary, secondary, listen, admin, module=None, api=None):
     """The demo config rendered for these ports; `api` ("openai" or "anthropic") declares the
-    API every provider speaks (SPEC 13: a caller of the other API is translated)."""
+    API every provider speaks (behaviour.md 13: a caller of the other API is translated)."""
     env = dict(os.environ, PRIMARY_PORT=str(primary), SECONDARY_PORT=str(secondary),
                TERTIARY_PORT=str(secondary), LISTEN_PORT=str(listen), ADMIN_PORT=str(admin),
                **BREAKER_ENV)
@@ -592,14 +592,14 @@ TARGETS = {
                               secondary=NGINX_OK_H2),
 }
 EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2"]
-# Streaming first byte (SPEC 3a: a 200 stream is held until its first event): a healthy SSE
+# Streaming first byte (behaviour.md 3: a 200 stream is held until its first event): a healthy SSE
 # answer through the plain route and through the filter, timed per request on one connection.
 STREAM_KEYS = ["plain_sse", "success_sse"]
 TARGETS["plain_sse"] = lambda: Target("plain_sse", "Envoy plain route (no filter), SSE answer",
                                       NGINX_SSE, plain_route)
 TARGETS["success_sse"] = lambda: Target("success_sse", "llm-failover, SSE answer", NGINX_SSE,
                                         expect_provider="primary", expect_attempts="1")
-# Cross-vendor chains (SPEC 13, issue 21): the caller speaks one API, the provider the other,
+# Cross-vendor chains (behaviour.md 13, issue 21): the caller speaks one API, the provider the other,
 # each request and answer translated; next to the same-API path with the same answer shape.
 # "sse" is the same-API stream under load (success_sse serves the first-byte rows).
 XV_KEYS = ["sse", "xv_json", "xv_sse", "xv_json_rev", "xv_sse_rev"]

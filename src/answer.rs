@@ -1,4 +1,4 @@
-//! The downstream role's response-side decisions (SPEC sections 5 and 6), as pure functions over
+//! The downstream role's response-side decisions (docs/behaviour.md section 5 and 6), as pure functions over
 //! facts: the public headers from the attempts made, whether the chain was exhausted (and with
 //! `fallbacks_exhausted`, the `503` that replaces the last answer), and the probes to give back.
 
@@ -60,8 +60,8 @@ pub struct Answer<'a> {
     pub should_retry: Option<bool>,
 }
 
-/// Whether an upstream role may have moved the walk to an alternative list (SPEC 3a) or
-/// retried a provider in place (SPEC 5), so the plan must be read back before answering (only
+/// Whether an upstream role may have moved the walk to an alternative list (behaviour.md 3) or
+/// retried a provider in place (behaviour.md 5), so the plan must be read back before answering (only
 /// after a fallback, only for chains with lists or in-place retry).
 pub fn may_have_rerouted(config: &Config, plan: &Plan, attempt_count: u64) -> bool {
     attempt_count > 1
@@ -119,7 +119,7 @@ pub fn answer<'a>(
             .map(|p| p.name.as_str())
     };
     if refused == Some(Refused::FailClosed) {
-        // Fail closed (SPEC section 7): say how many providers were called and which was last.
+        // Fail closed (docs/behaviour.md section 7): say how many providers were called and which was last.
         return Answer {
             attempts_header: Some(attempts),
             provider: provider_of(attempts),
@@ -132,7 +132,7 @@ pub fn answer<'a>(
     let Some(provider) = provider_of(attempts) else {
         return Answer::none(attempts);
     };
-    // Fallbacks are the attempts that moved to another entry, not in-place retries (SPEC 5, 6;
+    // Fallbacks are the attempts that moved to another entry, not in-place retries (behaviour.md 5, 6;
     // as `llm_failover_fallbacks_total` counts them); the reason is the failure that made the
     // last of them.
     let (fallbacks, last_fallback) = crate::plan::fallbacks(&plan.slots, attempts);
@@ -162,7 +162,7 @@ pub fn answer<'a>(
     }
 }
 
-/// `x-should-retry` for an answer with `status` (SPEC 6): `None` below 400 (nothing to
+/// `x-should-retry` for an answer with `status` (behaviour.md 6): `None` below 400 (nothing to
 /// write); `false` when the request's time budget is spent (the gateway already used the time
 /// a retry would need; `budget_refused`, or no room for another attempt now), else whether the
 /// status is retriable (`Reply::status_is_retriable`: 5xx, 408, 429).
@@ -245,7 +245,7 @@ pub fn unused_probes<'a>(
         .filter_map(move |(_, slot)| Some(chain?.entry(slot.entry)?.provider))
 }
 
-/// The gateway's response headers a browser may read (SPEC 6, 16).
+/// The gateway's response headers a browser may read (behaviour.md 6, 16).
 pub const EXPOSED: [&str; 4] = [
     wire::PROVIDER_HEADER,
     wire::ATTEMPTS_HEADER,

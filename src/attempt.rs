@@ -1,4 +1,4 @@
-//! One attempt's decisions in the upstream role (SPEC sections 3, 4, 5 and 7), as pure functions
+//! One attempt's decisions in the upstream role (docs/behaviour.md section 3, 4, 5 and 7), as pure functions
 //! over facts: what to change on the request for attempt k, and, given its outcome, what to
 //! report, whether to mark the answer for a retry, which fallback and budget skips to count, and
 //! what to log. The glue reads the facts from Envoy and applies the results.
@@ -36,7 +36,7 @@ pub struct Attempt<'c, 'p> {
     pub entry: &'c ChainEntry,
     pub provider_id: ProviderId,
     pub provider: &'c Provider,
-    /// The attempt is sent in another API than the caller's (SPEC 13).
+    /// The attempt is sent in another API than the caller's (behaviour.md 13).
     pub translation: Option<Translation>,
 }
 
@@ -49,7 +49,7 @@ pub struct Translation {
 }
 
 /// Attempt `number` of the plan read from filter state (`None`: it was there but unreadable),
-/// or why it must be refused before anything is attached to it (SPEC section 7, fail closed):
+/// or why it must be refused before anything is attached to it (docs/behaviour.md section 7, fail closed):
 /// a plan from another configuration, an attempt the plan has no slot for (Envoy retrying past
 /// the plan: the header map still holds the last provider's key), or entries this
 /// configuration does not have.
@@ -304,7 +304,7 @@ pub fn rewrite_body(
 
 /// The caller's body translated for attempt `a`'s provider (the entry's model written in, the
 /// provider's `max_tokens` where Messages needs one), or the `400` the caller gets when it
-/// cannot be (only the first entry can get here: planning skips the others, SPEC 2.4).
+/// cannot be (only the first entry can get here: planning skips the others, behaviour.md 2.4).
 pub fn translate_body(a: &Attempt<'_, '_>, t: Translation, body: &[u8]) -> Result<Vec<u8>, Reply> {
     let cx = translate::RequestContext {
         model: a.entry.model.as_deref().unwrap_or(a.plan.model),
@@ -327,7 +327,7 @@ pub fn translate_body(a: &Attempt<'_, '_>, t: Translation, body: &[u8]) -> Resul
     })
 }
 
-/// How a translated attempt's answer goes back to the caller (SPEC 13).
+/// How a translated attempt's answer goes back to the caller (behaviour.md 13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnswerTranslation {
     /// Held whole, then replaced by `translate::response` (its length changes: no
@@ -347,7 +347,7 @@ pub fn answer_translation(status: u16, event_stream: impl FnOnce() -> bool) -> A
     }
 }
 
-/// Translated attempt `t`'s whole `2xx` answer (`status`, `body`), decided (SPEC 16): a
+/// Translated attempt `t`'s whole `2xx` answer (`status`, `body`), decided (behaviour.md 16): a
 /// `server_error` when it is no answer of the provider's API (the caller, if it gets it, gets
 /// a `502` in its own API: [`UNREADABLE_STATUS`]), else a success, translated.
 fn whole_answer(t: Translation, status: u16, body: &[u8], created: u64) -> Decided {
@@ -385,7 +385,7 @@ pub fn envelope_body(
 
 /// An attempt Envoy started by itself (after a refused connection, a reset or a per-try
 /// timeout) with less than `min_remaining` of the budget left: it never reaches its provider
-/// (SPEC section 5). Nothing is attached and no health is reported.
+/// (docs/behaviour.md section 5). Nothing is attached and no health is reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PastBudget {
     /// The answer instead: the last attempt's failure.
@@ -429,7 +429,7 @@ pub fn past_budget(
     Some(PastBudget { reply, skipped })
 }
 
-/// When the upstream role must act on an attempt by itself (SPEC 5): Envoy's own timers are
+/// When the upstream role must act on an attempt by itself (behaviour.md 5): Envoy's own timers are
 /// set once per request, these depend on the attempt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Deadlines {
@@ -493,7 +493,7 @@ pub struct Outcome {
     pub retry_after_ms: Option<u64>,
     /// For an in-place retry ([`is_retry_in_place`]), the class the try before it failed with
     /// (`handoff::Outcomes`, read only for a retry): the request counts once toward the
-    /// breaker (SPEC 16).
+    /// breaker (behaviour.md 16).
     pub first_try: Option<Class>,
 }
 
@@ -561,7 +561,7 @@ impl Marker {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Holding an answer to read the start of its body (SPEC 3a).
+// Holding an answer to read the start of its body (behaviour.md 3).
 
 /// Why a response is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -574,7 +574,7 @@ pub enum Hold {
     /// ([`dialects::first_output`]); the timeout fires while it is held.
     FirstOutput,
     /// A translated attempt's whole `2xx` answer with this status, until its end: whether it
-    /// is an answer of the provider's API decides its class (SPEC 16). The router buffers it
+    /// is an answer of the provider's API decides its class (behaviour.md 16). The router buffers it
     /// whole for its translation in any case.
     Answer(u16),
 }
@@ -590,7 +590,7 @@ pub struct ResponseHead<'m> {
     /// The provider sent a header named like the gateway's retry marker (it must go).
     pub marker: bool,
     /// The class AWS's error type names (`dialects::header_class`), known without reading the
-    /// body (SPEC 3a).
+    /// body (behaviour.md 3).
     pub by_type: Option<Class>,
 }
 
@@ -624,7 +624,7 @@ impl<'m> ResponseHead<'m> {
 
     /// The class the status line and headers give attempt `a`'s answer: a `200` that is empty
     /// or not what a model endpoint answers with (an HTML page from a proxy in front of the
-    /// provider) is a `server_error` (SPEC 3); requests without a model (other GETs) may get
+    /// provider) is a `server_error` (behaviour.md 3); requests without a model (other GETs) may get
     /// any content.
     pub fn class(&self, a: &Attempt<'_, '_>) -> Class {
         if let Some(class) = self.by_type.filter(|_| self.status >= 400) {
@@ -642,7 +642,7 @@ impl<'m> ResponseHead<'m> {
     }
 }
 
-/// Whether the end of attempt `a`'s answer is watched for its final event (SPEC 5: a stream
+/// Whether the end of attempt `a`'s answer is watched for its final event (behaviour.md 5: a stream
 /// cut short must not look complete): a streamed request's `200` event stream. `Some(true)`
 /// when the caller speaks Anthropic Messages (the error event is then theirs).
 pub fn watch_end(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<bool> {
@@ -745,7 +745,7 @@ pub struct Decided {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WholeAnswer {
     /// `502` when the provider's answer was no answer of its API (the caller never gets a
-    /// success holding an error, SPEC 16); else the provider's.
+    /// success holding an error, behaviour.md 16); else the provider's.
     pub status: u16,
     /// In the caller's API: the answer, or the error saying it could not be translated.
     pub body: Vec<u8>,
@@ -773,7 +773,7 @@ impl Hold {
     /// holding (a stream's first event is not complete yet). `translation`: the attempt's, if
     /// translated; its streams must open with events of the provider's API, and its whole
     /// answers are translated here (`created`: for an OpenAI caller's answer). A translated
-    /// answer that is no answer of its API is a `server_error` (SPEC 16).
+    /// answer that is no answer of its API is a `server_error` (behaviour.md 16).
     pub fn decide(
         self,
         body: &[u8],
@@ -848,8 +848,8 @@ pub struct Settlement<'a> {
     /// Planned providers that will not be tried because the budget is spent (`budget` skips).
     pub budget_skips: Vec<ProviderId>,
     pub duration_ms: u64,
-    /// The walk moved to an alternative list (SPEC 3a), or takes this provider again (in-place
-    /// retry, SPEC 5): publish it before the router retries ([`rerouted_slots`],
+    /// The walk moved to an alternative list (behaviour.md 3), or takes this provider again (in-place
+    /// retry, behaviour.md 5): publish it before the router retries ([`rerouted_slots`],
     /// [`rerouted_plan`]).
     pub reroute: Option<Vec<Slot>>,
     /// An in-place retry: how long the next attempt waits before it is sent
@@ -879,7 +879,7 @@ pub fn settle<'a>(
     let room = config
         .timeouts
         .room_for_attempt(now_ms.saturating_sub(a.plan.start_ms));
-    // A class with an alternative list continues the walk there (SPEC 3a).
+    // A class with an alternative list continues the walk there (behaviour.md 3).
     let reroute = if falls_over && room && a.chain.has_lists() {
         let (context_window, content_policy) = a.plan.lists();
         let walk = Walk {
@@ -892,7 +892,7 @@ pub fn settle<'a>(
     } else {
         None
     };
-    // Otherwise the same provider once more, after a short wait (SPEC 5).
+    // Otherwise the same provider once more, after a short wait (behaviour.md 5).
     let in_place = match &reroute {
         None if falls_over && room => retry_in_place(config, a, class, retry_after_ms),
         _ => None,
@@ -935,7 +935,7 @@ pub fn settle<'a>(
         None
     };
     let unchanged = class == Class::Ok && a.slot.pristine && !a.slot.probe;
-    // A request counts once toward the breaker however often it was tried in place (SPEC 16):
+    // A request counts once toward the breaker however often it was tried in place (behaviour.md 16):
     // a try retried next waits for its retry, which counts for both.
     let in_place_report = match (in_place, first_try) {
         (Some(_), _) => InPlace::Retried,
@@ -968,7 +968,7 @@ pub fn settle<'a>(
 }
 
 /// Whether attempt `a`, failed with `class`, is retried on the same provider, and after how
-/// long (SPEC 5): only where its chain asks, once per provider, within the attempt limit; for
+/// long (behaviour.md 5): only where its chain asks, once per provider, within the attempt limit; for
 /// connection errors, server errors and overload after the chain's back-off; for a 429 only
 /// when its `Retry-After` asks for no more than the chain allows, after that wait. Timeouts,
 /// setup faults and classes read from the body move on at once.

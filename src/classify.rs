@@ -1,4 +1,4 @@
-//! What happened to one attempt (SPEC section 3), decided from what the filter can see in
+//! What happened to one attempt (docs/behaviour.md section 3), decided from what the filter can see in
 //! Envoy: the response status, or, when no response came, Envoy's transport failure reason,
 //! its downstream-disconnect flag and how long the attempt lasted.
 
@@ -16,9 +16,9 @@ pub enum Class {
     SetupFault = 7,
     InvalidRequest = 8,
     ClientDisconnect = 9,
-    /// A 400/413 whose error says the prompt is too long for the model (SPEC 3a).
+    /// A 400/413 whose error says the prompt is too long for the model (behaviour.md 3).
     ContextWindowExceeded = 10,
-    /// A 400 whose error is the provider's safety refusal (SPEC 3a).
+    /// A 400 whose error is the provider's safety refusal (behaviour.md 3).
     ContentFiltered = 11,
     /// A 429/402/403 (or Anthropic's 400) whose error says the account is out of credit.
     QuotaExhausted = 12,
@@ -68,7 +68,7 @@ impl Class {
         Class::ALL.get(usize::from(v)).copied()
     }
 
-    /// Classes that count toward a provider's breaker (SPEC 3, last column).
+    /// Classes that count toward a provider's breaker (behaviour.md 3, last column).
     pub fn counts_toward_breaker(self) -> bool {
         matches!(
             self,
@@ -87,7 +87,7 @@ impl Class {
     /// Classes that fall over unless a chain says otherwise. `context_window_exceeded` and
     /// `content_filtered` fall over only to a chain's `context_window` / `content_policy` list
     /// (config adds them then), or when `fallback_on` names them: without one, a prompt too long
-    /// for the model is the request's problem and a refusal is an answer (SPEC 3a).
+    /// for the model is the request's problem and a refusal is an answer (behaviour.md 3).
     pub fn falls_over_by_default(self) -> bool {
         self.may_fall_over()
             && !matches!(

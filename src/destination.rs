@@ -1,4 +1,4 @@
-//! Fail closed (SPEC section 7): an attempt gets a provider's credential, model and rewrites
+//! Fail closed (docs/behaviour.md section 7): an attempt gets a provider's credential, model and rewrites
 //! only once the upstream role has confirmed, from what Envoy says, that the attempt is going to
 //! the planned provider, and that the plan was made under the configuration this role runs.
 //! Anything else (a route without `refresh_cluster_on_retry`, a hand-merged config, a control
@@ -32,7 +32,7 @@ pub enum Refusal {
     /// Envoy started an attempt the plan has no slot for.
     Unplanned { attempt: usize },
     /// Envoy retried by itself (after no response) past the end of a walk that had room for an
-    /// alternative list it did not take (SPEC 3a): not a misconfiguration, the walk is over.
+    /// alternative list it did not take (behaviour.md 3): not a misconfiguration, the walk is over.
     WalkEnded { attempt: usize, chain: String },
 }
 

@@ -1,4 +1,4 @@
-//! Reading a failing answer's body (SPEC section 3a): recognition rules as data, one table per
+//! Reading a failing answer's body (docs/behaviour.md section 3a): recognition rules as data, one table per
 //! provider dialect, and the pure functions that apply them.
 //!
 //! * [`refine`]: (status, first bytes of the body) -> class. Only statuses for which some rule
@@ -19,7 +19,7 @@
 use crate::classify::{classify_status, Class};
 use crate::translate::{self, Api};
 
-/// How many bytes of a failing answer are read before deciding (SPEC: "a few KiB").
+/// How many bytes of a failing answer are read before deciding (docs/behaviour.md section 3: 4 KiB).
 pub const BODY_PREFIX_LIMIT: usize = 4096;
 
 /// A provider API dialect with its own error shapes.
@@ -450,7 +450,7 @@ pub enum StreamStart {
     /// The first event is an error: fail over like an answer of this class.
     Error(Class),
     /// A translated stream that opens with an event not of its API ([`first_event_of`]): it
-    /// cannot be translated, a `server_error` (SPEC 16).
+    /// cannot be translated, a `server_error` (behaviour.md 16).
     Unreadable,
 }
 
@@ -475,7 +475,7 @@ pub fn first_event(held: &[u8], end_of_stream: bool) -> StreamStart {
     }
 }
 
-/// Decides on a held stream under a first-token timeout (SPEC 5): healthy at the first event
+/// Decides on a held stream under a first-token timeout (behaviour.md 5): healthy at the first event
 /// that carries output (text, reasoning, a tool call, a refusal, or the answer's end), an
 /// error at an error event before it; events before any output (OpenAI's role chunk,
 /// Anthropic's `message_start` and `ping`) keep it held. With `end_of_stream`, or once `held`
@@ -498,7 +498,7 @@ pub fn first_output(held: &[u8], end_of_stream: bool) -> StreamStart {
     }
 }
 
-/// Decides on a held stream of a translated attempt whose provider speaks `api` (SPEC 16): as
+/// Decides on a held stream of a translated attempt whose provider speaks `api` (behaviour.md 16): as
 /// [`first_event`] (or, `until_output`, as [`first_output`]), except that every event before
 /// the decision must be an event of that API ([`translate::is_stream_event`]): the first one
 /// that is not (and is no error) makes the stream [`StreamStart::Unreadable`], as does a
@@ -567,7 +567,7 @@ pub const STREAM_TAIL: usize = 1024;
 /// Whether a stream's last bytes (`tail`, at most [`STREAM_TAIL`]) hold its final event:
 /// `[DONE]`, Anthropic's `message_stop` (or a `stop_reason`), the Responses API's
 /// `response.completed` / `.incomplete` / `.failed`, an error event, or a chunk with a
-/// `finish_reason`. A stream that ended without one was cut short (SPEC 5).
+/// `finish_reason`. A stream that ended without one was cut short (behaviour.md 5).
 pub fn stream_complete(tail: &[u8]) -> bool {
     [
         &b"[DONE]"[..],
@@ -585,7 +585,7 @@ pub fn stream_complete(tail: &[u8]) -> bool {
 }
 
 /// The event that ends a stream cut short, in the caller's dialect, so its client raises an
-/// error instead of taking a truncated answer for a complete one (SPEC 5): Anthropic's
+/// error instead of taking a truncated answer for a complete one (behaviour.md 5): Anthropic's
 /// `event: error` for Messages callers, an OpenAI-style error frame for the others.
 pub fn cut_stream_event(messages_caller: bool) -> &'static [u8] {
     if messages_caller {

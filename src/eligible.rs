@@ -1,4 +1,4 @@
-//! May this chain entry take this request (SPEC 2.4)? One answer, [`skip_reason`], used by
+//! May this chain entry take this request (behaviour.md 2.4)? One answer, [`skip_reason`], used by
 //! planning for the chain's own entries and its alternative lists, and so by `explain`.
 //!
 //! The request's side comes from the one scan intake makes of the body ([`Content`], filled in
@@ -28,7 +28,7 @@ pub enum SkipReason {
     /// The estimated prompt is above 95% of the entry's `context_window`.
     CapabilityContext,
     /// The entry's API cannot carry the request, or the request depends on state another
-    /// provider keeps (SPEC 2.4).
+    /// provider keeps (behaviour.md 2.4).
     ContentIncompatible,
     /// The chain has `same_residency` and the entry's provider is not in the residency of the
     /// request's first entry (or either is unknown).
@@ -49,7 +49,7 @@ impl SkipReason {
         SkipReason::Residency,
     ];
 
-    /// The fixed name (SPEC section 8 and 2.4).
+    /// The fixed name (docs/behaviour.md section 8 and 2.4).
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::BreakerOpen => "breaker_open",
@@ -69,7 +69,7 @@ impl SkipReason {
         self as usize
     }
 
-    /// Left out for what the request carries (SPEC 2.4), not for health or model.
+    /// Left out for what the request carries (behaviour.md 2.4), not for health or model.
     pub fn is_content(self) -> bool {
         (SkipReason::CapabilityVision.index()..=SkipReason::ContentIncompatible.index())
             .contains(&self.index())
@@ -96,7 +96,7 @@ pub struct RequestFacts<'a> {
     pub body: &'a [u8],
 }
 
-/// Share of an entry's context window a prompt may take (SPEC 2.4: above 95% skips it).
+/// Share of an entry's context window a prompt may take (behaviour.md 2.4: above 95% skips it).
 const CONTEXT_PERCENT: u64 = 95;
 
 /// Whether `provider` serves the model `entry` sends and the request's caller may use it.

@@ -40,7 +40,7 @@ pub struct AttemptChanges<'a> {
     pub headers: Vec<&'a str>,
     /// Header names removed because they belong to another provider or to the caller.
     pub removed: Vec<&'a str>,
-    /// The API the request is translated to (SPEC 13), when the provider speaks another.
+    /// The API the request is translated to (behaviour.md 13), when the provider speaks another.
     pub translated_to: Option<Api>,
 }
 
@@ -315,7 +315,7 @@ pub fn explain_with(
         if !changes.removed.is_empty() {
             let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
         }
-        // Its in-place retry (SPEC 5) is an attempt slot of its own, when one can be left: it
+        // Its in-place retry (behaviour.md 5) is an attempt slot of its own, when one can be left: it
         // comes right after this attempt and pushes the later providers back by one.
         if let Some(policy) = in_place.filter(|_| k + 1 < limit) {
             let _ = writeln!(

@@ -1,4 +1,4 @@
-//! Grouping clusters: how requests fail over on Envoy 1.36-1.38 (DESIGN section 7).
+//! Grouping clusters: how requests fail over on Envoy 1.36-1.38 (docs/older-envoys.md).
 //!
 //! Those Envoys resolve a route's cluster once per request (no `refresh_cluster_on_retry`), so
 //! the order of providers is fixed when the request is routed. The renderer writes one

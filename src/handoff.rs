@@ -33,7 +33,7 @@ pub const FORWARD: &str = "llm_failover.forward";
 /// Filter-state name of an attempt's refusal.
 pub const REFUSED: &str = "llm_failover.refused";
 /// When an in-place retry may be sent (milliseconds on the host's clock, decimal): written by
-/// the failed attempt, read by its retry (SPEC 5).
+/// the failed attempt, read by its retry (behaviour.md 5).
 pub const RETRY_AT: &str = "llm_failover.retry_at";
 
 /// Version of the plan record's text format (its first line).
@@ -67,7 +67,7 @@ pub struct PlanRecord<'a> {
     /// The caller asked for a stream (`"stream": true`): a `200` may be an SSE answer whose
     /// first event must be read before it is released.
     pub stream: bool,
-    /// The caller's API, when an attempt may be translated (SPEC 13); `None` otherwise.
+    /// The caller's API, when an attempt may be translated (behaviour.md 13); `None` otherwise.
     pub caller_api: Option<Api>,
     /// The caller did not ask for a stream, but under a first-token timeout each attempt is
     /// streamed from the provider (`stream` is set too) and its answer gathered into one JSON
@@ -426,14 +426,14 @@ impl<'a> Outcomes<'a> {
 /// Why the upstream role refused to start an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// Less than `min_remaining` of the time budget was left (SPEC section 5): the answer is
+    /// Less than `min_remaining` of the time budget was left (docs/behaviour.md section 5): the answer is
     /// the last attempt's failure.
     Budget,
     /// The attempt was not going where the plan put it, or the plan came from another
-    /// configuration (SPEC section 7): the answer is the gateway's `502`.
+    /// configuration (docs/behaviour.md section 7): the answer is the gateway's `502`.
     FailClosed,
     /// Envoy retried by itself past a walk that had room for an alternative list it did not
-    /// take (SPEC 3a): the chain is exhausted, the answer is `503 fallbacks_exhausted`.
+    /// take (behaviour.md 3): the chain is exhausted, the answer is `503 fallbacks_exhausted`.
     WalkEnded,
 }
 

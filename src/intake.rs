@@ -1,4 +1,4 @@
-//! The downstream role's request-side decisions (SPEC section 2), as pure functions over facts:
+//! The downstream role's request-side decisions (docs/behaviour.md section 2), as pure functions over facts:
 //! what each request header means, whether the request is for the status endpoint, what the
 //! body asks for, and, once planned, everything to publish for the route and the attempts.
 
@@ -23,9 +23,9 @@ pub enum RequestHeader {
     Authority,
     Method,
     /// Envoy honours these from "internal" callers (loopback included): never from ours
-    /// (SPEC 2.6). Remove.
+    /// (behaviour.md 2.6). Remove.
     Steering,
-    /// The opt-out header (SPEC 2.5): read with [`opts_out`], then remove.
+    /// The opt-out header (behaviour.md 2.5): read with [`opts_out`], then remove.
     OptOut,
     /// The caller's identity (`caller_header`): an undecodable one is no identity. `remove`:
     /// it is also a gateway credential header.
@@ -33,10 +33,10 @@ pub enum RequestHeader {
         remove: bool,
     },
     /// The caller's own gateway credential: removed before routing, so no attempt carries it
-    /// even where the upstream role is missing (SPEC section 7).
+    /// even where the upstream role is missing (docs/behaviour.md section 7).
     GatewayCredential,
     /// `origin`: a browser's request, whose answer lists the gateway's headers in
-    /// `access-control-expose-headers` (SPEC 16). Otherwise a header like any other.
+    /// `access-control-expose-headers` (behaviour.md 16). Otherwise a header like any other.
     Origin,
     /// Anything else: left alone.
     Other,
@@ -88,7 +88,7 @@ pub fn body_too_large(config: &Config, body_size: usize) -> Option<Reply> {
     Some(Reply::body_too_large(limit as usize))
 }
 
-/// How the status endpoint (SPEC section 10) answers a request.
+/// How the status endpoint (docs/behaviour.md section 10) answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatusRequest {
     /// Not for the status endpoint (or it is off).
@@ -114,7 +114,7 @@ pub fn status_request(config: &Config, path: &str, method: &str) -> StatusReques
     }
 }
 
-/// Whether a request is for the liveness answer (SPEC section 10: `200 serving` from the
+/// Whether a request is for the liveness answer (docs/behaviour.md section 10: `200 serving` from the
 /// filter, no key, no provider), and whether to send its body (GET; HEAD gets none). Only GET
 /// and HEAD on `liveness_path` (the query ignored), and only on the gateway's own route
 /// (`route` reads the request's route name; read only for such a request): no route at all
@@ -192,7 +192,7 @@ pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
     let model = match rewrite::model_value(body, &scan) {
         Ok(Some(model)) => model,
         // A JSON request that names no model is planned like a GET: a chain that takes
-        // model-less requests, else 404 route_not_found (SPEC 12).
+        // model-less requests, else 404 route_not_found (behaviour.md 12).
         Ok(None) => Cow::Borrowed(""),
         Err(e) => return Err(Reply::invalid_body(&e.to_string())),
     };
@@ -213,12 +213,12 @@ impl RequestBody<'_> {
         self.scan.as_ref().is_some_and(|s| s.stream)
     }
 
-    /// What the body carries that some chain entries cannot take (SPEC 2.4).
+    /// What the body carries that some chain entries cannot take (behaviour.md 2.4).
     pub fn content(&self) -> Content {
         self.scan.as_ref().map(|s| s.content).unwrap_or_default()
     }
 
-    /// The body without a client-sent `fallbacks` field (SPEC 2.6), or `None` when it has none.
+    /// The body without a client-sent `fallbacks` field (behaviour.md 2.6), or `None` when it has none.
     pub fn without_fallbacks(&self, body: &[u8]) -> Option<Vec<u8>> {
         rewrite::rewrite(body, self.scan.as_ref()?, None, true)
     }

@@ -1,4 +1,4 @@
-//! Metric names (SPEC section 8, **fixed**) and how their labels travel through Envoy.
+//! Metric names (docs/behaviour.md section 8, **fixed**) and how their labels travel through Envoy.
 //!
 //! proxy-wasm metrics have a name and no labels. Envoy stores a metric defined by a wasm module
 //! as `wasmcustom.<name>`, and its Prometheus output prints stats of that namespace without the
@@ -35,7 +35,7 @@ use std::borrow::Cow;
 pub const ENVOY_NAMESPACE: &str = "wasmcustom";
 
 /// `llm_failover_attempts_total{provider, outcome}`: every provider call, by outcome class
-/// (`ok` or a class of SPEC section 3).
+/// (`ok` or a class of docs/behaviour.md section 3).
 pub const ATTEMPTS: &str = "llm_failover_attempts_total";
 /// `llm_failover_fallbacks_total{from, to}`: an attempt that failed over to the next provider.
 pub const FALLBACKS: &str = "llm_failover_fallbacks_total";
@@ -47,7 +47,7 @@ pub const EXHAUSTED: &str = "llm_failover_exhausted_total";
 pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
 
 /// `llm_failover_health_state{provider}` gauge: the provider's state over the last 15 minutes
-/// (SPEC section 10): 0 healthy, 1 degraded, 2 failing, 3 idle.
+/// (docs/behaviour.md section 10): 0 healthy, 1 degraded, 2 failing, 3 idle.
 pub const HEALTH_STATE: &str = "llm_failover_health_state";
 /// Every metric, for docs and tests.
 pub const ALL: [&str; 6] = [
@@ -67,7 +67,7 @@ pub const TO: &str = "to";
 pub const REASON: &str = "reason";
 pub const CHAIN: &str = "chain";
 
-/// `skipped_total` reasons (SPEC section 8).
+/// `skipped_total` reasons (docs/behaviour.md section 8).
 pub const REASON_BREAKER_OPEN: &str = "breaker_open";
 pub const REASON_DEAD: &str = "dead";
 pub const REASON_MODEL: &str = "model";
@@ -154,7 +154,7 @@ pub fn health_state(provider: &str) -> String {
 pub const SCOPE: &str = "llm_failover_scope";
 
 /// On Envoy 1.36-1.38, wasm metrics live in the stats scope of the cluster whose upstream filter
-/// created the VM: `cluster.<name>.wasmcustom.<metric>...` (DESIGN section 7). This optional
+/// created the VM: `cluster.<name>.wasmcustom.<metric>...` (docs/older-envoys.md). This optional
 /// prefix lets the same rules match there.
 const CLUSTER_SCOPE: &str = r"(?:cluster\.[^=]*?\.)?";
 

@@ -1,4 +1,4 @@
-//! `GET /v1/models` and `GET /v1/models/{id}` answered from the configuration (SPEC 12), so
+//! `GET /v1/models` and `GET /v1/models/{id}` answered from the configuration (behaviour.md 12), so
 //! SDK calls such as `models.list()` work without contacting a provider. The answers are built
 //! from the configuration when such a request comes ([`answer`]; the `Config` holds only
 //! `models_path` and does not know this module): any other request costs a prefix comparison.

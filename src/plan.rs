@@ -1,4 +1,4 @@
-//! Building one request's chain before its first attempt (SPEC section 2). The form the plan
+//! Building one request's chain before its first attempt (docs/behaviour.md section 2). The form the plan
 //! travels in to every attempt is `handoff::PlanRecord`.
 
 use crate::classify::Class;
@@ -42,7 +42,7 @@ impl Plan {
     /// after the last slot, within `max_attempts`.
     pub fn attempt_limit(&self, chain: &Chain) -> usize {
         let longest = self.context_window.len().max(self.content_policy.len());
-        // With in-place retry each planned provider may be tried twice (SPEC 5).
+        // With in-place retry each planned provider may be tried twice (behaviour.md 5).
         let retries = if chain.retry_in_place.is_some() {
             self.slots.len()
         } else {
@@ -114,7 +114,7 @@ pub fn plan_or_refuse(
         return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
     }
     // A request without a model (a GET for a stored object, say) goes to the first provider
-    // that can take it: another provider would not know what it asks about (SPEC 12).
+    // that can take it: another provider would not know what it asks about (behaviour.md 12).
     let limit = if facts.no_fallback || facts.model.is_empty() {
         1
     } else {
@@ -126,7 +126,7 @@ pub fn plan_or_refuse(
     let mut serving = 0usize;
 
     // The provider of the first entry that serves the model: never skipped for what the
-    // request carries (SPEC 2.4).
+    // request carries (behaviour.md 2.4).
     let mut first = None;
     for (index, entry) in chain.main_ids() {
         let Some(provider) = config.provider(entry.provider) else {
@@ -214,7 +214,7 @@ pub fn plan_or_refuse(
 }
 
 /// After attempt `number` (1-based) ended with `class`: the walk from then on, when the class
-/// sends it to one of the chain's alternative lists (SPEC 3a). The attempts made so far are
+/// sends it to one of the chain's alternative lists (behaviour.md 3). The attempts made so far are
 /// kept; then come the list's entries this request may use (`record`'s candidates) that no
 /// earlier attempt used with the same provider and model, admitted by `gate` (health), up to
 /// the record's attempt limit. Walking a list and failing the same way again moves on within
@@ -255,7 +255,7 @@ pub fn slot_for_attempt(slots: &[Slot], attempt: usize) -> Option<&Slot> {
 }
 
 /// Whether attempt `attempt` (1-based) of a walk is a fallback: it takes another chain entry
-/// than the attempt before it. An in-place retry (SPEC 5) takes the same entry again and is
+/// than the attempt before it. An in-place retry (behaviour.md 5) takes the same entry again and is
 /// no fallback. The one definition behind `x-llm-fallback-count`, the fallback metric and the
 /// in-place retry's own test.
 pub fn is_fallback(slots: &[Slot], attempt: usize) -> bool {

@@ -1,4 +1,4 @@
-//! Answers the filter makes itself (SPEC section 6): an OpenAI-style error body with a message
+//! Answers the filter makes itself (docs/behaviour.md section 6): an OpenAI-style error body with a message
 //! a person can act on, and `x-should-retry` telling clients whether trying again can help.
 
 use crate::classify::Class;
@@ -65,7 +65,7 @@ impl Reply {
     }
 
     /// The first entry's provider speaks another API and the request uses something that API
-    /// cannot carry (SPEC 13; fallbacks that cannot take it are skipped before sending).
+    /// cannot carry (behaviour.md 13; fallbacks that cannot take it are skipped before sending).
     pub fn untranslatable(provider: &str, api: &str, what: &str) -> Reply {
         Reply {
             status: 400,
@@ -135,7 +135,7 @@ impl Reply {
 
     /// An attempt Envoy was about to start (after a refused connection, a reset or a per-try
     /// timeout) would begin with less than `min_remaining` of the time budget left: the caller
-    /// gets the last attempt's failure instead (SPEC section 5). Statuses are Envoy's own for
+    /// gets the last attempt's failure instead (docs/behaviour.md section 5). Statuses are Envoy's own for
     /// that failure: 504 after a timeout, 503 otherwise; the code is the failure's class.
     pub fn budget_spent(last_provider: &str, last_class: Class, budget_ms: u64) -> Reply {
         let status = if last_class == Class::Timeout {
@@ -151,7 +151,7 @@ impl Reply {
                 "Provider {last_provider:?} failed ({}) and the request's time budget ({budget_ms} ms) has too little left for another attempt.",
                 last_class.as_str()
             ),
-            // The gateway already spent the time a retry would need (SPEC 6).
+            // The gateway already spent the time a retry would need (behaviour.md 6).
             should_retry: false,
         }
     }
@@ -179,7 +179,7 @@ impl Reply {
         }
     }
 
-    /// Whether a caller should retry an error answer with this status (SPEC 6; the gateway's
+    /// Whether a caller should retry an error answer with this status (behaviour.md 6; the gateway's
     /// own and a provider's passed on alike): 5xx, 429 and 408 can pass, other client errors
     /// will fail the same way again. `answer::should_retry` adds the time budget.
     pub fn status_is_retriable(status: u16) -> bool {
@@ -199,7 +199,7 @@ impl Reply {
     }
 
     /// The upstream role refused to send an attempt Envoy routed elsewhere than the plan said
-    /// (SPEC section 7, fail closed): a deployment fault that retrying will not fix.
+    /// (docs/behaviour.md section 7, fail closed): a deployment fault that retrying will not fix.
     pub fn misrouted_attempt(attempt: usize, provider: &str, cluster: &str, actual: &str) -> Reply {
         Reply {
             status: 502,
@@ -233,7 +233,7 @@ impl Reply {
     /// The body in the shape of the caller's API: for a Messages caller Anthropic's error
     /// shape, `{"type": "error", "error": {"type", "message"}}` with the error type its SDK
     /// reads from the status (`translate::common::error_type`), plus the gateway's `code`
-    /// (SPEC 6: machine-readable, documented; SDKs keep unknown members); else [`Reply::body`].
+    /// (behaviour.md 6: machine-readable, documented; SDKs keep unknown members); else [`Reply::body`].
     pub fn body_for(&self, caller: Option<Api>) -> Vec<u8> {
         if caller != Some(Api::AnthropicMessages) {
             return self.body().into_bytes();

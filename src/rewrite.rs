@@ -1,4 +1,4 @@
-//! Request-body rewrites (SPEC 2.6 and 7): read the requested `model` once, remove a client-sent
+//! Request-body rewrites (behaviour.md 2.6 and 7): read the requested `model` once, remove a client-sent
 //! top-level `fallbacks` member, and replace the top-level `model` value per attempt, forwarding
 //! every other byte of the body unchanged.
 //!
@@ -93,7 +93,7 @@ pub struct BodyScan {
     pub fallbacks: Option<Span>,
     /// The top-level `stream` member is the literal `true` (the caller asked for SSE).
     pub stream: bool,
-    /// What the request carries that not every chain entry can take (SPEC 2.4).
+    /// What the request carries that not every chain entry can take (behaviour.md 2.4).
     pub content: Content,
 }
 

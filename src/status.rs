@@ -1,4 +1,4 @@
-//! The status endpoint's answer (SPEC section 10): every provider's health as JSON, read from the
+//! The status endpoint's answer (docs/behaviour.md section 10): every provider's health as JSON, read from the
 //! shared health records, so one look tells a provider outage (breakers open, dead marks) from a
 //! gateway outage (every provider healthy yet requests failing).
 //!

@@ -62,7 +62,7 @@ pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";
 pub const RETRY_MARKER_RETRY: &str = "1";
 /// Request header Envoy sets on each attempt (`include_request_attempt_count`).
 pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
-/// Envoy request headers a caller could use to change retries and timeouts (SPEC 2.6).
+/// Envoy request headers a caller could use to change retries and timeouts (behaviour.md 2.6).
 pub const ENVOY_STEERING_HEADERS: [&str; 8] = [
     "x-envoy-retry-on",
     "x-envoy-retriable-status-codes",
@@ -77,7 +77,7 @@ pub const MAX_RETRIES_HEADER: &str = "x-envoy-max-retries";
 /// Envoy's per-request override of the route's `per_try_timeout` (read once per request).
 pub const PER_TRY_TIMEOUT_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
 
-/// Public response headers (SPEC section 6, fixed names).
+/// Public response headers (docs/behaviour.md section 6, fixed names).
 pub const PROVIDER_HEADER: &str = "x-llm-provider";
 pub const ATTEMPTS_HEADER: &str = "x-llm-attempts";
 pub const FALLBACK_COUNT_HEADER: &str = "x-llm-fallback-count";

@@ -1,7 +1,7 @@
 //! The Envoy version a configuration is rendered for, and what follows from it.
 //!
 //! Router mode needs `refresh_cluster_on_retry` (Envoy 1.39). Envoy 1.36-1.38 get grouping
-//! clusters (`llm_failover::group`, DESIGN section 7): same module, same failover file.
+//! clusters (`llm_failover::group`, docs/older-envoys.md): same module, same failover file.
 
 use std::fmt;
 
@@ -77,7 +77,7 @@ impl EnvoyVersion {
         Ok(v)
     }
 
-    /// May the upstream role hold an answer to read its body (SPEC 3a)?
+    /// May the upstream role hold an answer to read its body (behaviour.md 3)?
     pub fn holds_answers(self) -> bool {
         self >= RETRIES_HELD_ANSWERS
     }

@@ -137,7 +137,7 @@ fn validate_one(
             set
         }
     };
-    // A list is there to be used: its class falls over (SPEC 3a).
+    // A list is there to be used: its class falls over (behaviour.md 3).
     if !context_window.is_empty() {
         fallback_on.add_class(Class::ContextWindowExceeded);
     }

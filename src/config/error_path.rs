@@ -1,4 +1,4 @@
-//! The field path of a configuration parse error (SPEC section 9: every problem names its
+//! The field path of a configuration parse error (docs/behaviour.md section 9: every problem names its
 //! field), found after the fact. `Config::from_json` parses with plain serde_json; only when that
 //! fails does [`of`] walk the text up to the error's line and column with the request-body
 //! scanner's tokens (`crate::rewrite::Scanner`), keeping each open object's member name and each

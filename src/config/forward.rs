@@ -1,4 +1,4 @@
-//! Which of the caller's own request headers reach a provider (SPEC section 7): a provider is a
+//! Which of the caller's own request headers reach a provider (docs/behaviour.md section 7): a provider is a
 //! third party, so by default only the API headers that OpenAI, Azure OpenAI and Anthropic
 //! clients send go through; a provider's `forward_headers` adds names (or `prefix*`) to that
 //! list, or opens it fully (`all`).
@@ -33,7 +33,7 @@ pub const DEFAULT_FORWARDED: [&str; 9] = [
 ];
 
 /// Headers Envoy manages or its router needs: never touched by the forwarding rule.
-/// (Caller-sent `x-envoy-*` headers that steer retries are removed separately, SPEC 2.6.)
+/// (Caller-sent `x-envoy-*` headers that steer retries are removed separately, behaviour.md 2.6.)
 /// `x-forwarded-proto` is Envoy's: without it Envoy 1.40 finds no route for the request.
 pub fn envoy_managed(name: &[u8]) -> bool {
     name.first() == Some(&b':')
@@ -59,7 +59,7 @@ pub enum Forward {
     /// The default list and the provider's own names and `prefix*` patterns (lowercase).
     List(Vec<ModelPattern>),
     /// Every caller header (credentials of the caller and of other providers are still
-    /// removed, SPEC section 7).
+    /// removed, docs/behaviour.md section 7).
     All,
 }
 
@@ -82,7 +82,7 @@ impl Forward {
 
     /// The default list plus `extra`, for a provider speaking `api`: one that declares OpenAI's
     /// API does not take the caller's `anthropic-*` headers unless `extra` names them (they
-    /// come from an Anthropic caller whose request is translated for it, SPEC 13).
+    /// come from an Anthropic caller whose request is translated for it, behaviour.md 13).
     pub fn for_api_with_extra<'a>(
         api: Option<Api>,
         extra: impl Iterator<Item = &'a str>,

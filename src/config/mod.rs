@@ -2,7 +2,7 @@
 //! YAML in the `llm-failover` CLI), and its validated, ready-to-use form.
 //!
 //! `Config::from_json` refuses anything half-valid: every problem is reported at once, each
-//! naming the field path and what to do about it (SPEC section 9). One module per section:
+//! naming the field path and what to do about it (docs/behaviour.md section 9). One module per section:
 //! [`providers`], [`chains`], [`policies`] (breaker, dead marks, timeouts, request settings),
 //! collecting into a path-scoped [`Problems`].
 

@@ -21,13 +21,13 @@ pub struct Provider {
     pub path_prefix: Option<String>,
     pub callers: Vec<String>,
     pub labels: BTreeMap<String, String>,
-    /// Which of the caller's headers this provider receives (SPEC section 7).
+    /// Which of the caller's headers this provider receives (docs/behaviour.md section 7).
     pub forward: super::forward::Forward,
-    /// The API it speaks (SPEC 13); `None`: whatever the caller speaks (never translated).
+    /// The API it speaks (behaviour.md 13); `None`: whatever the caller speaks (never translated).
     pub api: Option<Api>,
     /// `max_tokens` for a request translated to Anthropic Messages that sets none.
     pub max_tokens: u32,
-    /// A cloud's envelope around the API (SPEC 13): Azure OpenAI, Bedrock, Vertex AI, Gemini.
+    /// A cloud's envelope around the API (behaviour.md 13): Azure OpenAI, Bedrock, Vertex AI, Gemini.
     pub envelope: Option<crate::envelope::Envelope>,
     /// Where it keeps the data it is sent: declared, or from a cloud's region; `None`: unknown.
     pub residency: Option<crate::residency::Residency>,
@@ -72,7 +72,7 @@ impl Provider {
         }
     }
 
-    /// The caller's headers it has its own value for, which never reach it (SPEC 7): those it
+    /// The caller's headers it has its own value for, which never reach it (behaviour.md 7): those it
     /// sets, and those its envelope writes into the body.
     pub fn own_names(&self) -> impl Iterator<Item = &str> {
         let envelope = self.envelope.map_or(&[][..], |e| e.own_headers());
@@ -91,7 +91,7 @@ impl Provider {
     }
 }
 
-/// What a chain entry's model takes (SPEC 2.4); `None` = unknown, which counts as capable.
+/// What a chain entry's model takes (behaviour.md 2.4); `None` = unknown, which counts as capable.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Capabilities {
     pub vision: Option<bool>,
@@ -111,13 +111,13 @@ pub struct ChainEntry {
 }
 
 impl ChainEntry {
-    /// The same destination (provider and model): never tried twice in one walk (SPEC 2.7).
+    /// The same destination (provider and model): never tried twice in one walk (behaviour.md 2.7).
     pub fn same_destination(&self, other: &ChainEntry) -> bool {
         self.provider == other.provider && self.model == other.model
     }
 }
 
-/// An alternative list a chain names for one class (SPEC 3a).
+/// An alternative list a chain names for one class (behaviour.md 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AltList {
     ContextWindow,
@@ -222,12 +222,12 @@ pub struct Timeouts {
     pub stall_ms: u64,
     pub budget_ms: u64,
     pub min_remaining_ms: u64,
-    /// First-token timeout of streamed attempts (SPEC 5); 0 = off.
+    /// First-token timeout of streamed attempts (behaviour.md 5); 0 = off.
     pub first_token_ms: u64,
 }
 
 impl Timeouts {
-    /// Whether another attempt may start `spent_ms` into the request (SPEC section 5): not
+    /// Whether another attempt may start `spent_ms` into the request (docs/behaviour.md section 5): not
     /// with less than `min_remaining` of the budget left. A budget of 0 means none. The one
     /// rule for every attempt, whether the filter asks for it (a marked answer) or Envoy
     /// starts it by itself (refused connection, reset, per-try timeout).
@@ -249,7 +249,7 @@ impl Timeouts {
     }
 }
 
-/// In-place retry of a chain (SPEC 5).
+/// In-place retry of a chain (behaviour.md 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryInPlace {
     pub back_off_ms: u64,
@@ -260,7 +260,7 @@ pub struct RetryInPlace {
 pub struct Config {
     pub role: Role,
     pub routing: Routing,
-    /// The upstream role may hold answers to read their bodies (SPEC 3a); see
+    /// The upstream role may hold answers to read their bodies (behaviour.md 3); see
     /// [`super::RawConfig::hold_answers`].
     pub hold_answers: bool,
     /// Bodies larger than this are answered `413` by the downstream role (Envoy < 1.39).

@@ -1,4 +1,4 @@
-//! Collecting configuration problems, each scoped to the field path it is about (SPEC section
+//! Collecting configuration problems, each scoped to the field path it is about (docs/behaviour.md section
 //! 9: one log line per problem, naming the field).
 
 use std::fmt;

@@ -5,7 +5,7 @@ use crate::duration::serde_duration;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-/// Which half of the filter a plugin instance is (DESIGN section 1, router mode).
+/// Which half of the filter a plugin instance is (docs/internals.md "How attempts are carried", router mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -44,7 +44,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub routing: Routing,
     /// Set by the renderer, false for Envoy 1.36: the upstream role may hold a failing answer
-    /// (or a stream's first event) to read its body before deciding (SPEC 3a). Envoy 1.36.4
+    /// (or a stream's first event) to read its body before deciding (behaviour.md 3). Envoy 1.36.4
     /// crashes when an attempt whose answer an upstream filter held is retried.
     #[serde(default = "RawConfig::default_hold_answers")]
     pub hold_answers: bool,
@@ -78,7 +78,7 @@ pub struct RawConfig {
     #[serde(default = "RawConfig::default_models_path")]
     pub models_path: String,
     /// Path answered `200 serving` by the filter itself, no key needed, contacting no provider
-    /// (a liveness check for load balancers; SPEC section 10); `""` turns it off.
+    /// (a liveness check for load balancers; docs/behaviour.md section 10); `""` turns it off.
     #[serde(default = "RawConfig::default_liveness_path")]
     pub liveness_path: String,
 }
@@ -135,7 +135,7 @@ pub struct RawProvider {
     #[serde(default)]
     pub forward_headers: Option<RawForward>,
     /// The API this provider speaks (`openai` or `anthropic`): a caller of the other API is
-    /// translated for it (SPEC 13). Unset: whatever the caller speaks, never translated.
+    /// translated for it (behaviour.md 13). Unset: whatever the caller speaks, never translated.
     #[serde(default)]
     pub api: Option<String>,
     /// `max_tokens` written into a request translated for an Anthropic provider when the
@@ -205,13 +205,13 @@ pub struct RawChain {
     #[serde(default)]
     pub fallbacks_exhausted: bool,
     /// Larger-context entries: a `context_window_exceeded` answer continues the walk here
-    /// instead of at the next provider (SPEC 3a).
+    /// instead of at the next provider (behaviour.md 3).
     #[serde(default, deserialize_with = "entries")]
     pub context_window: Vec<RawChainEntry>,
     /// Entries for a `content_filtered` answer; without them that answer goes to the caller.
     #[serde(default, deserialize_with = "entries")]
     pub content_policy: Vec<RawChainEntry>,
-    /// Retry a failed attempt once on the same provider before moving on (SPEC 5):
+    /// Retry a failed attempt once on the same provider before moving on (behaviour.md 5):
     /// `{back_off, max_retry_after}`, `{}` for the defaults. (An object only: an untagged
     /// `true | {...}` would cost the module about 5 KB of serde's buffering.)
     #[serde(default)]
@@ -252,7 +252,7 @@ pub struct RawChainEntry {
     pub provider: String,
     #[serde(default)]
     pub model: Option<String>,
-    /// What this entry's model takes (SPEC 2.4); unknown = capable.
+    /// What this entry's model takes (behaviour.md 2.4); unknown = capable.
     #[serde(default)]
     pub capabilities: Option<RawCapabilities>,
     /// The reasoning effort this entry's requests are sent with (`minimal`, `low`, `medium`,
@@ -384,7 +384,7 @@ pub struct RawTimeouts {
     #[serde(deserialize_with = "serde_duration::deserialize")]
     pub min_remaining: u64,
     /// A streamed attempt with no output this long after its start falls over as a timeout
-    /// (SPEC 5); 0 = off.
+    /// (behaviour.md 5); 0 = off.
     #[serde(deserialize_with = "serde_duration::deserialize")]
     pub first_token: u64,
 }

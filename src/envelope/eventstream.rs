@@ -1,6 +1,6 @@
 //! Bedrock's streaming answer (`application/vnd.amazon.eventstream`) unwrapped into the
 //! Anthropic Messages event stream a Messages caller (or the Messages-to-Chat translator)
-//! reads, whatever the body chunk boundaries (DESIGN section 8).
+//! reads, whatever the body chunk boundaries (docs/clouds.md).
 //!
 //! A message is a 12-byte prelude (total length, headers length, both big-endian u32, then the
 //! CRC32 of those 8 bytes), the headers (name length u8, name, value type u8, value), the

@@ -1,4 +1,4 @@
-//! Envelopes around a dialect (SPEC section 13): what a cloud wraps around the API it speaks.
+//! Envelopes around a dialect (docs/behaviour.md section 13): what a cloud wraps around the API it speaks.
 //! Azure OpenAI and Gemini speak OpenAI Chat under their own paths; Claude on AWS Bedrock and
 //! on Google Vertex AI speak Anthropic Messages with the model in the path, a version field in
 //! the body instead of `model` (and, on Bedrock, instead of `stream`), and on Bedrock a binary
@@ -139,7 +139,7 @@ impl Envelope {
 
     /// The caller's headers this cloud has its own value for, so they never reach it as
     /// headers: Claude's version (in the body) and, on Bedrock, the beta flags (put in the
-    /// body from the caller's header, SPEC 13).
+    /// body from the caller's header, behaviour.md 13).
     pub fn own_headers(self) -> &'static [&'static str] {
         match self {
             Envelope::Bedrock => &["anthropic-version", crate::wire::ANTHROPIC_BETA],

@@ -1,6 +1,6 @@
 //! The proxy-wasm glue: Envoy's callbacks handed to the roles (`crate::roles`), which run
 //! against [`EnvoyHost`]. One module serves both roles; the plugin configuration's `role` picks
-//! which context a plugin instance creates (DESIGN section 1, router mode).
+//! which context a plugin instance creates (docs/internals.md "How attempts are carried", router mode).
 
 mod envoy_host;
 mod timers;

@@ -1,4 +1,4 @@
-//! Per-attempt timers of the upstream role (SPEC 5: in-place retry back-off, first-token
+//! Per-attempt timers of the upstream role (behaviour.md 5: in-place retry back-off, first-token
 //! timeout, the budget's end). proxy-wasm gives one tick per root context, which every root
 //! runs every [`super::TICK`] (health answers reach shared data then); this keeps the attempts'
 //! deadlines and brings the tick forward to the nearest one, so a deadline is met to the

@@ -54,7 +54,7 @@ impl Record {
         let class = report.class;
         let says_nothing = matches!(class, Class::InvalidRequest | Class::ClientDisconnect);
         // The class the breaker counts: this attempt's, or, for an in-place retry whose own
-        // class counts nothing, the first try's (SPEC 16: a request counts once).
+        // class counts nothing, the first try's (behaviour.md 16: a request counts once).
         let counted = match report.in_place {
             InPlace::Retried => {
                 // The retry's report decides; only the last failure is kept now.

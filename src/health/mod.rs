@@ -1,4 +1,4 @@
-//! Per-provider health (SPEC section 4): the circuit breaker and the dead marks, shared by every
+//! Per-provider health (docs/behaviour.md section 4): the circuit breaker and the dead marks, shared by every
 //! Envoy worker through [`SharedStore`].
 //!
 //! One record per provider under [`crate::wire::health_key`], so planning a request costs one store
@@ -19,7 +19,7 @@
 //!   An outcome that says neither (429, 404, 4xx, client gone) releases the claim so the next
 //!   request probes at once.
 //! - **Open period**: `cooldown`; when the failing answer carried `Retry-After`, that delay
-//!   *instead* (SPEC: "stays open that long instead"), capped at `max_cooldown`. A Retry-After
+//!   *instead* (docs/behaviour.md section 4), capped at `max_cooldown`. A Retry-After
 //!   shorter than the cooldown therefore shortens the open period; after it one probe still gates.
 //!
 //! # Dead marks
@@ -77,7 +77,7 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
-    /// Gauge value: 0 closed, 1 open, 2 half-open (SPEC section 8).
+    /// Gauge value: 0 closed, 1 open, 2 half-open (docs/behaviour.md section 8).
     pub fn metric_value(self) -> u8 {
         self as u8
     }
@@ -136,15 +136,15 @@ pub struct Report {
     /// `retry_after::rate_limit_delay`), in ms from now.
     pub retry_after_ms: Option<u64>,
     /// How this attempt stands to an in-place retry: a request counts once toward the breaker
-    /// however often it was tried in place (SPEC 16).
+    /// however often it was tried in place (behaviour.md 16).
     pub in_place: InPlace,
 }
 
-/// An attempt and the in-place retry (SPEC 5) of one request on one provider. The breaker
+/// An attempt and the in-place retry (behaviour.md 5) of one request on one provider. The breaker
 /// counts the request once, by how it ended there: a retry that succeeds counts no failure (the
 /// provider served the request); one that fails counts one, its own class's, or the first
 /// try's when its own counts nothing (a `503` then a `429`, or the caller gone during the
-/// wait). Each try is still an attempt in the provider's tally (health over time, SPEC 10).
+/// wait). Each try is still an attempt in the provider's tally (health over time, behaviour.md 10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InPlace {
     /// No in-place retry before or after it.
@@ -256,7 +256,7 @@ pub struct HealthSnapshot {
     pub provider_dead_until_ms: Option<u64>,
     /// Live model dead marks.
     pub dead_models: Vec<ModelDeadMark>,
-    /// Health over the last 15 minutes (SPEC section 10).
+    /// Health over the last 15 minutes (docs/behaviour.md section 10).
     pub recent: Recent,
 }
 

@@ -1,4 +1,4 @@
-//! A provider's health over time (SPEC section 10): attempts and failures in one-minute
+//! A provider's health over time (docs/behaviour.md section 10): attempts and failures in one-minute
 //! buckets over the last [`BUCKETS`] minutes, and when it last answered, kept in the provider's
 //! shared health record beside the breaker (so a failure's one write carries both).
 //!

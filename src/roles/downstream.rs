@@ -135,7 +135,7 @@ impl<H: Host> Downstream<H> {
         }
     }
 
-    /// Answers a request for the status endpoint (SPEC section 10). Returns whether it answered.
+    /// Answers a request for the status endpoint (docs/behaviour.md section 10). Returns whether it answered.
     fn answer_status(&self, method: &str) -> bool {
         match intake::status_request(&self.config, &self.path, method) {
             StatusRequest::No => false,
@@ -195,7 +195,7 @@ impl<H: Host> Downstream<H> {
         true
     }
 
-    /// Answers the liveness path (SPEC section 10) when the request is for it. Returns whether
+    /// Answers the liveness path (docs/behaviour.md section 10) when the request is for it. Returns whether
     /// it answered.
     fn answer_liveness(&self, method: &str) -> bool {
         let route = || text_property(&self.host, b"xds\0route_name");

@@ -1,4 +1,4 @@
-//! The SPEC section 8 metrics over the [`Host`]: each (metric, labels) combination is defined once
+//! The docs/behaviour.md section 8 metrics over the [`Host`]: each (metric, labels) combination is defined once
 //! per VM, the first time it is needed, and its id cached by provider/class/chain index, so the
 //! hot path never formats a name it has seen (a success costs one `increment_metric`).
 //! Names and the Envoy tag rules that turn them into labels live in [`crate::metrics`].

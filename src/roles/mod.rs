@@ -100,7 +100,7 @@ fn status_code(host: &impl Host, map: Map) -> u16 {
         .unwrap_or(0)
 }
 
-/// Answers with one of the filter's own replies (SPEC section 6): JSON error body in the
+/// Answers with one of the filter's own replies (docs/behaviour.md section 6): JSON error body in the
 /// caller's API's shape (`caller`, from its path) and `x-should-retry`.
 fn send_reply(host: &impl Host, reply: &Reply, caller: Option<Api>) {
     let body = reply.body_for(caller);

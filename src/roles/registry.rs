@@ -1,5 +1,5 @@
 //! The configurations alive in this VM, by fingerprint, so that an attempt is resolved under the
-//! configuration its plan was made under (SPEC section 7: the two roles never act on different
+//! configuration its plan was made under (docs/behaviour.md section 7: the two roles never act on different
 //! configurations).
 //!
 //! Both roles run in one VM per worker (one `vm_id`). When a configuration changes under traffic

@@ -1,7 +1,7 @@
 //! Glue-level tests without Envoy: a recording host plays Envoy's side of every call the roles
 //! make (headers, filter state, shared data with CAS, metrics, local replies, the clock), and a
-//! small router drives both roles through whole requests the way router mode does (DESIGN
-//! section 1): slot properties pick each attempt's cluster, the retry marker (or a missing
+//! small router drives both roles through whole requests the way router mode does
+//! (docs/internals.md "How attempts are carried"): slot properties pick each attempt's cluster, the retry marker (or a missing
 //! response) makes the next attempt, one request header map is shared by every attempt.
 
 use super::*;
@@ -320,7 +320,7 @@ struct Gateway {
     /// `refresh_cluster_on_retry`).
     sticky_cluster: bool,
     /// Grouping mode: attempt k reaches the group's (k + spill)-th sub-cluster, as an
-    /// aggregate does when a sub-cluster has no healthy host (DESIGN section 7).
+    /// aggregate does when a sub-cluster has no healthy host (docs/older-envoys.md).
     spill: usize,
 }
 
@@ -544,7 +544,7 @@ impl Gateway {
                     *host.stream.response_body.borrow_mut() = body.clone();
                     let held = up.on_response_headers(body.is_empty()) == Flow::Pause;
                     if held || !body.is_empty() {
-                        // Held to read the start of the body (SPEC 3a): the router buffers.
+                        // Held to read the start of the body (behaviour.md 3): the router buffers.
                         // Otherwise the body passes the filter as one chunk.
                         assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
                     }
@@ -669,7 +669,7 @@ fn attempts_metric(provider: &str, class: Class) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 6 and 7 on the success path.
+// docs/behaviour.md section 6 and 7 on the success path.
 
 #[test]
 fn a_success_goes_to_the_first_provider_with_its_own_credential_only() {
@@ -699,7 +699,7 @@ fn a_success_goes_to_the_first_provider_with_its_own_credential_only() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC sections 3, 6, 7: failover, what each attempt carries, what the caller sees.
+// docs/behaviour.md section 3, 6, 7: failover, what each attempt carries, what the caller sees.
 
 #[test]
 fn a_server_error_falls_over_with_the_next_providers_rewrites() {
@@ -912,7 +912,7 @@ fn max_attempts_and_the_opt_out_header_cap_the_walk() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 2: planning, refusals and what callers cannot steer.
+// docs/behaviour.md section 2: planning, refusals and what callers cannot steer.
 
 #[test]
 fn get_slash_answers_serving_without_a_key_or_a_provider() {
@@ -994,7 +994,7 @@ fn an_unreadable_path_is_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 4: the breaker and dead marks, across requests.
+// docs/behaviour.md section 4: the breaker and dead marks, across requests.
 
 #[test]
 fn a_breaker_opens_skips_its_provider_probes_once_and_closes() {
@@ -1138,7 +1138,7 @@ fn a_missing_model_is_marked_dead_on_that_provider_only() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 5: the time budget.
+// docs/behaviour.md section 5: the time budget.
 
 #[test]
 fn no_attempt_starts_past_the_budget() {
@@ -1203,7 +1203,7 @@ fn an_attempt_envoy_starts_past_the_budget_never_reaches_its_provider() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 10, through the downstream role.
+// docs/behaviour.md section 10, through the downstream role.
 
 #[test]
 fn the_status_endpoint_answers_get_and_head_only() {
@@ -1274,7 +1274,7 @@ fn successes_write_nothing_until_the_tick_then_the_status_counts_every_attempt()
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 7: fail closed.
+// docs/behaviour.md section 7: fail closed.
 
 #[test]
 fn an_attempt_sent_to_another_providers_cluster_is_refused_before_anything_is_attached() {
@@ -1318,7 +1318,7 @@ fn the_callers_gateway_credential_is_removed_before_routing() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC section 3a: classes read from the answer's body.
+// docs/behaviour.md section 3a: classes read from the answer's body.
 
 #[test]
 fn a_failing_answers_body_refines_its_class_before_deciding() {
@@ -1372,7 +1372,7 @@ fn a_stream_whose_first_event_is_an_error_falls_over() {
     let r = gw.request(&[], body, &[healthy]);
     assert_eq!((r.status, r.clusters()), (200, vec!["ca"]));
     assert_eq!(r.body, b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n");
-    // One that ends before its final event ends with an error frame (SPEC 5).
+    // One that ends before its final event ends with an error frame (behaviour.md 5).
     let cut = Provider::Answer(
         200,
         vec![("content-type", "text/event-stream")],
@@ -1448,7 +1448,7 @@ fn a_caller_header_that_is_a_gateway_credential_is_removed_before_routing() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Grouping mode (Envoy 1.36-1.38, DESIGN section 7): one cluster per provider order.
+// Grouping mode (Envoy 1.36-1.38, docs/older-envoys.md): one cluster per provider order.
 
 fn grouped(extra: &str) -> String {
     THREE.replacen('{', &format!(r#"{{"routing": "groups", {extra}"#), 1)

@@ -46,7 +46,7 @@ pub struct Upstream<H: Host> {
     /// The entry's request settings to write into the body, in its dialect, while waiting
     /// for it (docs/behaviour.md section 7).
     settings: Option<attempt::SettingsEdit>,
-    /// The attempt is translated for its provider (SPEC 13): its body, while waiting for it,
+    /// The attempt is translated for its provider (behaviour.md 13): its body, while waiting for it,
     /// and its answer.
     translation: Option<Translation>,
     translate_request: bool,
@@ -56,7 +56,7 @@ pub struct Upstream<H: Host> {
     answer: Option<Answering>,
     /// Response headers arrived (or the outcome was otherwise settled).
     settled: bool,
-    /// The response is held until the start of its body is read (SPEC 3a).
+    /// The response is held until the start of its body is read (behaviour.md 3).
     hold: Option<Hold>,
     /// The request did not ask for a stream: this `200` stream is gathered into one JSON
     /// answer (docs/behaviour.md section 5).
@@ -67,18 +67,18 @@ pub struct Upstream<H: Host> {
     provider_marker: bool,
     /// Response headers came (the attempt is no longer waiting for its answer to start).
     answered: bool,
-    /// What this attempt must do by itself, and when (SPEC 5; see [`Upstream::deadline`]).
+    /// What this attempt must do by itself, and when (behaviour.md 5; see [`Upstream::deadline`]).
     deadlines: attempt::Deadlines,
     /// An in-place retry waits until then before it is sent.
     send_at: Option<u64>,
-    /// The stream's last bytes, while its end is watched for the final event (SPEC 5).
+    /// The stream's last bytes, while its end is watched for the final event (behaviour.md 5).
     watch: Option<Vec<u8>>,
     /// The caller speaks Anthropic Messages (for the error event of a stream cut short).
     messages_caller: bool,
     /// The body goes into this provider's envelope (Bedrock, Vertex), with the caller's
     /// `anthropic-beta` header, while waiting for the body.
     envelope_body: Option<(ProviderId, Option<String>)>,
-    /// A Bedrock event stream being unwrapped into Anthropic SSE (SPEC 13).
+    /// A Bedrock event stream being unwrapped into Anthropic SSE (behaviour.md 13).
     unframe: Option<Unframing>,
     /// The provider's answer was replaced by a whole one ([`Upstream::give_whole`]): the rest
     /// of its body never reaches the caller.
@@ -86,7 +86,7 @@ pub struct Upstream<H: Host> {
 }
 
 /// An AWS event stream turned into SSE as it passes. While the answer is held (its first event
-/// read, SPEC 3a) Envoy keeps the body: the first `done` bytes of it are SSE already.
+/// read, behaviour.md 3) Envoy keeps the body: the first `done` bytes of it are SSE already.
 #[derive(Default)]
 struct Unframing {
     unframer: Unframer,
@@ -273,7 +273,7 @@ impl<H: Host> Upstream<H> {
         send_reply(host, &refusal.reply, caller);
     }
 
-    /// Refuses the attempt before anything is attached to it (SPEC section 7, fail closed):
+    /// Refuses the attempt before anything is attached to it (docs/behaviour.md section 7, fail closed):
     /// the caller gets the gateway's own `502`, the attempt is not sent, counts toward no
     /// provider's health, and the downstream role learns it from filter state.
     fn refuse(&mut self, refusal: &Refusal, caller: Option<Api>) {
@@ -312,7 +312,7 @@ impl<H: Host> Upstream<H> {
     }
 
     /// The stream is over. Without response headers the connection failed, the attempt timed
-    /// out, or the caller went away (DESIGN section 1: these reach upstream filters only here).
+    /// out, or the caller went away (docs/internals.md "How attempts are carried": these reach upstream filters only here).
     pub fn on_done(&mut self) {
         let Some(current) = self.current.as_ref().filter(|_| !self.settled) else {
             return;
@@ -391,7 +391,7 @@ impl<H: Host> Upstream<H> {
     }
 
     /// Releases an answer held until a deadline decided it (first token, budget). Nothing of a
-    /// translated attempt reaches the caller untranslated (SPEC 13): a stream's held events
+    /// translated attempt reaches the caller untranslated (behaviour.md 13): a stream's held events
     /// are translated now, in the buffer Envoy holds; a whole answer stays held until its end
     /// and is translated then. An answer marked for the next provider never reaches the caller.
     #[inline(never)]
@@ -412,7 +412,7 @@ impl<H: Host> Upstream<H> {
     }
 
     /// The budget ended while this attempt waited for its answer: a timeout, and the caller
-    /// gets the budget's answer at once (SPEC 5).
+    /// gets the budget's answer at once (behaviour.md 5).
     fn end_at_budget(&mut self) {
         self.settle(Class::Timeout, None, None);
         let Some(current) = &self.current else {
@@ -539,7 +539,7 @@ impl<H: Host> Upstream<H> {
         self.translation = a.translation;
         self.translate_request = matches!(edits.body, BodyEdit::Translate(_));
         self.deadlines = attempt::deadlines(&config, &a, start_ms);
-        // A retry in place waits out its back-off before it is sent (SPEC 5).
+        // A retry in place waits out its back-off before it is sent (behaviour.md 5).
         if attempt::is_retry_in_place(&a) {
             self.send_at = host
                 .property(handoff::RETRY_AT.as_bytes())
@@ -605,7 +605,7 @@ impl<H: Host> Upstream<H> {
         Flow::Continue
     }
 
-    /// The whole request body translated for the provider's API (SPEC 13); a request the
+    /// The whole request body translated for the provider's API (behaviour.md 13); a request the
     /// provider's API cannot carry is answered `400` here, never sent.
     fn translate_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
         if !end_of_stream {
@@ -749,7 +749,7 @@ impl<H: Host> Upstream<H> {
     }
 
     /// A translated attempt's answer that goes to the caller (not marked for a retry: a
-    /// retried answer never reaches the caller) is translated back (SPEC 13): the headers say
+    /// retried answer never reaches the caller) is translated back (behaviour.md 13): the headers say
     /// what comes instead of the provider's body.
     fn start_answer(&mut self, status: u16, marker: Marker) {
         let Some(t) = self.translation.filter(|_| marker != Marker::Set) else {
@@ -893,7 +893,7 @@ impl<H: Host> Upstream<H> {
     }
 
     /// Keeps the stream's last bytes; at its end, a stream without its final event gets an
-    /// error event in the caller's dialect, so the caller's client raises (SPEC 5).
+    /// error event in the caller's dialect, so the caller's client raises (behaviour.md 5).
     fn watch_end(&mut self, body_size: usize, end_of_stream: bool) {
         let Some(tail) = &mut self.watch else {
             return;

@@ -1,4 +1,4 @@
-//! Translation between the APIs callers and providers speak (SPEC section 13): OpenAI Chat
+//! Translation between the APIs callers and providers speak (docs/behaviour.md section 13): OpenAI Chat
 //! Completions and Anthropic Messages, both directions, as pure functions over bytes. The
 //! upstream role applies what they return; nothing here knows of proxy-wasm.
 //!
@@ -7,7 +7,7 @@
 //!   provider (its request translated to Messages, the answer, errors and stream back to Chat);
 //! * [`messages_to_chat`]: an Anthropic Messages caller served by an OpenAI Chat provider.
 //!
-//! Same-API attempts never reach this module (SPEC 13: they pay nothing for it).
+//! Same-API attempts never reach this module (behaviour.md 13: they pay nothing for it).
 
 pub mod assemble;
 pub mod chat;
@@ -114,7 +114,7 @@ pub struct RequestContext<'a> {
     pub default_max_tokens: u32,
 }
 
-/// Why a request cannot be sent to a provider of another API (SPEC 2.4: the entry is skipped
+/// Why a request cannot be sent to a provider of another API (behaviour.md 2.4: the entry is skipped
 /// as `content_incompatible` before the first attempt, never discovered after sending).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Untranslatable {
@@ -168,7 +168,7 @@ pub struct Translated {
     /// What the caller gets: the answer or error in its API.
     pub body: Vec<u8>,
     /// The provider's `2xx` body is not an answer of its API (not JSON, or not a Messages
-    /// answer / Chat completion): `body` is an error saying so, never a success (SPEC 16).
+    /// answer / Chat completion): `body` is an error saying so, never a success (behaviour.md 16).
     pub unreadable: bool,
 }
 
@@ -212,7 +212,7 @@ pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
 /// with a string `type` (`message_start`, `ping`, ...; an event named `error` is one too), for
 /// OpenAI Chat a chunk (a JSON object with `choices` or `usage`, or whose `object` is
 /// `chat.completion.chunk`) or `[DONE]`. A stream whose first event is none of these cannot be
-/// translated (SPEC 16). Unknown event types of the right shape pass: the translators skip
+/// translated (behaviour.md 16). Unknown event types of the right shape pass: the translators skip
 /// them, as the APIs ask.
 pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
     match api {
@@ -300,7 +300,7 @@ impl StreamTranslator {
     /// the caller gets to `out`: complete events only; a partial event waits for the next chunk.
     /// A stream that ends before its final event (and not with the provider's own error event)
     /// ends with an error event in the caller's dialect, so the caller's client raises
-    /// (SPEC 5). Returns whether the answer came whole but its end marker is still owed: the
+    /// (behaviour.md 5). Returns whether the answer came whole but its end marker is still owed: the
     /// stream's end (whichever callback brings it) writes it, so until then the caller's bytes
     /// are kept where the end can still be added to them.
     pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
@@ -328,7 +328,7 @@ impl StreamTranslator {
     /// The provider's stream reached its final event (`message_stop`, or OpenAI's last chunk
     /// with a `finish_reason` and `[DONE]`): the caller's end marker was written. At the end
     /// (`push` with `end`), a stream whose answer came whole is finished; one cut short before
-    /// it gets an error event in the caller's dialect instead (SPEC 5), unless the provider's
+    /// it gets an error event in the caller's dialect instead (behaviour.md 5), unless the provider's
     /// own error event already ended it.
     pub fn finished(&self) -> bool {
         match self {

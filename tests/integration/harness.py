@@ -924,7 +924,7 @@ class Gateway:
         return text
 
     def prometheus(self) -> str:
-        """/stats/prometheus with the SPEC labels only (see ``spec_prometheus``)."""
+        """/stats/prometheus with the docs/behaviour.md labels only (see ``spec_prometheus``)."""
         return spec_prometheus(self.prometheus_raw())
 
     def log(self) -> str:
@@ -937,7 +937,7 @@ class Gateway:
 
 # On Envoy 1.36-1.38 the filter's metrics live in a cluster's stats scope and carry two more
 # labels (docs/older-envoys.md): llm_failover_scope, always empty, first, and Envoy's
-# envoy_cluster_name, last. Scenarios compare the SPEC labels: spec_prometheus checks and
+# envoy_cluster_name, last. Scenarios compare the docs/behaviour.md labels: spec_prometheus checks and
 # removes these two (test_older_envoys checks the raw form).
 _GROUPING_LABELS = re.compile(
     r'^(llm_failover_[a-z_]+)\{llm_failover_scope="",(.*?),?envoy_cluster_name="[^"]*"\}')

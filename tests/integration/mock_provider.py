@@ -217,7 +217,7 @@ ERROR_DEFAULTS = {
 }
 
 
-# Providers' own error answers, as their APIs send them (SPEC 3a): the gateway must recognise
+# Providers' own error answers, as their APIs send them (behaviour.md 3): the gateway must recognise
 # these by their bodies. Azure's message carries a typographic apostrophe (U+2019).
 PRESETS: dict[str, dict] = {
     "openai_context_length": {"status": 400, "body": {"error": {

@@ -340,7 +340,7 @@ class Soak:
         self.harvest()
         seen = self.seen
         for rid, providers in seen.items():
-            # In-place retry tries a provider at most twice (SPEC 5).
+            # In-place retry tries a provider at most twice (behaviour.md 5).
             if max(collections.Counter(providers).values()) > 2:
                 self.violation("same provider three times", f"{rid}: {providers}")
             if len(providers) > MAX_ATTEMPTS:

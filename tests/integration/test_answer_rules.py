@@ -1,4 +1,4 @@
-"""Answers a provider gives that are not what they seem, and what the breaker counts (SPEC 16),
+"""Answers a provider gives that are not what they seem, and what the breaker counts (behaviour.md 16),
 through one real Envoy for the whole module:
 
 * a translated attempt whose `200` is no answer of its provider's API (JSON or stream) falls
@@ -167,7 +167,7 @@ def test_retry_in_place_does_not_halve_the_breakers_threshold(gw, mocks):
 
 
 # ---------------------------------------------------------------------------------------------
-# Headers browsers can read (SPEC 16).
+# Headers browsers can read (behaviour.md 16).
 
 EXPOSE = "access-control-expose-headers"
 OURS = "x-llm-provider, x-llm-attempts, x-llm-fallback-count, x-llm-fallback-reason"

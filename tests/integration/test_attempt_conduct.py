@@ -1,4 +1,4 @@
-"""Attempt conduct (issue 23, SPEC 3 and 5) through a real Envoy running the built filter:
+"""Attempt conduct (issue 23, behaviour.md 3 and 5) through a real Envoy running the built filter:
 unreadable answers, in-place retry, the first-token timeout, every wait within the budget,
 and honest ends of streams that break after bytes reached the caller."""
 import json
@@ -41,7 +41,7 @@ def attempts(gw):
 
 
 # ---------------------------------------------------------------------------------------------
-# Unreadable answers (SPEC 3: a 200 that is empty or not JSON / an event stream).
+# Unreadable answers (behaviour.md 3: a 200 that is empty or not JSON / an event stream).
 
 @pytest.mark.parametrize("behaviour", [
     {"content_type": "text/html; charset=utf-8",
@@ -72,7 +72,7 @@ def test_a_streamed_requests_html_200_falls_over_too(three):
 
 
 # ---------------------------------------------------------------------------------------------
-# In-place retry (SPEC 5: opt-in per chain, once per provider, an attempt like any other).
+# In-place retry (behaviour.md 5: opt-in per chain, once per provider, an attempt like any other).
 
 IN_PLACE = "    retry_in_place: {}\n"
 needs_router = pytest.mark.skipif(
@@ -180,7 +180,7 @@ def test_a_timeout_is_never_retried_in_place(three):
 
 
 # ---------------------------------------------------------------------------------------------
-# First-token timeout (SPEC 5: streamed attempts only; output, not the role chunk).
+# First-token timeout (behaviour.md 5: streamed attempts only; output, not the role chunk).
 
 FIRST_TOKEN = "{first_token: 1s}"
 needs_hold = pytest.mark.skipif(
@@ -252,7 +252,7 @@ def test_the_first_token_timeout_never_cuts_a_stream_that_started(three):
 
 
 # ---------------------------------------------------------------------------------------------
-# Every wait within the budget (SPEC 5).
+# Every wait within the budget (behaviour.md 5).
 
 def test_an_attempt_waits_at_most_what_is_left_of_the_budget(three):
     gateway, primary, secondary, tertiary = three
@@ -270,7 +270,7 @@ def test_an_attempt_waits_at_most_what_is_left_of_the_budget(three):
 
 
 # ---------------------------------------------------------------------------------------------
-# Honest ends (SPEC 5): a stream that breaks after bytes reached the caller never looks complete.
+# Honest ends (behaviour.md 5): a stream that breaks after bytes reached the caller never looks complete.
 
 def test_a_stream_cut_short_ends_with_an_error_frame_for_openai_callers(three):
     gateway, primary, secondary, _ = three

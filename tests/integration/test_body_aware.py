@@ -1,4 +1,4 @@
-"""Failover on what the answer says (SPEC 3a), through a real Envoy running the built filter:
+"""Failover on what the answer says (behaviour.md 3), through a real Envoy running the built filter:
 the upstream role holds a failing answer (or a 200 stream) until it has read the start of its
 body, refines the class from the providers' own error bodies (mock presets), and either marks
 it for retry, moves the walk to a chain's alternative list, or releases it untouched."""
@@ -100,7 +100,7 @@ def test_context_window_moves_to_a_one_provider_chains_list(body_gw):
 
 @needs_hold
 def test_context_window_goes_back_to_the_caller_without_a_list(body_gw):
-    """SPEC 3a (issue 23): without a context_window list (and no fallback_on naming the class)
+    """behaviour.md 3 (issue 23): without a context_window list (and no fallback_on naming the class)
     the prompt is the request's problem: the provider's 400 goes back, no fallback is tried."""
     gw, primary, secondary, big, _ = body_gw
     primary.set_default(preset="anthropic_prompt_too_long")

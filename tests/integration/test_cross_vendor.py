@@ -1,11 +1,11 @@
-"""Chains across vendors (SPEC 13, issue 21), end to end: the official `openai` and `anthropic`
+"""Chains across vendors (behaviour.md 13, issue 21), end to end: the official `openai` and `anthropic`
 Python SDKs call a real Envoy whose chain falls over from one vendor's API to the other's, and
 the mock providers answer like the real APIs, refusing (400) what those refuse (`strict`,
 mock_api_rules.py). Every test asserts both sides: what the caller got (content, tool calls,
 stop reasons, usage, model, errors in its own dialect) and what each provider received (path,
 credentials, `anthropic-version`, the translated body).
 
-Also: capability skips (SPEC 2.4) in headers, metrics and the access log, body-read classes on
+Also: capability skips (behaviour.md 2.4) in headers, metrics and the access log, body-read classes on
 translated attempts, and regression tests named after bugs Envoy AI Gateway's users reported
 in its translators (envoyproxy/ai-gateway#2135, #2162, #2290, #2352)."""
 import json

@@ -1,4 +1,4 @@
-"""Fail closed (SPEC section 7): an attempt carries a provider's key only when Envoy really sends
+"""Fail closed (docs/behaviour.md section 7): an attempt carries a provider's key only when Envoy really sends
 it to that provider, under the configuration it was planned with; the caller's own gateway key
 never leaves the gateway. Each scenario runs a real Envoy on a deliberately broken rendering of
 envoy/demo.failover.yaml: the configs a hand merge, a control plane dropping a field, or two

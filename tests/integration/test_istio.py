@@ -403,7 +403,7 @@ def test_control_a_reference_that_accepts_rbac_lets_the_allow_all_filter_run(ist
     alpha = ig.mocks["alpha"].last_request()
     assert r.status == 200 and alpha is not None
     # The upstream role did not run: no :authority rewrite, no provider key. The caller's own
-    # key is gone only because the downstream role removes it before routing (SPEC 7).
+    # key is gone only because the downstream role removes it before routing (behaviour.md 7).
     assert header(alpha, "host") != [HOSTS["alpha"]]
     assert not header(alpha, "authorization") and not header(alpha, "x-api-key")
 
@@ -437,7 +437,7 @@ def test_a_control_plane_that_drops_refresh_cluster_on_retry_fails_closed(istio,
 
 # ------------------------------------------------------------------ what operators read
 def test_get_slash_answers_serving_on_istios_route_without_a_provider(istio):
-    """The liveness answer (SPEC 10) on the route Istio builds from the VirtualService
+    """The liveness answer (behaviour.md 10) on the route Istio builds from the VirtualService
     (`llm-failover`): the filter knows it as the gateway's own."""
     ig = istio()
     r = ig.gw.request("GET", "/")
@@ -513,7 +513,7 @@ def test_istio_1_30_drops_refresh_cluster_on_retry_so_router_mode_would_fail_clo
 
 @pytest.mark.skipif(not GROUPING, reason="grouping clusters (Istio 1.30)")
 def test_a_spill_to_the_next_providers_host_is_refused_by_the_hosts_metadata(istio, rendered):
-    """An aggregate spills to its next sub-cluster when one has no healthy host (DESIGN 7), so
+    """An aggregate spills to its next sub-cluster when one has no healthy host (docs/older-envoys.md), so
     attempt 1 would reach beta carrying alpha's key. The added clusters' hosts name their
     provider; the upstream role compares that with the plan and refuses: nothing is sent."""
     manifests, _ = rendered

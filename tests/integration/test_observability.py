@@ -1,5 +1,5 @@
-"""Observability through a real Envoy (issue 7): the SPEC section 8 metrics read from the admin
-endpoint's Prometheus text with exact values, the status endpoint (SPEC section 10), the
+"""Observability through a real Envoy (issue 7): the docs/behaviour.md section 8 metrics read from the admin
+endpoint's Prometheus text with exact values, the status endpoint (docs/behaviour.md section 10), the
 per-request attempt record in the access log, and log levels.
 
 Scenarios need a fresh gateway per test (counters start at zero) and the demo config's knobs,

@@ -59,9 +59,9 @@ def test_each_order_has_its_own_grouping_cluster_and_single_attempts_go_direct(d
 
 
 def test_a_spill_to_the_next_sub_cluster_is_refused_not_sent_with_the_wrong_key(demo, tmp_path):
-    """DESIGN section 7's trap: an aggregate sends an attempt to its next sub-cluster when one
+    """The trap docs/older-envoys.md names: an aggregate sends an attempt to its next sub-cluster when one
     has no healthy host. The upstream role reads the chosen host's provider from its metadata
-    and refuses the attempt (SPEC section 7, fail closed)."""
+    and refuses the attempt (docs/behaviour.md section 7, fail closed)."""
     gateway, primary, secondary, tertiary = demo
     marker = ("          metadata:\n            filter_metadata:\n              llm_failover:\n"
               "                provider: primary\n")

@@ -1,7 +1,7 @@
 """What clients and operators read (issue 24), through a real Envoy with real mock providers:
-`x-should-retry` on every error answer (SPEC 6), the liveness answer on `GET /` (SPEC 10),
+`x-should-retry` on every error answer (behaviour.md 6), the liveness answer on `GET /` (behaviour.md 10),
 and each provider's health over time in the status endpoint, exact under two workers and
-concurrent traffic (SPEC 4 and 10)."""
+concurrent traffic (behaviour.md 4 and 10)."""
 import json
 import re
 import time

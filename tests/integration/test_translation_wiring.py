@@ -1,4 +1,4 @@
-"""The upstream role applies translation on real Envoy (SPEC 13): an OpenAI caller's request
+"""The upstream role applies translation on real Envoy (behaviour.md 13): an OpenAI caller's request
 falls over from a failing OpenAI provider to an Anthropic Messages provider, is translated for
 it, and its answer comes back in OpenAI's shape; the OpenAI attempt goes out untouched. The
 SDK suite over every direction is test_cross_vendor.py; this proves the wiring alone."""

@@ -39,7 +39,7 @@ pub use values::parse_size;
 
 pub const DEFAULT_MODULE: &str = "dist/llm_failover.wasm";
 
-/// 10 MiB: above the 8 MiB bodies SPEC section 7 promises to replay.
+/// 10 MiB: above the 8 MiB bodies docs/behaviour.md section 7 promises to replay.
 pub const DEFAULT_MAX_REQUEST_BODY: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
 

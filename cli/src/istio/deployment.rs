@@ -7,7 +7,7 @@ use crate::render::{self, seq};
 use serde_yaml_ng::{Mapping, Value};
 
 /// Istio 1.30 lists in its stats inclusion list no name of the form `cluster.<name>.*`, where
-/// Envoy 1.38 puts the upstream role's metrics (DESIGN section 7): this pattern lets them in.
+/// Envoy 1.38 puts the upstream role's metrics (docs/older-envoys.md): this pattern lets them in.
 fn cluster_scoped_metrics_pattern() -> String {
     format!(
         r"cluster\.[^.]+\.{}\.llm_failover_.*",

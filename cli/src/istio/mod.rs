@@ -1,5 +1,5 @@
 //! `render --target istio`: the same gateway as Kubernetes manifests for an Istio ingress or
-//! egress gateway (SPEC section 11, DESIGN section 6).
+//! egress gateway (docs/behaviour.md section 11, docs/istio.md).
 //!
 //! Both roles must run in one wasm VM (one `vm_id`) so they share one health state, and the
 //! upstream role must sit on every provider cluster. A `WasmPlugin` can do neither (no `vm_id`,
@@ -18,7 +18,7 @@
 //! did not apply sends nothing to a provider).
 //!
 //! Each Istio release is rendered for the Envoy it ships ([`RELEASES`]): router mode on 1.31+
-//! (Envoy 1.39+), grouping mode (`llm_failover::group`, DESIGN section 7) on 1.30 (Envoy 1.38).
+//! (Envoy 1.39+), grouping mode (`llm_failover::group`, docs/older-envoys.md) on 1.30 (Envoy 1.38).
 //! Grouping mode needs hosts whose metadata names their provider, which Istio's clusters
 //! (from a `ServiceEntry`) cannot carry: there the provider clusters and the grouping clusters
 //! are the standalone renderer's, added whole by `CLUSTER` `ADD` patches under names of their

@@ -23,7 +23,7 @@ pub fn access_log_format() -> String {
     )
 }
 
-/// Envoy's own error answers in the filter's JSON error shape (SPEC 6), with `x-should-retry`:
+/// Envoy's own error answers in the filter's JSON error shape (behaviour.md 6), with `x-should-retry`:
 /// a request body over the limit (Envoy's plain-text 413), and a walk whose last attempt got
 /// no response (Envoy's 503 `upstream connect error...` / 504 `upstream request timeout`).
 /// Mappers apply to local replies only, never to a provider's answer; the filter's own

@@ -1,7 +1,7 @@
-//! Envoy configuration. Router mode (Envoy >= 1.39, DESIGN section 1): a downstream wasm filter
+//! Envoy configuration. Router mode (Envoy >= 1.39, docs/internals.md "How attempts are carried"): a downstream wasm filter
 //! before the router, a route whose matcher cluster specifier reads the filter's per-attempt
 //! slots, and one cluster per provider with the upstream wasm filter. Grouping mode (Envoy
-//! 1.36-1.38, DESIGN section 7, `llm_failover::group`): the matcher reads the one cluster the
+//! 1.36-1.38, docs/older-envoys.md, `llm_failover::group`): the matcher reads the one cluster the
 //! downstream filter names (a provider's, or an aggregate cluster per provider order) and the
 //! retry priority `previous_priorities` moves each retry to the aggregate's next sub-cluster.
 //!

@@ -28,7 +28,7 @@ pub fn slot_count(gw: &Gateway) -> usize {
         .chains
         .iter()
         .map(|c| {
-            // In-place retry may try each entry twice (SPEC 5).
+            // In-place retry may try each entry twice (behaviour.md 5).
             let tries = if c.retry_in_place.is_some() { 2 } else { 1 };
             c.max_attempts.min(c.entries.len() * tries)
         })

@@ -1,4 +1,4 @@
-//! Cross-vendor attempts (SPEC 13) through both roles: a translated attempt's path, headers,
+//! Cross-vendor attempts (behaviour.md 13) through both roles: a translated attempt's path, headers,
 //! body and answer; a same-API attempt unchanged; the gateway's replies in the caller's shape.
 
 use super::*;
@@ -284,7 +284,7 @@ fn an_openai_providers_error_reaches_an_anthropic_caller_as_an_anthropic_error()
 }
 
 // ---------------------------------------------------------------------------------------------
-// How a translated stream ends (SPEC 5 and 13): whichever callback ends it, honestly, and
+// How a translated stream ends (behaviour.md 5 and 13): whichever callback ends it, honestly, and
 // never untranslated.
 
 const SSE: (&str, &str) = ("content-type", "text/event-stream");
@@ -311,7 +311,7 @@ fn a_translated_stream_ended_by_trailers_gets_its_end_marker() {
             CLAUDE_STOP_REASON,
             CLAUDE_STOP_UNENDED,
         ],
-        // The stop reason came, then no `message_stop` at all (complete: SPEC 5).
+        // The stop reason came, then no `message_stop` at all (complete: behaviour.md 5).
         vec![CLAUDE_START, CLAUDE_TEXT, CLAUDE_STOP_REASON],
     ] {
         let gw = Gateway::new(XV);
@@ -390,7 +390,7 @@ fn a_held_translated_stream_released_by_the_first_token_timeout_is_translated() 
 }
 
 // ---------------------------------------------------------------------------------------------
-// An answer that cannot be read is a failure (SPEC 16): never a success holding an error.
+// An answer that cannot be read is a failure (behaviour.md 16): never a success holding an error.
 
 const NOT_AN_ANSWER: &str = r#"{"hello": "world"}"#;
 

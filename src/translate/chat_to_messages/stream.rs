@@ -67,7 +67,7 @@ impl Translator {
         self.sse.feed(chunk, &mut on_event);
         if end {
             self.sse.finish(&mut on_event);
-            // A stream whose stop reason came is complete without `message_stop` (SPEC 5);
+            // A stream whose stop reason came is complete without `message_stop` (behaviour.md 5);
             // one that ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
         }
         if end && self.state.finish_sent {

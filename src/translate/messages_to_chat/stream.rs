@@ -60,7 +60,7 @@ impl Translator {
         self.sse.feed(chunk, &mut on_event);
         if end {
             self.sse.finish(&mut on_event);
-            // A stream whose finish came is complete without `[DONE]` (SPEC 5); one that
+            // A stream whose finish came is complete without `[DONE]` (behaviour.md 5); one that
             // ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
             if state.stop.is_some() {
                 state.end(out);

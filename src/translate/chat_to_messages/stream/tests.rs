@@ -369,7 +369,7 @@ fn an_error_event_becomes_an_openai_error_frame_and_ends_the_translation() {
 
 #[test]
 fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_error() {
-    // The stop reason came (`message_delta`), then the stream ended: complete (SPEC 5).
+    // The stop reason came (`message_delta`), then the stream ended: complete (behaviour.md 5).
     let no_stop = &TEXT[..TEXT.find("event: message_stop").unwrap()];
     let (out, finished) = whole(no_stop);
     assert!(finished);

@@ -172,7 +172,7 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
         whole(&no_usage),
         (body.clone() + &end("end_turn", 0, 0, 0), true)
     );
-    // The finish came but not [DONE]: the stream is complete (SPEC 5).
+    // The finish came but not [DONE]: the stream is complete (behaviour.md 5).
     let no_done = no_usage.replace("data: [DONE]\n\n", "");
     assert_eq!(
         whole(&no_done),
@@ -186,7 +186,7 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
     t.push(b"", true, &mut out);
     assert!(t.finished() && !t.owes_end());
     // No finish, no [DONE]: cut short, not finished, no message_stop, and an error event so
-    // the caller's client raises (SPEC 5).
+    // the caller's client raises (behaviour.md 5).
     let cut = &no_done[..no_done.find(r#""finish_reason":"stop""#).unwrap()];
     let cut = &cut[..cut.rfind("data: ").unwrap()];
     let cut_short = std::str::from_utf8(crate::dialects::cut_stream_event(true)).unwrap();
