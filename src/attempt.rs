@@ -796,9 +796,12 @@ impl Hold {
             Hold::Stream | Hold::FirstOutput => {
                 let until_output = self == Hold::FirstOutput;
                 match (translation, until_output) {
-                    (Some(t), _) => {
-                        dialects::first_event_of(t.provider, body, end_of_stream, until_output)
-                    }
+                    (Some(t), _) => dialects::first_event_of(
+                        |name, data| translate::is_stream_event(t.provider, name, data),
+                        body,
+                        end_of_stream,
+                        until_output,
+                    ),
                     (None, false) => dialects::first_event(body, end_of_stream),
                     (None, true) => dialects::first_output(body, end_of_stream),
                 }

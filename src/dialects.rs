@@ -17,7 +17,6 @@
 //! the unit tests below hold each rule against such a body and against near misses.
 
 use crate::classify::{classify_status, Class};
-use crate::translate::{self, Api};
 
 /// How many bytes of a failing answer are read before deciding (docs/behaviour.md section 3: 4 KiB).
 pub const BODY_PREFIX_LIMIT: usize = 4096;
@@ -498,14 +497,15 @@ pub fn first_output(held: &[u8], end_of_stream: bool) -> StreamStart {
     }
 }
 
-/// Decides on a held stream of a translated attempt whose provider speaks `api` (behaviour.md 16): as
-/// [`first_event`] (or, `until_output`, as [`first_output`]), except that every event before
-/// the decision must be an event of that API ([`translate::is_stream_event`]): the first one
+/// Decides on a held stream of a translated attempt (behaviour.md 16): as [`first_event`] (or,
+/// `until_output`, as [`first_output`]), except that every event before the decision must be
+/// an event of the provider's API (`of_api(name, data)`: `translate::is_stream_event`, so this
+/// module stays below the translators that use its classes): the first one
 /// that is not (and is no error) makes the stream [`StreamStart::Unreadable`], as does a
 /// stream that ends with none. Comment-only events (`: keep-alive`) are skipped. Once `held`
 /// reaches [`BODY_PREFIX_LIMIT`] without a decision, what is held is released.
 pub fn first_event_of(
-    api: Api,
+    of_api: impl Fn(&[u8], &[u8]) -> bool,
     held: &[u8],
     end_of_stream: bool,
     until_output: bool,
@@ -526,7 +526,7 @@ pub fn first_event_of(
         if let Some(class) = error_event(event) {
             return StreamStart::Error(class);
         }
-        if !translate::is_stream_event(api, name, data) {
+        if !of_api(name, data) {
             return StreamStart::Unreadable;
         }
         seen = true;

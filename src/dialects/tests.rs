@@ -468,7 +468,10 @@ fn a_translated_streams_first_event_must_be_of_its_api() {
     let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
     let text = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
     let junk = "data: {\"hello\":\"world\"}\n\n";
-    let of = |api, held: &str, eos| first_event_of(api, held.as_bytes(), eos, false);
+    let of = |api, held: &str, eos| {
+        let of_api = |n: &[u8], d: &[u8]| crate::translate::is_stream_event(api, n, d);
+        first_event_of(of_api, held.as_bytes(), eos, false)
+    };
     // Each API's own first events pass; the other API's, or anything else, do not.
     assert_eq!(of(Messages, start, false), StreamStart::Healthy);
     assert_eq!(of(Messages, ping, false), StreamStart::Healthy);
@@ -507,7 +510,10 @@ fn a_translated_streams_first_event_must_be_of_its_api() {
     );
     assert_eq!(of(Chat, &long, false), StreamStart::Healthy);
     // Under a first-token timeout every event before the output must be of the API too.
-    let until = |api, held: &str, eos| first_event_of(api, held.as_bytes(), eos, true);
+    let until = |api, held: &str, eos| {
+        let of_api = |n: &[u8], d: &[u8]| crate::translate::is_stream_event(api, n, d);
+        first_event_of(of_api, held.as_bytes(), eos, true)
+    };
     assert_eq!(
         until(Messages, &format!("{start}{ping}"), false),
         StreamStart::NeedMore
