@@ -227,6 +227,7 @@ def test_a_stream_whose_headers_do_not_come_in_time_falls_over(three):
     assert attempts(gw).get((("outcome", "timeout"), ("provider", "primary"))) == 1
 
 
+@needs_hold
 def test_the_first_token_timeout_cuts_a_non_streamed_request_whose_answer_does_not_start(three):
     # Issue 31: a request that did not ask for a stream is streamed from the provider under
     # first_token (it used to wait for the attempt timeout), and answered as one JSON answer.

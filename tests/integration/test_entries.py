@@ -188,6 +188,15 @@ def gathering(tmp_path_factory):
     m.stop()
 
 
+# Gathering holds the answer's headers until its first output: Envoy 1.36 never holds an
+# answer (behaviour.md 5), so a request not streamed goes there as it is.
+needs_hold = pytest.mark.skipif(
+    not harness.holds_answers(),
+    reason="Envoy 1.36 never holds an answer (1.36.4 crashes retrying a held answer): a request "
+           "not streamed is sent as it is there, not gathered")
+
+
+@needs_hold
 def test_a_request_not_streamed_is_streamed_under_first_token_and_answered_whole(gathering):
     m = gathering
     m.reset()
@@ -221,6 +230,7 @@ def test_a_request_not_streamed_is_streamed_under_first_token_and_answered_whole
     assert m.mocks["slow"].requests()[-1]["body"] == caller
 
 
+@needs_hold
 def test_a_gathered_answer_crosses_apis_both_ways(gathering):
     m = gathering
     m.reset()
