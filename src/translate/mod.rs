@@ -13,6 +13,8 @@ pub mod assemble;
 pub mod chat;
 pub mod chat_to_messages;
 pub mod common;
+#[cfg(test)]
+mod fixtures;
 pub(crate) mod json;
 pub mod messages;
 pub mod messages_to_chat;

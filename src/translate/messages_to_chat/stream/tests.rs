@@ -1,23 +1,14 @@
-//! OpenAI Chat streams (from the Chat Completions streaming and function calling references)
-//! translated for an Anthropic caller, compared byte for byte with the events Anthropic sends.
+//! OpenAI Chat streams translated for an Anthropic caller: the edges (usage late or missing,
+//! Azure's filter chunk, stop reasons, errors, streams cut short). The reference streams are
+//! fixtures (src/translate/fixtures/messages-to-chat/*-stream/, run by translate/fixtures.rs,
+//! which also feeds them in every chunking).
 
 use super::*;
 
 /// A text answer with usage asked for (`stream_options.include_usage`): every chunk carries
 /// `"usage": null`, and a last one `choices: []` with the usage.
-const TEXT: &str = r#"data: {"id":"chatcmpl-123","object":"chat.completion.chunk","created":1694268190,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_44709d6fcb","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}
-
-data: {"id":"chatcmpl-123","object":"chat.completion.chunk","created":1694268190,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_44709d6fcb","choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}],"usage":null}
-
-data: {"id":"chatcmpl-123","object":"chat.completion.chunk","created":1694268190,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_44709d6fcb","choices":[{"index":0,"delta":{"content":"!\n\"Hi\" \u00e9"},"logprobs":null,"finish_reason":null}],"usage":null}
-
-data: {"id":"chatcmpl-123","object":"chat.completion.chunk","created":1694268190,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_44709d6fcb","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null}
-
-data: {"id":"chatcmpl-123","object":"chat.completion.chunk","created":1694268190,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_44709d6fcb","choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}
-
-data: [DONE]
-
-"#;
+const TEXT: &str =
+    include_str!("../../fixtures/messages-to-chat/text-stream-usage-cached/stream.sse");
 
 fn ev(name: &str, data: &str) -> String {
     format!("event: {name}\ndata: {data}\n\n")
@@ -46,24 +37,6 @@ fn text(index: u64, raw: &str) -> String {
         "content_block_delta",
         &format!(
             r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"text_delta","text":{raw}}}}}"#
-        ),
-    )
-}
-
-fn tool_start(index: u64, id: &str, name: &str) -> String {
-    ev(
-        "content_block_start",
-        &format!(
-            r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"tool_use","id":"{id}","name":"{name}","input":{{}}}}}}"#
-        ),
-    )
-}
-
-fn json(index: u64, raw: &str) -> String {
-    ev(
-        "content_block_delta",
-        &format!(
-            r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"input_json_delta","partial_json":{raw}}}}}"#
         ),
     )
 }
@@ -101,22 +74,6 @@ fn translate(chunks: &[&[u8]]) -> (String, bool) {
 
 fn whole(stream: &str) -> (String, bool) {
     translate(&[stream.as_bytes()])
-}
-
-/// Usage with cached tokens: Anthropic's `input_tokens` leaves out the 1,920 read from the
-/// cache, which are `cache_read_input_tokens`.
-#[test]
-fn a_text_stream_with_usage_and_cached_tokens() {
-    let want = [
-        start("chatcmpl-123", "gpt-4o-mini-2024-07-18"),
-        text_start(0),
-        text(0, r#""Hello""#),
-        text(0, r#""!\n\"Hi\" \u00e9""#),
-        stop(0),
-        end("end_turn", 86, 300, 1920),
-    ]
-    .concat();
-    assert_eq!(whole(TEXT), (want, true));
 }
 
 /// Cache writes a gateway reports (under either name) are Anthropic's cache creation tokens,
@@ -204,86 +161,6 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
     assert_eq!(String::from_utf8(out).unwrap(), before + cut_short);
 }
 
-/// The function calling reference's stream: one call, its arguments over several deltas.
-const TOOL: &str = r#"data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_DdmO9pD3xa9XTPNJ32zg2hcA","type":"function","function":{"name":"get_weather","arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}]}
-
-data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]},"logprobs":null,"finish_reason":null}]}
-
-data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"location"}}]},"logprobs":null,"finish_reason":null}]}
-
-data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\":\""}}]},"logprobs":null,"finish_reason":null}]}
-
-data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"Paris, France\"}"}}]},"logprobs":null,"finish_reason":null}]}
-
-data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]}
-
-data: {"id":"chatcmpl-A1","object":"chat.completion.chunk","created":1723000000,"model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":82,"completion_tokens":17,"total_tokens":99,"prompt_tokens_details":{"cached_tokens":0}}}
-
-data: [DONE]
-
-"#;
-
-#[test]
-fn a_tool_call_with_arguments_over_several_deltas() {
-    let want = [
-        start("chatcmpl-A1", "gpt-4o-2024-08-06"),
-        tool_start(0, "call_DdmO9pD3xa9XTPNJ32zg2hcA", "get_weather"),
-        json(0, r#""{\"""#),
-        json(0, r#""location""#),
-        json(0, r#""\":\"""#),
-        json(0, r#""Paris, France\"}""#),
-        stop(0),
-        end("tool_use", 82, 17, 0),
-    ]
-    .concat();
-    assert_eq!(whole(TOOL), (want, true));
-}
-
-/// Text, then two parallel calls (the second's id not valid for Anthropic), then a reasoning
-/// delta some OpenAI-compatible servers send (dropped).
-const PARALLEL: &str = r#"data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"role":"assistant","content":"Checking."},"finish_reason":null}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"reasoning_content":"both cities"},"finish_reason":null}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":null}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"functions.get_time:1","type":"function","function":{"name":"get_time","arguments":"{\"city\":"}}]},"finish_reason":null}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"Rome\"}"}}]},"finish_reason":null}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}
-
-data: {"id":"chatcmpl-B2","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":30,"total_tokens":80}}
-
-data: [DONE]
-
-"#;
-
-#[test]
-fn text_then_two_parallel_tool_calls_each_in_its_own_block() {
-    let want = [
-        start("chatcmpl-B2", "gpt-4.1"),
-        text_start(0),
-        text(0, r#""Checking.""#),
-        stop(0),
-        tool_start(1, "call_a", "get_weather"),
-        json(1, r#""{\"city\":\"Paris\"}""#),
-        stop(1),
-        tool_start(2, "functions_get_time_1", "get_time"),
-        json(2, r#""{\"city\":""#),
-        json(2, r#""\"Rome\"}""#),
-        stop(2),
-        end("tool_use", 50, 30, 0),
-    ]
-    .concat();
-    let (out, finished) = whole(PARALLEL);
-    assert_eq!(out, want);
-    assert!(finished);
-    assert!(!out.contains("both cities"));
-}
-
 /// Azure OpenAI starts with a chunk of prompt filter results, no choices, an empty id and model
 /// (and ends choices with content filter results): the message starts at the next chunk.
 #[test]
@@ -366,9 +243,7 @@ fn an_error_frame_becomes_an_error_event_and_ends_the_translation() {
 }
 
 #[test]
-fn crlf_line_ends_comments_and_multi_line_data_change_nothing() {
-    let crlf = TEXT.replace('\n', "\r\n");
-    assert_eq!(whole(&crlf), whole(TEXT));
+fn comments_and_multi_line_data_change_nothing() {
     let commented = format!(": OPENROUTER PROCESSING\n\n{TEXT}");
     assert_eq!(whole(&commented), whole(TEXT));
     let multi = TEXT.replace(
@@ -377,40 +252,4 @@ fn crlf_line_ends_comments_and_multi_line_data_change_nothing() {
     );
     assert_ne!(multi, TEXT);
     assert_eq!(whole(&multi), whole(TEXT));
-}
-
-#[test]
-fn byte_by_byte_is_the_same_as_whole() {
-    for stream in [TEXT, TOOL, PARALLEL] {
-        let bytes: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
-        assert_eq!(translate(&bytes), whole(stream));
-    }
-}
-
-/// Host only: proptest is not built for wasm32.
-#[cfg(not(target_arch = "wasm32"))]
-mod chunking {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Any chunking of a stream (cut anywhere, `\n` or `\r\n` line ends) gives the same
-        /// translation as the stream fed whole.
-        #[test]
-        fn any_chunking_gives_the_same_translation(
-            which in 0usize..3,
-            crlf in any::<bool>(),
-            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12),
-        ) {
-            let stream = [TEXT, TOOL, PARALLEL][which];
-            let stream = if crlf { stream.replace('\n', "\r\n") } else { stream.to_string() };
-            let bytes = stream.as_bytes();
-            let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-            at.push(0);
-            at.push(bytes.len());
-            at.sort_unstable();
-            let chunks: Vec<&[u8]> = at.windows(2).map(|w| &bytes[w[0]..w[1]]).collect();
-            prop_assert_eq!(translate(&chunks), translate(&[bytes]));
-        }
-    }
 }
