@@ -81,11 +81,12 @@ const MESSAGES_MAX_TOKENS: u64 = 4_096;
 /// `body` with `settings` written in `dialect`; `None` when it is not a JSON object (it is
 /// then sent as it is) or nothing is to be written.
 pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<u8>> {
-    if settings.is_empty() {
+    // Not yet for Gemini's native API (its stream is in the path).
+    if settings.is_empty() || dialect == Api::Gemini {
         return None;
     }
     let (replaced, mut added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
-        Api::OpenAiChat => chat(settings),
+        Api::OpenAiChat | Api::Gemini => chat(settings),
         Api::OpenAiResponses => responses(body, settings),
         Api::AnthropicMessages => messages(body, settings),
     };

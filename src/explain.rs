@@ -113,6 +113,9 @@ fn envelope_words(envelope: Envelope, provider: &Provider) -> &'static str {
             "vertex, rawPredict (the model in the path; the body without model, with anthropic_version vertex-2023-10-16)"
         }
         Envelope::Gemini => "gemini, its OpenAI-compatible endpoint",
+        Envelope::GeminiNative => {
+            "gemini_native, generateContent (the model in the path; a stream is :streamGenerateContent?alt=sse)"
+        }
     }
 }
 

@@ -89,6 +89,8 @@ const GATHER: u8 = 16;
 const MESSAGES_CALLER: u8 = 8;
 /// Both bits: a Responses caller.
 const RESPONSES_CALLER: u8 = CHAT_CALLER | MESSAGES_CALLER;
+/// A Gemini native caller.
+const GEMINI_CALLER: u8 = 32;
 
 fn api_flag(api: Option<Api>) -> u8 {
     match api {
@@ -96,6 +98,7 @@ fn api_flag(api: Option<Api>) -> u8 {
         Some(Api::OpenAiChat) => CHAT_CALLER,
         Some(Api::AnthropicMessages) => MESSAGES_CALLER,
         Some(Api::OpenAiResponses) => RESPONSES_CALLER,
+        Some(Api::Gemini) => GEMINI_CALLER,
     }
 }
 
@@ -244,14 +247,15 @@ impl PlanText {
             f if f.len() <= 2 => u8::from_str_radix(f, 16).ok()?,
             _ => return None,
         };
-        if flags & !(GATHER | 15) != 0 {
+        if flags & !(GATHER | GEMINI_CALLER | 15) != 0 {
             return None;
         }
-        let caller_api = match flags & (CHAT_CALLER | MESSAGES_CALLER) {
+        let caller_api = match flags & (CHAT_CALLER | MESSAGES_CALLER | GEMINI_CALLER) {
             0 => None,
             CHAT_CALLER => Some(Api::OpenAiChat),
             MESSAGES_CALLER => Some(Api::AnthropicMessages),
             RESPONSES_CALLER => Some(Api::OpenAiResponses),
+            GEMINI_CALLER => Some(Api::Gemini),
             _ => return None,
         };
         // "limit;context_window;content_policy", each list's entries comma separated.
@@ -661,7 +665,11 @@ mod tests {
         };
         assert!(PlanText::decode(with_line(5, "3")).is_some());
         assert!(PlanText::decode(with_line(5, "13")).is_some_and(|p| p.view().gather));
-        assert_eq!(PlanText::decode(with_line(5, "23")), None);
+        assert_eq!(PlanText::decode(with_line(5, "43")), None);
+        // A Gemini caller has its own bit, never with another caller's.
+        let gemini = PlanText::decode(with_line(5, "23"));
+        assert_eq!(gemini.map(|p| p.view().caller_api), Some(Some(Api::Gemini)));
+        assert_eq!(PlanText::decode(with_line(5, "27")), None);
         assert_eq!(PlanText::decode(with_line(5, "113")), None);
         assert_eq!(PlanText::decode(with_line(5, "g")), None);
         assert_eq!(PlanText::decode(with_line(6, "x,y")), None);

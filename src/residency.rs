@@ -63,7 +63,7 @@ impl Residency {
         authority: Option<&str>,
     ) -> Option<Residency> {
         match envelope? {
-            Envelope::Vertex | Envelope::Gemini => {
+            Envelope::Vertex | Envelope::Gemini | Envelope::GeminiNative => {
                 let (_, rest) = path_prefix?.split_once("/locations/")?;
                 Residency::of_region(rest.split(['/', '?']).next()?)
             }

@@ -105,11 +105,13 @@ impl Dialect {
         }
     }
 
-    pub fn of_api(api: crate::translate::Api) -> Dialect {
+    /// `None` for Gemini's native API (its `usageMetadata` is not read here yet).
+    pub fn of_api(api: crate::translate::Api) -> Option<Dialect> {
         match api {
-            crate::translate::Api::OpenAiChat => Dialect::OpenAiChat,
-            crate::translate::Api::AnthropicMessages => Dialect::AnthropicMessages,
-            crate::translate::Api::OpenAiResponses => Dialect::OpenAiResponses,
+            crate::translate::Api::OpenAiChat => Some(Dialect::OpenAiChat),
+            crate::translate::Api::AnthropicMessages => Some(Dialect::AnthropicMessages),
+            crate::translate::Api::OpenAiResponses => Some(Dialect::OpenAiResponses),
+            crate::translate::Api::Gemini => None,
         }
     }
 }

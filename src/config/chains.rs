@@ -318,7 +318,7 @@ fn model_required(provider: &Provider) -> Option<String> {
             "claude-sonnet-4-5@20250929",
             "models",
         ),
-        Envelope::Gemini => return None,
+        Envelope::Gemini | Envelope::GeminiNative => return None,
     };
     Some(format!(
         "provider {name:?} is {what}, or the caller's model is sent in its place — write {{provider: {name}, model: {example}}}, or list the {list} callers may ask for in that provider's models"

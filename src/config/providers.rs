@@ -135,7 +135,7 @@ fn validate_one(
             if api.is_none() && !Envelope::NAMES.contains(&name) {
                 at.field(
                     "api",
-                    format!("{name:?} is not an API this filter speaks: use openai, anthropic, azure_openai, bedrock, vertex or gemini"),
+                    format!("{name:?} is not an API this filter speaks: use openai, anthropic, azure_openai, bedrock, vertex, gemini or gemini_native"),
                 );
             }
             api

@@ -637,6 +637,25 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
     }
     // Gemini's models are the caller's to name, as OpenAI's are.
     assert!(config(r#"{"name":"g","api":"gemini"}"#, r#""g""#).is_ok());
+    let native = load(
+        r#"{"providers":[{"name":"g","api":"gemini_native"}],"chains":[{"name":"c","providers":["g"]}]}"#,
+    )
+    .unwrap();
+    let g = &native.providers[0];
+    use crate::{envelope::Envelope, translate::Api};
+    assert_eq!(
+        (g.api, g.envelope),
+        (Some(Api::Gemini), Some(Envelope::GeminiNative))
+    );
+    // A Chat caller is translated for it, a Gemini caller would not be.
+    assert_eq!(
+        g.translates(Some(Api::OpenAiChat), "/v1/chat/completions"),
+        Some(Api::Gemini)
+    );
+    assert_eq!(
+        g.translates(Some(Api::Gemini), "/v1beta/models/m:generateContent"),
+        None
+    );
 }
 
 #[test]

@@ -33,6 +33,11 @@ pub enum Envelope {
     /// defaulting to Google AI's `/v1beta/openai` (on Vertex AI:
     /// `/v1/projects/{project}/locations/{region}/endpoints/openapi`).
     Gemini,
+    /// Gemini's native API: `{path_prefix}/models/{model}:generateContent` (a stream:
+    /// `:streamGenerateContent?alt=sse`), `path_prefix` defaulting to Google AI's `/v1beta`; on
+    /// Vertex AI (a `path_prefix` `/v1/projects/{project}/locations/{region}`)
+    /// `{path_prefix}/publishers/google/models/{model}:generateContent`. The body has no model.
+    GeminiNative,
 }
 
 /// The version field Bedrock's InvokeModel takes for Claude.
@@ -61,7 +66,13 @@ pub fn bedrock_region(host: &str) -> Option<&str> {
 
 impl Envelope {
     /// The names configuration uses for `api` beyond `openai` and `anthropic`.
-    pub const NAMES: [&'static str; 4] = ["azure_openai", "bedrock", "vertex", "gemini"];
+    pub const NAMES: [&'static str; 5] = [
+        "azure_openai",
+        "bedrock",
+        "vertex",
+        "gemini",
+        "gemini_native",
+    ];
 
     pub fn parse(name: &str) -> Option<Envelope> {
         match name {
@@ -69,6 +80,7 @@ impl Envelope {
             "bedrock" => Some(Envelope::Bedrock),
             "vertex" => Some(Envelope::Vertex),
             "gemini" => Some(Envelope::Gemini),
+            "gemini_native" => Some(Envelope::GeminiNative),
             _ => None,
         }
     }
@@ -78,6 +90,7 @@ impl Envelope {
         match self {
             Envelope::AzureOpenAi | Envelope::Gemini => Api::OpenAiChat,
             Envelope::Bedrock | Envelope::Vertex => Api::AnthropicMessages,
+            Envelope::GeminiNative => Api::Gemini,
         }
     }
 
@@ -85,6 +98,7 @@ impl Envelope {
     /// path the attempt would take without an envelope (the caller's, or the translated API's
     /// endpoint, e.g. `/v1/chat/completions`), `model` the attempt's model, `stream` whether
     /// the caller asked for a stream.
+    #[inline(never)]
     pub fn path(self, prefix: Option<&str>, endpoint: &str, model: &str, stream: bool) -> String {
         let (base, query) = match prefix.map(|p| p.split_once('?').unwrap_or((p, ""))) {
             Some((base, query)) => (Some(base), query),
@@ -133,6 +147,25 @@ impl Envelope {
                 path.push_str(base.unwrap_or("/v1beta/openai"));
                 path.push_str(rest);
             }
+            Envelope::GeminiNative => {
+                let base = base.unwrap_or("/v1beta");
+                path.push_str(base);
+                path.push_str(if base.contains("/projects/") {
+                    "/publishers/google/models/"
+                } else {
+                    "/models/"
+                });
+                push_segment(
+                    &mut path,
+                    model.strip_prefix("models/").unwrap_or(model),
+                    true,
+                );
+                path.push_str(if stream {
+                    ":streamGenerateContent?alt=sse"
+                } else {
+                    ":generateContent"
+                });
+            }
         }
         path
     }
@@ -144,7 +177,7 @@ impl Envelope {
         match self {
             Envelope::Bedrock => &["anthropic-version", crate::wire::ANTHROPIC_BETA],
             Envelope::Vertex => &["anthropic-version"],
-            Envelope::AzureOpenAi | Envelope::Gemini => &[],
+            Envelope::AzureOpenAi | Envelope::Gemini | Envelope::GeminiNative => &[],
         }
     }
 
@@ -193,7 +226,7 @@ impl Envelope {
                 let add = format!(r#""anthropic_version":"{VERTEX_VERSION}""#);
                 edit_members(body, &["model", "anthropic_version"], add.as_bytes())
             }
-            Envelope::AzureOpenAi | Envelope::Gemini => None,
+            Envelope::AzureOpenAi | Envelope::Gemini | Envelope::GeminiNative => None,
         }
     }
 }

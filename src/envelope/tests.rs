@@ -178,3 +178,32 @@ fn a_body_that_is_not_a_json_object_is_left_alone() {
         assert_eq!(Envelope::Bedrock.body(body, None), None, "{body:?}");
     }
 }
+
+#[test]
+fn gemini_native_puts_the_model_and_the_stream_in_the_path() {
+    let e = Envelope::GeminiNative;
+    assert_eq!(e.api(), Api::Gemini);
+    // Google AI (the caller's path and query are not the provider's: `?key=` never leaves).
+    let caller = "/v1beta/models/gemini-pro:generateContent?key=gw-key";
+    assert_eq!(
+        e.path(None, caller, "gemini-2.5-flash", false),
+        "/v1beta/models/gemini-2.5-flash:generateContent"
+    );
+    assert_eq!(
+        e.path(
+            None,
+            "/v1/chat/completions",
+            "models/gemini-2.5-flash",
+            true
+        ),
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    // Vertex AI: its publisher path under the project and location.
+    assert_eq!(
+        e.path(VERTEX_BASE, "/v1/chat/completions", "gemini-2.5-pro", true),
+        "/v1/projects/my-proj/locations/us-east5/publishers/google/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+    );
+    assert_eq!(e.body(br#"{"contents":[]}"#, None), None);
+    assert!(e.own_headers().is_empty() && !e.edits_body() && !e.event_stream());
+    assert_eq!(Envelope::parse("gemini_native"), Some(e));
+}

@@ -203,13 +203,7 @@ pub fn chat_answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
         out.close_arr();
     }
     out.close();
-    let finish = match answer.stop {
-        Stop::End => "\"stop\"",
-        Stop::MaxTokens => "\"length\"",
-        Stop::ToolUse => "\"tool_calls\"",
-        Stop::Refusal => "\"content_filter\"",
-    };
-    out.key("finish_reason").raw(finish);
+    out.key("finish_reason").str(answer.stop.finish_reason());
     out.close().close_arr();
     let u = answer.usage;
     out.key("usage").open();
@@ -238,6 +232,8 @@ pub fn whole(caller: Api, c: &mut Collected, created: u64) -> Option<Vec<u8>> {
         Api::OpenAiChat => Some(chat),
         Api::AnthropicMessages => super::messages_to_chat::response(200, &chat).ok(),
         Api::OpenAiResponses => Some(super::responses::answer(&answer, created)),
+        // Not yet a caller dialect.
+        Api::Gemini => None,
     }
 }
 
@@ -260,6 +256,12 @@ pub fn stream_to_answer(
         }
         Api::AnthropicMessages => {
             let mut d = super::messages::Decoder::default();
+            for (i, chunk) in chunks.iter().enumerate() {
+                d.push(chunk, i == last, &mut |e| c.on(e));
+            }
+        }
+        Api::Gemini => {
+            let mut d = super::gemini::Decoder::default();
             for (i, chunk) in chunks.iter().enumerate() {
                 d.push(chunk, i == last, &mut |e| c.on(e));
             }

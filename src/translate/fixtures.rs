@@ -16,6 +16,7 @@ fn api(name: &str) -> Api {
         "chat" => Api::OpenAiChat,
         "messages" => Api::AnthropicMessages,
         "responses" => Api::OpenAiResponses,
+        "gemini" => Api::Gemini,
         _ => panic!("{ROOT}: no API is named {name:?} (translate/fixtures.rs `api`)"),
     }
 }

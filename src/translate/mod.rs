@@ -15,6 +15,7 @@ pub mod chat_to_messages;
 pub mod common;
 #[cfg(test)]
 mod fixtures;
+pub mod gemini;
 pub(crate) mod json;
 pub mod messages;
 pub mod messages_to_chat;
@@ -34,6 +35,9 @@ pub enum Api {
     /// OpenAI Responses (`/v1/responses`): a caller dialect; providers declaring `api: openai`
     /// speak it as it is.
     OpenAiResponses,
+    /// Gemini's native API (`models/{model}:generateContent`): a provider dialect
+    /// (`api: gemini_native`, on Google AI and on Vertex AI).
+    Gemini,
 }
 
 impl Api {
@@ -43,6 +47,7 @@ impl Api {
             Api::OpenAiChat => "openai",
             Api::AnthropicMessages => "anthropic",
             Api::OpenAiResponses => "openai_responses",
+            Api::Gemini => "gemini_native",
         }
     }
 
@@ -90,6 +95,8 @@ impl Api {
             Api::OpenAiChat => "/v1/chat/completions",
             Api::AnthropicMessages => "/v1/messages",
             Api::OpenAiResponses => "/v1/responses",
+            // Its envelope writes the path (the model is in it).
+            Api::Gemini => "/v1beta/models",
         }
     }
 }
@@ -138,6 +145,7 @@ pub(crate) fn parse(body: &[u8]) -> Result<json::Obj<'_>, Untranslatable> {
 }
 
 /// The request body to send to a provider speaking `to`, from a caller speaking `from`.
+#[inline(never)]
 pub fn request(
     from: Api,
     to: Api,
@@ -149,6 +157,9 @@ pub fn request(
         (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::request(body, cx),
         (Api::OpenAiResponses, Api::AnthropicMessages) => responses::to_messages(body, cx),
         (Api::OpenAiResponses, Api::OpenAiChat) => responses::to_chat(body, cx),
+        (Api::OpenAiChat, Api::Gemini) => chat_to_messages::to_gemini(body),
+        (Api::OpenAiResponses, Api::Gemini) => responses::to_gemini(body),
+        (_, Api::Gemini) => Err(field("api")),
         _ => Ok(body.to_vec()),
     }
 }
@@ -159,7 +170,12 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
     match (from, to) {
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::check(body),
         (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::check(body),
-        (Api::OpenAiResponses, Api::AnthropicMessages | Api::OpenAiChat) => responses::check(body),
+        (Api::OpenAiResponses, Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini) => {
+            responses::check(body)
+        }
+        (Api::OpenAiChat, Api::Gemini) => chat_to_messages::check(body),
+        // Not yet: an Anthropic Messages caller on a Gemini provider.
+        (_, Api::Gemini) => Err(field("api")),
         _ => Ok(()),
     }
 }
@@ -184,6 +200,7 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
             chat_to_messages::response(status, body, created)
         }
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
+        (Api::Gemini, caller) => from_gemini(caller, status, body, created),
         (provider, Api::OpenAiResponses) => responses::from(provider, status, body, created),
         _ => Ok(body.to_vec()),
     };
@@ -199,15 +216,40 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
     }
 }
 
+/// A Gemini answer (or Google's error) for a caller of another API, through the model: read
+/// into its events, gathered, and written as the caller's answer.
+#[inline(never)]
+fn from_gemini(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
+    if !(200..300).contains(&status) {
+        return match caller {
+            Api::AnthropicMessages => messages_to_chat::response(status, body),
+            _ => Ok(chat_to_messages::error(status, body)),
+        };
+    }
+    let mut c = assemble::Collected::default();
+    let read = gemini::answer(body, &mut |e| c.on(e));
+    let answer = read
+        .then(|| assemble::whole(caller, &mut c, created))
+        .flatten();
+    answer.ok_or_else(|| unreadable(Api::Gemini, caller))
+}
+
 /// The error (in the `caller`'s API) a caller gets instead of a `2xx` answer of a provider
 /// speaking `provider` that is no answer of that API.
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
     match (provider, caller) {
+        (Api::Gemini, Api::AnthropicMessages) => {
+            messages_to_chat::anthropic_error(502, GEMINI_UNREADABLE)
+        }
+        (Api::Gemini, _) => common::openai_error_body("api_error", None, GEMINI_UNREADABLE),
         (provider, Api::OpenAiResponses) => responses::unreadable(provider),
         (Api::AnthropicMessages | Api::OpenAiResponses, _) => chat_to_messages::unreadable(),
         (Api::OpenAiChat, _) => messages_to_chat::unreadable(),
     }
 }
+
+const GEMINI_UNREADABLE: &str =
+    "The provider's answer is not a Gemini generateContent answer and could not be translated.";
 
 /// Whether one SSE event of a provider's stream (its `event:` name, empty when it had none,
 /// and one `data:` payload) is an event of `api`'s stream: for Anthropic Messages a JSON object
@@ -223,6 +265,7 @@ pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
             let [kind] = json::pick(data, [b"type"]);
             name == b"error" || json::RawStr::of(kind).is_some_and(|k| !k.is_empty())
         }
+        Api::Gemini => gemini::is_response(data),
         Api::OpenAiChat => {
             if data == b"[DONE]" {
                 return true;
@@ -240,7 +283,7 @@ pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
 /// {"type", "message"}}`.
 pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) -> Vec<u8> {
     match api {
-        Api::OpenAiChat | Api::OpenAiResponses => {
+        Api::OpenAiChat | Api::OpenAiResponses | Api::Gemini => {
             chat_to_messages::openai_error(kind, code, message)
         }
         Api::AnthropicMessages => messages_to_chat::anthropic_error(status, message),
@@ -277,6 +320,8 @@ pub enum StreamTranslator {
     /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
     /// the model.
     ToResponses(Box<responses::Stream>),
+    /// A Gemini stream to an OpenAI Chat caller, through the model.
+    GeminiToChat(Box<(gemini::Decoder, chat_to_messages::stream::Translator)>),
 }
 
 impl StreamTranslator {
@@ -289,7 +334,11 @@ impl StreamTranslator {
             (Api::OpenAiChat, Api::AnthropicMessages) => Some(StreamTranslator::ChatToMessages(
                 messages_to_chat::stream::Translator::default(),
             )),
-            (Api::AnthropicMessages | Api::OpenAiChat, Api::OpenAiResponses) => {
+            (Api::Gemini, Api::OpenAiChat) => Some(StreamTranslator::GeminiToChat(Box::new((
+                gemini::Decoder::default(),
+                chat_to_messages::stream::Translator::new(cx),
+            )))),
+            (Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini, Api::OpenAiResponses) => {
                 Some(StreamTranslator::ToResponses(Box::new(
                     responses::Stream::new(provider, cx.created),
                 )))
@@ -315,6 +364,11 @@ impl StreamTranslator {
                 t.push(chunk, end, out);
                 (t.ended(), t.owes_end(), true)
             }
+            StreamTranslator::GeminiToChat(pair) => {
+                let (decoder, t) = &mut **pair;
+                decoder.push(chunk, end, &mut |e| t.on(e, out));
+                (t.ended(), t.owes_end(), false)
+            }
             // Its translator ends a stream cut short itself, in the Responses dialect.
             StreamTranslator::ToResponses(t) => {
                 t.push(chunk, end, out);
@@ -336,6 +390,7 @@ impl StreamTranslator {
         match self {
             StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ChatToMessages(t) => t.finished(),
+            StreamTranslator::GeminiToChat(pair) => pair.1.finished(),
             StreamTranslator::ToResponses(t) => t.encoder.finished,
         }
     }

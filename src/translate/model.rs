@@ -108,6 +108,18 @@ impl Stop {
     }
 }
 
+impl Stop {
+    /// OpenAI Chat's `finish_reason`.
+    pub fn finish_reason(self) -> &'static str {
+        match self {
+            Stop::End => "stop",
+            Stop::MaxTokens => "length",
+            Stop::ToolUse => "tool_calls",
+            Stop::Refusal => "content_filter",
+        }
+    }
+}
+
 /// A whole answer: its id and model (JSON strings as written), its output in order, why it
 /// ended and what it counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

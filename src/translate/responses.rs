@@ -7,7 +7,7 @@
 use super::common::Usage;
 use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
 use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool};
-use super::{chat, messages, Api};
+use super::{chat, gemini, messages, Api};
 use super::{RequestContext, Untranslatable};
 
 #[cfg(test)]
@@ -41,6 +41,15 @@ pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
     let mut conversation = chat::Conversation::with_capacity(body.len() + 64);
     walk(&req, &mut |role, part| conversation.push(role, &part))?;
     Ok(chat::request(conversation, &head, cx))
+}
+
+/// The Gemini `generateContent` request for the caller's Responses request.
+pub fn to_gemini(body: &[u8]) -> Checked<Vec<u8>> {
+    let req = parse(body)?;
+    let head = head(&req)?;
+    let mut conversation = gemini::Conversation::with_capacity(body.len() + 64);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    Ok(gemini::request(conversation, &head))
 }
 
 /// The request-wide members: what another dialect cannot carry is refused (dropping it would
@@ -723,6 +732,7 @@ impl Encoder {
 enum Decoder {
     Messages(messages::Decoder),
     Chat(chat::Decoder),
+    Gemini(gemini::Decoder),
 }
 
 /// A provider's stream for a Responses caller: the provider dialect's decoder into the model's
@@ -737,6 +747,7 @@ impl Stream {
     pub fn new(provider: Api, created: u64) -> Stream {
         let decoder = match provider {
             Api::OpenAiChat => Decoder::Chat(chat::Decoder::default()),
+            Api::Gemini => Decoder::Gemini(gemini::Decoder::default()),
             _ => Decoder::Messages(messages::Decoder::default()),
         };
         Stream {
@@ -756,6 +767,7 @@ impl Stream {
         match &mut self.decoder {
             Decoder::Messages(d) => d.push(chunk, end, on),
             Decoder::Chat(d) => d.push(chunk, end, on),
+            Decoder::Gemini(d) => d.push(chunk, end, on),
         }
         if end && !encoder.finished && !encoder.failed {
             encoder.fail(
@@ -771,6 +783,7 @@ impl Stream {
         let stopped = match &self.decoder {
             Decoder::Messages(d) => d.stopped(),
             Decoder::Chat(d) => d.stopped(),
+            Decoder::Gemini(d) => d.stopped(),
         };
         stopped && !self.encoder.finished && !self.encoder.failed
     }

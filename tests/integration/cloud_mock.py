@@ -16,6 +16,7 @@ credentials checked the way the cloud checks them, and Bedrock's binary event st
   ``POST /v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:rawPredict``
   (``:streamRawPredict`` streams Anthropic SSE), ``authorization: Bearer <token>``, body with
   ``anthropic_version: vertex-2023-10-16`` and no ``model``.
+* ``{"kind": "gemini", "api_key"}``: Gemini's native API on Google AI (``gemini_mock.py``).
 * ``{"kind": "azure", "api_key", "api_version"}``: Azure OpenAI,
   ``POST /openai/deployments/{deployment}/chat/completions?api-version=<api_version>`` (or
   ``/openai/v1/chat/completions``), ``api-key: <key>``.
@@ -37,7 +38,7 @@ import zlib
 
 BEDROCK_VERSION = "bedrock-2023-05-31"
 VERTEX_VERSION = "vertex-2023-10-16"
-KINDS = {"bedrock", "vertex", "azure"}
+KINDS = {"bedrock", "vertex", "azure", "gemini"}
 
 _BEDROCK_PATH = re.compile(r"^/model/([^/]+)/(invoke|invoke-with-response-stream)$")
 _VERTEX_PATH = re.compile(
@@ -79,6 +80,9 @@ def check(cloud: dict, method: str, path: str, headers: list, body: bytes) -> Ac
         return _bedrock(cloud, method, path, headers, body)
     if kind == "vertex":
         return _vertex(cloud, path, headers, body)
+    if kind == "gemini":
+        import gemini_mock
+        return gemini_mock.check(cloud, path, headers, body)
     return _azure(cloud, path, headers)
 
 

@@ -182,6 +182,7 @@ from itertools import count as itertools_count
 from typing import Any
 
 import cloud_mock
+import gemini_mock
 import mock_api_rules
 
 __all__ = ["MockProvider", "BehaviourError", "BEHAVIOUR_FIELDS"]
@@ -980,6 +981,8 @@ class MockProvider:
         if api == "responses":
             return _response_object(self.name, rid, model, content, "completed", calls,
                                     b.get("usage"))
+        if api == "gemini":
+            return gemini_mock.answer(self.name, rid, model, b)
         content = b.get("content", text)
         if api == "embeddings":
             return {"object": "list", "model": model,
@@ -1016,6 +1019,8 @@ class MockProvider:
         etype, code = ERROR_DEFAULTS.get(
             status, ("server_error" if status >= 500 else "invalid_request_error", f"http_{status}"))
         message = f"mock {self.name}: HTTP {status} ({code}) for model {model}"
+        if api == "gemini":  # Google's error shape
+            return gemini_mock.error_body(status, self.name, model, b)
         if api == "messages":  # Anthropic's error shape
             err = {"type": etype, "message": message}
             err.update(b.get("error", {}))
@@ -1064,6 +1069,7 @@ def _api_of(path: str) -> str:
     for suffix, api in (("/messages", "messages"), ("/invoke", "messages"),
                         ("/invoke-with-response-stream", "messages"),
                         (":rawPredict", "messages"), (":streamRawPredict", "messages"), ("/responses", "responses"),
+                        (":generateContent", "gemini"), (":streamGenerateContent", "gemini"),
                         ("/embeddings", "embeddings"), ("/chat/completions", "chat"),
                         ("/completions", "completions")):
         if p.endswith(suffix):
@@ -1173,6 +1179,8 @@ def _stream_events(api: str, name: str, rid: int, model: Any, n: int, b: dict | 
         return _messages_stream(name, rid, model, texts, calls, b)
     if api == "responses":
         return _responses_stream(name, rid, model, texts, calls, b)
+    if api == "gemini":
+        return gemini_mock.stream_events(name, rid, model, texts, b)
     created = int(time.time())
     if api == "completions":
         events = [_sse(None, {"id": f"cmpl-mock-{name}-{rid}", "object": "text_completion",

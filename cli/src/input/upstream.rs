@@ -407,7 +407,8 @@ fn token_file(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<Token
 
 /// The clouds' own fields (issue 22), which the filter reads from `path_prefix`: Azure's
 /// `api_version` (`/openai?api-version=...`), Vertex's `project` and `region`
-/// (`/v1/projects/{project}/locations/{region}`, `/endpoints/openapi` after it for Gemini).
+/// (`/v1/projects/{project}/locations/{region}`, `/endpoints/openapi` after it for Gemini's
+/// OpenAI endpoint; Gemini's native API on Vertex takes it as it is).
 /// Returns `region` (Bedrock's signing region).
 fn cloud_fields(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<String> {
     let api = p
@@ -430,7 +431,7 @@ fn cloud_fields(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<Str
     let takes = match api.as_str() {
         "azure_openai" => [true, false, false],
         "bedrock" => [false, false, true],
-        "vertex" | "gemini" => [false, true, true],
+        "vertex" | "gemini" | "gemini_native" => [false, true, true],
         _ => [false; 3],
     };
     for ((key, given), taken) in [
@@ -453,11 +454,14 @@ fn cloud_fields(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<Str
     }
     let prefix = match (api.as_str(), &api_version, &project, &region) {
         ("azure_openai", Some(v), _, _) => Some(format!("/openai?api-version={v}")),
-        ("vertex", _, Some(p), Some(r)) => Some(format!("/v1/projects/{p}/locations/{r}")),
+        ("vertex" | "gemini_native", _, Some(p), Some(r)) => {
+            Some(format!("/v1/projects/{p}/locations/{r}"))
+        }
         ("gemini", _, Some(p), Some(r)) => {
             Some(format!("/v1/projects/{p}/locations/{r}/endpoints/openapi"))
         }
-        ("vertex" | "gemini", _, Some(_), None) | ("vertex" | "gemini", _, None, Some(_)) => {
+        ("vertex" | "gemini" | "gemini_native", _, Some(_), None)
+        | ("vertex" | "gemini" | "gemini_native", _, None, Some(_)) => {
             errors.push(Diag::error(
                 format!("{at}.project"),
                 format!("api: {api} on Vertex AI needs both project and region (the location, e.g. us-east5 or global)"),

@@ -7,6 +7,7 @@
 //! writes what `walk` passes it and `check` drops it (no body is built).
 
 use super::common::{self, Usage};
+use super::gemini;
 use super::json::{self, Obj, Out, Raw, EMPTY};
 use super::messages::{self, image, tool_input, valid_id};
 use super::model::{Choice, Part as Block, Request, Role, Tool};
@@ -31,12 +32,27 @@ pub fn check(body: &[u8]) -> Result<()> {
 /// The Messages request for the caller's Chat Completions request.
 pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
     let req = parse(body)?;
-    let head = head(&req)?;
     // The tool results answering one assistant turn (OpenAI's `role: tool` messages) go in a
     // single user turn, before the text of a user message that follows them.
     let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    let rest = Request {
+    let rest = read(&req, &mut |role, part| conversation.push(role, &part))?;
+    Ok(messages::request(conversation, &rest, cx))
+}
+
+/// The Gemini `generateContent` request for the caller's Chat Completions request (the same
+/// rules as [`request`]).
+pub fn to_gemini(body: &[u8]) -> Result<Vec<u8>> {
+    let req = parse(body)?;
+    let mut conversation = gemini::Conversation::with_capacity(body.len() + 64);
+    let rest = read(&req, &mut |role, part| conversation.push(role, &part))?;
+    Ok(gemini::request(conversation, &rest))
+}
+
+/// The request read into the model: its parts passed to `push`, the rest returned.
+fn read<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<Request<'a>> {
+    let head = head(req)?;
+    walk(req, push)?;
+    Ok(Request {
         max_tokens: req
             .u64("max_completion_tokens")
             .or_else(|| req.u64("max_tokens")),
@@ -47,8 +63,7 @@ pub fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
         choice: head.choice,
         user: req.raw_str("user"),
         stream: req.bool("stream"),
-    };
-    Ok(messages::request(conversation, &rest, cx))
+    })
 }
 
 /// What of a request is not its messages: checked, and kept as written for `request`.

@@ -20,6 +20,7 @@
 use crate::translate::common::{finish_reason, openai_error_body, provider_error, Usage};
 use crate::translate::json::{pick, put, Digits, RawStr};
 use crate::translate::messages::{update_usage, Fields as Event};
+use crate::translate::model::{Block, Event as ModelEvent};
 use crate::translate::sse::{self, Reader};
 use crate::translate::StreamContext;
 
@@ -78,6 +79,12 @@ impl Translator {
         }
     }
 
+    /// One event of the model's stream (another provider dialect's decoder read it), written
+    /// as this caller's chunks.
+    pub fn on(&mut self, e: ModelEvent<'_>, out: &mut Vec<u8>) {
+        self.state.model_event(e, out);
+    }
+
     /// The provider's `message_stop` came (or its stop reason, and the stream ended): `[DONE]`
     /// was written.
     pub fn finished(&self) -> bool {
@@ -123,17 +130,45 @@ impl State {
                     self.finish(finish_reason(reason), out);
                 }
             }
-            br#""message_stop""# => {
-                if !self.finish_sent {
-                    self.finish("stop", out);
-                }
-                if self.cx.include_usage {
-                    self.usage_chunk(out);
-                }
-                put(out, &[b"data: [DONE]\n\n"]);
-                self.finished = true;
-            }
+            br#""message_stop""# => self.end(out),
             _ => {} // ping, content_block_stop, and event types added later
+        }
+    }
+
+    /// The answer's end: its finish reason (if none came), the usage chunk (when asked) and
+    /// `[DONE]`.
+    fn end(&mut self, out: &mut Vec<u8>) {
+        if !self.finish_sent {
+            self.finish("stop", out);
+        }
+        if self.cx.include_usage {
+            self.usage_chunk(out);
+        }
+        put(out, &[b"data: [DONE]\n\n"]);
+        self.finished = true;
+    }
+
+    /// One event of the model (read by another provider dialect's decoder) as Chat chunks.
+    fn model_event(&mut self, e: ModelEvent<'_>, out: &mut Vec<u8>) {
+        if self.finished || self.failed {
+            return;
+        }
+        match e {
+            ModelEvent::Start { id, model } => {
+                self.set_head(RawStr::of(id), RawStr::of(model));
+                self.chunk(out, &[br#""role":"assistant","content":"""#]);
+            }
+            ModelEvent::BlockStart {
+                index,
+                block: Block::ToolCall { id, name },
+            } => self.tool_start(index, id, name, out),
+            ModelEvent::Text { text, .. } => self.content(RawStr(text), out),
+            ModelEvent::Arguments { index, json } => self.arguments(index, json, out),
+            ModelEvent::Stop(stop) => self.finish(stop.finish_reason(), out),
+            ModelEvent::Usage(usage) => self.usage = usage,
+            ModelEvent::End => self.end(out),
+            ModelEvent::Error { kind, message } => self.fail(kind, message, out),
+            ModelEvent::BlockStart { .. } | ModelEvent::BlockStop { .. } => {}
         }
     }
 
@@ -145,24 +180,44 @@ impl State {
                     self.content(text, out);
                 }
             }
-            br#""tool_use""# => {
-                let tool = self.tools.len() as u64;
-                self.tools.push((event.index.unwrap_or(0), tool));
-                self.chunk(
-                    out,
-                    &[
-                        br#""tool_calls":[{"index":"#,
-                        Digits::of(tool).get(),
-                        br#","id":"#,
-                        RawStr::or_empty(RawStr::of(id)),
-                        br#","type":"function","function":{"name":"#,
-                        RawStr::or_empty(RawStr::of(name)),
-                        br#","arguments":""}}]"#,
-                    ],
-                );
-            }
+            br#""tool_use""# => self.tool_start(event.index.unwrap_or(0), id, name, out),
             _ => {} // thinking, redacted thinking, server tools: not carried across vendors
         }
+    }
+
+    /// A tool call's first chunk (`block`: its block in the provider's stream).
+    fn tool_start(&mut self, block: u64, id: &[u8], name: &[u8], out: &mut Vec<u8>) {
+        let tool = self.tools.len() as u64;
+        self.tools.push((block, tool));
+        self.chunk(
+            out,
+            &[
+                br#""tool_calls":[{"index":"#,
+                Digits::of(tool).get(),
+                br#","id":"#,
+                RawStr::or_empty(RawStr::of(id)),
+                br#","type":"function","function":{"name":"#,
+                RawStr::or_empty(RawStr::of(name)),
+                br#","arguments":""}}]"#,
+            ],
+        );
+    }
+
+    /// A piece of the arguments of the tool call of `block`.
+    fn arguments(&mut self, block: u64, json: &[u8], out: &mut Vec<u8>) {
+        let Some(&(_, tool)) = self.tools.iter().find(|(b, _)| *b == block) else {
+            return;
+        };
+        self.chunk(
+            out,
+            &[
+                br#""tool_calls":[{"index":"#,
+                Digits::of(tool).get(),
+                br#","function":{"arguments":"#,
+                json,
+                b"}}]",
+            ],
+        );
     }
 
     fn delta(&mut self, event: &Event<'_>, out: &mut Vec<u8>) {
@@ -170,20 +225,7 @@ impl State {
         match (kind, RawStr::of(text), RawStr::of(json)) {
             (br#""text_delta""#, Some(text), _) if !text.is_empty() => self.content(text, out),
             (br#""input_json_delta""#, _, Some(json)) if !json.is_empty() => {
-                let block = event.index.unwrap_or(0);
-                let Some(&(_, tool)) = self.tools.iter().find(|(b, _)| *b == block) else {
-                    return;
-                };
-                self.chunk(
-                    out,
-                    &[
-                        br#""tool_calls":[{"index":"#,
-                        Digits::of(tool).get(),
-                        br#","function":{"arguments":"#,
-                        json.0,
-                        b"}}]",
-                    ],
-                );
+                self.arguments(event.index.unwrap_or(0), json.0, out);
             }
             _ => {} // thinking, signature and citations deltas
         }
@@ -254,13 +296,18 @@ impl State {
     #[cold]
     #[inline(never)]
     fn error(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        self.failed = true;
         let error = provider_error(data).unwrap_or_default();
-        let message = error
-            .message
-            .as_deref()
-            .unwrap_or("The provider's stream reported an error.");
-        let body = openai_error_body(error.kind.as_deref().unwrap_or("api_error"), None, message);
+        self.fail(error.kind.as_deref(), error.message.as_deref(), out);
+    }
+
+    /// OpenAI's error frame (the provider's type and message when it gave them): nothing
+    /// after it.
+    #[cold]
+    #[inline(never)]
+    fn fail(&mut self, kind: Option<&str>, message: Option<&str>, out: &mut Vec<u8>) {
+        self.failed = true;
+        let message = message.unwrap_or("The provider's stream reported an error.");
+        let body = openai_error_body(kind.unwrap_or("api_error"), None, message);
         put(out, &[b"data: ", &body, b"\n\n"]);
     }
 

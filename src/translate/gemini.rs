@@ -1,0 +1,412 @@
+//! Gemini's native API (`models/{model}:generateContent`, `:streamGenerateContent?alt=sse`) as
+//! a provider dialect of the internal model ([`super::model`]): a request written from the
+//! model ([`Conversation`], [`request`]), and its answers read into the model's events
+//! ([`Decoder`]: a stream of `GenerateContentResponse` chunks; a JSON answer is one such
+//! chunk, [`answer`]). The model is in the path (the envelope writes it), not in the body;
+//! errors are Google's `{"error": {"code", "message", "status"}}`. docs/translation.md has the
+//! field table.
+
+use std::borrow::Cow;
+
+use super::common::{self, Usage};
+use super::json::{elements, number, pick, put, Digits, Out, RawStr};
+use super::model::{Block, Event, Part, Request, Role, Stop};
+use super::sse::{self, Reader};
+
+#[cfg(test)]
+mod tests;
+
+/// The conversation as Gemini writes it: `systemInstruction`'s parts, and `contents` (one
+/// turn per run of parts of one role, `user` or `model`).
+pub struct Conversation<'a> {
+    system: Out,
+    turns: Out,
+    open: Option<Role>,
+    /// The function calls so far (their ids and names as JSON strings): a result names its
+    /// function, which Chat and Messages give by the call's id only.
+    calls: Vec<(Cow<'a, str>, &'a str)>,
+}
+
+impl<'a> Conversation<'a> {
+    pub fn with_capacity(n: usize) -> Conversation<'a> {
+        Conversation {
+            system: Out::default(),
+            turns: Out::with_capacity(n),
+            open: None,
+            calls: Vec::new(),
+        }
+    }
+
+    /// Adds the next part of the conversation.
+    pub fn push(&mut self, role: Role, part: &Part<'a>) {
+        if role == Role::System {
+            return self.write(Role::System, part);
+        }
+        if self.open != Some(role) {
+            if self.open.is_some() {
+                self.turns.close_arr().close();
+            }
+            let name = if role == Role::User {
+                r#"{"role":"user","parts":["#
+            } else {
+                r#"{"role":"model","parts":["#
+            };
+            self.turns.raw(name);
+            self.open = Some(role);
+        }
+        self.write(role, part);
+    }
+
+    fn write(&mut self, role: Role, part: &Part<'a>) {
+        let out = if role == Role::System {
+            &mut self.system
+        } else {
+            &mut self.turns
+        };
+        match part {
+            Part::Text(text) => {
+                out.raw(r#"{"text":"#).raw(text);
+            }
+            Part::Image(url) => match common::split_data_uri(url) {
+                Some((media_type, data)) => {
+                    out.raw(r#"{"inlineData":{"mimeType":"#).str(media_type);
+                    out.key("data").str(data).close();
+                }
+                None => {
+                    out.raw(r#"{"fileData":{"fileUri":"#).str(url).close();
+                }
+            },
+            Part::ToolCall { id, name, input } => {
+                out.raw(r#"{"functionCall":{"name":"#).raw(name);
+                out.key("args").raw(input.trim()).close();
+                self.calls.push((id.clone(), name));
+            }
+            Part::ToolResult {
+                id,
+                content,
+                blocks,
+            } => {
+                out.raw(r#"{"functionResponse":{"name":"#);
+                match self.calls.iter().rev().find(|(call, _)| call == id) {
+                    Some((_, name)) => out.raw(name),
+                    None => out.str(id),
+                };
+                out.raw(r#""response":{"result":"#);
+                match (content.as_slice(), blocks) {
+                    ([], _) => {
+                        out.raw(super::json::EMPTY);
+                    }
+                    ([text], false) => {
+                        out.raw(text);
+                    }
+                    (texts, _) => {
+                        out.open_arr();
+                        for text in texts {
+                            out.raw(text);
+                        }
+                        out.close_arr();
+                    }
+                }
+                out.close().close();
+            }
+        }
+        out.close();
+    }
+}
+
+/// The `generateContent` request: the conversation and the rest of the request (no `model`
+/// and no `stream`: both are in the path).
+pub fn request(mut conversation: Conversation<'_>, req: &Request<'_>) -> Vec<u8> {
+    let (system, turns) = (&conversation.system, &mut conversation.turns);
+    if conversation.open.is_some() {
+        turns.close_arr().close();
+    }
+    let mut out = Out::with_capacity(turns.0.len() + system.0.len() + 256);
+    out.raw(r#"{"contents":["#).0.extend_from_slice(&turns.0);
+    out.close_arr();
+    if !system.0.is_empty() {
+        out.raw(r#""systemInstruction":{"parts":["#)
+            .0
+            .extend_from_slice(&system.0);
+        out.close_arr().close();
+    }
+    if !req.tools.is_empty() {
+        out.raw(r#""tools":[{"functionDeclarations":["#);
+        for tool in &req.tools {
+            out.open().key("name").raw(tool.name);
+            if let Some(description) = tool.description {
+                out.key("description").raw(description);
+            }
+            // JSON Schema as written (`parameters` takes only Google's OpenAPI subset).
+            if let Some(schema) = tool.schema {
+                out.key("parametersJsonSchema").raw(schema);
+            }
+            out.close();
+        }
+        out.close_arr().close().close_arr();
+        if let Some(choice) = &req.choice {
+            let mode = match choice.kind {
+                "\"none\"" => "\"NONE\"",
+                "\"any\"" | "\"tool\"" => "\"ANY\"",
+                _ => "\"AUTO\"",
+            };
+            out.raw(r#""toolConfig":{"functionCallingConfig":{"mode":"#)
+                .raw(mode);
+            if let Some(name) = choice.name {
+                out.key("allowedFunctionNames").open_arr().raw(name);
+                out.close_arr();
+            }
+            out.close().close();
+        }
+    }
+    let config = req.max_tokens.is_some()
+        || req.temperature.is_some()
+        || req.top_p.is_some()
+        || !req.stops.is_empty();
+    if config {
+        out.key("generationConfig").open();
+        if let Some(max) = req.max_tokens {
+            out.key("maxOutputTokens").num(max);
+        }
+        if let Some(t) = req.temperature {
+            out.key("temperature").raw(t);
+        }
+        if let Some(top_p) = req.top_p {
+            out.key("topP").raw(top_p);
+        }
+        if !req.stops.is_empty() {
+            out.key("stopSequences").open_arr();
+            for stop in &req.stops {
+                out.raw(stop);
+            }
+            out.close_arr();
+        }
+        out.close();
+    }
+    out.close();
+    out.0
+}
+
+/// The model's stop reason for Gemini's `finishReason` (`called`: the answer called
+/// functions, which Gemini ends with `STOP`). Its safety and policy stops are refusals.
+fn stop(reason: &[u8], called: bool) -> Stop {
+    match reason {
+        b"MAX_TOKENS" => Stop::MaxTokens,
+        b"SAFETY"
+        | b"RECITATION"
+        | b"BLOCKLIST"
+        | b"PROHIBITED_CONTENT"
+        | b"SPII"
+        | b"IMAGE_SAFETY" => Stop::Refusal,
+        _ if called => Stop::ToolUse,
+        _ => Stop::End,
+    }
+}
+
+/// `usageMetadata`: `promptTokenCount` counts the cached tokens too
+/// (`cachedContentTokenCount`); the output is the candidates' and the thoughts' tokens.
+#[inline(never)]
+fn usage_of(usage: &[u8]) -> Usage {
+    let [prompt, output, cached, thoughts] = pick(
+        usage,
+        [
+            b"promptTokenCount",
+            b"candidatesTokenCount",
+            b"cachedContentTokenCount",
+            b"thoughtsTokenCount",
+        ],
+    );
+    let n = |v| number(v).unwrap_or(0);
+    Usage::from_openai(
+        n(prompt),
+        n(output).saturating_add(n(thoughts)),
+        n(cached),
+        0,
+    )
+}
+
+/// Whether a JSON object is a `GenerateContentResponse` (or Google's error).
+pub fn is_response(data: &[u8]) -> bool {
+    let [candidates, usage, feedback, error] = pick(
+        data,
+        [b"candidates", b"usageMetadata", b"promptFeedback", b"error"],
+    );
+    candidates.starts_with(b"[")
+        || usage.starts_with(b"{")
+        || feedback.starts_with(b"{")
+        || error.starts_with(b"{")
+}
+
+/// A whole answer (`generateContent`'s JSON) read into the model's events, from its start to
+/// its end (`false`: not a Gemini answer, nothing was passed).
+pub fn answer(body: &[u8], on: &mut dyn FnMut(Event<'_>)) -> bool {
+    if !is_response(body) || pick(body, [b"error"])[0].starts_with(b"{") {
+        return false;
+    }
+    let mut state = State::default();
+    state.chunk(body, on);
+    state.stop_block(on);
+    if !state.stopped {
+        on(Event::Stop(state.stop));
+    }
+    on(Event::End);
+    true
+}
+
+/// A Gemini stream (`data:` lines, each a whole `GenerateContentResponse`) read into the
+/// model's events, whatever the chunk boundaries. It has no end marker: the stream's end,
+/// after a `finishReason`, is the answer's end.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    sse: Reader,
+    state: State,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    started: bool,
+    /// The open text block's index.
+    text: Option<u64>,
+    blocks: u64,
+    calls: u64,
+    stop: Stop,
+    stopped: bool,
+    done: bool,
+}
+
+impl Decoder {
+    /// The finish reason came.
+    pub fn stopped(&self) -> bool {
+        self.state.stopped
+    }
+
+    /// Reads the next chunk (`end`: the last), passing each event to `on`.
+    pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
+        let state = &mut self.state;
+        let mut on_event = |e: sse::Event<'_>| {
+            if !state.done {
+                state.chunk(e.data, on);
+            }
+        };
+        self.sse.feed(chunk, &mut on_event);
+        if end {
+            self.sse.finish(&mut on_event);
+            if state.stopped && !state.done {
+                state.done = true;
+                on(Event::End);
+            }
+        }
+    }
+}
+
+impl State {
+    /// One `GenerateContentResponse`: its first candidate's parts (thoughts skipped), its
+    /// finish reason, its usage (each chunk's is the total so far), a blocked prompt, or an
+    /// error.
+    fn chunk(&mut self, data: &[u8], on: &mut dyn FnMut(Event<'_>)) {
+        let [candidates, usage, feedback, error, id, model] = pick(
+            data,
+            [
+                b"candidates",
+                b"usageMetadata",
+                b"promptFeedback",
+                b"error",
+                b"responseId",
+                b"modelVersion",
+            ],
+        );
+        if error.starts_with(b"{") {
+            self.done = true;
+            let error = common::provider_error(data).unwrap_or_default();
+            return on(Event::Error {
+                kind: error.kind.as_deref(),
+                message: error.message.as_deref(),
+            });
+        }
+        if !std::mem::replace(&mut self.started, true) {
+            on(Event::Start { id, model });
+        }
+        let mut reason = None;
+        if let Some(candidate) = elements(candidates).next() {
+            let [content, finish] = pick(candidate, [b"content", b"finishReason"]);
+            for part in elements(pick(content, [b"parts"])[0]) {
+                let [text, call, thought] = pick(part, [b"text", b"functionCall", b"thought"]);
+                if thought == b"true" {
+                    continue;
+                }
+                if let Some(text) = RawStr::of(text).filter(|t| !t.is_empty()) {
+                    let index = match self.text {
+                        Some(index) => index,
+                        None => self.start(Block::Text, on),
+                    };
+                    self.text = Some(index);
+                    on(Event::Text {
+                        index,
+                        text: text.0,
+                    });
+                } else if call.starts_with(b"{") {
+                    self.call(call, id, on);
+                }
+            }
+            reason = RawStr::of(finish).map(|r| r.inner());
+        }
+        let [blocked] = pick(feedback, [b"blockReason"]);
+        if RawStr::of(blocked).is_some() {
+            reason = Some(b"SAFETY");
+        }
+        if usage.starts_with(b"{") {
+            on(Event::Usage(usage_of(usage)));
+        }
+        if let Some(reason) = reason.filter(|_| !self.stopped) {
+            self.stop_block(on);
+            self.stopped = true;
+            self.stop = stop(reason, self.calls > 0);
+            on(Event::Stop(self.stop));
+        }
+    }
+
+    /// A function call (whole in one part): a block of its own. Gemini's calls have no id
+    /// unless it gives one: one is made of the answer's id and the call's number.
+    #[inline(never)]
+    fn call(&mut self, call: &[u8], response_id: &[u8], on: &mut dyn FnMut(Event<'_>)) {
+        let [name, args, id] = pick(call, [b"name", b"args", b"id"]);
+        let mut made = Vec::new();
+        let id = match RawStr::of(id) {
+            Some(id) => id.0,
+            None => {
+                let answer = std::str::from_utf8(RawStr(response_id).inner()).unwrap_or_default();
+                let (answer, k) = (common::tool_id(answer), Digits::of(self.calls));
+                let parts = [&b"\"call_"[..], answer.as_bytes(), b"_", k.get(), b"\""];
+                put(&mut made, &parts);
+                &made
+            }
+        };
+        self.calls += 1;
+        let index = self.start(Block::ToolCall { id, name }, on);
+        let args = std::str::from_utf8(args)
+            .ok()
+            .filter(|a| a.starts_with('{'));
+        let mut json = Out::with_capacity(args.map_or(4, str::len) + 8);
+        json.str(args.unwrap_or("{}"));
+        on(Event::Arguments {
+            index,
+            json: &json.0,
+        });
+        on(Event::BlockStop { index });
+    }
+
+    /// Stops the open block and starts the next: its index.
+    fn start(&mut self, block: Block<'_>, on: &mut dyn FnMut(Event<'_>)) -> u64 {
+        self.stop_block(on);
+        let index = self.blocks;
+        self.blocks += 1;
+        on(Event::BlockStart { index, block });
+        index
+    }
+
+    fn stop_block(&mut self, on: &mut dyn FnMut(Event<'_>)) {
+        if let Some(index) = self.text.take() {
+            on(Event::BlockStop { index });
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Edge cases of the Gemini provider dialect (its reference exchanges are fixtures:
+//! src/translate/fixtures/chat-to-gemini/ and responses-to-gemini/, run by translate::fixtures).
+
+use crate::translate::{self, Api, StreamContext, StreamTranslator};
+
+const STREAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/translate/fixtures/chat-to-gemini/tool-call-stream/stream.sse"
+);
+
+fn fixture_stream() -> String {
+    std::fs::read_to_string(STREAM).unwrap()
+}
+
+#[test]
+fn a_messages_caller_is_not_translated_to_gemini_yet() {
+    let body = br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+    assert!(translate::check(Api::AnthropicMessages, Api::Gemini, body).is_err());
+}
+
+#[test]
+fn stops_usage_and_blocked_prompts() {
+    let chat = |body: &str| {
+        let out = translate::response(Api::Gemini, Api::OpenAiChat, 200, body.as_bytes(), 0);
+        serde_json::from_slice::<serde_json::Value>(&out.body).unwrap()
+    };
+    let v = chat(
+        r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"finishReason":"MAX_TOKENS"}],"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":2}}"#,
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["choices"][0]["message"]["content"], "Hi");
+    assert_eq!(v["usage"]["prompt_tokens"], 7);
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    let v = chat(r#"{"candidates":[{"finishReason":"SAFETY","index":0}]}"#);
+    assert_eq!(v["choices"][0]["finish_reason"], "content_filter");
+    // The prompt itself was blocked: no candidates at all.
+    let v = chat(
+        r#"{"promptFeedback":{"blockReason":"SAFETY"},"usageMetadata":{"promptTokenCount":9}}"#,
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "content_filter");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        serde_json::Value::Null
+    );
+}
+
+#[test]
+fn a_2xx_that_is_no_gemini_answer_is_unreadable() {
+    for body in [
+        &b"<html>ok</html>"[..],
+        br#"{"choices":[]}"#,
+        br#"{"error":{"code":500}}"#,
+    ] {
+        let out = translate::response(Api::Gemini, Api::OpenAiChat, 200, body, 0);
+        assert!(out.unreadable, "{}", String::from_utf8_lossy(body));
+        let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+        assert_eq!(v["error"]["type"], "api_error");
+    }
+}
+
+#[test]
+fn googles_error_is_the_callers_error() {
+    let body = br#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}"#;
+    let out = translate::response(Api::Gemini, Api::OpenAiChat, 429, body, 0);
+    assert!(!out.unreadable);
+    let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    assert_eq!(
+        v["error"]["message"],
+        "Resource has been exhausted (e.g. check quota)."
+    );
+}
+
+fn stream_to(caller: Api, chunks: &[&[u8]]) -> Vec<u8> {
+    let cx = StreamContext {
+        created: 1741476542,
+        include_usage: true,
+    };
+    let mut t = StreamTranslator::new(Api::Gemini, caller, cx).unwrap();
+    let mut out = Vec::new();
+    for (k, chunk) in chunks.iter().enumerate() {
+        t.push(chunk, k + 1 == chunks.len(), &mut out);
+    }
+    out
+}
+
+#[test]
+fn a_stream_cut_short_or_failing_ends_with_an_error_chunk() {
+    let stream = fixture_stream();
+    let cut = stream.split("\r\n\r\n").next().unwrap();
+    let out = String::from_utf8(stream_to(Api::OpenAiChat, &[cut.as_bytes()])).unwrap();
+    assert!(!out.contains("[DONE]"), "{out}");
+    assert!(
+        out.trim_end().ends_with("}}") && out.contains(r#"{"error":"#),
+        "{out}"
+    );
+    let failing = format!(
+        "{cut}\r\n\r\ndata: {}\r\n\r\n",
+        r#"{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}"#
+    );
+    let out = String::from_utf8(stream_to(Api::OpenAiChat, &[failing.as_bytes()])).unwrap();
+    assert!(out.contains("The model is overloaded."), "{out}");
+    assert!(!out.contains("[DONE]"));
+    let out = String::from_utf8(stream_to(Api::OpenAiResponses, &[failing.as_bytes()])).unwrap();
+    assert!(out.contains("event: error"), "{out}");
+}
+
+#[test]
+fn its_chunks_are_events_of_its_stream() {
+    let stream = fixture_stream();
+    let first = stream.split("\r\n\r\n").next().unwrap();
+    let data = first.strip_prefix("data: ").unwrap().as_bytes();
+    assert!(translate::is_stream_event(Api::Gemini, b"", data));
+    assert!(translate::is_stream_event(
+        Api::Gemini,
+        b"",
+        br#"{"error":{"code":429}}"#
+    ));
+    assert!(!translate::is_stream_event(
+        Api::Gemini,
+        b"",
+        br#"{"choices":[]}"#
+    ));
+    assert!(!translate::is_stream_event(Api::Gemini, b"", b"[DONE]"));
+}
+
+#[test]
+fn a_gemini_stream_gathers_into_one_answer() {
+    // A request that did not ask for a stream, under a first-token timeout.
+    let stream = fixture_stream();
+    let whole = translate::assemble::stream_to_answer(
+        Api::Gemini,
+        Api::OpenAiChat,
+        &[stream.as_bytes()],
+        0,
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "Let me check the weather in \"Paris\"."
+    );
+    let arguments = &v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+    let arguments: serde_json::Value = serde_json::from_str(arguments.as_str().unwrap()).unwrap();
+    assert_eq!(arguments["location"], "Paris, France");
+    assert_eq!(v["usage"]["completion_tokens"], 40);
+}

@@ -1,0 +1,163 @@
+"""Gemini's native API (docs/behaviour.md section 14, issue 29), end to end on one real Envoy: an
+OpenAI chat app (the official `openai` SDK) whose OpenAI primary is down falls over to a
+provider declaring `api: gemini_native` (Google AI's `models/{model}:generateContent`, the key
+in `x-goog-api-key`), JSON and streamed, a function call and its result crossing both ways.
+The Gemini mock refuses what Google's API refuses (gemini_mock.py: unknown members such as
+`model` or `stream`, a function response that answers no call, a stream without `alt=sse`).
+
+One gateway for the module, mocks in this process."""
+import json
+
+import pytest
+
+import cloud_mock
+import harness
+from harness import Envoy, Gateway, env_key, free_port, render_config, start_mock
+
+if harness.external_mode():
+    pytest.skip("needs its own gateway and mocks (a Gemini mock in this process)",
+                allow_module_level=True)
+import openai  # noqa: E402
+
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+breaker: {failures: 1000}
+providers:
+  - {name: openai, endpoint: "127.0.0.1:${OPENAI_PORT}", api: openai,
+     credential: {header: authorization, prefix: "Bearer ", value: sk-openai}}
+  - {name: gemini, endpoint: "127.0.0.1:${GEMINI_PORT}", api: gemini_native,
+     credential: {header: x-goog-api-key, value: gm-key}}
+chains:
+  - name: gpt
+    models: ["gpt-*"]
+    providers: [openai, {provider: gemini, model: gemini-2.5-flash}]
+"""
+GEMINI = {"kind": "gemini", "api_key": "gm-key"}
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+           "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}}]
+
+
+class Module:
+    def __init__(self, tmp):
+        self.mocks = {}
+        try:
+            for name in ("openai", "gemini"):
+                self.mocks[name] = start_mock(name)
+            if not hasattr(self.mocks["gemini"], "server"):
+                pytest.skip("the Gemini mock runs in-process")
+            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
+                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
+            path = render_config(CONFIG, env, out_dir=tmp)
+            self.envoy = Envoy(path, tmp / "envoy", env=env).start()
+        except BaseException:
+            self.stop()
+            raise
+        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+
+    def stop(self):
+        if getattr(self, "envoy", None):
+            self.envoy.stop()
+        for m in self.mocks.values():
+            m.stop()
+
+    def reset(self):
+        for m in self.mocks.values():
+            m.reset()
+        self.mocks["gemini"].server.cloud = cloud_mock.validate(GEMINI)
+        self.mocks["openai"].set_default(status=503)
+
+    def oai(self):
+        return openai.OpenAI(base_url=self.gw.url + "/v1", api_key="gw-key", max_retries=0)
+
+    def gemini_requests(self):
+        recs = self.mocks["gemini"].requests()
+        assert [r["rejected"] for r in recs if r["rejected"]] == [], "Gemini refused a request"
+        for r in recs:
+            keys = [v for k, v in r["headers"] if k.lower() == "x-goog-api-key"]
+            assert keys == ["gm-key"], r["headers"]
+            assert not [v for _, v in r["headers"] if "gw-key" in v or "sk-openai" in v]
+        return recs
+
+
+@pytest.fixture(scope="module")
+def mod(tmp_path_factory):
+    m = Module(tmp_path_factory.mktemp("gemini"))
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def g(mod):
+    mod.reset()
+    return mod
+
+
+def test_an_openai_chat_app_falls_over_to_gemini_native_with_a_function_call(g):
+    client = g.oai()
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}])
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Paris?"}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS, max_tokens=50)
+    assert raw.headers["x-llm-provider"] == "gemini"
+    first = raw.parse()
+    call = first.choices[0].message.tool_calls[0]
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert first.model == "gemini-2.5-flash"
+    # The second turn: the call and its result go back; Gemini checks the result answers it.
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "18 C, sunny"}]
+    second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "Hello from gemini (model gemini-2.5-flash)"
+    assert second.usage.prompt_tokens == 5 and second.usage.completion_tokens == 7
+    sent = g.gemini_requests()
+    assert [r["path"] for r in sent] == ["/v1beta/models/gemini-2.5-flash:generateContent"] * 2
+    body = json.loads(sent[0]["body"])
+    assert body["systemInstruction"] == {"parts": [{"text": "Be brief."}]}
+    assert body["generationConfig"] == {"maxOutputTokens": 50}
+    assert body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == WEATHER
+    turns = json.loads(sent[1]["body"])["contents"]
+    assert [t["role"] for t in turns] == ["user", "model", "user"]
+    assert turns[1]["parts"] == [{"functionCall": {"name": "get_weather",
+                                                   "args": {"city": "Paris"}}}]
+    assert turns[2]["parts"] == [{"functionResponse": {
+        "name": "get_weather", "response": {"result": "18 C, sunny"}}}]
+    # Google's error (an input too long) reaches the caller as OpenAI's error.
+    too_long = ("The input token count (1200000) exceeds the maximum number of tokens allowed "
+                "(1048576).")
+    g.mocks["gemini"].enqueue(status=400, error={"message": too_long})
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=messages[:2])
+    assert e.value.body["message"] == too_long
+    assert e.value.response.headers.get("x-llm-provider") == "gemini"
+
+
+def test_an_openai_chat_stream_falls_over_to_gemini_native(g):
+    client = g.oai()
+    stream = client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True,
+        stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "gemini:0 gemini:1 gemini:2 "
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.prompt_tokens == 5 and chunks[-1].usage.total_tokens == 12
+    # A call streamed, then the stream cut short: the SDK raises instead of ending quietly.
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Oslo"}}])
+    calls = [c.choices[0].delta.tool_calls for c in client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Oslo?"}], tools=TOOLS,
+        stream=True) if c.choices and c.choices[0].delta.tool_calls]
+    assert calls[0][0].function.name == "get_weather"
+    assert json.loads("".join(c[0].function.arguments for c in calls)) == {"city": "Oslo"}
+    g.mocks["gemini"].enqueue(chunks=3, abort_after_chunks=2, abort="close")
+    with pytest.raises(openai.APIError):
+        list(client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True))
+    sent = g.gemini_requests()
+    assert sent[0]["path"] == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    assert "stream" not in json.loads(sent[0]["body"])
