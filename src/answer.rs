@@ -162,6 +162,14 @@ pub fn answer<'a>(
     }
 }
 
+/// The model the answer's attempt (the `attempts`-th, as [`Answer::attempts`] counts) was
+/// sent when its entry names one (`None`: the request's own), for the access log's
+/// `gen_ai.response.model`.
+pub fn entry_model<'a>(config: &'a Config, plan: &Plan, attempts: usize) -> Option<&'a str> {
+    let chain = config.chain(plan.chain)?;
+    chain.entry(plan.slot(attempts)?.entry)?.model.as_deref()
+}
+
 /// `x-should-retry` for an answer with `status` (behaviour.md 6): `None` below 400 (nothing to
 /// write); `false` when the request's time budget is spent (the gateway already used the time
 /// a retry would need; `budget_refused`, or no room for another attempt now), else whether the

@@ -54,6 +54,12 @@ pub const CLUSTER_NAME_PROPERTY: &[u8] = b"xds\0cluster_name";
 /// more than one chain (with one, it can only be that one).
 pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
 
+/// Filter-state properties of the request's model and of the model its answer's attempt was
+/// sent (`%FILTER_STATE(wasm.llm_failover.request_model:PLAIN)%`), for the OpenTelemetry access
+/// log's `gen_ai.request.model` and `gen_ai.response.model`. Written only with `log_models`.
+pub const REQUEST_MODEL_PROPERTY: &str = "llm_failover.request_model";
+pub const RESPONSE_MODEL_PROPERTY: &str = "llm_failover.response_model";
+
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";

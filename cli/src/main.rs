@@ -1,4 +1,4 @@
-//! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]`
+//! `llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env] [--otel-collector HOST:PORT]`
 //! `llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]`
 //! `llm-failover validate FILE [--strict] [--envoy-version V] [--no-env]`
 //! `llm-failover explain FILE --model M [--caller C] [--path P] [--body FILE] [--no-env]`
@@ -25,7 +25,7 @@ use std::process::ExitCode;
 
 /// The one-screen summary printed after a usage error.
 const USAGE: &str = "\
-usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env]
+usage: llm-failover render FILE [--out PATH] [--module PATH] [--pieces DIR] [--envoy-version V] [--no-env] [--otel-collector HOST:PORT]
        llm-failover render FILE --target istio --out DIR [--istio-version V] [--module URL]
        llm-failover validate FILE [--strict] [--envoy-version V] [--no-env]
        llm-failover explain FILE --model MODEL [--caller CALLER] [--path PATH] [--body FILE] [--no-env]
@@ -74,6 +74,11 @@ enum Command {
         /// The Istio release to render for (with --target istio; default 1.31)
         #[arg(long, value_name = "V")]
         istio_version: Option<String>,
+        /// Also send each request's record to the OpenTelemetry collector at HOST:PORT (OTLP
+        /// over gRPC, Envoy's OpenTelemetry access logger), with the GenAI semantic
+        /// conventions' attributes (docs/observability.md, "OpenTelemetry")
+        #[arg(long, value_name = "HOST:PORT")]
+        otel_collector: Option<String>,
     },
     /// Check FILE and report every problem as FILE: field: problem — fix
     Validate {
@@ -237,6 +242,27 @@ fn run(command: Command) -> ExitCode {
         );
         return ExitCode::from(1);
     }
+    let gw = match &command {
+        Command::Render {
+            otel_collector: Some(_),
+            target: Target::Istio,
+            ..
+        } => {
+            eprintln!("llm-failover: --otel-collector is for the Envoy target (Istio sends access logs to a collector with its Telemetry API)\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Command::Render {
+            otel_collector: Some(collector),
+            ..
+        } => match gw.with_otel(collector) {
+            Ok(gw) => gw,
+            Err(errors) => {
+                print(file, &errors);
+                return ExitCode::from(2);
+            }
+        },
+        _ => gw,
+    };
     let source = Path::new(file)
         .file_name()
         .map_or_else(|| file.to_string(), |n| n.to_string_lossy().into_owned());

@@ -125,6 +125,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("bad status path", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\nstatus_path: status\n", "status_path:"),
     // Renderer fields.
     ("role given", "role: upstream\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "role: set by the renderer"),
+    ("log_models given", "log_models: true\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n", "log_models: set by the renderer with render --otel-collector"),
     ("missing endpoint", "providers: [{name: a}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: missing — add endpoint: host:port"),
     ("endpoint without port", "providers: [{name: a, endpoint: api.openai.com}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: \"api.openai.com\" has no port — write host:port"),
     ("endpoint with scheme", "providers: [{name: a, endpoint: \"https://api.openai.com:443\"}]\nchains: [{name: c, providers: [a]}]\n", "providers[0].endpoint: \"https://api.openai.com:443\" has a scheme"),
@@ -317,6 +318,46 @@ fn render_writes_out_module_and_pieces() {
     let (code, stdout, _) = run(bin().args(["render", &file, "--module", "/srv/lf.wasm"]));
     assert_eq!(code, 0);
     assert_eq!(stdout, text);
+}
+
+#[test]
+fn render_otel_collector_adds_the_logger_and_its_piece() {
+    let dir = Scratch::new("render-otel");
+    let file = dir.file("gw.failover.yaml", OK);
+    let pieces = dir.path("pieces");
+    let (code, stdout, stderr) = run(bin().args([
+        "render",
+        &file,
+        "--otel-collector",
+        "127.0.0.1:4317",
+        "--pieces",
+        &pieces,
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("envoy.access_loggers.open_telemetry"));
+    let piece = std::fs::read_to_string(PathBuf::from(&pieces).join("access_log.yaml")).unwrap();
+    assert!(piece.contains("gen_ai.request.model"), "{piece}");
+    let clusters = std::fs::read_to_string(PathBuf::from(&pieces).join("clusters.yaml")).unwrap();
+    assert!(clusters.contains("llm_failover_otel"));
+    let (code, _, stderr) = run(bin().args(["render", &file, "--otel-collector", "collector"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--otel-collector: \"collector\" has no port"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(bin().args([
+        "render",
+        &file,
+        "--target",
+        "istio",
+        "--otel-collector",
+        "127.0.0.1:4317",
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--otel-collector is for the Envoy target"),
+        "{stderr}"
+    );
 }
 
 #[test]

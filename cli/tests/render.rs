@@ -193,6 +193,80 @@ fn access_log_prints_the_attempt_record() {
     assert!(format.ends_with('\n'));
 }
 
+#[test]
+fn otel_collector_adds_the_opentelemetry_logger_its_cluster_and_log_models() {
+    let yaml =
+        "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n";
+    let plain = bootstrap(yaml);
+    assert_eq!(hcm(&plain)["access_log"].as_sequence().unwrap().len(), 1);
+    let downstream = &hcm(&plain)["http_filters"][0];
+    assert_eq!(plugin_json(downstream).get("log_models"), None);
+
+    let gw = gateway(yaml).with_otel("collector.internal:4317").unwrap();
+    let text = render::bootstrap_text(&gw, "test.failover.yaml");
+    let b: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let logs = hcm(&b)["access_log"].as_sequence().unwrap();
+    assert_eq!(logs.len(), 2, "the stdout line stays");
+    let otel = &logs[1]["typed_config"];
+    assert_eq!(logs[1]["name"], "envoy.access_loggers.open_telemetry");
+    assert_eq!(
+        otel["grpc_service"]["envoy_grpc"]["cluster_name"],
+        render::OTEL_CLUSTER
+    );
+    let attributes: Vec<(&str, &str)> = otel["attributes"]["values"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|kv| {
+            (
+                kv["key"].as_str().unwrap(),
+                kv["value"]["string_value"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let want = render::otel_attributes();
+    assert_eq!(attributes.len(), want.len());
+    for (key, format) in &want {
+        assert!(attributes.contains(&(*key, format.as_str())), "{key}");
+    }
+    for key in [
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "llm_failover.attempts",
+    ] {
+        assert!(want.iter().any(|(k, _)| *k == key), "{key}");
+    }
+    let cluster = b["static_resources"]["clusters"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == render::OTEL_CLUSTER)
+        .expect("the collector's cluster");
+    assert_eq!(cluster["type"], "STRICT_DNS");
+    let address = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        ["address"]["socket_address"];
+    assert_eq!(address["address"], "collector.internal");
+    assert_eq!(address["port_value"], 4317);
+    // The downstream role is told to write the models.
+    assert_eq!(plugin_json(&hcm(&b)["http_filters"][0])["log_models"], true);
+    assert!(gateway(yaml).with_otel("http://collector:4317").is_err());
+}
+
+#[test]
+fn otel_on_envoy_1_36_uses_its_common_config() {
+    let yaml = "envoy_version: \"1.36\"\nproviders: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a]}]\n";
+    let gw = gateway(yaml).with_otel("127.0.0.1:4317").unwrap();
+    let b: Value =
+        serde_yaml_ng::from_str(&render::bootstrap_text(&gw, "t.failover.yaml")).unwrap();
+    let otel = &hcm(&b)["access_log"][1]["typed_config"];
+    assert_eq!(
+        otel["common_config"]["grpc_service"]["envoy_grpc"]["cluster_name"],
+        render::OTEL_CLUSTER
+    );
+    assert_eq!(otel["grpc_service"], Value::Null);
+}
+
 const CREDENTIALS: &str = r#"
 module: /opt/llm_failover.wasm
 providers:

@@ -265,6 +265,8 @@ pub struct Config {
     pub hold_answers: bool,
     /// Bodies larger than this are answered `413` by the downstream role (Envoy < 1.39).
     pub body_limit: Option<u64>,
+    /// Write the models into filter state ([`super::RawConfig::log_models`]).
+    pub log_models: bool,
     pub providers: Vec<Provider>,
     pub chains: Vec<Chain>,
     pub breaker: BreakerPolicy,

@@ -222,6 +222,23 @@ impl<H: Host> Downstream<H> {
         }
     }
 
+    /// The request's and the answer's model for the OpenTelemetry access log (`log_models`):
+    /// at planning both are the request's, and the answer's changes when the answering entry
+    /// names its own. Out of line, and called from two places so that wasm-opt keeps it there:
+    /// off, the request path carries none of it.
+    #[cold]
+    #[inline(never)]
+    fn log_models(&self, request: Option<&str>, answer: Option<&str>) {
+        for (property, model) in [
+            (wire::REQUEST_MODEL_PROPERTY, request),
+            (wire::RESPONSE_MODEL_PROPERTY, answer),
+        ] {
+            if let Some(model) = model {
+                self.host.set_property(property, model.as_bytes());
+            }
+        }
+    }
+
     fn count_skips(&self, chain: ChainId, skipped: &[(EntryId, SkipReason)], plan: Option<&Plan>) {
         for (provider, reason) in intake::counted_skips(&self.config, chain, skipped, plan) {
             self.metrics
@@ -251,6 +268,9 @@ impl<H: Host> Downstream<H> {
         } else {
             None
         };
+        if self.config.log_models {
+            self.log_models(Some(&request.model), Some(&request.model));
+        }
         let facts = RequestFacts {
             model: &request.model,
             route: route.as_deref(),
@@ -465,6 +485,12 @@ impl<H: Host> Downstream<H> {
         let host = &self.host;
         if let Some(provider) = answer.provider {
             host.set_header(Map::Response, wire::PROVIDER_HEADER, Some(provider));
+        }
+        if self.config.log_models {
+            self.log_models(
+                None,
+                answer::entry_model(&self.config, plan, answer.attempts),
+            );
         }
         if let Some(attempts) = answer.attempts_header {
             host.set_header(

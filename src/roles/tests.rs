@@ -292,6 +292,8 @@ struct Response {
     sent: Vec<Sent>,
     /// The attempt log as access logs print it.
     log: Option<String>,
+    /// The request's and the answer's model in filter state (`log_models`).
+    models: [Option<String>; 2],
 }
 
 impl Response {
@@ -399,6 +401,7 @@ impl Gateway {
                 local: true,
                 sent: Vec::new(),
                 log: self.log(&host),
+                models: self.models(&host),
             };
         }
         assert_eq!(flow, Flow::Continue, "the request goes on to the router");
@@ -600,6 +603,7 @@ impl Gateway {
             local: false,
             sent,
             log: self.log(&host),
+            models: self.models(&host),
         }
     }
 
@@ -640,6 +644,11 @@ impl Gateway {
 
     fn log(&self, host: &Recording) -> Option<String> {
         text_property(host, wire::ATTEMPTS_PROPERTY.as_bytes())
+    }
+
+    fn models(&self, host: &Recording) -> [Option<String>; 2] {
+        [wire::REQUEST_MODEL_PROPERTY, wire::RESPONSE_MODEL_PROPERTY]
+            .map(|p| text_property(host, p.as_bytes()))
     }
 }
 
@@ -696,6 +705,26 @@ fn a_success_goes_to_the_first_provider_with_its_own_credential_only() {
     assert_eq!(sent.body, br#"{"model":"gpt-4o","messages":[]}"#);
     assert_eq!(gw.metric(&attempts_metric("a", Class::Ok)), 1);
     assert_eq!(r.log.as_deref(), Some("a:ok:0ms"));
+}
+
+#[test]
+fn the_models_reach_filter_state_only_with_log_models() {
+    let some = |m: &str| Some(m.to_string());
+    // Off (the default): nothing written, on a success or a failover.
+    let gw = Gateway::new(THREE);
+    assert_eq!(gw.chat("gpt-4o", &[ok()]).models, [None, None]);
+    assert_eq!(gw.chat("gpt-4o", &[status(500), ok()]).models, [None, None]);
+    // On: the request's model, and the model the answering attempt was sent (b's entry names
+    // its own; a's and c's send the request's).
+    let gw = Gateway::new(&THREE.replacen("{", r#"{"log_models": true,"#, 1));
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.models, [some("gpt-4o"), some("gpt-4o")]);
+    let r = gw.chat("gpt-4o", &[status(500), ok()]);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("b"));
+    assert_eq!(r.models, [some("gpt-4o"), some("b-large")]);
+    let r = gw.chat("gpt-4o", &[status(500), status(500), ok()]);
+    assert_eq!(r.header(wire::PROVIDER_HEADER), Some("c"));
+    assert_eq!(r.models, [some("gpt-4o"), some("gpt-4o")]);
 }
 
 // ---------------------------------------------------------------------------------------------

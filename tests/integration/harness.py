@@ -568,11 +568,12 @@ def cli_bin() -> Path:
 
 def render_config(source: str | Path, env: dict | None = None, *,
                   out_dir: str | Path | None = None, out: str | Path | None = None,
-                  timeout: float = 60.0) -> Path:
+                  timeout: float = 60.0, args: tuple[str, ...] = ()) -> Path:
     """Render a failover YAML (a path, repo-relative or absolute, or the YAML text)
     into an Envoy bootstrap with ``llm-failover render SRC --out OUT``; returns OUT.
 
-    `env` is added to the environment for ``${VAR}`` substitution. Raises
+    `env` is added to the environment for ``${VAR}`` substitution; `args` go to the command
+    (e.g. ``("--otel-collector", "127.0.0.1:4317")``). Raises
     HarnessError (never skips) when the CLI is missing or fails."""
     cli = cli_bin()
     if not cli.exists():
@@ -603,7 +604,7 @@ def render_config(source: str | Path, env: dict | None = None, *,
     try:
         major, minor = envoy_version()
         r = subprocess.run([str(cli), "render", str(src), "--out", str(out),
-                            "--envoy-version", f"{major}.{minor}"], cwd=str(REPO_ROOT),
+                            "--envoy-version", f"{major}.{minor}", *args], cwd=str(REPO_ROOT),
                            env=full_env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"llm-failover render {src} took more than {timeout}s")

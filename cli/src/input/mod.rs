@@ -94,6 +94,9 @@ pub struct Gateway {
     /// Where `render` writes the secret files of `credential.file` providers
     /// (`render::secret_files`), absolute: beside the bootstrap.
     pub secret_dir: Option<String>,
+    /// The OpenTelemetry collector each request's record is sent to (`render
+    /// --otel-collector`, [`Gateway::with_otel`]).
+    pub otel: Option<Endpoint>,
 }
 
 /// A Bedrock provider without a credential is signed by Envoy (AWS Signature V4, after this
@@ -277,6 +280,13 @@ fn read(
         ));
         root.shift_remove("role");
     }
+    if root.contains_key("log_models") {
+        errors.push(Diag::error(
+            "log_models",
+            "set by the renderer with render --otel-collector — remove it",
+        ));
+        root.shift_remove("log_models");
+    }
     for key in ["routing", "hold_answers", "body_limit"] {
         if root.contains_key(key) {
             errors.push(Diag::error(
@@ -441,6 +451,7 @@ fn read(
         warnings,
         text: String::new(),
         secret_dir: None,
+        otel: None,
     })
 }
 
@@ -459,6 +470,26 @@ impl Gateway {
         for (u, cluster) in gw.upstreams.iter_mut().zip(clusters) {
             u.cluster.clone_from(cluster);
         }
+        gw.replug()?;
+        Ok(gw)
+    }
+
+    /// The same gateway sending each request's record to the OpenTelemetry collector at
+    /// `collector` (`host:port`, OTLP over gRPC): the filter is told to write the models
+    /// (`log_models`), the render adds the logger and the collector's cluster.
+    pub fn with_otel(&self, collector: &str) -> Result<Gateway, Vec<Diag>> {
+        let endpoint =
+            parse_endpoint(collector).map_err(|e| vec![Diag::error("--otel-collector", e)])?;
+        let mut gw = self.clone();
+        gw.plugin.insert("log_models".into(), true.into());
+        gw.otel = Some(endpoint);
+        gw.replug()?;
+        Ok(gw)
+    }
+
+    /// Both roles' plugin JSON (and what follows from it) again, after `plugin` changed.
+    fn replug(&mut self) -> Result<(), Vec<Diag>> {
+        let gw = self;
         let json_error = |e: serde_json::Error| {
             vec![Diag::error(
                 "",
@@ -475,7 +506,7 @@ impl Gateway {
         if version.mode() == Mode::Grouping {
             gw.groups = grouping_clusters(&gw.config, version)?;
         }
-        Ok(gw)
+        Ok(())
     }
 }
 

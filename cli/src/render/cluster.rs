@@ -228,6 +228,7 @@ pub(crate) fn cluster_values(gw: &Gateway, upstream: &Value) -> Vec<Value> {
         .into_iter()
         .map(|u| cluster(gw, u, upstream))
         .chain(gw.groups.iter().map(|g| group_cluster(gw, g, upstream)))
+        .chain(super::otel::cluster(gw))
         .collect()
 }
 

@@ -79,12 +79,12 @@ fn listener(gw: &Gateway) -> Value {
                 "typed_config" => typed(HCM, map! {
                     "stat_prefix" => NAME,
                     "codec_type" => "AUTO",
-                    "access_log" => seq(vec![map! {
+                    "access_log" => seq(std::iter::once(map! {
                         "name" => "envoy.access_loggers.stdout",
                         "typed_config" => typed(STDOUT_LOG, map! {
                             "log_format" => map! { "text_format_source" => map! { "inline_string" => access_log_format() } },
                         }),
-                    }]),
+                    }).chain(super::otel::access_log(gw)).collect()),
                     "route_config" => map! { "name" => NAME, "virtual_hosts" => seq(vec![virtual_host(gw)]) },
                     "local_reply_config" => local_reply_config(gw),
                     "http_filters" => seq(vec![downstream_filter(gw), router_filter()]),

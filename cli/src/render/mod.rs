@@ -8,7 +8,7 @@
 //! One module per Envoy piece: `filter` (the wasm filter and the router), `route` (the route,
 //! its cluster matcher and retry policy), `listener` (the API listener, the status listener,
 //! access log and local replies), `cluster` (provider and grouping clusters), `stats` (metric
-//! tags); `reloadable` (`render --reloadable`) and `pieces` (`render --pieces`) assemble them.
+//! tags), `otel` (the OpenTelemetry access log and its collector's cluster); `reloadable` (`render --reloadable`) and `pieces` (`render --pieces`) assemble them.
 
 use crate::input::{Addr, Gateway};
 use crate::version::Mode;
@@ -29,6 +29,7 @@ mod cluster;
 mod credential;
 mod filter;
 mod listener;
+mod otel;
 mod pieces;
 mod reloadable;
 mod route;
@@ -43,6 +44,7 @@ pub use credential::secret_files;
 pub use filter::downstream_filter;
 pub(crate) use filter::wasm_filter;
 pub use listener::{access_log_format, local_reply_config, status_listener, STATUS_NAME};
+pub use otel::{attributes as otel_attributes, OTEL_CLUSTER};
 pub use pieces::pieces;
 pub(crate) use reloadable::discovered_from;
 pub use reloadable::{

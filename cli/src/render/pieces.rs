@@ -59,5 +59,16 @@ pub fn pieces(gw: &Gateway, source: &str) -> Vec<(&'static str, String)> {
             ),
         ));
     }
+    if let Some(log) = super::otel::access_log(gw) {
+        out.push((
+            "access_log.yaml",
+            format!(
+                "{origin}# Goes in your HttpConnectionManager's access_log (beside yours): each request's record\n\
+                 # to the OpenTelemetry collector, whose cluster ({}) is in clusters.yaml.\n{}",
+                super::OTEL_CLUSTER,
+                to_yaml(&seq(vec![log]))
+            ),
+        ));
+    }
     out
 }
