@@ -83,11 +83,15 @@ echo "build: wasm built with the $MODE toolchain in $((SECONDS - start)) s"
 
 # wasm-opt 108 (Debian) predates some features rustc enables by default: name them. The
 # producers and target-features sections are metadata for tools, not for Envoy (-300 bytes);
-# --converge would take another 0.8 KB for twice the time, not worth it on every build.
+# --converge would take another 0.6 KB for twice the time, not worth it on every build.
+# --low-memory-unused (-2.9 KB) lets wasm-opt fold a pointer's small constant offsets into its
+# loads and stores: it may assume no address is computed by wrapping around into the first
+# 1 KB of memory, which Rust code never does (its pointer arithmetic never wraps; the first
+# 1 KB is the far end of the 1 MB stack); BENCHMARKS.md "Module size".
 out=dist/llm_failover.wasm
 opt_note="not optimized (wasm-opt not installed)"
 if command -v wasm-opt >/dev/null; then
-  if wasm-opt -Oz --strip-debug --strip-producers --strip-target-features --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+  if wasm-opt -Oz --low-memory-unused --strip-debug --strip-producers --strip-target-features --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
     --enable-nontrapping-float-to-int --enable-multivalue --enable-reference-types \
     "$raw" -o "$out.tmp"; then
     opt_note="wasm-opt -Oz: $(wc -c <"$raw") -> $(wc -c <"$out.tmp") bytes"

@@ -48,4 +48,4 @@ pub mod usage;
 pub mod wire;
 
 #[cfg(target_arch = "wasm32")]
-mod filter;
+pub mod filter;

@@ -16,6 +16,7 @@ use crate::residency::Residency;
 use std::collections::BTreeMap;
 
 /// Checks the list itself (reported before any provider's problems, as it always was).
+#[inline]
 pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
     if raw.is_empty() {
         problems.field("chains", "no chain is defined: add at least one");
@@ -28,6 +29,7 @@ pub fn check_list(raw: &[RawChain], problems: &mut Problems) {
     }
 }
 
+#[inline]
 pub fn validate(
     raw: &[RawChain],
     ids: &BTreeMap<&str, usize>,
@@ -53,6 +55,7 @@ pub fn validate(
     chains
 }
 
+#[inline]
 fn validate_one(
     c: &RawChain,
     names: &BTreeMap<&str, usize>,
@@ -171,6 +174,7 @@ fn validate_one(
 /// request the chain does (no `callers`, every model), it is every request's first entry: an
 /// entry of another residency would never be used. Otherwise the request's first entry is
 /// known at run time only, where planning skips the others as `residency`.
+#[inline]
 fn residency(chain: &Chain, providers: &[Provider], at: &mut At) {
     let provider = |e: &ChainEntry| providers.get(e.provider.index());
     let Some(first) = chain.entries.first() else {
@@ -227,6 +231,7 @@ fn residency(chain: &Chain, providers: &[Provider], at: &mut At) {
 
 /// Appends the entries of one list (`providers`, `context_window` or `content_policy`) to
 /// `entries` and returns their indices there. A duplicate is refused within its own list only.
+#[inline]
 fn resolve(
     list: &str,
     raw: &[RawChainEntry],
@@ -297,6 +302,7 @@ fn resolve(
 /// (an Azure deployment, a Bedrock model id, a Vertex model version) would get the caller's
 /// model in their place. Unless the provider lists in `models` the names callers may ask for
 /// (then a caller naming one asked for it), the entry must name the model.
+#[inline]
 fn model_required(provider: &Provider) -> Option<String> {
     if !provider.models.contains(&ModelPattern::Any) {
         return None;
@@ -326,6 +332,7 @@ fn model_required(provider: &Provider) -> Option<String> {
 }
 
 /// An entry's `effort` and `max_tokens`.
+#[inline]
 fn settings(e: &RawChainEntry, field: &str, at: &mut At) -> EntrySettings {
     let effort = e.effort.as_deref().and_then(|word| {
         let effort = Effort::parse(word);
@@ -353,6 +360,7 @@ fn settings(e: &RawChainEntry, field: &str, at: &mut At) -> EntrySettings {
     }
 }
 
+#[inline]
 fn add_trigger(set: &mut FailoverSet, trigger: &RawTrigger) -> Result<(), String> {
     match trigger {
         RawTrigger::Status(code) => {

@@ -8,6 +8,7 @@ use crate::envelope::Envelope;
 
 /// The envelope `p.api` names, `None` for the plain APIs (and for unknown names, which the
 /// caller reports).
+#[inline]
 pub fn of_provider(p: &RawProvider, at: &mut At) -> Option<Envelope> {
     let envelope = Envelope::parse(p.api.as_deref()?)?;
     let prefix = p.path_prefix.as_deref();

@@ -52,6 +52,7 @@ enum Stop {
 }
 
 /// The path serde_path_to_error would name for `err` from parsing `json` (`""`: the top level).
+#[inline]
 pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
     let offset = byte_offset(json, err.line(), err.column());
     let mut s = Scanner::new(json);
@@ -195,6 +196,7 @@ pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
     path
 }
 
+#[inline]
 fn push(path: &mut String, f: &Frame, index: usize) {
     if !f.object {
         path.push_str(&format!("[{index}]"));
@@ -208,6 +210,7 @@ fn push(path: &mut String, f: &Frame, index: usize) {
 
 /// serde_json's line (1-based; 0: no position) and column (bytes since the line's start) as a
 /// byte offset into `json`.
+#[inline]
 fn byte_offset(json: &[u8], line: usize, column: usize) -> usize {
     let line_start = match line {
         0 => return 0,

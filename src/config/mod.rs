@@ -5,6 +5,11 @@
 //! naming the field path and what to do about it (docs/behaviour.md section 9). One module per section:
 //! [`providers`], [`chains`], [`policies`] (breaker, dead marks, timeouts, request settings),
 //! collecting into a path-scoped [`Problems`].
+//!
+//! Loading runs once per configuration, never per request: every function of it (here and in
+//! the section modules) is `#[inline]`, so that its code is not compiled with this crate at
+//! opt-level 3 but where it is called, the module crate's `load` at "z" (`module/src/lib.rs`;
+//! BENCHMARKS.md "Module size": about -20 KB). A new loading function is `#[inline]` too.
 
 mod chains;
 mod envelope;
@@ -25,6 +30,7 @@ pub use raw::*;
 impl Config {
     /// Parses and validates plugin configuration JSON. Reads credential environment
     /// variables through `env` (the process environment inside the VM).
+    #[inline]
     pub fn from_json(
         json: &[u8],
         env: &dyn Fn(&str) -> Option<String>,
@@ -41,6 +47,7 @@ impl Config {
     }
 
     /// Validates an already parsed configuration (the CLI parses YAML into `RawConfig`).
+    #[inline]
     pub fn from_raw(
         raw: RawConfig,
         env: &dyn Fn(&str) -> Option<String>,
@@ -120,6 +127,7 @@ impl Config {
 /// texts counts as drift. FNV-1a: stable across builds and Rust versions, which std's hashers
 /// do not promise, so two module builds agree. (Hashing a parsed `serde_json::Value` instead
 /// would ignore formatting but adds 13 KB to the module.)
+#[inline]
 pub fn fingerprint(json: &[u8]) -> u64 {
     use std::hash::Hasher;
     let mut hasher = fnv::FnvHasher::default();

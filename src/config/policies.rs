@@ -5,6 +5,7 @@ use super::problems::{is_header_name, Problems};
 use super::raw::{RawBreaker, RawConfig, RawDeadMarks, RawTimeouts};
 use super::{BreakerPolicy, DeadMarkPolicy, Timeouts, MAX_BREAKER_FAILURES};
 
+#[inline]
 pub fn breaker(b: &RawBreaker, problems: &mut Problems) -> BreakerPolicy {
     let mut at = problems.at("breaker");
     if b.failures < 1 || b.failures > MAX_BREAKER_FAILURES {
@@ -29,6 +30,7 @@ pub fn breaker(b: &RawBreaker, problems: &mut Problems) -> BreakerPolicy {
     }
 }
 
+#[inline]
 pub fn dead_marks(d: &RawDeadMarks) -> DeadMarkPolicy {
     DeadMarkPolicy {
         model_not_found_ms: d.model_not_found,
@@ -37,6 +39,7 @@ pub fn dead_marks(d: &RawDeadMarks) -> DeadMarkPolicy {
     }
 }
 
+#[inline]
 pub fn timeouts(t: &RawTimeouts, problems: &mut Problems) -> Timeouts {
     let mut at = problems.at("timeouts");
     if t.attempt == 0 {
@@ -58,6 +61,7 @@ pub fn timeouts(t: &RawTimeouts, problems: &mut Problems) -> Timeouts {
 }
 
 /// `opt_out_header`, `caller_header`, `status_path`, `liveness_path` and `models_path`.
+#[inline]
 pub fn request_settings(raw: &RawConfig, problems: &mut Problems) {
     if !is_header_name(&raw.opt_out_header.to_ascii_lowercase()) {
         problems.field(

@@ -11,6 +11,7 @@ pub struct ConfigError {
 }
 
 impl fmt::Display for ConfigError {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         if self.field.is_empty() {
             write!(f, "{}", self.problem)
@@ -28,6 +29,7 @@ pub struct Problems {
 
 impl Problems {
     /// Problems under `path` (e.g. `"providers[0]"`; `""` for the top level).
+    #[inline]
     pub fn at(&mut self, path: impl Into<String>) -> At<'_> {
         At {
             problems: self,
@@ -36,11 +38,13 @@ impl Problems {
     }
 
     /// Problems of a top-level field.
+    #[inline]
     pub fn field(&mut self, field: &str, problem: impl Into<String>) {
         self.at("").field(field, problem);
     }
 
     /// `Ok(value)` when nothing was found, else every problem.
+    #[inline]
     pub fn into_result<T>(self, value: impl FnOnce() -> T) -> Result<T, Vec<ConfigError>> {
         if self.list.is_empty() {
             Ok(value())
@@ -58,11 +62,13 @@ pub struct At<'p> {
 
 impl At<'_> {
     /// A problem with `field` of this place (`"name"`, `"credential.env"`, `"providers[1]"`).
+    #[inline]
     pub fn field(&mut self, field: &str, problem: impl Into<String>) {
         let field = self.join(field);
         self.push(field, problem.into());
     }
 
+    #[inline]
     fn join(&self, field: &str) -> String {
         if self.path.is_empty() {
             field.to_string()
@@ -71,12 +77,14 @@ impl At<'_> {
         }
     }
 
+    #[inline]
     fn push(&mut self, field: String, problem: String) {
         self.problems.list.push(ConfigError { field, problem });
     }
 }
 
 /// A name users give providers and chains: letters, digits, `-`, `_`, `.`; at most 128 bytes.
+#[inline]
 pub fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
@@ -85,6 +93,7 @@ pub fn is_token(s: &str) -> bool {
 }
 
 /// A lowercase HTTP header name (pseudo-headers' `:` allowed; callers refuse them where needed).
+#[inline]
 pub fn is_header_name(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()

@@ -22,6 +22,7 @@ pub struct Providers<'r> {
 }
 
 /// Checks the list itself (before any chain is looked at, so problems keep their order).
+#[inline]
 pub fn check_list(raw: &[RawProvider], problems: &mut Problems) {
     if raw.is_empty() {
         problems.field("providers", "no provider is defined: add at least one");
@@ -34,6 +35,7 @@ pub fn check_list(raw: &[RawProvider], problems: &mut Problems) {
     }
 }
 
+#[inline]
 pub fn validate<'r>(
     raw: &'r [RawProvider],
     gateway_credential_headers: &[String],
@@ -74,12 +76,14 @@ pub fn validate<'r>(
     out
 }
 
+#[inline]
 fn clear(cleared: &mut Vec<String>, header: String) {
     if !cleared.contains(&header) {
         cleared.push(header);
     }
 }
 
+#[inline]
 fn validate_one(
     p: &RawProvider,
     env: &dyn Fn(&str) -> Option<String>,
@@ -186,6 +190,7 @@ fn validate_one(
 
 /// Its residency: declared, else a cloud's region (`Residency::of_cloud`). A declared one that
 /// its region contradicts is refused.
+#[inline]
 fn residency(p: &RawProvider, envelope: Option<Envelope>, at: &mut At) -> Option<Residency> {
     let cloud = Residency::of_cloud(envelope, p.path_prefix.as_deref(), p.authority.as_deref());
     let Some(word) = p.residency.as_deref() else {
@@ -222,6 +227,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// `forward_headers`: extra header names or `prefix*` patterns, or `all`. A provider that
 /// declares `api: openai` does not take the caller's `anthropic-*` headers by default (an
 /// Anthropic caller translated for it).
+#[inline]
 fn forward_rule(raw: Option<&RawForward>, api: Option<Api>, at: &mut At) -> Forward {
     match raw {
         None => Forward::for_api(api),
@@ -250,6 +256,7 @@ fn forward_rule(raw: Option<&RawForward>, api: Option<Api>, at: &mut At) -> Forw
 }
 
 /// The credential header and its value (from the config or the VM's environment).
+#[inline]
 fn credential(
     c: &RawCredential,
     env: &dyn Fn(&str) -> Option<String>,

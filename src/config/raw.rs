@@ -29,9 +29,11 @@ pub enum Routing {
     Groups,
 }
 
+#[inline]
 fn default_attempts() -> u32 {
     3
 }
+#[inline]
 fn default_any_model() -> Vec<String> {
     vec!["*".to_string()]
 }
@@ -89,18 +91,23 @@ pub struct RawConfig {
 }
 
 impl RawConfig {
+    #[inline]
     fn default_hold_answers() -> bool {
         true
     }
+    #[inline]
     fn default_opt_out_header() -> String {
         "x-llm-fallback".to_string()
     }
+    #[inline]
     fn default_models_path() -> String {
         "/v1/models".to_string()
     }
+    #[inline]
     fn default_liveness_path() -> String {
         "/".to_string()
     }
+    #[inline]
     fn default_gateway_credential_headers() -> Vec<String> {
         DEFAULT_GATEWAY_CREDENTIAL_HEADERS.map(String::from).into()
     }
@@ -239,6 +246,7 @@ pub struct RawRetrySettings {
 }
 
 impl Default for RawRetrySettings {
+    #[inline]
     fn default() -> Self {
         RawRetrySettings {
             back_off: 500,
@@ -276,9 +284,11 @@ pub(super) const ENTRY_EXPECTED: &str =
 /// A chain's list of entries (`providers`, `context_window`, `content_policy`): each a provider's
 /// name or a [`RawChainEntry`] mapping. Not an untagged enum: serde would buffer each entry and
 /// answer every problem inside one with "data did not match any variant".
+#[inline]
 fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>, D::Error> {
     struct Entry(RawChainEntry);
     impl<'de> Deserialize<'de> for Entry {
+        #[inline]
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             d.deserialize_any(EntryVisitor).map(Entry)
         }
@@ -286,9 +296,11 @@ fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>,
     struct EntryVisitor;
     impl<'de> serde::de::Visitor<'de> for EntryVisitor {
         type Value = RawChainEntry;
+        #[inline]
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str(ENTRY_EXPECTED)
         }
+        #[inline]
         fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<RawChainEntry, E> {
             Ok(RawChainEntry {
                 provider: name.to_string(),
@@ -298,6 +310,7 @@ fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>,
                 max_tokens: None,
             })
         }
+        #[inline]
         fn visit_map<A: serde::de::MapAccess<'de>>(
             self,
             map: A,
@@ -342,6 +355,7 @@ pub struct RawBreaker {
 }
 
 impl Default for RawBreaker {
+    #[inline]
     fn default() -> Self {
         RawBreaker {
             failures: 10,
@@ -365,6 +379,7 @@ pub struct RawDeadMarks {
 }
 
 impl Default for RawDeadMarks {
+    #[inline]
     fn default() -> Self {
         RawDeadMarks {
             model_not_found: 6 * 3_600_000,
@@ -395,6 +410,7 @@ pub struct RawTimeouts {
 }
 
 impl Default for RawTimeouts {
+    #[inline]
     fn default() -> Self {
         RawTimeouts {
             attempt: 120_000,

@@ -5,7 +5,7 @@
 mod envoy_host;
 mod timers;
 
-use crate::config::{Config, Role};
+use crate::config::{Config, ConfigError, Role};
 use crate::roles::{self, Downstream, Flow, Metrics, Upstream};
 use envoy_host::EnvoyHost;
 use proxy_wasm::hostcalls;
@@ -18,17 +18,33 @@ use std::time::Duration;
 /// downstream root re-reads the breaker and health states into the gauges.
 const TICK: Duration = Duration::from_secs(1);
 
-proxy_wasm::main! {{
+/// Parses and validates the plugin configuration ([`Config::from_json`]). The module crate
+/// (`module/`) passes it to [`start`] so that configuration loading, which runs once per
+/// configuration, is compiled there, at opt-level "z", and not with this crate's per-request
+/// code at 3 (BENCHMARKS.md "Module size").
+pub type Load = fn(&[u8], &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>>;
+
+/// The loader [`start`] was given.
+static LOAD: std::sync::OnceLock<Load> = std::sync::OnceLock::new();
+
+/// The module's start (`_initialize`, from `module/`): the log level, the panic hook and the
+/// root contexts, which load their configuration with `load`.
+pub fn start(load: Load) {
     proxy_wasm::set_log_level(LogLevel::Info);
     // Replaces the SDK's hook (installed by `set_log_level`), which unwraps the log call: a
     // panic aborts the VM, so say what it was, once, at the highest level, before it does.
     std::panic::set_hook(Box::new(|info| {
         let _ = hostcalls::log(LogLevel::Critical, &format!("llm_failover: panic: {info}"));
     }));
+    let _ = LOAD.set(load);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(Root { config: None, metrics: None, timers: Rc::default() })
+        Box::new(Root {
+            config: None,
+            metrics: None,
+            timers: Rc::default(),
+        })
     });
-}}
+}
 
 /// One per plugin instance and worker: holds the validated configuration and the metric ids.
 struct Root {
@@ -56,7 +72,10 @@ impl RootContext for Root {
             proxy_wasm::set_log_level(level);
         }
         let raw = self.get_plugin_configuration().unwrap_or_default();
-        match Config::from_json(&raw, &|name| std::env::var(name).ok()) {
+        let Some(load) = LOAD.get() else {
+            return false;
+        };
+        match load(&raw, &|name| std::env::var(name).ok()) {
             Ok(config) => {
                 roles::init_health_records(&config, &EnvoyHost);
                 let metrics = Metrics::new(&config, &EnvoyHost);
