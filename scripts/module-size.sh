@@ -25,10 +25,9 @@ cd "$(dirname "$0")/.."
 # translate/assemble.rs): 519,806, 194 bytes under the wave's limit. Issue 29's Gemini native
 # API as a provider dialect (translate/gemini.rs, api: gemini_native): 533,138, 13,138 over it.
 # Issue 30's OpenTelemetry record (`log_models`: the request's and the answer's model in filter
-# state, only when the render sends records to a collector): about 808 more (measured on
-# 519,772: 520,580; the plugin field alone is 574 bytes, serde's reader of one more field).
+# state, only when the render sends records to a collector): 509,311 -> 509,810 bytes.
 TARGET=418489
-CEILING=534000
+CEILING=533200
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"
