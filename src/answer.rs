@@ -141,8 +141,8 @@ pub fn answer<'a>(
             Some(fallbacks),
             reads.outcome(last_fallback - 1).map(Class::as_str),
         )
-    } else if plan.starts_after_skip() {
-        (None, Some("breaker_open"))
+    } else if let Some(reason) = plan.skip_before_start() {
+        (None, Some(reason))
     } else {
         (None, None)
     };

@@ -33,11 +33,14 @@ pub enum SkipReason {
     /// The chain has `same_residency` and the entry's provider is not in the residency of the
     /// request's first entry (or either is unknown).
     Residency,
+    /// The provider's token budget for the current window is spent (docs/behaviour.md
+    /// section 15).
+    BudgetExhausted,
 }
 
 impl SkipReason {
     /// Every reason, in the order metrics index them.
-    pub const ALL: [SkipReason; 9] = [
+    pub const ALL: [SkipReason; 10] = [
         SkipReason::BreakerOpen,
         SkipReason::Dead,
         SkipReason::Model,
@@ -47,6 +50,7 @@ impl SkipReason {
         SkipReason::CapabilityContext,
         SkipReason::ContentIncompatible,
         SkipReason::Residency,
+        SkipReason::BudgetExhausted,
     ];
 
     /// The fixed name (docs/behaviour.md section 8 and 2.4).
@@ -61,6 +65,7 @@ impl SkipReason {
             SkipReason::CapabilityContext => "capability_context",
             SkipReason::ContentIncompatible => "content_incompatible",
             SkipReason::Residency => "residency",
+            SkipReason::BudgetExhausted => "budget_exhausted",
         }
     }
 

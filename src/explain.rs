@@ -379,6 +379,26 @@ pub fn explain_with(
             "skips that provider without spending an attempt"
         }
     );
+    // Budgets are read at run time too: say which providers of this walk have one.
+    let budgets: Vec<String> = (plan.slots.iter())
+        .filter_map(|s| config.provider(chain.entry(s.entry)?.provider))
+        .filter_map(|p| {
+            let b = p.budget?;
+            Some(format!(
+                "{} {} tokens per {}",
+                p.name,
+                b.tokens,
+                duration(b.window_ms)
+            ))
+        })
+        .collect();
+    if !budgets.is_empty() {
+        let _ = writeln!(
+            out,
+            "budgets: {}; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over",
+            budgets.join(", ")
+        );
+    }
     Ok(out)
 }
 
@@ -472,6 +492,28 @@ mod tests {
           {"name":"gpt","models":["gpt-*"],"max_attempts":3,
            "providers":["openai","anthropic","azure",{"provider":"anthropic","model":"claude-sonnet"},"spare"]},
           {"name":"vip","callers":["team-a"],"providers":["azure"]}]}"#;
+
+    #[test]
+    fn a_walk_names_its_providers_budgets() {
+        let c = config(
+            r#"{"providers":[{"name":"a","budget":{"tokens":2000000,"window":"24h"}},{"name":"b"}],
+            "chains":[{"name":"c","providers":["a","b"]}]}"#,
+        );
+        let facts = RequestFacts {
+            model: "m",
+            ..Default::default()
+        };
+        let text = explain(&c, &facts).unwrap();
+        assert!(
+            text.contains("budgets: a 2000000 tokens per 86400s; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over\n"),
+            "{text}"
+        );
+        let text = explain(&config(THREE_NO_BUDGET), &facts).unwrap();
+        assert!(!text.contains("budgets:"), "{text}");
+    }
+
+    const THREE_NO_BUDGET: &str =
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}]}"#;
 
     #[test]
     fn a_skip_says_whether_the_model_or_the_caller_left_the_provider_out() {

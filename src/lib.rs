@@ -17,6 +17,7 @@
 pub mod answer;
 pub mod attempt;
 pub mod attempt_log;
+pub mod budget;
 pub mod classify;
 pub mod config;
 pub mod destination;

@@ -1,6 +1,7 @@
 //! Building one request's chain before its first attempt (docs/behaviour.md section 2). The form the plan
 //! travels in to every attempt is `handoff::PlanRecord`.
 
+use crate::budget::Budgets;
 use crate::classify::Class;
 use crate::config::{any_matches, AltList, Chain, Config};
 use crate::eligible;
@@ -12,6 +13,11 @@ use crate::reply::Reply;
 /// Reads (and for half-open breakers, claims) provider health; implemented over shared data.
 pub trait Gatekeeper {
     fn gate(&self, provider: ProviderId, model: &str) -> Admission;
+    /// Where providers' token budgets are counted (`budget::Budgets`); `None`: none is read
+    /// (`explain`, which knows no run-time state).
+    fn budgets(&self) -> Option<&dyn Budgets> {
+        None
+    }
 }
 
 /// One planned attempt: which chain entry, and what the health read said.
@@ -61,11 +67,21 @@ impl Plan {
         slot_for_attempt(&self.slots, attempt)
     }
 
-    /// True when the first planned provider is not the chain's first eligible one because an
-    /// open breaker or a dead mark moved it (`x-llm-fallback-reason: breaker_open`).
-    pub fn starts_after_skip(&self) -> bool {
-        self.skipped.iter().any(|(e, r)| {
-            *r != SkipReason::Model && self.slots.first().is_some_and(|s| *e < s.entry)
+    /// When the first planned provider is not the chain's first eligible one because an open
+    /// breaker, a dead mark or a spent budget moved it: its `x-llm-fallback-reason`,
+    /// `budget_exhausted` when only spent budgets moved it, else `breaker_open`.
+    pub fn skip_before_start(&self) -> Option<&'static str> {
+        let mut before = (self.skipped.iter())
+            .filter(|(e, r)| {
+                *r != SkipReason::Model && self.slots.first().is_some_and(|s| *e < s.entry)
+            })
+            .map(|(_, r)| *r);
+        let first = before.next()?;
+        let spent = |r: SkipReason| r == SkipReason::BudgetExhausted;
+        Some(if spent(first) && before.all(spent) {
+            first.as_str()
+        } else {
+            "breaker_open"
         })
     }
 }
@@ -78,6 +94,9 @@ pub struct Refusal {
     /// The chain that matched, if one did.
     pub chain: Option<ChainId>,
     pub skipped: Vec<(EntryId, SkipReason)>,
+    /// When to come back (ms since the epoch): a `budget_exhausted` refusal's earliest window
+    /// end (`Retry-After`).
+    pub retry_at_ms: Option<u64>,
 }
 
 impl Refusal {
@@ -86,6 +105,7 @@ impl Refusal {
             reply,
             chain: None,
             skipped: Vec::new(),
+            retry_at_ms: None,
         }
     }
 }
@@ -124,6 +144,8 @@ pub fn plan_or_refuse(
     let mut skipped = Vec::new();
     let mut deferred = Vec::new();
     let mut serving = 0usize;
+    // The earliest window end of the budgets found spent.
+    let mut budget_back: Option<u64> = None;
 
     // The provider of the first entry that serves the model: never skipped for what the
     // request carries (behaviour.md 2.4).
@@ -149,6 +171,16 @@ pub fn plan_or_refuse(
         }
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
         first = first.or(Some(entry.provider));
+        if let (Some(budget), Some(budgets)) = (&provider.budget, health.budgets()) {
+            let left = budgets.left(&provider.name, budget);
+            if left.exhausted() {
+                // Spent: never tried, not even last; back when its window rolls over.
+                skipped.push((index, SkipReason::BudgetExhausted));
+                budget_back =
+                    Some(budget_back.map_or(left.resets_at_ms, |b| b.min(left.resets_at_ms)));
+                continue;
+            }
+        }
         match health.gate(entry.provider, sent_model) {
             Admission::Available { pristine, probe } => slots.push(Slot {
                 entry: index,
@@ -172,6 +204,7 @@ pub fn plan_or_refuse(
             reply: Reply::model_not_allowed(facts.model, &chain.name),
             chain: Some(chain_index),
             skipped,
+            retry_at_ms: None,
         });
     }
     for entry in deferred {
@@ -185,10 +218,19 @@ pub fn plan_or_refuse(
         });
     }
     if slots.is_empty() {
+        // Every provider spent its budget: a 429 saying when to come back. Some spent and
+        // the others open or dead: the breakers' answer.
+        let all_spent =
+            !(skipped.iter()).any(|(_, r)| matches!(r, SkipReason::BreakerOpen | SkipReason::Dead));
+        let (reply, retry_at_ms) = match budget_back {
+            Some(at) if all_spent => (Reply::budget_exhausted(&chain.name), Some(at)),
+            _ => (Reply::circuit_open(&chain.name), None),
+        };
         return Err(Refusal {
-            reply: Reply::circuit_open(&chain.name),
+            reply,
             chain: Some(chain_index),
             skipped,
+            retry_at_ms,
         });
     }
     let usable = |list: &[EntryId]| -> Vec<EntryId> {
@@ -359,9 +401,33 @@ mod tests {
     struct FakeHealth {
         gates: HashMap<ProviderId, Admission>,
         reads: RefCell<Vec<ProviderId>>,
+        /// Budgets spent (by provider name), with when their window rolls over.
+        spent: HashMap<&'static str, u64>,
+    }
+
+    impl crate::budget::Budgets for FakeHealth {
+        fn left(&self, provider: &str, budget: &crate::budget::Budget) -> crate::budget::Left {
+            let resets_at_ms = self.spent.get(provider).copied().unwrap_or(1);
+            let spent = if self.spent.contains_key(provider) {
+                budget.tokens
+            } else {
+                0
+            };
+            crate::budget::Left {
+                spent,
+                tokens: budget.tokens - spent,
+                resets_at_ms,
+            }
+        }
+
+        fn spend(&self, _provider: &str, _budget: &crate::budget::Budget, _tokens: u64) {}
     }
 
     impl Gatekeeper for FakeHealth {
+        fn budgets(&self) -> Option<&dyn crate::budget::Budgets> {
+            Some(self)
+        }
+
         fn gate(&self, provider: ProviderId, _model: &str) -> Admission {
             self.reads.borrow_mut().push(provider);
             self.gates
@@ -405,6 +471,45 @@ mod tests {
     }
 
     #[test]
+    fn a_spent_budget_skips_its_provider_without_an_attempt_or_reading_its_health() {
+        let c = config(
+            r#"{"providers":[{"name":"a","budget":{"tokens":10,"window":"10s"}},
+                {"name":"b","budget":{"tokens":10,"window":"10s"}},{"name":"c"}],
+            "chains":[{"name":"main","models":["m"],"providers":["a","b"]},
+                {"name":"other","models":["n"],"providers":["a","c"]}]}"#,
+        );
+        let mut health = FakeHealth::default();
+        health.spent.insert("a", 9_000);
+        let p = plan(&c, &facts("m"), &health).unwrap();
+        assert_eq!(entries(&p), vec![1]);
+        assert_eq!(skips(&p.skipped), vec![(0, SkipReason::BudgetExhausted)]);
+        assert_eq!(reads(&health), vec![1]);
+        // Every one spent: 429, back when the earliest window rolls over.
+        health.spent.insert("b", 4_000);
+        let refusal = plan_or_refuse(&c, &facts("m"), &health).unwrap_err();
+        assert_eq!(
+            (
+                refusal.reply.status,
+                refusal.reply.code,
+                refusal.reply.should_retry
+            ),
+            (429, "budget_exhausted", true)
+        );
+        assert_eq!(refusal.retry_at_ms, Some(4_000));
+        assert_eq!(refusal.skipped.len(), 2);
+        // Spent and open together: the breakers' answer.
+        health.spent.remove("b");
+        health.gates.insert(1u8.into(), Admission::BreakerOpen);
+        let refusal = plan_or_refuse(&c, &facts("m"), &health).unwrap_err();
+        assert_eq!(
+            (refusal.reply.code, refusal.retry_at_ms),
+            ("circuit_open", None)
+        );
+        // Another chain with the spent provider goes on to one without a budget.
+        assert_eq!(entries(&plan(&c, &facts("n"), &health).unwrap()), vec![1]);
+    }
+
+    #[test]
     fn caps_the_walk_at_max_attempts_and_reads_no_further() {
         let c = config(THREE);
         let health = FakeHealth::default();
@@ -440,7 +545,7 @@ mod tests {
             skips(&p.skipped),
             vec![(0, SkipReason::BreakerOpen), (1, SkipReason::Dead)]
         );
-        assert!(p.starts_after_skip());
+        assert!(p.skip_before_start().is_some());
     }
 
     #[test]
@@ -496,7 +601,7 @@ mod tests {
         assert_eq!(entries(&p), vec![1, 2]);
         assert_eq!(skips(&p.skipped), vec![(0, SkipReason::Model)]);
         assert!(
-            !p.starts_after_skip(),
+            p.skip_before_start().is_none(),
             "a model skip is not a breaker fallback"
         );
         let err = plan(&c, &facts("llama"), &FakeHealth::default()).unwrap_err();
@@ -841,7 +946,7 @@ mod tests {
             ]
         );
         assert!(
-            !p.starts_after_skip(),
+            p.skip_before_start().is_none(),
             "a content skip is no breaker fallback"
         );
         assert!(

@@ -102,6 +102,20 @@ impl Reply {
         }
     }
 
+    /// Every provider the request could use has spent its token budget for the window
+    /// (`Retry-After` says when the earliest window rolls over).
+    pub fn budget_exhausted(chain: &str) -> Reply {
+        Reply {
+            status: 429,
+            kind: "rate_limit_error",
+            code: "budget_exhausted",
+            message: format!(
+                "Every provider in chain {chain:?} has spent its token budget for now; no provider was contacted. Retry after the time Retry-After gives."
+            ),
+            should_retry: true,
+        }
+    }
+
     pub fn fallbacks_exhausted(chain: &str, attempts: usize) -> Reply {
         Reply {
             status: 503,

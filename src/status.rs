@@ -13,7 +13,9 @@
 //!    "dead_until_ms": null,
 //!    "dead_models": [{"model": "gpt-4o", "class": "model_not_found", "until_ms": 1700021600000}],
 //!    "health": {"state": "failing", "state_value": 2, "attempts": 40, "failed": 31,
-//!               "window_ms": 900000, "answered_last_5m": true, "last_answer_ms": 1699999990000}}]}
+//!               "window_ms": 900000, "answered_last_5m": true, "last_answer_ms": 1699999990000},
+//!    "budget": {"tokens": 2000000, "window_ms": 86400000, "spent": 128000, "left": 1872000,
+//!               "exhausted": false, "resets_at_ms": 1700006400000}}]}
 //! ```
 //! Times are milliseconds since the Unix epoch; `null` means "none". `state` is `closed`, `open`
 //! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge). `health` is
@@ -22,7 +24,11 @@
 //! `failing` (50% or more) or `idle` (no attempts) (`state_value` 0 to 3: the
 //! `llm_failover_health_state` gauge); an answer is a success or a refusal of the caller's
 //! request (`health::tally::counts`). A worker's successes show up to a second late.
+//! `budget` is the provider's token budget (`null` without one, docs/behaviour.md section 15):
+//! what its current window spent, what is left, and when the window rolls over (`exhausted`:
+//! it is skipped until then).
 
+use crate::budget::{Budget, Budgets, Left};
 use crate::config::Config;
 use crate::health::{Health, HealthSnapshot, Recent, BUCKETS, BUCKET_MS};
 use serde::Serialize;
@@ -62,6 +68,18 @@ struct ProviderStatus<'a> {
     dead_until_ms: Option<u64>,
     dead_models: Vec<DeadModel>,
     health: RecentHealth,
+    budget: Option<BudgetStatus>,
+}
+
+/// A provider's token budget now.
+#[derive(Serialize)]
+struct BudgetStatus {
+    tokens: u64,
+    window_ms: u64,
+    spent: u64,
+    left: u64,
+    exhausted: bool,
+    resets_at_ms: u64,
 }
 
 /// Health over the last 15 minutes.
@@ -95,6 +113,7 @@ fn provider_status<'a>(
     cluster: &'a str,
     config: &Config,
     s: HealthSnapshot,
+    budget: Option<(&Budget, Left)>,
 ) -> ProviderStatus<'a> {
     ProviderStatus {
         name,
@@ -121,17 +140,27 @@ fn provider_status<'a>(
             })
             .collect(),
         health: s.recent.into(),
+        budget: budget.map(|(b, left)| BudgetStatus {
+            tokens: b.tokens,
+            window_ms: b.window_ms,
+            spent: left.spent,
+            left: left.tokens,
+            exhausted: left.exhausted(),
+            resets_at_ms: left.resets_at_ms,
+        }),
     }
 }
 
 /// The whole answer: one read of each provider's record, in configuration order.
-pub fn render(config: &Config, health: &Health, now_ms: u64) -> String {
+pub fn render(config: &Config, health: &Health, budgets: &dyn Budgets, now_ms: u64) -> String {
     let status = Status {
         now_ms,
-        providers: config
-            .providers
-            .iter()
-            .map(|p| provider_status(&p.name, &p.cluster, config, health.snapshot(&p.name)))
+        providers: (config.providers.iter())
+            .map(|p| {
+                let snapshot = health.snapshot(&p.name);
+                let budget = (p.budget.as_ref()).map(|b| (b, budgets.left(&p.name, b)));
+                provider_status(&p.name, &p.cluster, config, snapshot, budget)
+            })
             .collect(),
     };
     let mut out = serde_json::to_string_pretty(&status).unwrap_or_default();
@@ -142,10 +171,37 @@ pub fn render(config: &Config, health: &Health, now_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::SharedBudgets;
     use crate::classify::Class;
     use crate::health::Report;
     use crate::host::{Clock, ManualClock, MemoryStore};
     use serde_json::{json, Value};
+
+    fn budgets<'a>(store: &'a MemoryStore, clock: &'a ManualClock) -> SharedBudgets<'a> {
+        SharedBudgets { store, clock }
+    }
+
+    #[test]
+    fn a_budget_says_what_is_left_and_when_its_window_rolls_over() {
+        let config = Config::from_json(
+            br#"{"providers":[{"name":"a","budget":{"tokens":100,"window":"10s"}},{"name":"b"}],
+                "chains":[{"name":"main","providers":["a","b"]}]}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(1_234_000);
+        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
+        let b = budgets(&store, &clock);
+        b.spend("a", &config.providers[0].budget.unwrap(), 130);
+        let v: Value = serde_json::from_str(&render(&config, &health, &b, 1_234_000)).unwrap();
+        assert_eq!(
+            v["providers"][0]["budget"],
+            json!({"tokens": 100, "window_ms": 10_000, "spent": 130, "left": 0,
+                   "exhausted": true, "resets_at_ms": 1_240_000})
+        );
+        assert_eq!(v["providers"][1]["budget"], Value::Null);
+    }
 
     #[test]
     fn reports_breaker_failures_and_dead_marks_per_provider() {
@@ -167,7 +223,13 @@ mod tests {
         health.report("a", "m", &Report::new(Class::Overloaded, true));
         health.report("b", "gpt-x", &Report::new(Class::ModelNotFound, true));
 
-        let v: Value = serde_json::from_str(&render(&config, &health, clock.now_ms())).unwrap();
+        let v: Value = serde_json::from_str(&render(
+            &config,
+            &health,
+            &budgets(&store, &clock),
+            clock.now_ms(),
+        ))
+        .unwrap();
         assert_eq!(v["now_ms"], 1_000_010);
         let a = &v["providers"][0];
         assert_eq!(a["name"], "a");
@@ -204,7 +266,13 @@ mod tests {
             held.add(clock.now_ms());
         }
         assert!(health.add_answers("a", &held));
-        let v: Value = serde_json::from_str(&render(&config, &health, clock.now_ms())).unwrap();
+        let v: Value = serde_json::from_str(&render(
+            &config,
+            &health,
+            &budgets(&store, &clock),
+            clock.now_ms(),
+        ))
+        .unwrap();
         let h = &v["providers"][0]["health"];
         assert_eq!(
             (&h["state"], &h["state_value"]),
@@ -226,7 +294,7 @@ mod tests {
         let store = MemoryStore::default();
         let clock = ManualClock::at(5);
         let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
-        let text = render(&config, &health, 5);
+        let text = render(&config, &health, &budgets(&store, &clock), 5);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert!(
             text.find("\"name\"") < text.find("\"cluster\"")

@@ -100,18 +100,23 @@ pub fn health_key(provider: &str) -> String {
 /// Calls `f` with [`health_key`]`(provider)` built on the stack: planning reads one record per
 /// provider it considers, and this keeps the key off the heap for names up to 108 bytes.
 pub fn with_health_key<R>(provider: &str, f: impl FnOnce(&str) -> R) -> R {
+    with_key(HEALTH_KEY_PREFIX, provider, f)
+}
+
+/// Calls `f` with `prefix` and `provider` joined, on the stack when they fit in 128 bytes.
+pub fn with_key<R>(prefix: &str, provider: &str, f: impl FnOnce(&str) -> R) -> R {
     let mut buf = [0u8; 128];
-    let len = HEALTH_KEY_PREFIX.len() + provider.len();
+    let len = prefix.len() + provider.len();
     if let Some(room) = buf.get_mut(..len) {
-        let (prefix, name) = room.split_at_mut(HEALTH_KEY_PREFIX.len());
-        prefix.copy_from_slice(HEALTH_KEY_PREFIX.as_bytes());
+        let (head, name) = room.split_at_mut(prefix.len());
+        head.copy_from_slice(prefix.as_bytes());
         name.copy_from_slice(provider.as_bytes());
         // Two UTF-8 strings joined are UTF-8; the check is cheap at this size.
         if let Ok(key) = std::str::from_utf8(room) {
             return f(key);
         }
     }
-    f(&health_key(provider))
+    f(&format!("{prefix}{provider}"))
 }
 
 /// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]): the caller's

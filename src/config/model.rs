@@ -31,6 +31,8 @@ pub struct Provider {
     pub envelope: Option<crate::envelope::Envelope>,
     /// Where it keeps the data it is sent: declared, or from a cloud's region; `None`: unknown.
     pub residency: Option<crate::residency::Residency>,
+    /// Its token budget per window (docs/behaviour.md section 15), if it has one.
+    pub budget: Option<crate::budget::Budget>,
 }
 
 impl Provider {

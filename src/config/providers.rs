@@ -170,6 +170,18 @@ fn validate_one(
     }
     let forward = forward_rule(p.forward_headers.as_ref(), api, at);
     let residency = residency(p, envelope, at);
+    let budget = p.budget.as_ref().and_then(|b| {
+        if b.tokens == 0 {
+            at.field("budget.tokens", "must be above 0 (omit budget for none)");
+        }
+        if b.window == 0 {
+            at.field("budget.window", "must be above 0 (e.g. 24h)");
+        }
+        (b.tokens > 0 && b.window > 0).then_some(crate::budget::Budget {
+            tokens: b.tokens,
+            window_ms: b.window,
+        })
+    });
     Provider {
         name: p.name.clone(),
         cluster,
@@ -185,6 +197,7 @@ fn validate_one(
         max_tokens: p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         envelope,
         residency,
+        budget,
     }
 }
 

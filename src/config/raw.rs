@@ -158,6 +158,19 @@ pub struct RawProvider {
     /// `same_residency`. Unset: a cloud's region decides (Bedrock, Vertex AI), else unknown.
     #[serde(default)]
     pub residency: Option<String>,
+    /// At most this many tokens per window (docs/behaviour.md section 15): spent, the provider
+    /// is skipped (`budget_exhausted`) until the window rolls over.
+    #[serde(default)]
+    pub budget: Option<RawBudget>,
+}
+
+/// `budget: {tokens: 2000000, window: 24h}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    pub tokens: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub window: u64,
 }
 
 /// `forward_headers`: a list of extra names, or the word `all`.

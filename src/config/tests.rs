@@ -446,6 +446,38 @@ fn chains_past_what_a_chain_id_holds_are_refused() {
 }
 
 #[test]
+fn a_provider_budget_is_read_and_refused_when_empty() {
+    let c = Config::from_json(
+        br#"{"providers":[{"name":"a","budget":{"tokens":2000000,"window":"24h"}},{"name":"b"}],
+            "chains":[{"name":"c","providers":["a","b"]}]}"#,
+        &|_| None,
+    )
+    .unwrap();
+    assert_eq!(
+        c.providers[0].budget,
+        Some(crate::budget::Budget {
+            tokens: 2_000_000,
+            window_ms: 86_400_000
+        })
+    );
+    assert_eq!(c.providers[1].budget, None);
+    let e = errors_of(
+        r#"{"providers":[{"name":"a","budget":{"tokens":0,"window":"0s"}}],
+            "chains":[{"name":"c","providers":["a"]}]}"#,
+    );
+    assert!(
+        e.iter()
+            .any(|p| p.starts_with("providers[0].budget.tokens: must be above 0")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|p| p.starts_with("providers[0].budget.window: must be above 0")),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn provider_api_max_tokens_and_the_default_anthropic_version() {
     let c = load(
         r#"{"providers":[{"name":"o","api":"openai"},{"name":"a","api":"anthropic","max_tokens":1024},

@@ -61,8 +61,7 @@ pub use record::{MAX_FAILURES, MAX_MODEL_MARKS, MAX_MODEL_NAME, RECORD_VERSION};
 #[cfg(test)]
 use tally::Tally;
 pub use tally::{HealthState, Pending, Recent, BUCKETS, BUCKET_MS};
-use update::Step;
-pub use update::MAX_CAS_ATTEMPTS;
+pub use update::{update_key, Step, MAX_CAS_ATTEMPTS};
 
 // ---------------------------------------------------------------------------------------------
 // Public API.

@@ -2,7 +2,7 @@
 //! concurrent reports from every worker all count.
 
 use super::Health;
-use crate::host::SetError;
+use crate::host::{Clock, SetError, SharedStore};
 use crate::wire::with_health_key;
 
 /// Compare-and-swap attempts per update before giving up. 64 was not enough: 8 threads hammering
@@ -10,8 +10,8 @@ use crate::wire::with_health_key;
 /// 60 000 reports. A retry costs one read and one failed write (about a microsecond).
 pub const MAX_CAS_ATTEMPTS: u32 = 1024;
 
-/// What one pass of [`Health::update`] decided.
-pub(super) enum Step<T> {
+/// What one pass of [`update_key`] decided.
+pub enum Step<T> {
     /// Nothing to write: the answer is this.
     Done(T),
     /// Store these bytes; if that wins the race, the answer is this.
@@ -27,32 +27,43 @@ fn backoff(attempt: u32) {
 }
 
 impl Health<'_> {
-    /// The one read-modify-write loop behind every update: `step` sees the stored bytes (`None`
-    /// when the key was never written) and the time, and either settles without writing or
-    /// proposes new bytes, which are stored only if nobody wrote in between (compare-and-swap);
-    /// otherwise it runs again on what is there now. `None` after `MAX_CAS_ATTEMPTS` lost races.
+    /// [`update_key`] on the provider's health record.
     pub(super) fn update<T>(
         &self,
         provider: &str,
-        mut step: impl FnMut(Option<Vec<u8>>, u64) -> Step<T>,
+        step: impl FnMut(Option<Vec<u8>>, u64) -> Step<T>,
     ) -> Option<T> {
         with_health_key(provider, |key| {
-            for attempt in 0..MAX_CAS_ATTEMPTS {
-                let (bytes, cas) = match self.store.get(key) {
-                    Some((bytes, cas)) => (Some(bytes), Some(cas)),
-                    None => (None, None),
-                };
-                match step(bytes, self.clock.now_ms()) {
-                    Step::Done(value) => return Some(value),
-                    Step::Write(new, value) => match self.store.set(key, &new, cas) {
-                        Ok(()) => return Some(value),
-                        Err(SetError::CasMismatch) => {}
-                        Err(SetError::Refused) => return None,
-                    },
-                }
-                backoff(attempt);
-            }
-            None
+            update_key(self.store, self.clock, key, step)
         })
     }
+}
+
+/// The one read-modify-write loop behind every shared record's update (health, budgets):
+/// `step` sees the stored bytes (`None` when the key was never written) and the time, and
+/// either settles without writing or proposes new bytes, which are stored only if nobody wrote
+/// in between (compare-and-swap); otherwise it runs again on what is there now. `None` after
+/// `MAX_CAS_ATTEMPTS` lost races.
+pub fn update_key<T>(
+    store: &dyn SharedStore,
+    clock: &dyn Clock,
+    key: &str,
+    mut step: impl FnMut(Option<Vec<u8>>, u64) -> Step<T>,
+) -> Option<T> {
+    for attempt in 0..MAX_CAS_ATTEMPTS {
+        let (bytes, cas) = match store.get(key) {
+            Some((bytes, cas)) => (Some(bytes), Some(cas)),
+            None => (None, None),
+        };
+        match step(bytes, clock.now_ms()) {
+            Step::Done(value) => return Some(value),
+            Step::Write(new, value) => match store.set(key, &new, cas) {
+                Ok(()) => return Some(value),
+                Err(SetError::CasMismatch) => {}
+                Err(SetError::Refused) => return None,
+            },
+        }
+        backoff(attempt);
+    }
+    None
 }

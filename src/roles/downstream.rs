@@ -3,9 +3,11 @@
 //! matcher and the upstream roles, and writes the public response headers.
 
 use super::{
-    health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
+    health, send_reply, send_reply_after, status_code, text_property, u64_property, Flow, Host,
+    Map, Metrics,
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
+use crate::budget::{Budgets, SharedBudgets};
 use crate::classify::Class;
 use crate::config::forward::{self, Verdict};
 use crate::config::Config;
@@ -52,12 +54,14 @@ pub struct Downstream<H: Host> {
     cors: bool,
 }
 
-/// Planning's view of health: one shared-data read per provider considered.
+/// Planning's view of health: one shared-data read per provider considered (and one more
+/// per provider with a token budget).
 struct SharedGatekeeper<'a, H: Host> {
     host: &'a H,
     config: &'a Config,
     health: Health<'a>,
     metrics: &'a Metrics,
+    budgets: SharedBudgets<'a>,
 }
 
 impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
@@ -72,6 +76,10 @@ impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
             self.metrics.breaker_state(self.host, provider, state);
         }
         admission
+    }
+
+    fn budgets(&self) -> Option<&dyn Budgets> {
+        Some(&self.budgets)
     }
 }
 
@@ -149,11 +157,13 @@ impl<H: Host> Downstream<H> {
             }
             StatusRequest::Report { with_body } => {
                 let now = self.host.now_ms();
-                let body = status::render(
-                    &self.config,
-                    &health(&self.config, &self.host, &FixedClock(now)),
-                    now,
-                );
+                let clock = FixedClock(now);
+                let budgets = SharedBudgets {
+                    store: &self.host,
+                    clock: &clock,
+                };
+                let health = health(&self.config, &self.host, &clock);
+                let body = status::render(&self.config, &health, &budgets, now);
                 self.host.send_response(
                     200,
                     &[
@@ -288,6 +298,10 @@ impl<H: Host> Downstream<H> {
             config: &config,
             health: health(&config, &self.host, &now),
             metrics: &self.metrics,
+            budgets: SharedBudgets {
+                store: &self.host,
+                clock: &now,
+            },
         };
         let plan = match plan::plan_or_refuse(&config, &facts, &gatekeeper) {
             Ok(plan) => plan,
@@ -298,7 +312,11 @@ impl<H: Host> Downstream<H> {
                     self.log_skips(chain, skipped);
                     self.log_chain(chain);
                 }
-                send_reply(&self.host, &refusal.reply, Api::of_path(&self.path));
+                // Whole seconds, rounded up, until the earliest spent budget rolls over.
+                let after =
+                    (refusal.retry_at_ms).map(|at| at.saturating_sub(now.0).div_ceil(1000).max(1));
+                let caller = Api::of_path(&self.path);
+                send_reply_after(&self.host, &refusal.reply, caller, after);
                 return false;
             }
         };

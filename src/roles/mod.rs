@@ -15,11 +15,13 @@ pub use downstream::Downstream;
 pub use metrics::Metrics;
 pub use upstream::Upstream;
 
-use crate::config::Config;
+use crate::budget::SharedBudgets;
+use crate::config::{Config, Provider};
 use crate::health::Health;
-use crate::host::{Clock, SharedStore};
+use crate::host::{Clock, FixedClock, SharedStore};
 use crate::reply::Reply;
 use crate::translate::Api;
+use crate::usage::Usage;
 use crate::wire;
 
 /// Which header map (and body) of the stream.
@@ -103,14 +105,23 @@ fn status_code(host: &impl Host, map: Map) -> u16 {
 /// Answers with one of the filter's own replies (docs/behaviour.md section 6): JSON error body in the
 /// caller's API's shape (`caller`, from its path) and `x-should-retry`.
 fn send_reply(host: &impl Host, reply: &Reply, caller: Option<Api>) {
+    send_reply_after(host, reply, caller, None);
+}
+
+/// [`send_reply`] with `Retry-After` (whole seconds) when given.
+fn send_reply_after(host: &impl Host, reply: &Reply, caller: Option<Api>, after: Option<u64>) {
     let body = reply.body_for(caller);
     let should_retry = if reply.should_retry { "true" } else { "false" };
+    let seconds = after.map(|s| s.to_string());
+    let headers = [
+        ("content-type", "application/json"),
+        (wire::SHOULD_RETRY_HEADER, should_retry),
+        ("retry-after", seconds.as_deref().unwrap_or_default()),
+    ];
+    let count = if seconds.is_some() { 3 } else { 2 };
     host.send_response(
         reply.status,
-        &[
-            ("content-type", "application/json"),
-            (wire::SHOULD_RETRY_HEADER, should_retry),
-        ],
+        headers.get(..count).unwrap_or_default(),
         Some(&body),
     );
 }
@@ -128,9 +139,27 @@ pub fn health<'a>(
 /// a real compare-and-swap (Envoy cannot CAS on a key that does not exist).
 pub fn init_health_records(config: &Config, host: &impl Host) {
     let health = health(config, host, host);
+    let budgets = SharedBudgets {
+        store: host,
+        clock: host,
+    };
     for provider in &config.providers {
         health.ensure_record(&provider.name);
+        if provider.budget.is_some() {
+            budgets.ensure_record(&provider.name);
+        }
     }
+}
+
+/// The usage counting's one call when the answer the caller got has its usage: counts it
+/// against the provider's token budget, if it has one (`budget::spend`, docs/internals.md).
+pub fn spend_budget(host: &impl Host, now_ms: u64, provider: &Provider, usage: &Usage) {
+    let clock = FixedClock(now_ms);
+    let budgets = SharedBudgets {
+        store: host,
+        clock: &clock,
+    };
+    crate::budget::spend(&budgets, provider, usage);
 }
 
 #[cfg(test)]

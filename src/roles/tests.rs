@@ -1551,3 +1551,87 @@ mod translation;
 
 #[cfg(test)]
 mod clouds;
+
+// ---------------------------------------------------------------------------------------------
+// docs/behaviour.md section 15: token budgets, through the downstream role.
+
+#[test]
+fn a_spent_budget_skips_its_provider_until_its_window_rolls_over() {
+    let gw = Gateway::new(
+        r#"{
+        "providers": [
+            {"name": "a", "cluster": "ca", "budget": {"tokens": 10, "window": "10s"}},
+            {"name": "b", "cluster": "cb", "budget": {"tokens": 10, "window": "10s"}}
+        ],
+        "chains": [{"name": "main", "models": ["*"], "providers": ["a", "b"]}],
+        "status_path": "/llm-failover/status"
+    }"#,
+    );
+    let host = Recording {
+        world: Rc::clone(&gw.world),
+        stream: Rc::default(),
+    };
+    let spend = |provider: usize, input: u64, output: u64| {
+        let usage = crate::usage::Usage {
+            input,
+            output,
+            cached_input: 0,
+        };
+        let p = &gw.config.providers[provider];
+        super::spend_budget(&host, gw.world.now.get(), p, &usage);
+    };
+    gw.world.advance(2_500);
+    // 9 of a's 10 tokens: a is still tried.
+    spend(0, 6, 3);
+    assert_eq!(gw.chat("m", &[ok()]).clusters(), ["ca"]);
+    // Its answer (already running) spends 9 more: a is skipped without an attempt.
+    spend(0, 6, 3);
+    let r = gw.chat("m", &[ok()]);
+    assert_eq!(r.clusters(), ["cb"]);
+    assert_eq!(
+        r.header(wire::FALLBACK_REASON_HEADER),
+        Some("budget_exhausted")
+    );
+    assert_eq!(gw.metric(&names::skipped("a", "budget_exhausted")), 1);
+    assert!(
+        (r.log.as_deref().unwrap_or_default()).starts_with("a:skipped:budget_exhausted,b:ok:"),
+        "{:?}",
+        r.log
+    );
+    // Every provider spent: 429 in the caller's dialect, Retry-After = the window's end.
+    spend(1, 10, 0);
+    for (path, error_type) in [
+        ("/v1/chat/completions", "rate_limit_error"),
+        ("/v1/messages", "rate_limit_error"),
+    ] {
+        let r = gw.request(&[(":path", path)], r#"{"model":"m","messages":[]}"#, &[]);
+        assert!(r.local && r.sent.is_empty());
+        assert_eq!(r.status, 429);
+        let body = r.body_json();
+        assert_eq!(body["error"]["code"], "budget_exhausted", "{body}");
+        assert_eq!(body["error"]["type"], error_type, "{body}");
+        assert_eq!(body["type"] == "error", path == "/v1/messages", "{body}");
+        assert_eq!(r.header(wire::SHOULD_RETRY_HEADER), Some("true"));
+        assert_eq!(r.header("retry-after"), Some("8"), "7.5 s left, rounded up");
+        assert_eq!(
+            r.log.as_deref(),
+            Some("a:skipped:budget_exhausted,b:skipped:budget_exhausted")
+        );
+    }
+    assert_eq!(gw.metric(&names::skipped("b", "budget_exhausted")), 2);
+    // The status endpoint says what is left and when the window rolls over.
+    let status = gw.request(
+        &[(":method", "GET"), (":path", "/llm-failover/status")],
+        "",
+        &[],
+    );
+    let budget = &status.body_json()["providers"][0]["budget"];
+    assert_eq!(
+        (&budget["spent"], &budget["left"], &budget["exhausted"]),
+        (&18.into(), &0.into(), &true.into())
+    );
+    assert_eq!(budget["resets_at_ms"], T0 + 10_000);
+    // The window rolls over: a is back.
+    gw.world.now.set(T0 + 10_000);
+    assert_eq!(gw.chat("m", &[ok()]).clusters(), ["ca"]);
+}
