@@ -12,6 +12,7 @@
 //                                                     (deterministic; about 5 min for two modules)
 //   options: --requests N (100000 per run) --warmup N (20000) --runs R (5) --chunks C (20
 //   interleaved slices per run) --max-seconds S (60, per run) --sizes 1KB,50KB --verbose
+//   --budget N (the first provider gets a budget of N tokens a day)
 //   --trace ENVOY_TRACE_LOG (check the hostcall sequence against Envoy's wasm trace log from
 //   `scripts/bench.sh --profile`, then exit)
 //   (scripts/bench.sh --module-only [--compare B.wasm] runs this; default A is dist/llm_failover.wasm)
@@ -54,9 +55,16 @@ const CONFIG_REST =
   '"max_attempts":3,"fallback_on":["connection_error","timeout","rate_limited","server_error",' +
   '"overloaded","model_not_found"],"fallbacks_exhausted":false,"providers":["primary",' +
   '"secondary",{"provider":"tertiary","model":"tertiary-model"}]}]}';
+// `--budget N`: the first provider gets a token budget of N tokens a day (the cost of a budget
+// check per request: one more shared-data read in planning).
+const BUDGET_AT = process.argv.indexOf("--budget");
+const BUDGET = BUDGET_AT > 0 ? Number(process.argv[BUDGET_AT + 1]) : 0;
+const CONFIG_USED = BUDGET > 0
+  ? CONFIG_REST.replace('"value":"sk-primary"}}', `"value":"sk-primary"},"budget":{"tokens":${BUDGET},"window":"24h"}}`)
+  : CONFIG_REST;
 const CONFIG = {
-  downstream: latin1Bytes('{"role":"downstream",' + CONFIG_REST),
-  upstream: latin1Bytes('{"role":"upstream",' + CONFIG_REST),
+  downstream: latin1Bytes('{"role":"downstream",' + CONFIG_USED),
+  upstream: latin1Bytes('{"role":"upstream",' + CONFIG_USED),
 };
 const ROOT_UPSTREAM = 1; // context ids as Envoy numbered them (the clusters' filters load first)
 const ROOT_DOWNSTREAM = 2;
@@ -564,11 +572,12 @@ function parseArgs(argv) {
     else if (a === "--trace") o.trace = val();
     else if (a === "--verbose") o.verbose = true;
     else if (a === "--just") o.just = Number(val());
+    else if (a === "--budget") o.budget = val(); // read at load (BUDGET)
     else if (a === "--instructions") { // optionally followed by N1,N2
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
     }
     else if (a === "-h" || a === "--help") {
-      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 18)
+      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 19)
         .map((l) => l.replace(/^\/\/ ?/, "")).join("\n"));
       process.exit(0);
     } else if (a.startsWith("--")) throw new Error(`unknown option ${a}`);
@@ -591,7 +600,8 @@ function instructions(file, size, n1, n2) {
   const count = (n) => {
     const r = spawnSync("valgrind", ["--tool=cachegrind", "--cache-sim=no",
       "--cachegrind-out-file=/dev/null", process.execPath, "--predictable",
-      fileURLToPath(import.meta.url), file, "--sizes", size, "--just", String(n)],
+      fileURLToPath(import.meta.url), file, "--sizes", size, "--just", String(n),
+      ...(BUDGET > 0 ? ["--budget", String(BUDGET)] : [])],
     { encoding: "utf8", maxBuffer: 1 << 26 });
     const m = r.stderr?.match(/I\s+refs:\s+([\d,]+)/);
     if (r.status !== 0 || !m) throw new Error(`valgrind (${file}, ${n}): ${r.error || r.stderr?.slice(-2000)}`);

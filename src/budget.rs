@@ -21,7 +21,7 @@
 //! window's length changed) reads as nothing spent too.
 
 use crate::config::Provider;
-use crate::health::{update_key, Step};
+use crate::health::{ensure_key, update_key, Step};
 use crate::host::{Clock, SharedStore};
 use crate::usage::Usage;
 use crate::wire::with_key;
@@ -125,10 +125,9 @@ impl SharedBudgets<'_> {
     /// Creates the provider's record when none exists (configure time: Envoy's shared data
     /// cannot compare-and-swap on a key that does not exist yet).
     pub fn ensure_record(&self, provider: &str) {
+        let record = encode(0, 0);
         with_key(KEY_PREFIX, provider, |key| {
-            if self.store.get(key).is_none() {
-                let _ = self.store.set(key, &encode(0, 0), None);
-            }
+            ensure_key(self.store, key, &record)
         });
     }
 }

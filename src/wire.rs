@@ -106,6 +106,16 @@ pub fn with_health_key<R>(provider: &str, f: impl FnOnce(&str) -> R) -> R {
 /// Calls `f` with `prefix` and `provider` joined, on the stack when they fit in 128 bytes.
 pub fn with_key<R>(prefix: &str, provider: &str, f: impl FnOnce(&str) -> R) -> R {
     let mut buf = [0u8; 128];
+    match join_key(&mut buf, prefix, provider) {
+        Ok(key) => f(key),
+        Err(long) => f(&long),
+    }
+}
+
+/// `prefix` and `provider` joined in `buf`, or on the heap when they do not fit (one copy of
+/// this for every caller of [`with_key`]).
+#[inline(never)]
+fn join_key<'b>(buf: &'b mut [u8; 128], prefix: &str, provider: &str) -> Result<&'b str, String> {
     let len = prefix.len() + provider.len();
     if let Some(room) = buf.get_mut(..len) {
         let (head, name) = room.split_at_mut(prefix.len());
@@ -113,10 +123,10 @@ pub fn with_key<R>(prefix: &str, provider: &str, f: impl FnOnce(&str) -> R) -> R
         name.copy_from_slice(provider.as_bytes());
         // Two UTF-8 strings joined are UTF-8; the check is cheap at this size.
         if let Ok(key) = std::str::from_utf8(room) {
-            return f(key);
+            return Ok(key);
         }
     }
-    f(&format!("{prefix}{provider}"))
+    Err(format!("{prefix}{provider}"))
 }
 
 /// The header Bedrock takes into its body ([`crate::envelope::Envelope::body`]): the caller's

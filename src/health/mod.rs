@@ -61,7 +61,7 @@ pub use record::{MAX_FAILURES, MAX_MODEL_MARKS, MAX_MODEL_NAME, RECORD_VERSION};
 #[cfg(test)]
 use tally::Tally;
 pub use tally::{HealthState, Pending, Recent, BUCKETS, BUCKET_MS};
-pub use update::{update_key, Step, MAX_CAS_ATTEMPTS};
+pub use update::{ensure_key, update_key, Step, MAX_CAS_ATTEMPTS};
 
 // ---------------------------------------------------------------------------------------------
 // Public API.
@@ -329,13 +329,8 @@ impl<'a> Health<'a> {
     /// did. Call it at configure time: Envoy's shared data cannot compare-and-swap on a key that
     /// does not exist yet (cas 0 means "no check"), so the first write must not race updates.
     pub fn ensure_record(&self, provider: &str) -> bool {
-        with_health_key(provider, |key| {
-            self.store.get(key).is_none()
-                && self
-                    .store
-                    .set(key, &Record::default().encode(), None)
-                    .is_ok()
-        })
+        let record = Record::default().encode();
+        with_health_key(provider, |key| ensure_key(self.store, key, &record))
     }
 
     /// Records one attempt's outcome. Reads, then writes only when something changed.

@@ -39,6 +39,13 @@ impl Health<'_> {
     }
 }
 
+/// Stores `value` under `key` when nothing is stored there yet, and returns whether it did.
+/// Call it at configure time: Envoy's shared data cannot compare-and-swap on a key that does
+/// not exist yet (cas 0 means "no check"), so the first write must not race updates.
+pub fn ensure_key(store: &dyn SharedStore, key: &str, value: &[u8]) -> bool {
+    store.get(key).is_none() && store.set(key, value, None).is_ok()
+}
+
 /// The one read-modify-write loop behind every shared record's update (health, budgets):
 /// `step` sees the stored bytes (`None` when the key was never written) and the time, and
 /// either settles without writing or proposes new bytes, which are stored only if nobody wrote
