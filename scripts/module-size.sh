@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 # API as a provider dialect (translate/gemini.rs, api: gemini_native): 533,138, 13,138 over it.
 # Issue 30's OpenTelemetry record (`log_models`: the request's and the answer's model in filter
 # state, only when the render sends records to a collector): 509,311 -> 509,810 bytes.
+# Issue 30's token budgets per provider: 509,810 -> 512,539 (BENCHMARKS.md "Token budgets").
 TARGET=418489
 CEILING=533200
 module=${1:-dist/llm_failover.wasm}
