@@ -84,7 +84,10 @@ pub fn admit<'c, 'p>(
 }
 
 /// Attempt `number` of `plan` under `config`; `None` when the plan has no such attempt or names
-/// entries this configuration does not have.
+/// entries this configuration does not have. Inlined where the upstream role asks (each of its
+/// callbacks does): out of line, as it was once it grew, a same-API request ran more
+/// instructions (BENCHMARKS.md "Module size: room for the fourth wave").
+#[inline]
 pub fn resolve<'c, 'p>(
     config: &'c Config,
     plan: PlanView<'p>,
@@ -687,8 +690,11 @@ pub fn hold(
 /// A gathered attempt's answer that is a `200` event stream (docs/behaviour.md section 5): the
 /// provider's API (the stream's dialect) and the caller's, whose JSON answer it becomes.
 pub fn gathers(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<(Api, Api)> {
-    let stream = head.status == 200 && head.content_type.is_some_and(dialects::is_event_stream);
-    if !a.plan.gather || !stream {
+    // Every answer asks: the plan's flag first, the content type only for a gathered request.
+    if !a.plan.gather
+        || head.status != 200
+        || !head.content_type.is_some_and(dialects::is_event_stream)
+    {
         return None;
     }
     let caller = (a.translation.map(|t| t.caller)).or_else(|| Api::of_path(a.plan.path))?;

@@ -42,8 +42,16 @@ impl Provider {
     /// that has no translation (OpenAI's Responses, embeddings, completions to a provider
     /// declaring `api: openai`) is the same dialect: sent as it is. `path` is read only for
     /// callers of such endpoints (`caller` `None`).
+    #[inline]
     pub fn translates(&self, caller: Option<Api>, path: &str) -> Option<Api> {
+        // Inlined where it is asked (planning, every attempt): a provider that declares no API
+        // stops at this test, without a call.
         let api = self.api?;
+        self.translates_from(api, caller, path)
+    }
+
+    /// [`Provider::translates`] for a provider that declares `api`.
+    fn translates_from(&self, api: Api, caller: Option<Api>, path: &str) -> Option<Api> {
         let same = match caller {
             Some(Api::OpenAiResponses) => self.serves_as_is(api, FamilyEndpoint::Responses),
             Some(caller) => caller == api,

@@ -52,6 +52,8 @@ pub struct Downstream<H: Host> {
     answered: bool,
     /// The request carried `Origin` (a browser's): its answer exposes the gateway's headers.
     cors: bool,
+    /// The caller's API, from its path when the request was planned (read once).
+    api: Option<Api>,
 }
 
 /// Planning's view of health: one shared-data read per provider considered (and one more
@@ -122,6 +124,7 @@ impl<H: Host> Downstream<H> {
             exhausted_body: None,
             answered: false,
             cors: false,
+            api: None,
         }
     }
 
@@ -368,6 +371,7 @@ impl<H: Host> Downstream<H> {
         }
         self.plan = Some(plan);
         self.start_ms = now.0;
+        self.api = facts.api;
         true
     }
 
@@ -478,7 +482,7 @@ impl<H: Host> Downstream<H> {
         let Some(plan) = &self.plan else {
             return Flow::Continue;
         };
-        if answer::path_to_restore(&self.config, plan, &self.path, Api::of_path(&self.path)) {
+        if answer::path_to_restore(&self.config, plan, &self.path, self.api) {
             // The access log names the caller's path, not the last attempt's.
             self.host
                 .set_header(Map::Request, ":path", Some(&self.path));
@@ -546,7 +550,7 @@ impl<H: Host> Downstream<H> {
             host.set_header(Map::Response, ":status", Some(&reply.status.to_string()));
             host.set_header(Map::Response, "content-type", Some("application/json"));
             host.set_header(Map::Response, "content-length", None);
-            self.exhausted_body = Some(reply.body_for(Api::of_path(&self.path)));
+            self.exhausted_body = Some(reply.body_for(self.api));
         }
         if let Some(retry) = answer.should_retry {
             host.set_header(
