@@ -312,6 +312,7 @@ pub fn translate_body(a: &Attempt<'_, '_>, t: Translation, body: &[u8]) -> Resul
     let cx = translate::RequestContext {
         model: a.entry.model.as_deref().unwrap_or(a.plan.model),
         default_max_tokens: a.provider.max_tokens,
+        stream: a.plan.stream,
     };
     let translated = translate::request(t.caller, t.provider, body, &cx).map_err(|why| {
         let what = match why {

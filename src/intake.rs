@@ -42,6 +42,9 @@ pub enum RequestHeader {
     Other,
 }
 
+/// Where Google's SDKs send the key.
+const GEMINI_KEY_HEADER: &[u8] = b"x-goog-api-key";
+
 pub fn request_header(config: &Config, name: &[u8]) -> RequestHeader {
     match name {
         b":path" => RequestHeader::Path,
@@ -56,10 +59,13 @@ pub fn request_header(config: &Config, name: &[u8]) -> RequestHeader {
         }
         _ if name == config.opt_out_header.as_bytes() => RequestHeader::OptOut,
         _ => {
-            let credential = config
-                .gateway_credential_headers
-                .iter()
-                .any(|h| h.as_bytes() == name);
+            // A Gemini caller's key (google-genai sends it there) is its gateway key too. Not
+            // in the list every attempt clears: removed here, once, when a caller sends it.
+            let credential = name == GEMINI_KEY_HEADER
+                || config
+                    .gateway_credential_headers
+                    .iter()
+                    .any(|h| h.as_bytes() == name);
             if config.caller_header.as_deref().map(str::as_bytes) == Some(name) {
                 RequestHeader::Caller { remove: credential }
             } else if credential {
@@ -175,9 +181,43 @@ pub fn chain_log(config: &Config, chain: ChainId) -> Option<&str> {
 /// What the request body asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestBody<'b> {
-    /// The requested model ("" for a request without a body or without a `model`).
+    /// The requested model ("" for a request without a body or without a `model`; a Gemini
+    /// caller's from its path).
     pub model: Cow<'b, str>,
     scan: Option<BodyScan>,
+    /// A Gemini caller's path asks for a stream (`:streamGenerateContent`).
+    path_stream: bool,
+}
+
+/// What a request asks for: its body's, and for a Gemini caller its path's model and stream
+/// (`/v1beta/models/{model}:streamGenerateContent`, behaviour.md 14).
+pub fn read_request<'b>(path: &str, body: &'b [u8]) -> Result<RequestBody<'b>, Reply> {
+    let mut request = read_body(body)?;
+    if let Some((model, stream)) = crate::translate::gemini::path_model(path) {
+        request.model = Cow::Owned(model.to_string());
+        request.path_stream = stream;
+    }
+    Ok(request)
+}
+
+/// A Gemini caller's path without its `key=` query parameter (the caller's key for the
+/// gateway, which no provider may see, behaviour.md 7); `None` when it has none.
+pub fn without_key(path: &str) -> Option<String> {
+    let (base, query) = path.split_once('?')?;
+    if !query.split('&').any(|p| p.starts_with("key=")) || Api::of_path(base) != Some(Api::Gemini) {
+        return None;
+    }
+    let mut clean = String::with_capacity(path.len());
+    clean.push_str(base);
+    for (k, param) in query
+        .split('&')
+        .filter(|p| !p.starts_with("key="))
+        .enumerate()
+    {
+        clean.push(if k == 0 { '?' } else { '&' });
+        clean.push_str(param);
+    }
+    Some(clean)
 }
 
 /// Reads the requested model from the body (empty: no body); a reply when it cannot be used.
@@ -186,6 +226,7 @@ pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
         return Ok(RequestBody {
             model: Cow::Borrowed(""),
             scan: None,
+            path_stream: false,
         });
     }
     let scan = rewrite::scan_top_level(body).map_err(|e| Reply::invalid_body(&e.to_string()))?;
@@ -204,13 +245,14 @@ pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
     Ok(RequestBody {
         model,
         scan: Some(scan),
+        path_stream: false,
     })
 }
 
 impl RequestBody<'_> {
     /// The caller asked for a stream (`"stream": true`).
     pub fn stream(&self) -> bool {
-        self.scan.as_ref().is_some_and(|s| s.stream)
+        self.path_stream || self.scan.as_ref().is_some_and(|s| s.stream)
     }
 
     /// What the body carries that some chain entries cannot take (behaviour.md 2.4).
@@ -549,5 +591,53 @@ mod tests {
             published(&grouped, &[1]),
             vec![(wire::GROUP_PROPERTY, "cb".to_string())]
         );
+    }
+}
+
+#[cfg(test)]
+mod gemini_tests {
+    use super::*;
+
+    #[test]
+    fn a_gemini_callers_key_in_the_query_is_removed_and_its_path_names_the_model() {
+        let p = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=gw-key";
+        assert_eq!(
+            without_key(p).as_deref(),
+            Some("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
+        );
+        assert_eq!(
+            without_key("/v1beta/models/m:generateContent?key=k").as_deref(),
+            Some("/v1beta/models/m:generateContent")
+        );
+        // Only Gemini's endpoint: another API's query is the caller's own.
+        assert_eq!(without_key("/v1/chat/completions?key=k"), None);
+        assert_eq!(without_key("/v1beta/models/m:generateContent"), None);
+        let r = read_request(p, br#"{"contents":[]}"#).unwrap();
+        assert_eq!((r.model.as_ref(), r.stream()), ("gemini-2.5-flash", true));
+        let r = read_request("/v1/chat/completions", br#"{"model":"gpt-4o"}"#).unwrap();
+        assert_eq!((r.model.as_ref(), r.stream()), ("gpt-4o", false));
+    }
+}
+
+#[cfg(test)]
+mod gemini_key_tests {
+    use super::*;
+
+    #[test]
+    fn a_gemini_callers_key_header_is_a_gateway_credential_whatever_the_list() {
+        let config = Config::from_json(
+            br#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"gateway_credential_headers":["x-gw"]}"#,
+            &|_| None,
+        )
+        .unwrap();
+        assert_eq!(
+            request_header(&config, b"x-goog-api-key"),
+            RequestHeader::GatewayCredential
+        );
+        assert_eq!(
+            request_header(&config, b"x-gw"),
+            RequestHeader::GatewayCredential
+        );
+        assert_eq!(request_header(&config, b"x-api-key"), RequestHeader::Other);
     }
 }

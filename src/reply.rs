@@ -249,6 +249,9 @@ impl Reply {
     /// reads from the status (`translate::common::error_type`), plus the gateway's `code`
     /// (behaviour.md 6: machine-readable, documented; SDKs keep unknown members); else [`Reply::body`].
     pub fn body_for(&self, caller: Option<Api>) -> Vec<u8> {
+        if caller == Some(Api::Gemini) {
+            return translate::gemini::error_body(self.status, &self.message, Some(self.code));
+        }
         if caller != Some(Api::AnthropicMessages) {
             return self.body().into_bytes();
         }

@@ -269,7 +269,7 @@ impl<H: Host> Downstream<H> {
     /// Plans the request (body complete, or no body) and publishes the plan. Returns whether
     /// the request goes on to the router.
     fn plan_request(&mut self, body: &[u8]) -> bool {
-        let request = match intake::read_body(body) {
+        let request = match intake::read_request(&self.path, body) {
             Ok(request) => request,
             Err(reply) => {
                 send_reply(&self.host, &reply, Api::of_path(&self.path));
@@ -430,6 +430,10 @@ impl<H: Host> Downstream<H> {
         if !kept.is_empty() {
             self.host
                 .set_property(handoff::FORWARD, &forward::encode_kept(&kept));
+        }
+        if let Some(clean) = intake::without_key(&self.path) {
+            self.host.set_header(Map::Request, ":path", Some(&clean));
+            self.path = clean;
         }
         if !readable {
             send_reply(&self.host, &intake::unreadable_request(), None);

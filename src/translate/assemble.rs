@@ -232,8 +232,7 @@ pub fn whole(caller: Api, c: &mut Collected, created: u64) -> Option<Vec<u8>> {
         Api::OpenAiChat => Some(chat),
         Api::AnthropicMessages => super::messages_to_chat::response(200, &chat).ok(),
         Api::OpenAiResponses => Some(super::responses::answer(&answer, created)),
-        // Not yet a caller dialect.
-        Api::Gemini => None,
+        Api::Gemini => Some(super::gemini::write_answer(&answer)),
     }
 }
 

@@ -162,6 +162,13 @@ pub fn request(
     if let Some(top_p) = req.top_p {
         out.key("top_p").raw(top_p);
     }
+    if !req.stops.is_empty() {
+        out.key("stop").open_arr();
+        for stop in &req.stops {
+            out.raw(stop);
+        }
+        out.close_arr();
+    }
     write_tools(&mut out, &req.tools, req.choice.as_ref());
     if let Some(user) = req.user {
         out.key("user").raw(user);

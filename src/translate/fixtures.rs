@@ -68,6 +68,7 @@ impl Case {
         let cx = RequestContext {
             model,
             default_max_tokens: self.u64("default_max_tokens", 4096) as u32,
+            stream: self.bool("stream", false),
         };
         assert_eq!(
             super::check(self.caller, self.provider, body),

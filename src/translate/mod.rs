@@ -70,6 +70,8 @@ impl Api {
             Some(Api::AnthropicMessages)
         } else if path.ends_with("/responses") {
             Some(Api::OpenAiResponses)
+        } else if gemini::path_model(path).is_some() {
+            Some(Api::Gemini)
         } else {
             None
         }
@@ -121,6 +123,8 @@ pub struct RequestContext<'a> {
     /// `max_tokens` for a Messages provider when the caller's request sets none (Messages
     /// requires it; the provider's configured default).
     pub default_max_tokens: u32,
+    /// The caller asked for a stream (read for a Gemini caller, whose path says it).
+    pub stream: bool,
 }
 
 /// Why a request cannot be sent to a provider of another API (behaviour.md 2.4: the entry is skipped
@@ -159,6 +163,8 @@ pub fn request(
         (Api::OpenAiResponses, Api::OpenAiChat) => responses::to_chat(body, cx),
         (Api::OpenAiChat, Api::Gemini) => chat_to_messages::to_gemini(body),
         (Api::OpenAiResponses, Api::Gemini) => responses::to_gemini(body),
+        (Api::Gemini, Api::OpenAiChat) => gemini::to_chat(body, cx),
+        (Api::Gemini, Api::AnthropicMessages) => gemini::to_messages(body, cx),
         (_, Api::Gemini) => Err(field("api")),
         _ => Ok(body.to_vec()),
     }
@@ -174,6 +180,7 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
             responses::check(body)
         }
         (Api::OpenAiChat, Api::Gemini) => chat_to_messages::check(body),
+        (Api::Gemini, Api::OpenAiChat | Api::AnthropicMessages) => gemini::check(body),
         // Not yet: an Anthropic Messages caller on a Gemini provider.
         (_, Api::Gemini) => Err(field("api")),
         _ => Ok(()),
@@ -201,6 +208,7 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
         }
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
         (Api::Gemini, caller) => from_gemini(caller, status, body, created),
+        (provider, Api::Gemini) => gemini::from(provider, status, body),
         (provider, Api::OpenAiResponses) => responses::from(provider, status, body, created),
         _ => Ok(body.to_vec()),
     };
@@ -238,6 +246,7 @@ fn from_gemini(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Ve
 /// speaking `provider` that is no answer of that API.
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
     match (provider, caller) {
+        (_, Api::Gemini) => gemini::unreadable(),
         (Api::Gemini, Api::AnthropicMessages) => {
             messages_to_chat::anthropic_error(502, GEMINI_UNREADABLE)
         }
@@ -283,9 +292,10 @@ pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
 /// {"type", "message"}}`.
 pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) -> Vec<u8> {
     match api {
-        Api::OpenAiChat | Api::OpenAiResponses | Api::Gemini => {
+        Api::OpenAiChat | Api::OpenAiResponses => {
             chat_to_messages::openai_error(kind, code, message)
         }
+        Api::Gemini => gemini::error_body(status, message, Some(code)),
         Api::AnthropicMessages => messages_to_chat::anthropic_error(status, message),
     }
 }
@@ -322,6 +332,8 @@ pub enum StreamTranslator {
     ToResponses(Box<responses::Stream>),
     /// A Gemini stream to an OpenAI Chat caller, through the model.
     GeminiToChat(Box<(gemini::Decoder, chat_to_messages::stream::Translator)>),
+    /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
+    ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
 }
 
 impl StreamTranslator {
@@ -338,6 +350,12 @@ impl StreamTranslator {
                 gemini::Decoder::default(),
                 chat_to_messages::stream::Translator::new(cx),
             )))),
+            (Api::AnthropicMessages | Api::OpenAiChat, Api::Gemini) => {
+                Some(StreamTranslator::ToGemini(Box::new((
+                    responses::Decoder::new(provider),
+                    gemini::Encoder::default(),
+                ))))
+            }
             (Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini, Api::OpenAiResponses) => {
                 Some(StreamTranslator::ToResponses(Box::new(
                     responses::Stream::new(provider, cx.created),
@@ -369,6 +387,20 @@ impl StreamTranslator {
                 decoder.push(chunk, end, &mut |e| t.on(e, out));
                 (t.ended(), t.owes_end(), false)
             }
+            StreamTranslator::ToGemini(pair) => {
+                let (decoder, encoder) = &mut **pair;
+                if !encoder.finished && !encoder.failed {
+                    decoder.push(chunk, end, &mut |e| encoder.event(e, out));
+                }
+                if end && !encoder.finished {
+                    encoder.fail(
+                        502,
+                        "the provider's stream ended before its final event",
+                        out,
+                    );
+                }
+                return decoder.stopped() && !encoder.finished && !encoder.failed;
+            }
             // Its translator ends a stream cut short itself, in the Responses dialect.
             StreamTranslator::ToResponses(t) => {
                 t.push(chunk, end, out);
@@ -391,6 +423,7 @@ impl StreamTranslator {
             StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ChatToMessages(t) => t.finished(),
             StreamTranslator::GeminiToChat(pair) => pair.1.finished(),
+            StreamTranslator::ToGemini(pair) => pair.1.finished,
             StreamTranslator::ToResponses(t) => t.encoder.finished,
         }
     }

@@ -41,7 +41,7 @@ pub enum Part<'a> {
     ToolResult {
         id: Cow<'a, str>,
         /// JSON strings: one as the content, several as text blocks.
-        content: Vec<&'a str>,
+        content: Vec<Cow<'a, str>>,
         /// The caller sent its result as a list of parts.
         blocks: bool,
     },

@@ -165,13 +165,16 @@ fn item<'a>(item: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()>
             let id = messages::valid_id(item.str("call_id").ok_or(field("input.call_id"))?);
             let output = item.get("output").ok_or(field("input.output"))?;
             let (content, blocks) = match json::raw_str(output) {
-                Some(text) => (Vec::from_iter((text != EMPTY).then_some(text)), false),
+                Some(text) => (
+                    Vec::from_iter((text != EMPTY).then_some(text.into())),
+                    false,
+                ),
                 None => {
                     let mut texts = Vec::new();
                     for p in json::arr(output).ok_or(field("input.output"))? {
                         let p = json::obj(p).filter(|p| p.tag("type") == Some("input_text"));
                         let p = p.ok_or(field("input.output"))?;
-                        texts.extend(p.raw_str("text").filter(|t| *t != EMPTY));
+                        texts.extend(p.raw_str("text").filter(|t| *t != EMPTY).map(Into::into));
                     }
                     (texts, true)
                 }
@@ -727,9 +730,10 @@ impl Encoder {
     }
 }
 
-/// The provider dialect's stream decoder.
+/// A provider dialect's stream decoder into the model's events (the Responses and the Gemini
+/// callers' encoders take them).
 #[derive(Debug)]
-enum Decoder {
+pub enum Decoder {
     Messages(messages::Decoder),
     Chat(chat::Decoder),
     Gemini(gemini::Decoder),
@@ -743,15 +747,37 @@ pub struct Stream {
     pub encoder: Encoder,
 }
 
-impl Stream {
-    pub fn new(provider: Api, created: u64) -> Stream {
-        let decoder = match provider {
+impl Decoder {
+    pub fn new(provider: Api) -> Decoder {
+        match provider {
             Api::OpenAiChat => Decoder::Chat(chat::Decoder::default()),
             Api::Gemini => Decoder::Gemini(gemini::Decoder::default()),
             _ => Decoder::Messages(messages::Decoder::default()),
-        };
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
+        match self {
+            Decoder::Messages(d) => d.push(chunk, end, on),
+            Decoder::Chat(d) => d.push(chunk, end, on),
+            Decoder::Gemini(d) => d.push(chunk, end, on),
+        }
+    }
+
+    /// The stop reason came.
+    pub fn stopped(&self) -> bool {
+        match self {
+            Decoder::Messages(d) => d.stopped(),
+            Decoder::Chat(d) => d.stopped(),
+            Decoder::Gemini(d) => d.stopped(),
+        }
+    }
+}
+
+impl Stream {
+    pub fn new(provider: Api, created: u64) -> Stream {
         Stream {
-            decoder,
+            decoder: Decoder::new(provider),
             encoder: Encoder::new(created),
         }
     }
@@ -763,12 +789,8 @@ impl Stream {
         if encoder.finished || encoder.failed {
             return;
         }
-        let on = &mut |e: Event<'_>| encoder.event(e, out);
-        match &mut self.decoder {
-            Decoder::Messages(d) => d.push(chunk, end, on),
-            Decoder::Chat(d) => d.push(chunk, end, on),
-            Decoder::Gemini(d) => d.push(chunk, end, on),
-        }
+        self.decoder
+            .push(chunk, end, &mut |e| encoder.event(e, out));
         if end && !encoder.finished && !encoder.failed {
             encoder.fail(
                 "server_error",
@@ -780,11 +802,6 @@ impl Stream {
 
     /// The stop reason came, the end not yet: the stream's end writes `response.completed`.
     pub fn owes_end(&self) -> bool {
-        let stopped = match &self.decoder {
-            Decoder::Messages(d) => d.stopped(),
-            Decoder::Chat(d) => d.stopped(),
-            Decoder::Gemini(d) => d.stopped(),
-        };
-        stopped && !self.encoder.finished && !self.encoder.failed
+        self.decoder.stopped() && !self.encoder.finished && !self.encoder.failed
     }
 }

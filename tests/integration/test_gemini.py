@@ -28,10 +28,18 @@ providers:
      credential: {header: authorization, prefix: "Bearer ", value: sk-openai}}
   - {name: gemini, endpoint: "127.0.0.1:${GEMINI_PORT}", api: gemini_native,
      credential: {header: x-goog-api-key, value: gm-key}}
+  - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-ant}}
 chains:
   - name: gpt
     models: ["gpt-*"]
     providers: [openai, {provider: gemini, model: gemini-2.5-flash}]
+  - name: flash                   # a google-genai app: Gemini, then OpenAI
+    models: ["gemini-2.5-flash"]
+    providers: [gemini, {provider: openai, model: gpt-4o}]
+  - name: pro                     # a google-genai app: Gemini, then Anthropic
+    models: ["gemini-2.5-pro"]
+    providers: [gemini, {provider: anthropic, model: claude-sonnet-4-5}]
 """
 GEMINI = {"kind": "gemini", "api_key": "gm-key"}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
@@ -44,7 +52,7 @@ class Module:
     def __init__(self, tmp):
         self.mocks = {}
         try:
-            for name in ("openai", "gemini"):
+            for name in ("openai", "gemini", "anthropic"):
                 self.mocks[name] = start_mock(name)
             if not hasattr(self.mocks["gemini"], "server"):
                 pytest.skip("the Gemini mock runs in-process")
@@ -67,10 +75,26 @@ class Module:
         for m in self.mocks.values():
             m.reset()
         self.mocks["gemini"].server.cloud = cloud_mock.validate(GEMINI)
-        self.mocks["openai"].set_default(status=503)
+        self.mocks["openai"].set_default(status=503, strict=True)
+        self.mocks["anthropic"].set_default(strict=True)
 
     def oai(self):
         return openai.OpenAI(base_url=self.gw.url + "/v1", api_key="gw-key", max_retries=0)
+
+    def genai(self):
+        from google import genai
+        from google.genai import types
+        return genai.Client(api_key="gw-key", http_options=types.HttpOptions(
+            base_url=self.gw.url, api_version="v1beta",
+            retry_options=types.HttpRetryOptions(attempts=1)))
+
+    def accepted(self, name):
+        recs = self.mocks[name].requests()
+        assert [r["rejected"] for r in recs if r["rejected"]] == [], f"{name} refused a request"
+        for r in recs:
+            assert not [v for _, v in r["headers"] if "gw-key" in v], r["headers"]
+            assert "key=" not in r["path"]
+        return recs
 
     def gemini_requests(self):
         recs = self.mocks["gemini"].requests()
@@ -161,3 +185,79 @@ def test_an_openai_chat_stream_falls_over_to_gemini_native(g):
     sent = g.gemini_requests()
     assert sent[0]["path"] == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     assert "stream" not in json.loads(sent[0]["body"])
+
+
+# ------------------------------------------------------------------ a google-genai app
+def test_a_google_genai_app_falls_over_from_gemini_to_openai_with_a_function_call(g):
+    from google.genai import types
+    client = g.genai()
+    g.mocks["openai"].set_default({"strict": True})
+    g.mocks["gemini"].set_default(status=503)
+    weather = types.FunctionDeclaration(name="get_weather", description="Weather in a city",
+                                        parameters_json_schema=WEATHER)
+    config = types.GenerateContentConfig(
+        system_instruction="Be brief.", max_output_tokens=50,
+        tools=[types.Tool(function_declarations=[weather])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    r = client.models.generate_content(model="gemini-2.5-flash", contents="hi",
+                                       config=types.GenerateContentConfig(max_output_tokens=50))
+    assert r.text == "Hello from openai (model gpt-4o)"
+    assert r.usage_metadata.prompt_token_count == 5
+    assert r.usage_metadata.candidates_token_count == 7
+    assert r.sdk_http_response.headers["x-llm-provider"] == "openai"
+    # A function call, and its result on the next turn.
+    g.mocks["openai"].enqueue(tool_calls=[{"id": "call_7", "name": "get_weather",
+                                           "arguments": {"city": "Paris"}}])
+    turn = [types.Content(role="user", parts=[types.Part(text="Weather in Paris?")])]
+    r = client.models.generate_content(model="gemini-2.5-flash", contents=turn, config=config)
+    call = r.function_calls[0]
+    assert (call.name, call.args) == ("get_weather", {"city": "Paris"})
+    turn += [r.candidates[0].content, types.Content(role="user", parts=[
+        types.Part.from_function_response(name="get_weather", response={"result": "18 C"})])]
+    r = client.models.generate_content(model="gemini-2.5-flash", contents=turn, config=config)
+    assert r.text == "Hello from openai (model gpt-4o)"
+    sent = g.accepted("openai")
+    assert [x["path"] for x in sent] == ["/v1/chat/completions"] * 3
+    last = json.loads(sent[-1]["body"])
+    assert last["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert last["messages"][2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert last["messages"][3] == {"role": "tool", "tool_call_id": call.id or "call_0",
+                                   "content": "18 C"}
+    assert last["max_completion_tokens"] == 50, last
+    assert last["tools"][0]["function"]["parameters"] == WEATHER, last["tools"]
+    # Streamed, then a stream cut short: the SDK raises.
+    text = "".join(c.text or "" for c in client.models.generate_content_stream(
+        model="gemini-2.5-flash", contents="hi"))
+    assert text == "openai:0 openai:1 openai:2 "
+    g.mocks["openai"].enqueue(chunks=3, abort_after_chunks=2, abort="close")
+    from google.genai import errors
+    with pytest.raises((errors.APIError, Exception)):
+        list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"))
+    # The gateway's own reply in Google's shape: a model no chain serves.
+    with pytest.raises(errors.ClientError) as e:
+        client.models.generate_content(model="gemini-nope", contents="hi")
+    assert (e.value.code, e.value.status) == (400, "INVALID_ARGUMENT")
+    assert e.value.details["error"]["details"][0]["reason"] == "model_not_recognized"
+
+
+def test_a_google_genai_app_falls_over_from_gemini_to_anthropic_streaming(g):
+    client = g.genai()
+    g.mocks["gemini"].set_default(status=429)
+    r = client.models.generate_content(model="gemini-2.5-pro", contents="hi")
+    assert r.text == "Hello from anthropic (model claude-sonnet-4-5)"
+    chunks = list(client.models.generate_content_stream(model="gemini-2.5-pro", contents="hi"))
+    assert "".join(c.text or "" for c in chunks) == "anthropic:0 anthropic:1 anthropic:2 "
+    assert chunks[-1].candidates[0].finish_reason == "STOP"
+    assert chunks[-1].usage_metadata.total_token_count == 12
+    sent = g.accepted("anthropic")
+    assert [x["path"] for x in sent] == ["/v1/messages"] * 2
+    assert json.loads(sent[1]["body"])["stream"] is True
+    # The caller's key in the query never reaches a provider.
+    r = harness.http_request(
+        g.gw.url, "POST", "/v1beta/models/gemini-2.5-pro:generateContent?key=gw-key",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status == 200, r.text
+    assert json.loads(r.text)["candidates"][0]["content"]["parts"][0]["text"].startswith(
+        "Hello from anthropic")
+    g.accepted("anthropic")
+    g.gemini_requests()

@@ -276,13 +276,16 @@ fn tool_result<'a>(m: &Obj<'a>) -> Result<Block<'a>> {
     let (content, blocks) = match m.get("content") {
         None => (Vec::new(), false),
         Some(content) => match json::raw_str(content) {
-            Some(text) => (Vec::from_iter((text != EMPTY).then_some(text)), false),
+            Some(text) => (
+                Vec::from_iter((text != EMPTY).then_some(text.into())),
+                false,
+            ),
             None => {
                 let mut texts = Vec::new();
                 for p in json::arr(content).ok_or(field("messages.content"))? {
                     let p = json::obj(p).filter(|p| p.tag("type") == Some("text"));
                     let p = p.ok_or(field("messages.content"))?;
-                    texts.extend(p.raw_str("text").filter(|t| *t != EMPTY));
+                    texts.extend(p.raw_str("text").filter(|t| *t != EMPTY).map(Into::into));
                 }
                 (texts, true)
             }

@@ -14,6 +14,7 @@ fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
 const CX: RequestContext<'static> = RequestContext {
     model: "claude-sonnet-4-5",
     default_max_tokens: 4096,
+    stream: false,
 };
 
 /// The translated request (and `check` agrees that it translates).

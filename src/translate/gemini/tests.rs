@@ -146,3 +146,93 @@ fn a_gemini_stream_gathers_into_one_answer() {
     assert_eq!(arguments["location"], "Paris, France");
     assert_eq!(v["usage"]["completion_tokens"], 40);
 }
+
+#[test]
+fn the_path_names_the_model_and_the_stream() {
+    use crate::translate::gemini::path_model;
+    let p = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse";
+    assert_eq!(path_model(p), Some(("gemini-2.5-flash", true)));
+    assert_eq!(
+        path_model("/v1/models/gemini-2.5-pro:generateContent"),
+        Some(("gemini-2.5-pro", false))
+    );
+    for not in [
+        "/v1beta/models/gemini-2.5-flash:countTokens",
+        "/v1beta/models:generateContent",
+        "/v1/chat/completions",
+        "/v1beta/models/a/b:generateContent",
+    ] {
+        assert_eq!(path_model(not), None, "{not}");
+    }
+    assert_eq!(Api::of_path(p), Some(Api::Gemini));
+}
+
+#[test]
+fn a_gemini_caller_gets_googles_error_shape() {
+    let v = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+    let e = v(&translate::error_body(
+        Api::Gemini,
+        503,
+        "x",
+        "all_providers_open",
+        "busy",
+    ));
+    assert_eq!(e["error"]["code"], 503);
+    assert_eq!(e["error"]["status"], "UNAVAILABLE");
+    assert_eq!(e["error"]["message"], "busy");
+    assert_eq!(e["error"]["details"][0]["reason"], "all_providers_open");
+    let body = br#"{"error":{"message":"Rate limited","type":"requests"}}"#;
+    let out = translate::response(Api::OpenAiChat, Api::Gemini, 429, body, 0);
+    let e = v(&out.body);
+    assert_eq!(
+        (e["error"]["code"].as_u64(), e["error"]["status"].as_str()),
+        (Some(429), Some("RESOURCE_EXHAUSTED"))
+    );
+    assert!(translate::response(Api::OpenAiChat, Api::Gemini, 200, b"<html>", 0).unreadable);
+}
+
+#[test]
+fn what_another_vendor_cannot_carry_is_refused() {
+    let turn = r#""contents":[{"role":"user","parts":[{"text":"hi"}]}]"#;
+    for (extra, why) in [
+        (r#","cachedContent":"cachedContents/1""#, "cachedContent"),
+        (
+            r#","generationConfig":{"candidateCount":2}"#,
+            "generationConfig.candidateCount",
+        ),
+        (
+            r#","generationConfig":{"responseMimeType":"application/json"}"#,
+            "generationConfig.responseMimeType",
+        ),
+        (r#","tools":[{"googleSearch":{}}]"#, "tools"),
+    ] {
+        let body = format!("{{{turn}{extra}}}");
+        assert_eq!(
+            translate::check(Api::Gemini, Api::OpenAiChat, body.as_bytes()),
+            Err(translate::Untranslatable::Field(why)),
+            "{body}"
+        );
+    }
+    // A last model turn would be continued, not answered.
+    let prefill = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"text":"Hel"}]}]}"#;
+    assert!(translate::check(Api::Gemini, Api::AnthropicMessages, prefill).is_err());
+    let ok =
+        format!(r#"{{{turn},"safetySettings":[],"generationConfig":{{"thinkingConfig":{{}}}}}}"#);
+    assert_eq!(
+        translate::check(Api::Gemini, Api::OpenAiChat, ok.as_bytes()),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_stream_cut_short_ends_with_googles_error_chunk() {
+    let chat = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    let mut t =
+        StreamTranslator::new(Api::OpenAiChat, Api::Gemini, StreamContext::default()).unwrap();
+    let mut out = Vec::new();
+    t.push(chat.as_bytes(), true, &mut out);
+    let out = String::from_utf8(out).unwrap();
+    let last = out.trim_end().rsplit("\r\n\r\n").next().unwrap();
+    assert!(last.starts_with(r#"data: {"error":{"code":502"#), "{out}");
+    assert!(!t.finished());
+}

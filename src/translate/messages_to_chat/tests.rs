@@ -14,6 +14,7 @@ fn response(status: u16, body: &[u8]) -> Vec<u8> {
 const CX: RequestContext<'static> = RequestContext {
     model: "gpt-4o",
     default_max_tokens: 4096,
+    stream: false,
 };
 
 /// The translated request (and `check` agrees that it translates).
