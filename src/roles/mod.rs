@@ -153,8 +153,12 @@ pub fn init_health_records(config: &Config, host: &impl Host) {
 
 /// The usage counting's one call when the answer the caller got has its usage: counts it
 /// against the provider's token budget, if it has one (`budget::spend`, docs/internals.md).
-pub fn spend_budget(host: &impl Host, now_ms: u64, provider: &Provider, usage: &Usage) {
-    let clock = FixedClock(now_ms);
+/// Reads the clock only for a provider with a budget.
+pub fn spend_budget(host: &impl Host, provider: &Provider, usage: &Usage) {
+    if provider.budget.is_none() {
+        return;
+    }
+    let clock = FixedClock(host.now_ms());
     let budgets = SharedBudgets {
         store: host,
         clock: &clock,

@@ -1578,7 +1578,7 @@ fn a_spent_budget_skips_its_provider_until_its_window_rolls_over() {
             cached_input: 0,
         };
         let p = &gw.config.providers[provider];
-        super::spend_budget(&host, gw.world.now.get(), p, &usage);
+        super::spend_budget(&host, p, &usage);
     };
     gw.world.advance(2_500);
     // 9 of a's 10 tokens: a is still tried.
