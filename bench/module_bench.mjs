@@ -13,6 +13,9 @@
 //   options: --requests N (100000 per run) --warmup N (20000) --runs R (5) --chunks C (20
 //   interleaved slices per run) --max-seconds S (60, per run) --sizes 1KB,50KB --verbose
 //   --budget N (the first provider gets a budget of N tokens a day)
+//   (sizes 1KB-stream and 50KB-stream: the same bodies asking for a stream with its usage,
+//   answered by a three-chunk event stream; the hostcall sequence Envoy 1.40 makes for a held
+//   stream, not checked against a trace log)
 //   --trace ENVOY_TRACE_LOG (check the hostcall sequence against Envoy's wasm trace log from
 //   `scripts/bench.sh --profile`, then exit)
 //   (scripts/bench.sh --module-only [--compare B.wasm] runs this; default A is dist/llm_failover.wasm)
@@ -70,13 +73,14 @@ const ROOT_UPSTREAM = 1; // context ids as Envoy numbered them (the clusters' fi
 const ROOT_DOWNSTREAM = 2;
 
 // bench.py's request bodies: an OpenAI chat request padded to exactly 1 KiB or 50 KiB.
-function chatBody(size) {
-  const head = '{"model":"gpt-4o-mini","temperature":0.2,"messages":[{"role":"system",' +
-    '"content":"You are terse."},{"role":"user","content":"';
+function chatBody(size, stream) {
+  const head = '{"model":"gpt-4o-mini","temperature":0.2,' +
+    (stream ? '"stream":true,"stream_options":{"include_usage":true},' : "") +
+    '"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"';
   const tail = '"}]}';
   return latin1Bytes(head + "x".repeat(size - head.length - tail.length) + tail);
 }
-const SIZES = { "1KB": 1024, "50KB": 50 * 1024 };
+const SIZES = { "1KB": 1024, "50KB": 50 * 1024, "1KB-stream": 1024, "50KB-stream": 50 * 1024 };
 
 // The downstream request headers as Envoy handed them over (the profile's urllib client, through
 // Envoy's HTTP/1 codec, x-forwarded-proto and x-request-id added): 11 pairs, 380 bytes at 1 KB.
@@ -97,6 +101,21 @@ const RESPONSE_BODY = latin1Bytes(
   '"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant",' +
   '"content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,' +
   '"completion_tokens":1,"total_tokens":11}}');
+// The stream case's answer: an OpenAI event stream in three chunks (the text, its end, the usage
+// chunk the request asked for and [DONE]).
+const STREAM_HEADERS = [
+  [":status", "200"], ["server", "nginx/1.22.1"], ["date", "Tue, 01 Dec 2026 09:58:55 GMT"],
+  ["content-type", "text/event-stream"], ["connection", "keep-alive"],
+];
+const STREAM_ID = '{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,' +
+  '"model":"gpt-4o-mini",';
+const STREAM_CHUNKS = [
+  `data: ${STREAM_ID}"choices":[{"index":0,"delta":{"role":"assistant","content":"ok"},` +
+    '"finish_reason":null}],"usage":null}\n\n',
+  `data: ${STREAM_ID}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}\n\n`,
+  `data: ${STREAM_ID}"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1,` +
+    '"total_tokens":11}}\n\ndata: [DONE]\n\n',
+].map(latin1Bytes);
 const LOG_LEVEL = 3; // warn: bench.py runs Envoy with -l warning
 
 // proxy-wasm 0.2.1 enums
@@ -443,6 +462,7 @@ class Host {
     expect(x.proxy_on_request_headers(up.id, upHeaders.pairs.length, 0), CONTINUE, "upstream request headers");
     expect(x.proxy_on_request_body(up.id, up.body.length, 1), CONTINUE, "upstream request body");
     req.upstreamRequest = up.request;
+    if (body.stream) return this.streamAnswer(req, up, down);
     // The answer: headers through the upstream filter, then the downstream one (one map).
     req.response = RESPONSE.copy();
     req.responseBody = RESPONSE_BODY;
@@ -468,7 +488,37 @@ class Host {
   }
 }
 
+// The stream case's answer: the upstream role holds the headers until the first event is read
+// (its first body chunk), then every chunk passes both roles.
+Host.prototype.streamAnswer = function (req, up, down) {
+  const x = this.x;
+  req.response = STREAM_RESPONSE.copy();
+  expect(x.proxy_on_response_headers(up.id, req.response.pairs.length, 0), STOP, "upstream response headers (held)");
+  STREAM_CHUNKS.forEach((chunk, i) => {
+    req.responseBody = chunk;
+    this.ctx = up;
+    expect(x.proxy_on_response_body(up.id, chunk.length, 0), CONTINUE, `upstream response body ${i}`);
+    this.ctx = down;
+    if (i === 0) expect(x.proxy_on_response_headers(down.id, req.response.pairs.length, 0), CONTINUE, "downstream response headers");
+    expect(x.proxy_on_response_body(down.id, chunk.length, 0), CONTINUE, `downstream response body ${i}`);
+  });
+  req.responseBody = new Uint8Array(0);
+  this.ctx = up;
+  expect(x.proxy_on_response_body(up.id, 0, 1), CONTINUE, "upstream response end");
+  expect(x.proxy_on_done(up.id), 1, "upstream done");
+  x.proxy_on_delete(up.id);
+  this.ctx = down;
+  expect(x.proxy_on_response_body(down.id, 0, 1), CONTINUE, "downstream response end");
+  x.proxy_on_log(down.id);
+  expect(x.proxy_on_done(down.id), 1, "downstream done");
+  x.proxy_on_delete(down.id);
+  this.ctx = null;
+  this.served++;
+  return req;
+};
+
 const RESPONSE = Headers.of(RESPONSE_HEADERS);
+const STREAM_RESPONSE = Headers.of(STREAM_HEADERS);
 
 function expect(got, want, what) {
   if (got !== want) throw new Error(`${what}: the module returned ${got}, Envoy saw ${want}`);
@@ -583,13 +633,13 @@ function parseArgs(argv) {
     } else if (a.startsWith("--")) throw new Error(`unknown option ${a}`);
     else o.a = a;
   }
-  for (const s of o.sizes) if (!SIZES[s]) throw new Error(`unknown size ${s} (1KB, 50KB)`);
+  for (const s of o.sizes) if (!SIZES[s]) throw new Error(`unknown size ${s} (${Object.keys(SIZES).join(", ")})`);
   return o;
 }
 
 function makeBody(name) {
-  const bytes = chatBody(SIZES[name]);
-  return { name, bytes, headers: Headers.of(requestHeaders(bytes.length)) };
+  const stream = name.endsWith("-stream"), bytes = chatBody(SIZES[name], stream);
+  return { name, stream, bytes, headers: Headers.of(requestHeaders(bytes.length)) };
 }
 
 // Instructions per request, from valgrind (deterministic to about 0.03 %, whatever else the

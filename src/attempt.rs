@@ -18,6 +18,7 @@ use crate::handoff::{PlanRecord, PlanText, PlanView};
 use crate::health::{Admission, Health};
 use crate::health::{InPlace, Report};
 use crate::ids::{EntryId, ProviderId};
+use crate::pattern::ModelPattern;
 use crate::plan::{self, Walk};
 use crate::plan::{SkipReason, Slot};
 use crate::reply::Reply;
@@ -134,7 +135,42 @@ impl<'c, 'p> Attempt<'c, 'p> {
     pub fn log_started(&self) -> bool {
         self.plan.log_started || self.number > 1
     }
+
+    /// The `model` label of the tokens this attempt's answer cost (docs/behaviour.md section
+    /// 15): the model sent to the provider when configuration names it (the chain entry's
+    /// `model`, or a model the chain or the provider lists by its name), else `other`, so that
+    /// callers cannot grow the metric's label set by naming models a pattern lets through.
+    pub fn usage_model(&self) -> &'p str
+    where
+        'c: 'p,
+    {
+        let model = self.model();
+        let named = |patterns: &[ModelPattern]| {
+            patterns
+                .iter()
+                .any(|p| matches!(p, ModelPattern::Exact(m) if m == model))
+        };
+        if self.entry.model.is_some() || named(&self.chain.models) || named(&self.provider.models) {
+            model
+        } else {
+            OTHER_MODEL
+        }
+    }
+
+    /// How the provider reports this attempt's usage: in its own dialect (a translated
+    /// attempt's), else in the caller's, by the path called.
+    /// `None`: a dialect whose usage is not read (Gemini's native API).
+    pub fn usage_dialect(&self) -> Option<crate::usage::Dialect> {
+        match self.translation {
+            Some(t) => crate::usage::Dialect::of_api(t.provider),
+            None => Some(crate::usage::Dialect::of_path(self.plan.path)),
+        }
+    }
 }
+
+/// The `model` label of tokens from a model no configuration names (see
+/// [`Attempt::usage_model`]).
+pub const OTHER_MODEL: &str = "other";
 
 // ---------------------------------------------------------------------------------------------
 // The request side.

@@ -12,6 +12,21 @@ pub fn push_attempt(log: &mut String, provider: &str, outcome: &str, duration_ms
     let _ = write!(log, "{provider}:{outcome}:{duration_ms}ms");
 }
 
+/// Adds what the last attempt's answer cost to its entry (docs/behaviour.md section 15):
+/// `tertiary:ok:40ms:in=1200/out=34/cached=1024` (input tokens, cached ones included; output
+/// tokens; cached input tokens).
+pub fn push_usage(log: &mut String, usage: &crate::usage::Usage) {
+    for (label, n) in [
+        (":in=", usage.input),
+        ("/out=", usage.output),
+        ("/cached=", usage.cached_input),
+    ] {
+        log.push_str(label);
+        let digits = crate::translate::json::Digits::of(n);
+        log.push_str(std::str::from_utf8(digits.get()).unwrap_or_default());
+    }
+}
+
 /// Appends a provider left out before any attempt, with the reason.
 pub fn push_skip(log: &mut String, provider: &str, reason: &str) {
     if !log.is_empty() {
@@ -36,5 +51,14 @@ mod tests {
             log,
             "primary:skipped:breaker_open,secondary:server_error:12ms,tertiary:ok:40ms"
         );
+        push_usage(
+            &mut log,
+            &crate::usage::Usage {
+                input: 1200,
+                output: 34,
+                cached_input: 1024,
+            },
+        );
+        assert!(log.ends_with(",tertiary:ok:40ms:in=1200/out=34/cached=1024"));
     }
 }

@@ -44,6 +44,7 @@ pub mod retry_after;
 pub mod rewrite;
 pub mod roles;
 pub mod status;
+pub mod tokens;
 pub mod translate;
 pub mod usage;
 pub mod wire;

@@ -43,6 +43,10 @@ pub const FALLBACKS: &str = "llm_failover_fallbacks_total";
 pub const SKIPPED: &str = "llm_failover_skipped_total";
 /// `llm_failover_exhausted_total{chain}`: a request whose every planned attempt failed over.
 pub const EXHAUSTED: &str = "llm_failover_exhausted_total";
+/// `llm_failover_tokens_total{provider, model, kind}`: tokens the answers callers got cost, by
+/// the provider that served them, its model (`tokens_model`) and kind (`input`, `output`,
+/// `cached_input`; `usage::Kind`). Failed attempts count nothing.
+pub const TOKENS: &str = "llm_failover_tokens_total";
 /// `llm_failover_breaker_state{provider}` gauge: 0 closed, 1 open, 2 half-open.
 pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
 
@@ -50,10 +54,11 @@ pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
 /// (docs/behaviour.md section 10): 0 healthy, 1 degraded, 2 failing, 3 idle.
 pub const HEALTH_STATE: &str = "llm_failover_health_state";
 /// Every metric, for docs and tests.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 7] = [
     ATTEMPTS,
     FALLBACKS,
     SKIPPED,
+    TOKENS,
     EXHAUSTED,
     BREAKER_STATE,
     HEALTH_STATE,
@@ -66,6 +71,8 @@ pub const FROM: &str = "from";
 pub const TO: &str = "to";
 pub const REASON: &str = "reason";
 pub const CHAIN: &str = "chain";
+pub const MODEL: &str = "model";
+pub const KIND: &str = "kind";
 
 /// `skipped_total` reasons (docs/behaviour.md section 8).
 pub const REASON_BREAKER_OPEN: &str = "breaker_open";
@@ -133,6 +140,14 @@ pub fn skipped(provider: &str, reason: &str) -> String {
     name(SKIPPED, &[(PROVIDER, provider), (REASON, reason)])
 }
 
+/// `llm_failover_tokens_total.provider=<p>.model=<m>.kind=<kind>`
+pub fn tokens(provider: &str, model: &str, kind: crate::usage::Kind) -> String {
+    name(
+        TOKENS,
+        &[(PROVIDER, provider), (MODEL, model), (KIND, kind.as_str())],
+    )
+}
+
 /// `llm_failover_exhausted_total.chain=<c>`
 pub fn exhausted(chain: &str) -> String {
     name(EXHAUSTED, &[(CHAIN, chain)])
@@ -193,12 +208,21 @@ pub fn cluster_scoped_stats_tags() -> Vec<TagRule> {
 fn rules(ns: String) -> Vec<TagRule> {
     let rule = |tag, regex: String| TagRule { tag, regex };
     vec![
-        // Provider: the first label of four metrics, followed by at most one fixed-word label.
+        // Provider: the first label of five metrics, followed by at most one fixed-word label,
+        // or by a model and a kind.
         rule(
             PROVIDER,
             format!(
-                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+)?$"
+                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE}|{TOKENS})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+|\.{MODEL}=[^=]+\.{KIND}=[a-z_]+)?$"
             ),
+        ),
+        rule(
+            MODEL,
+            format!(r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+(\.{MODEL}=([^=]+))\.{KIND}=[a-z_]+$"),
+        ),
+        rule(
+            KIND,
+            format!(r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+\.{MODEL}=[^=]+(\.{KIND}=([a-z_]+))$"),
         ),
         rule(
             OUTCOME,
@@ -276,6 +300,25 @@ mod tests {
             breaker_state("primary"),
             "llm_failover_breaker_state.provider=primary"
         );
+        assert_eq!(
+            tokens("primary", "gpt-4.1", crate::usage::Kind::CachedInput),
+            "llm_failover_tokens_total.provider=primary.model=gpt-4.1.kind=cached_input"
+        );
+        assert_eq!(
+            parse(&tokens(
+                "eu.a",
+                "claude-3.5.model",
+                crate::usage::Kind::Input
+            )),
+            Some((
+                TOKENS,
+                vec![
+                    ("provider", "eu.a"),
+                    ("model", "claude-3.5.model"),
+                    ("kind", "input")
+                ]
+            ))
+        );
     }
 
     #[test]
@@ -342,7 +385,7 @@ mod tests {
         assert_eq!(tags.len(), rules.len(), "Envoy refuses a tag name twice");
         assert_eq!(
             tags,
-            vec![CHAIN, FROM, OUTCOME, PROVIDER, REASON, TO],
+            vec![CHAIN, FROM, KIND, MODEL, OUTCOME, PROVIDER, REASON, TO],
             "one rule per label"
         );
         for r in &rules {

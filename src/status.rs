@@ -15,7 +15,8 @@
 //!    "health": {"state": "failing", "state_value": 2, "attempts": 40, "failed": 31,
 //!               "window_ms": 900000, "answered_last_5m": true, "last_answer_ms": 1699999990000},
 //!    "budget": {"tokens": 2000000, "window_ms": 86400000, "spent": 128000, "left": 1872000,
-//!               "exhausted": false, "resets_at_ms": 1700006400000}}]}
+//!               "exhausted": false, "resets_at_ms": 1700006400000},
+//!    "tokens": {"window_ms": 900000, "input": 120000, "output": 8000, "cached_input": 64000}}]}
 //! ```
 //! Times are milliseconds since the Unix epoch; `null` means "none". `state` is `closed`, `open`
 //! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge). `health` is
@@ -27,10 +28,14 @@
 //! `budget` is the provider's token budget (`null` without one, docs/behaviour.md section 15):
 //! what its current window spent, what is left, and when the window rolls over (`exhausted`:
 //! it is skipped until then).
+//! `tokens` is what the provider's answers cost over the same 15 minutes (docs/behaviour.md
+//! section 15; `cached_input` is part of `input`), up to a second late as well.
 
 use crate::budget::{Budget, Budgets, Left};
 use crate::config::Config;
 use crate::health::{Health, HealthSnapshot, Recent, BUCKETS, BUCKET_MS};
+use crate::tokens::SharedTokens;
+use crate::usage::Usage;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -69,6 +74,7 @@ struct ProviderStatus<'a> {
     dead_models: Vec<DeadModel>,
     health: RecentHealth,
     budget: Option<BudgetStatus>,
+    tokens: RecentTokens,
 }
 
 /// A provider's token budget now.
@@ -80,6 +86,15 @@ struct BudgetStatus {
     left: u64,
     exhausted: bool,
     resets_at_ms: u64,
+}
+
+/// Tokens over the last 15 minutes.
+#[derive(Serialize)]
+struct RecentTokens {
+    window_ms: u64,
+    input: u64,
+    output: u64,
+    cached_input: u64,
 }
 
 /// Health over the last 15 minutes.
@@ -114,6 +129,7 @@ fn provider_status<'a>(
     config: &Config,
     s: HealthSnapshot,
     budget: Option<(&Budget, Left)>,
+    used: Usage,
 ) -> ProviderStatus<'a> {
     ProviderStatus {
         name,
@@ -148,18 +164,32 @@ fn provider_status<'a>(
             exhausted: left.exhausted(),
             resets_at_ms: left.resets_at_ms,
         }),
+        tokens: RecentTokens {
+            window_ms: BUCKETS as u64 * BUCKET_MS,
+            input: used.input,
+            output: used.output,
+            cached_input: used.cached_input,
+        },
     }
 }
 
 /// The whole answer: one read of each provider's record, in configuration order.
-pub fn render(config: &Config, health: &Health, budgets: &dyn Budgets, now_ms: u64) -> String {
+/// (And of its token record.)
+pub fn render(
+    config: &Config,
+    health: &Health,
+    budgets: &dyn Budgets,
+    tokens: &SharedTokens,
+    now_ms: u64,
+) -> String {
     let status = Status {
         now_ms,
         providers: (config.providers.iter())
             .map(|p| {
                 let snapshot = health.snapshot(&p.name);
                 let budget = (p.budget.as_ref()).map(|b| (b, budgets.left(&p.name, b)));
-                provider_status(&p.name, &p.cluster, config, snapshot, budget)
+                let used = tokens.read(&p.name).recent(now_ms);
+                provider_status(&p.name, &p.cluster, config, snapshot, budget, used)
             })
             .collect(),
     };
@@ -176,6 +206,10 @@ mod tests {
     use crate::health::Report;
     use crate::host::{Clock, ManualClock, MemoryStore};
     use serde_json::{json, Value};
+
+    fn tokens<'a>(store: &'a MemoryStore, clock: &'a ManualClock) -> SharedTokens<'a> {
+        SharedTokens { store, clock }
+    }
 
     fn budgets<'a>(store: &'a MemoryStore, clock: &'a ManualClock) -> SharedBudgets<'a> {
         SharedBudgets { store, clock }
@@ -194,13 +228,65 @@ mod tests {
         let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
         let b = budgets(&store, &clock);
         b.spend("a", &config.providers[0].budget.unwrap(), 130);
-        let v: Value = serde_json::from_str(&render(&config, &health, &b, 1_234_000)).unwrap();
+        let v: Value = serde_json::from_str(&render(
+            &config,
+            &health,
+            &b,
+            &tokens(&store, &clock),
+            1_234_000,
+        ))
+        .unwrap();
         assert_eq!(
             v["providers"][0]["budget"],
             json!({"tokens": 100, "window_ms": 10_000, "spent": 130, "left": 0,
                    "exhausted": true, "resets_at_ms": 1_240_000})
         );
         assert_eq!(v["providers"][1]["budget"], Value::Null);
+    }
+
+    #[test]
+    fn reports_each_providers_tokens_over_fifteen_minutes() {
+        let config = Config::from_json(
+            br#"{"providers":[{"name":"a"},{"name":"b"}],"chains":[{"name":"main","providers":["a","b"]}]}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(BUCKET_MS * 100);
+        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
+        let t = tokens(&store, &clock);
+        let used = Usage {
+            input: 100,
+            output: 20,
+            cached_input: 60,
+        };
+        assert!(t.add("a", &used));
+        clock.advance(BUCKET_MS * 3);
+        assert!(t.add("a", &used));
+        let v: Value = serde_json::from_str(&render(
+            &config,
+            &health,
+            &budgets(&store, &clock),
+            &t,
+            clock.now_ms(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v["providers"][0]["tokens"],
+            json!({"window_ms": 900_000, "input": 200, "output": 40, "cached_input": 120})
+        );
+        assert_eq!(v["providers"][1]["tokens"]["input"], 0);
+        // Fifteen minutes after the first, only the second is left.
+        clock.advance(BUCKET_MS * 12);
+        let v: Value = serde_json::from_str(&render(
+            &config,
+            &health,
+            &budgets(&store, &clock),
+            &t,
+            clock.now_ms(),
+        ))
+        .unwrap();
+        assert_eq!(v["providers"][0]["tokens"]["input"], 100);
     }
 
     #[test]
@@ -227,6 +313,7 @@ mod tests {
             &config,
             &health,
             &budgets(&store, &clock),
+            &tokens(&store, &clock),
             clock.now_ms(),
         ))
         .unwrap();
@@ -270,6 +357,7 @@ mod tests {
             &config,
             &health,
             &budgets(&store, &clock),
+            &tokens(&store, &clock),
             clock.now_ms(),
         ))
         .unwrap();
@@ -294,7 +382,13 @@ mod tests {
         let store = MemoryStore::default();
         let clock = ManualClock::at(5);
         let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
-        let text = render(&config, &health, &budgets(&store, &clock), 5);
+        let text = render(
+            &config,
+            &health,
+            &budgets(&store, &clock),
+            &tokens(&store, &clock),
+            5,
+        );
         let v: Value = serde_json::from_str(&text).unwrap();
         assert!(
             text.find("\"name\"") < text.find("\"cluster\"")

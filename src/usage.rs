@@ -1,20 +1,17 @@
 //! What an answer cost (docs/behaviour.md section 15): the token usage a provider reports, read
 //! from its own bytes in its own dialect as they pass, whatever the chunk boundaries.
 //!
-//! **Not wired into the filter yet**: the reader and its tests are here, the counting (the
-//! `llm_failover_tokens_total` metric, the access log's token fields) is not; until it is, the
-//! module links none of this (docs/behaviour.md section 15 says what is counted today).
+//! The glue (`roles::counting`) feeds [`Reader::push`] the bytes of the answer the caller
+//! gets (in the provider's dialect: before any translation, after a Bedrock event stream is
+//! unwrapped), as much of each chunk as [`Reader::wanted`] asks for, and asks
+//! [`Reader::finish`] when the last chunk has passed. Nothing here knows proxy-wasm.
 //!
-//! The glue is to feed [`Reader::push`] every byte of the answer the caller gets (in the
-//! provider's dialect: before any translation, after a Bedrock event stream is unwrapped) and
-//! ask [`Reader::finish`] when the last chunk has passed. Nothing here knows proxy-wasm.
-//!
-//! - **JSON answers**: the top-level usage member (`usage`) is found by a small state machine
-//!   that carries the nesting depth and string state across chunks ([`TopMember`]), so a
-//!   member split across chunks is read, a `usage` key nested in a tool call's input is not,
-//!   and no chunk is kept; only the member's own bytes are copied, then read with the one JSON
-//!   reader (`translate::json`). The request scanner (`rewrite.rs`) needs a whole body, which
-//!   the filter does not hold for an answer.
+//! - **JSON answers**: the providers write the usage member last (or followed by a few short
+//!   members), so only the answer's last [`JSON_TAIL`] bytes are kept, across chunks, and read
+//!   at its end: the last `"usage":{...}` member after which the document only closes its
+//!   outermost object (its remaining members, the closing brace, the end), so a `usage` key
+//!   nested in a tool call's input is not the answer's, nor one in a string. Read with the one
+//!   JSON reader (`translate::json`, the request scanner's tokenizer).
 //! - **Event streams**: only `data:` lines that contain `"usage"` are read (a delta's text
 //!   cannot: its quotes are escaped); a line cut by a chunk boundary is carried to the next.
 //!   OpenAI's last chunk carries the usage; Anthropic's `message_start` carries the input
@@ -33,7 +30,8 @@
 //! tokens (`completion_tokens`, `output_tokens`). These are the OpenTelemetry GenAI meanings of
 //! `gen_ai.usage.input_tokens` and `output_tokens`.
 
-use crate::translate::json::Obj;
+use crate::rewrite::Scanner;
+use crate::translate::json::{self, Obj};
 
 /// The tokens one answer cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,6 +46,13 @@ impl Usage {
     /// Every token the answer cost (input and output).
     pub fn total(&self) -> u64 {
         self.input.saturating_add(self.output)
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Usage) {
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cached_input = self.cached_input.saturating_add(other.cached_input);
     }
 
     /// The counts by kind, as the metric's `kind` label names them (**fixed** words).
@@ -105,6 +110,22 @@ impl Dialect {
         }
     }
 
+    /// Its usage object's names of the input and output counts and of the object that holds
+    /// the cached input count (Anthropic: none; it reports cache reads apart).
+    fn names(self) -> (&'static [u8], &'static [u8], &'static [u8]) {
+        match self {
+            Dialect::OpenAiChat => (
+                b"prompt_tokens",
+                b"completion_tokens",
+                b"prompt_tokens_details",
+            ),
+            Dialect::OpenAiResponses => {
+                (b"input_tokens", b"output_tokens", b"input_tokens_details")
+            }
+            Dialect::AnthropicMessages => (b"input_tokens", b"output_tokens", b"-"),
+        }
+    }
+
     /// `None` for Gemini's native API (its `usageMetadata` is not read here yet).
     pub fn of_api(api: crate::translate::Api) -> Option<Dialect> {
         match api {
@@ -147,31 +168,30 @@ impl Fields {
         take(&mut self.cache_creation, later.cache_creation);
     }
 
-    /// A usage object in `dialect`'s names.
+    /// The usage object at the start of `usage` in `dialect`'s names, read in one pass, and
+    /// its length (`None`: it is not one whole object).
     #[inline(never)]
-    fn read(dialect: Dialect, usage: &Obj<'_>) -> Fields {
-        let (input, output, details) = match dialect {
-            Dialect::OpenAiChat => (
-                "prompt_tokens",
-                "completion_tokens",
-                "prompt_tokens_details",
-            ),
-            Dialect::OpenAiResponses => ("input_tokens", "output_tokens", "input_tokens_details"),
-            Dialect::AnthropicMessages => ("input_tokens", "output_tokens", ""),
-        };
+    fn read(dialect: Dialect, usage: &[u8]) -> (Fields, Option<usize>) {
+        let (input, output, details) = dialect.names();
         let anthropic = dialect == Dialect::AnthropicMessages;
-        Fields {
-            input: usage.u64(input),
-            output: usage.u64(output),
-            cache_read: if anthropic {
-                usage.u64("cache_read_input_tokens")
-            } else {
-                usage.obj(details).and_then(|d| d.u64("cached_tokens"))
-            },
-            cache_creation: usage
-                .u64("cache_creation_input_tokens")
-                .filter(|_| anthropic),
+        let mut fields = Fields::default();
+        let mut members = json::members(usage);
+        for (name, value) in members.by_ref() {
+            let n = json::number(value);
+            if name == input {
+                fields.input = n;
+            } else if name == output {
+                fields.output = n;
+            } else if name == details {
+                let [cached] = json::pick(value, [b"cached_tokens"]);
+                fields.cache_read = json::number(cached);
+            } else if anthropic && name == b"cache_read_input_tokens" {
+                fields.cache_read = n;
+            } else if anthropic && name == b"cache_creation_input_tokens" {
+                fields.cache_creation = n;
+            }
         }
+        (fields, members.end())
     }
 
     #[inline(never)]
@@ -199,23 +219,24 @@ impl Fields {
 
 /// The usage object an event of `dialect`'s stream carries, if any.
 #[inline(never)]
-fn event_usage<'a>(dialect: Dialect, event: &Obj<'a>) -> Option<Obj<'a>> {
+fn event_usage<'a>(dialect: Dialect, event: &Obj<'a>) -> Option<&'a str> {
     match dialect {
-        Dialect::OpenAiChat => event.obj("usage"),
+        Dialect::OpenAiChat => event.get("usage"),
         Dialect::AnthropicMessages => match event.tag("type")? {
-            "message_start" => event.obj("message")?.obj("usage"),
-            "message_delta" => event.obj("usage"),
+            "message_start" => event.obj("message")?.get("usage"),
+            "message_delta" => event.get("usage"),
             _ => None,
         },
         Dialect::OpenAiResponses => match event.tag("type")? {
-            "response.completed" | "response.incomplete" => event.obj("response")?.obj("usage"),
+            "response.completed" | "response.incomplete" => event.obj("response")?.get("usage"),
             _ => None,
         },
     }
 }
 
-/// Longest usage member of a JSON answer that is read (bytes); a longer one is not usage.
-const MAX_MEMBER: usize = 4096;
+/// Bytes of a JSON answer's end kept to read its usage from (the providers write the usage
+/// member last, or followed by a few short members).
+pub const JSON_TAIL: usize = 4096;
 /// Longest stream line carried across chunks (bytes); a longer line is not read (usage events
 /// are a few hundred bytes; a Responses `response.completed` repeats the whole answer).
 pub const MAX_LINE: usize = 256 * 1024;
@@ -230,7 +251,8 @@ pub struct Reader {
 
 #[derive(Debug)]
 enum How {
-    Json(TopMember),
+    /// A JSON answer's last bytes (at most [`JSON_TAIL`]).
+    Json(Vec<u8>),
     Stream(Lines),
 }
 
@@ -244,18 +266,34 @@ impl Reader {
             how: if stream {
                 How::Stream(Lines::default())
             } else {
-                How::Json(TopMember::new(b"usage"))
+                How::Json(Vec::new())
             },
         }
     }
 
-    /// The next bytes of the answer.
+    /// Which bytes of the next chunk (`len` long) to read and [`push`](Reader::push): the
+    /// range from the returned offset to its end. A JSON answer's usage is at its end, so
+    /// only its last [`JSON_TAIL`] bytes are wanted; a stream's every line may hold usage.
+    pub fn wanted(&self, len: usize) -> usize {
+        match self.how {
+            How::Json(_) => len.saturating_sub(JSON_TAIL),
+            How::Stream(_) => 0,
+        }
+    }
+
+    /// The next bytes of the answer (right after the last ones pushed).
     #[inline(never)]
     pub fn push(&mut self, bytes: &[u8]) {
         let dialect = self.dialect;
         let fields = &mut self.fields;
         match &mut self.how {
-            How::Json(member) => member.push(bytes),
+            How::Json(tail) => {
+                tail.extend_from_slice(bytes);
+                let excess = tail.len().saturating_sub(JSON_TAIL);
+                if excess > 0 {
+                    tail.drain(..excess);
+                }
+            }
             How::Stream(lines) => lines.push(bytes, |line| {
                 if let Some(later) = stream_line(dialect, line) {
                     fields.merge(later);
@@ -264,14 +302,34 @@ impl Reader {
         }
     }
 
+    /// Like [`push`](Reader::push), taking bytes the caller owns (a JSON answer's first
+    /// read is kept as it is, not copied).
+    pub fn push_owned(&mut self, bytes: Vec<u8>) {
+        match &mut self.how {
+            How::Json(tail) if tail.is_empty() && bytes.len() <= JSON_TAIL => *tail = bytes,
+            _ => self.push(&bytes),
+        }
+    }
+
+    /// Bytes of the answer went by unread (the start of a chunk [`wanted`](Reader::wanted)
+    /// left out): what is kept does not join what comes next.
+    pub fn skip(&mut self) {
+        match &mut self.how {
+            How::Json(tail) => tail.clear(),
+            How::Stream(lines) => {
+                lines.carry.clear();
+                lines.skipping = true;
+            }
+        }
+    }
+
     /// The answer's usage once its last byte has passed; `None` when it reported none.
     #[inline(never)]
     pub fn finish(&mut self) -> Option<Usage> {
         let dialect = self.dialect;
         match &mut self.how {
-            How::Json(member) => {
-                let usage = member.value().and_then(Obj::parse_bytes)?;
-                self.fields.merge(Fields::read(dialect, &usage));
+            How::Json(tail) => {
+                self.fields.merge(json_usage(dialect, tail)?);
             }
             How::Stream(lines) => {
                 // A last event with no newline after it still counts.
@@ -284,13 +342,187 @@ impl Reader {
     }
 }
 
+/// The top-level `usage` object of a JSON answer, from the answer's last bytes (`tail`): the
+/// last `"usage":{...}` member after which the document only closes its outermost object
+/// (its remaining members read as such, then the closing brace and the end), so a `usage` key
+/// nested in a tool call's input is not the answer's, nor is one in a string (its quotes are
+/// escaped).
+#[inline(never)]
+fn json_usage(dialect: Dialect, tail: &[u8]) -> Option<Fields> {
+    const NAME: &[u8] = b"\"usage\"";
+    let mut end = tail.len();
+    while let Some(at) = tail.get(..end)?.iter().rposition(|&b| b == b'"') {
+        end = at;
+        if tail.get(at..at + NAME.len()) != Some(NAME) || at > 0 && tail.get(at - 1) == Some(&b'\\')
+        {
+            continue;
+        }
+        let mut s = Scanner::new(tail);
+        s.i = at + NAME.len();
+        s.skip_ws();
+        if s.peek() != Some(b':') {
+            continue;
+        }
+        s.i += 1;
+        s.skip_ws();
+        if s.peek() != Some(b'{') {
+            continue;
+        }
+        // One walk reads the object's members and finds where it ends: the flat object the
+        // providers write, else the JSON reader's walk.
+        let object = tail.get(s.i..)?;
+        let (fields, len) = match read_flat(dialect, object) {
+            Some((fields, len)) => (fields, Some(len)),
+            None => Fields::read(dialect, object),
+        };
+        let Some(len) = len else { continue };
+        s.i += len;
+        if closes_the_document(&mut s) {
+            return Some(fields);
+        }
+    }
+    None
+}
+
+/// The usage object at the start of `b` when it is as flat as the providers write it (member
+/// names without escapes; values unsigned integers, `null` or such an object, one level
+/// deep), read in one cheap pass: its fields and its length. `None` for anything else, which
+/// the JSON reader's walk reads ([`Fields::read`]).
+fn read_flat(dialect: Dialect, b: &[u8]) -> Option<(Fields, usize)> {
+    let anthropic = dialect == Dialect::AnthropicMessages;
+    let mut f = Fields::default();
+    let len = flat_object(b, 0, &mut |name, value, n| match name {
+        b"prompt_tokens" | b"input_tokens" => f.input = n,
+        b"completion_tokens" | b"output_tokens" => f.output = n,
+        b"prompt_tokens_details" | b"input_tokens_details" if !anthropic => {
+            flat_object(value, 1, &mut |name, _, n| {
+                if name == b"cached_tokens" {
+                    f.cache_read = n;
+                }
+            });
+        }
+        b"cache_read_input_tokens" if anthropic => f.cache_read = n,
+        b"cache_creation_input_tokens" if anthropic => f.cache_creation = n,
+        _ => {}
+    })?;
+    Some((f, len))
+}
+
+/// Walks the flat object at the start of `b` (see [`read_flat`]; `depth` 0 or 1), handing
+/// each member's name, value and its number (when it is one) on; returns its length.
+#[inline(never)]
+fn flat_object<'a>(
+    b: &'a [u8],
+    depth: u8,
+    member: &mut dyn FnMut(&'a [u8], &'a [u8], Option<u64>),
+) -> Option<usize> {
+    let ws = |mut i: usize| {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+            i += 1;
+        }
+        i
+    };
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    let mut i = 1;
+    let mut first = true;
+    for _ in 0..b.len() {
+        i = ws(i);
+        if b.get(i) == Some(&b'}') {
+            return Some(i + 1);
+        }
+        if !first {
+            if b.get(i) != Some(&b',') {
+                return None;
+            }
+            i = ws(i + 1);
+        }
+        first = false;
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let start = i + 1;
+        let len = b
+            .get(start..)?
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\')?;
+        let name = b.get(start..start + len)?;
+        if b.get(start + len) != Some(&b'"') {
+            return None;
+        }
+        i = ws(start + len + 1);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = ws(i + 1);
+        let at = i;
+        let mut number = None;
+        match b.get(i)? {
+            b'0'..=b'9' => {
+                let mut n: Option<u64> = Some(0);
+                while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+                    n = n.and_then(|n| n.checked_mul(10)?.checked_add(u64::from(d - b'0')));
+                    i += 1;
+                }
+                number = n;
+            }
+            b'n' if b.get(i..i + 4) == Some(b"null") => i += 4,
+            b'{' if depth == 0 => i += flat_object(b.get(i..)?, 1, &mut |_, _, _| {})?,
+            _ => return None,
+        }
+        member(name, b.get(at..i)?, number);
+    }
+    None
+}
+
+/// Whether what follows a member of the outermost object is only its later members, its
+/// closing brace and the end.
+fn closes_the_document(s: &mut Scanner<'_>) -> bool {
+    // The usage member is the last one (how the providers write it): the closing brace.
+    if let Some(rest) = s.b.get(s.i..) {
+        let rest = rest.trim_ascii();
+        if rest == b"}" {
+            return true;
+        }
+    }
+    for _ in 0..s.b.len() {
+        s.skip_ws();
+        match s.peek() {
+            Some(b'}') => {
+                s.i += 1;
+                s.skip_ws();
+                return s.peek().is_none();
+            }
+            Some(b',') => {
+                s.i += 1;
+                s.skip_ws();
+                if s.string().is_err() {
+                    return false;
+                }
+                s.skip_ws();
+                if s.peek() != Some(b':') {
+                    return false;
+                }
+                s.i += 1;
+                s.skip_ws();
+                if s.value().is_err() {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// The usage fields of one stream line, when it is a `data:` line with usage.
 #[inline(never)]
 fn stream_line(dialect: Dialect, line: &[u8]) -> Option<Fields> {
     let data = line.strip_prefix(b"data:")?;
     let event = Obj::parse_bytes(data)?;
     let usage = event_usage(dialect, &event)?;
-    Some(Fields::read(dialect, &usage))
+    Some(Fields::read(dialect, usage.as_bytes()).0)
 }
 
 /// Whether `hay` contains `"usage"`.
@@ -374,146 +606,6 @@ impl Lines {
     fn rest(&self) -> Option<&[u8]> {
         let rest = self.carry.strip_suffix(b"\r").unwrap_or(&self.carry);
         (!self.skipping && !rest.is_empty() && mentions_usage(rest)).then_some(rest)
-    }
-}
-
-/// Finds one top-level member of a JSON object as its bytes pass, chunk by chunk, and keeps
-/// that member's value (its last occurrence). Carries only the nesting depth and the string
-/// state across chunks.
-#[derive(Debug)]
-struct TopMember {
-    name: &'static [u8],
-    depth: u32,
-    in_string: bool,
-    escaped: bool,
-    /// At depth 1, the next string is a member name.
-    expect_name: bool,
-    /// Reading a member name at depth 1: how much of `name` it matched so far (`None`: it
-    /// differs).
-    matched: Option<usize>,
-    reading_name: bool,
-    /// The wanted name was read: its value starts after the colon.
-    named: bool,
-    /// Inside the wanted member's value.
-    capturing: bool,
-    value: Vec<u8>,
-    /// A whole value was captured.
-    complete: bool,
-    /// The value was longer than [`MAX_MEMBER`].
-    too_long: bool,
-}
-
-impl TopMember {
-    fn new(name: &'static [u8]) -> TopMember {
-        TopMember {
-            name,
-            depth: 0,
-            in_string: false,
-            escaped: false,
-            expect_name: false,
-            matched: None,
-            reading_name: false,
-            named: false,
-            capturing: false,
-            value: Vec::new(),
-            complete: false,
-            too_long: false,
-        }
-    }
-
-    #[inline(never)]
-    fn push(&mut self, bytes: &[u8]) {
-        let mut i = 0;
-        while let Some(&b) = bytes.get(i) {
-            if self.in_string && !self.capturing && !self.reading_name && !self.escaped {
-                // The bulk of an answer: skip a string's text to its next quote or escape.
-                match bytes
-                    .get(i..)
-                    .and_then(|rest| rest.iter().position(|&c| c == b'"' || c == b'\\'))
-                {
-                    Some(skip) => i += skip,
-                    None => return,
-                }
-                let Some(&c) = bytes.get(i) else { return };
-                self.string_byte(c);
-                i += 1;
-                continue;
-            }
-            if self.capturing {
-                if !self.in_string && self.depth == 1 && (b == b',' || b == b'}') {
-                    self.capturing = false;
-                    self.complete = !self.too_long;
-                } else if self.value.len() < MAX_MEMBER {
-                    self.value.push(b);
-                } else {
-                    self.too_long = true;
-                }
-            }
-            if self.in_string {
-                self.string_byte(b);
-            } else {
-                self.structure_byte(b);
-            }
-            i += 1;
-        }
-    }
-
-    fn string_byte(&mut self, b: u8) {
-        if self.escaped {
-            self.escaped = false;
-            self.matched = None; // providers do not escape names
-            return;
-        }
-        match b {
-            b'\\' => self.escaped = true,
-            b'"' => {
-                self.in_string = false;
-                if self.reading_name {
-                    self.reading_name = false;
-                    self.named = self.matched == Some(self.name.len());
-                }
-            }
-            _ if self.reading_name => {
-                self.matched = self
-                    .matched
-                    .filter(|&m| self.name.get(m) == Some(&b))
-                    .map(|m| m + 1);
-            }
-            _ => {}
-        }
-    }
-
-    fn structure_byte(&mut self, b: u8) {
-        match b {
-            b'"' => {
-                self.in_string = true;
-                if self.depth == 1 && self.expect_name {
-                    self.expect_name = false;
-                    self.reading_name = true;
-                    self.matched = Some(0);
-                }
-            }
-            b'{' | b'[' => {
-                self.depth = self.depth.saturating_add(1);
-                if self.depth == 1 {
-                    self.expect_name = b == b'{';
-                }
-            }
-            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-            b',' if self.depth == 1 => self.expect_name = true,
-            b':' if self.depth == 1 && self.named => {
-                self.named = false;
-                self.capturing = true;
-                self.too_long = false;
-                self.value.clear();
-            }
-            _ => {}
-        }
-    }
-
-    /// The member's value as written (whitespace around it included), once captured whole.
-    fn value(&self) -> Option<&[u8]> {
-        self.complete.then_some(self.value.as_slice())
     }
 }
 

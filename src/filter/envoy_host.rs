@@ -166,6 +166,10 @@ impl Host for EnvoyHost {
         let _ = hostcalls::increment_metric(id, 1);
     }
 
+    fn add_metric(&self, id: u32, delta: u64) {
+        let _ = hostcalls::increment_metric(id, i64::try_from(delta).unwrap_or(i64::MAX));
+    }
+
     fn record_metric(&self, id: u32, value: u64) {
         let _ = hostcalls::record_metric(id, value);
     }

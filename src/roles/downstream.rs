@@ -165,8 +165,12 @@ impl<H: Host> Downstream<H> {
                     store: &self.host,
                     clock: &clock,
                 };
+                let tokens = crate::tokens::SharedTokens {
+                    store: &self.host,
+                    clock: &clock,
+                };
                 let health = health(&self.config, &self.host, &clock);
-                let body = status::render(&self.config, &health, &budgets, now);
+                let body = status::render(&self.config, &health, &budgets, &tokens, now);
                 self.host.send_response(
                     200,
                     &[

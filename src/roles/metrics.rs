@@ -15,6 +15,8 @@ use crate::health::{BreakerState, Pending};
 use crate::ids::{ChainId, ProviderId};
 use crate::metrics as names;
 use crate::plan::SkipReason;
+use crate::tokens::SharedTokens;
+use crate::usage::{Kind, Usage};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
@@ -43,6 +45,19 @@ pub struct Metrics {
     /// Provider -> answers this worker counted and has not written to the shared health record
     /// yet (`health::Pending`: the success path writes nothing; the root's tick adds them).
     answers: Vec<Cell<Pending>>,
+    /// `llm_failover_tokens_total` by (provider, model label), in the order first counted: a
+    /// short list (its labels are bounded by configuration, `Attempt::usage_model`).
+    tokens: RefCell<Vec<TokenSlot>>,
+}
+
+/// One provider and model label's `llm_failover_tokens_total` counters (by `usage::Kind`) and
+/// the tokens this worker counted and has not added to them yet (the root's tick adds them, so
+/// an answer costs no metric call).
+struct TokenSlot {
+    provider: ProviderId,
+    model: Box<str>,
+    ids: [Option<u32>; 3],
+    held: Usage,
 }
 
 /// A provider's name (ids come from the validated configuration).
@@ -91,6 +106,7 @@ impl Metrics {
                 .map(|p| host.define_metric(MetricKind::Gauge, &names::health_state(&p.name)))
                 .collect(),
             answers: (0..providers).map(|_| Cell::default()).collect(),
+            tokens: RefCell::new(Vec::new()),
         }
     }
 
@@ -193,9 +209,77 @@ impl Metrics {
             .unwrap_or_default()
     }
 
+    /// The token slot of `provider` and model label `model` (its counters defined the first
+    /// time), for [`Metrics::count_tokens`].
+    #[inline(never)]
+    pub fn token_slot(
+        &self,
+        host: &impl Host,
+        config: &Config,
+        provider: ProviderId,
+        model: &str,
+    ) -> usize {
+        let mut slots = self.tokens.borrow_mut();
+        if let Some(at) = slots
+            .iter()
+            .position(|s| s.provider == provider && &*s.model == model)
+        {
+            return at;
+        }
+        let ids = Kind::ALL.map(|kind| {
+            host.define_metric(
+                MetricKind::Counter,
+                &names::tokens(name(config, provider), model, kind),
+            )
+        });
+        slots.push(TokenSlot {
+            provider,
+            model: model.into(),
+            ids,
+            held: Usage::default(),
+        });
+        slots.len() - 1
+    }
+
+    /// Counts what an answer cost toward its slot's `llm_failover_tokens_total` (added by the
+    /// next tick: no metric call now).
+    pub fn count_tokens(&self, slot: usize, usage: &Usage) {
+        if let Some(s) = self.tokens.borrow_mut().get_mut(slot) {
+            s.held.add(usage);
+        }
+    }
+
+    /// Adds the tokens every slot holds to its counters (one `increment_metric` per kind that
+    /// has some) and to its provider's token record (`tokens::SharedTokens`, one write per
+    /// provider that has some).
+    fn flush_tokens(&self, config: &Config, host: &impl Host) {
+        let mut slots = self.tokens.borrow_mut();
+        for (id, provider) in config.provider_ids() {
+            let mut sum = Usage::default();
+            for slot in slots.iter_mut().filter(|s| s.provider == id) {
+                let held = std::mem::take(&mut slot.held);
+                for ((_, count), id) in held.kinds().into_iter().zip(slot.ids) {
+                    if let (Some(id), true) = (id, count > 0) {
+                        host.add_metric(id, count);
+                    }
+                }
+                sum.add(&held);
+            }
+            if sum != Usage::default() {
+                let tokens = SharedTokens {
+                    store: host,
+                    clock: host,
+                };
+                tokens.add(&provider.name, &sum);
+            }
+        }
+    }
+
     /// Writes every provider's held answers to the shared health records (one compare-and-swap
     /// per provider that has some). Called from each root's tick and when a root goes away.
+    /// Also adds the tokens the worker counted to `llm_failover_tokens_total`.
     pub fn flush_answers(&self, config: &Config, host: &impl Host) {
+        self.flush_tokens(config, host);
         let health = health(config, host, host);
         for (id, provider) in config.provider_ids() {
             let pending = self.take_answers(id);

@@ -6,6 +6,7 @@
 //! method); the unit tests drive both roles through whole requests against a recording host
 //! that plays Envoy's side (`tests`).
 
+mod counting;
 mod downstream;
 mod metrics;
 pub mod registry;
@@ -77,6 +78,8 @@ pub trait Host: SharedStore + Clock {
     /// Defines (or finds) a metric; `None` when the host refuses.
     fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32>;
     fn increment_metric(&self, id: u32);
+    /// Adds `delta` to a counter.
+    fn add_metric(&self, id: u32, delta: u64);
     fn record_metric(&self, id: u32, value: u64);
     /// Makes the route re-read filter state (Envoy's `clear_route_cache` foreign function);
     /// `false` when the host has no such function.

@@ -197,6 +197,11 @@ impl Host for Recording {
             m.1 += 1;
         }
     }
+    fn add_metric(&self, id: u32, delta: u64) {
+        if let Some(m) = self.world.metrics.borrow_mut().get_mut(id as usize - 1) {
+            m.1 += delta;
+        }
+    }
     fn record_metric(&self, id: u32, value: u64) {
         if let Some(m) = self.world.metrics.borrow_mut().get_mut(id as usize - 1) {
             m.1 = value;
@@ -352,6 +357,21 @@ impl Gateway {
 
     fn metric(&self, name: &str) -> u64 {
         self.world.metric(name)
+    }
+
+    /// The upstream root's tick (what its worker held reaches the metrics and shared data).
+    fn tick(&self) {
+        let root = Recording {
+            world: Rc::clone(&self.world),
+            stream: Rc::default(),
+        };
+        self.up_metrics.flush_answers(&self.up_config, &root);
+    }
+
+    /// `llm_failover_tokens_total{provider, model}` by kind, after a tick.
+    fn tokens(&self, provider: &str, model: &str) -> [u64; 3] {
+        self.tick();
+        crate::usage::Kind::ALL.map(|kind| self.metric(&names::tokens(provider, model, kind)))
     }
 
     fn chat(&self, model: &str, providers: &[Provider]) -> Response {
@@ -1634,4 +1654,97 @@ fn a_spent_budget_skips_its_provider_until_its_window_rolls_over() {
     // The window rolls over: a is back.
     gw.world.now.set(T0 + 10_000);
     assert_eq!(gw.chat("m", &[ok()]).clusters(), ["ca"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What each answer cost (docs/behaviour.md section 15).
+
+#[test]
+fn the_serving_providers_usage_is_counted_once_and_the_failed_ones_not_at_all() {
+    let gw = Gateway::new(THREE);
+    // The failed attempt's body reports usage too: it never counts.
+    let failed = Provider::Answer(
+        503,
+        vec![],
+        r#"{"error":{},"usage":{"prompt_tokens":50,"completion_tokens":50}}"#,
+    );
+    let served = Provider::Chunks(
+        vec![("content-type", "application/json")],
+        vec![
+            r#"{"choices":[{"message":{"content":"{\"usage\":1}"}}],"us"#,
+            r#"age":{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_d"#,
+            r#"etails":{"cached_tokens":8}}}"#,
+        ],
+        Ending::Body,
+    );
+    let r = gw.chat("gpt-4o", &[failed, served]);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(
+        gw.metric(&names::tokens("b", "b-large", crate::usage::Kind::Input)),
+        0,
+        "added by the tick"
+    );
+    assert_eq!(gw.tokens("b", "b-large"), [12, 3, 8]);
+    assert_eq!(gw.tokens("a", "other"), [0, 0, 0]);
+    assert_eq!(gw.tokens("a", "gpt-4o"), [0, 0, 0]);
+    assert_eq!(
+        r.log.as_deref(),
+        Some("a:overloaded:0ms,b:ok:0ms:in=12/out=3/cached=8")
+    );
+    // A model only a pattern lets through counts as `other`; an answer without usage counts
+    // nothing and leaves the log as it was.
+    let r = gw.chat(
+        "gpt-4o",
+        &[Provider::Answer(
+            200,
+            vec![],
+            r#"{"usage":{"prompt_tokens":1,"completion_tokens":2}}"#,
+        )],
+    );
+    assert_eq!(gw.tokens("a", "other"), [1, 2, 0]);
+    assert_eq!(r.log.as_deref(), Some("a:ok:0ms:in=1/out=2/cached=0"));
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.log.as_deref(), Some("a:ok:0ms"));
+    assert_eq!(gw.tokens("a", "other"), [1, 2, 0]);
+}
+
+#[test]
+fn a_long_json_answer_is_read_at_its_end_only() {
+    let gw = Gateway::new(THREE);
+    let text = "x".repeat(3 * crate::usage::JSON_TAIL);
+    let head: &'static str =
+        Box::leak(format!(r#"{{"choices":[{{"message":{{"content":"{text}"#).into_boxed_str());
+    let served = Provider::Chunks(
+        vec![("content-type", "application/json")],
+        vec![
+            head,
+            r#""}}],"usage":{"prompt_tokens":40,"completion_tokens":9}}"#,
+        ],
+        Ending::Body,
+    );
+    let r = gw.chat("gpt-4o", &[served]);
+    assert_eq!(r.status, 200);
+    assert_eq!(gw.tokens("a", "other"), [40, 9, 0]);
+}
+
+#[test]
+fn a_streams_usage_counts_when_its_last_chunk_passes_by_body_or_trailers() {
+    let chunks = vec![
+        "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"compl",
+        "etion_tokens\":2}}\n\ndata: [DONE]\n\n",
+    ];
+    for ending in [Ending::Body, Ending::Trailers] {
+        let gw = Gateway::new(THREE);
+        let stream = Provider::Chunks(
+            vec![("content-type", "text/event-stream")],
+            chunks.clone(),
+            ending,
+        );
+        let body = r#"{"model":"gpt-4o","stream":true,"messages":[]}"#;
+        let r = gw.request(&[], body, &[stream]);
+        assert_eq!(r.status, 200);
+        assert_eq!(gw.tokens("a", "other"), [7, 2, 0], "{ending:?}");
+        assert_eq!(r.log.as_deref(), Some("a:ok:0ms:in=7/out=2/cached=0"));
+    }
 }

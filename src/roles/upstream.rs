@@ -2,6 +2,7 @@
 //! decides for the request, classifies the outcome, and applies what `attempt::settle` decides
 //! for it (marker header, metrics, breaker report, attempt log, outcome record).
 
+use super::counting::Counting;
 use super::registry;
 use super::{
     health, send_reply, status_code, text_property, u64_property, Flow, Host, Map, Metrics,
@@ -83,6 +84,11 @@ pub struct Upstream<H: Host> {
     /// The provider's answer was replaced by a whole one ([`Upstream::give_whole`]): the rest
     /// of its body never reaches the caller.
     replaced: bool,
+    /// The answer is an event stream (its `content-type`, once the headers came).
+    event_stream: bool,
+    /// The usage of an answer that goes to the caller, read as it passes (docs/behaviour.md
+    /// section 15), with the attempt log it joins.
+    counting: Option<Counting>,
 }
 
 /// An AWS event stream turned into SSE as it passes. While the answer is held (its first event
@@ -140,6 +146,8 @@ impl<H: Host> Upstream<H> {
             envelope_body: None,
             unframe: None,
             replaced: false,
+            event_stream: false,
+            counting: None,
         }
     }
 
@@ -249,11 +257,27 @@ impl<H: Host> Upstream<H> {
         let mut log = if a.log_started() {
             text_property(host, wire::ATTEMPTS_PROPERTY.as_bytes()).unwrap_or_default()
         } else {
-            String::new()
+            // Room for the entry and, when it serves, its tokens (`Counting::finish`).
+            String::with_capacity(64)
         };
         settled.write_log(config, &mut log);
-        host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        let dialect = a.usage_dialect().filter(|_| class == Class::Ok);
+        if let (Some(dialect), false) = (dialect, settled.marker == Marker::Set) {
+            // The answer goes to the caller: what it cost is read as it passes, and the log
+            // is written with it.
+            let slot = metrics.token_slot(host, config, settled.provider, a.usage_model());
+            self.counting = Some(Counting::new(dialect, self.event_stream, log, slot));
+        } else {
+            host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
+        }
         settled.marker
+    }
+
+    /// The answer's last byte passed: counts what it cost (docs/behaviour.md section 15).
+    fn count_usage(&mut self) {
+        if let Some(counting) = self.counting.take() {
+            counting.finish(&self.host, &self.metrics);
+        }
     }
 
     /// Answers an attempt refused for the time budget with the last attempt's failure; its
@@ -314,6 +338,9 @@ impl<H: Host> Upstream<H> {
     /// The stream is over. Without response headers the connection failed, the attempt timed
     /// out, or the caller went away (docs/internals.md "How attempts are carried": these reach upstream filters only here).
     pub fn on_done(&mut self) {
+        if let Some(counting) = self.counting.take() {
+            counting.abandon(&self.host); // its answer did not end: no tokens
+        }
         let Some(current) = self.current.as_ref().filter(|_| !self.settled) else {
             return;
         };
@@ -403,6 +430,11 @@ impl<H: Host> Upstream<H> {
         if self.held > 0 {
             // (Nothing happens unless the answer is translated.)
             self.translate_answer(self.held, false);
+            if self.answer.is_none() {
+                if let Some(counting) = &mut self.counting {
+                    counting.read_buffer(&self.host, self.held);
+                }
+            }
         }
         // Resumed, Envoy sends the buffer on: nothing is kept for the end any more.
         if let Some(Answering::Stream { kept, .. }) = &mut self.answer {
@@ -694,6 +726,7 @@ impl<H: Host> Upstream<H> {
         let head = attempt::ResponseHead::read(&map, end_of_stream);
         self.provider_marker = head.marker;
         self.answered = true;
+        self.event_stream = head.content_type.is_some_and(dialects::is_event_stream);
         self.gather = attempt::gathers(&a, &head).map(|(provider, caller)| Gathering {
             provider,
             caller,
@@ -726,6 +759,7 @@ impl<H: Host> Upstream<H> {
         }
         let body_size = self.unframe_body(body_size, end_of_stream);
         self.held = body_size;
+        let gathering = self.gather.is_some();
         let flow = if self.hold.is_some() {
             self.decide_held(end_of_stream)
         } else if self.gather.is_some() {
@@ -733,8 +767,15 @@ impl<H: Host> Upstream<H> {
         } else {
             self.translate_answer(body_size, end_of_stream)
         };
+        // An untranslated answer passes as it came: what goes on now is read for its usage
+        // (a translated or gathered one where it is read anyway).
+        let plain = flow == Flow::Continue && self.answer.is_none() && !self.replaced;
+        let read = match &mut self.counting {
+            Some(counting) if plain && !gathering => counting.read_buffer(&self.host, body_size),
+            _ => None,
+        };
         if flow == Flow::Continue && self.watch.is_some() {
-            self.watch_end(body_size, end_of_stream);
+            self.watch_end(body_size, end_of_stream, read.as_deref());
         }
         if let Some(u) = &mut self.unframe {
             // Paused, Envoy keeps what is in the buffer now (a translated stream's kept bytes,
@@ -744,6 +785,9 @@ impl<H: Host> Upstream<H> {
                 (Flow::Pause, Some(Answering::Stream { kept, .. })) if *kept > 0 => *kept,
                 (Flow::Pause, _) => body_size,
             };
+        }
+        if end_of_stream && flow == Flow::Continue {
+            self.count_usage();
         }
         flow
     }
@@ -801,6 +845,9 @@ impl<H: Host> Upstream<H> {
         };
         let chunk = self.host.body(Map::Response, self.held).unwrap_or_default();
         g.bytes.extend_from_slice(&chunk);
+        if let Some(counting) = &mut self.counting {
+            counting.push(&chunk);
+        }
         if !end_of_stream {
             self.host.set_body(Map::Response, self.held, b"");
             return Flow::Continue;
@@ -830,6 +877,14 @@ impl<H: Host> Upstream<H> {
             return Flow::Pause;
         }
         let body = self.host.body(Map::Response, body_size).unwrap_or_default();
+        if let Some(counting) = &mut self.counting {
+            // The provider's own bytes (a stream's first `kept` are the caller's already).
+            let done = match answer {
+                Answering::Stream { kept, .. } => (*kept).min(body.len()),
+                Answering::Whole { .. } => 0,
+            };
+            counting.push(body.get(done..).unwrap_or_default());
+        }
         let (out, flow) = match answer {
             Answering::Whole { status } => {
                 // Not held (an error, or holding is off): an unreadable answer's error goes as
@@ -855,8 +910,23 @@ impl<H: Host> Upstream<H> {
     /// `end_of_stream` would bring. Envoy lets a filter write only into a body it holds, so a
     /// translated answer's end is written after the bytes kept for it.
     pub fn on_response_trailers(&mut self) -> Flow {
+        let flow = self.trailers();
+        if flow == Flow::Continue {
+            self.count_usage();
+        }
+        flow
+    }
+
+    fn trailers(&mut self) -> Flow {
         if self.hold.is_some() {
-            return self.decide_held(true);
+            let flow = self.decide_held(true);
+            if flow == Flow::Continue && self.answer.is_none() && !self.replaced {
+                // An untranslated answer held to its end goes on now, all of it.
+                if let Some(counting) = &mut self.counting {
+                    counting.read_buffer(&self.host, self.held);
+                }
+            }
+            return flow;
         }
         if self.gather.is_some() {
             return self.gather_body(true);
@@ -894,14 +964,20 @@ impl<H: Host> Upstream<H> {
 
     /// Keeps the stream's last bytes; at its end, a stream without its final event gets an
     /// error event in the caller's dialect, so the caller's client raises (behaviour.md 5).
-    fn watch_end(&mut self, body_size: usize, end_of_stream: bool) {
+    /// `read`: the whole chunk, when it was read already (for its usage).
+    fn watch_end(&mut self, body_size: usize, end_of_stream: bool, read: Option<&[u8]>) {
         let Some(tail) = &mut self.watch else {
             return;
         };
         let len = body_size.min(dialects::STREAM_TAIL);
         if len > 0 {
-            let bytes = self.host.body_range(Map::Response, body_size - len, len);
-            tail.extend_from_slice(&bytes.unwrap_or_default());
+            match read.and_then(|r| r.get(r.len().saturating_sub(len)..)) {
+                Some(bytes) => tail.extend_from_slice(bytes),
+                None => {
+                    let bytes = self.host.body_range(Map::Response, body_size - len, len);
+                    tail.extend_from_slice(&bytes.unwrap_or_default());
+                }
+            }
             let excess = tail.len().saturating_sub(dialects::STREAM_TAIL);
             tail.drain(..excess);
         }
@@ -949,6 +1025,9 @@ impl<H: Host> Upstream<H> {
             // A whole translated answer, translated already; a retried one never reaches the
             // caller.
             if marker != Marker::Set {
+                if let Some(counting) = &mut self.counting {
+                    counting.push(&body); // the provider's own answer, whole
+                }
                 self.give_whole(&answer);
             }
             return Flow::Continue;

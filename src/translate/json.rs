@@ -132,6 +132,12 @@ impl Members<'_> {
     pub(crate) fn complete(&mut self) -> bool {
         self.0.complete()
     }
+
+    /// Where the object ends (just past its closing brace), once the members ran out; `None`
+    /// when it was not read to its closing brace.
+    pub(crate) fn end(&self) -> Option<usize> {
+        self.0.closed.then_some(self.0.scan.i)
+    }
 }
 
 impl<'a> Iterator for Members<'a> {

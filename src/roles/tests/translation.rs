@@ -481,3 +481,39 @@ fn a_translated_stream_whose_first_event_is_not_of_its_api_falls_over() {
     assert_eq!(r.status, 200);
     assert!(String::from_utf8_lossy(&r.body).contains("Hi"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// What each answer cost (docs/behaviour.md section 15), read from the provider's own bytes.
+
+#[test]
+fn a_translated_answers_usage_counts_for_the_provider_that_served_it() {
+    // JSON: the Anthropic answer's usage, read in Anthropic's names.
+    let gw = Gateway::new(XV);
+    let anthropic = Provider::Answer(
+        200,
+        vec![("content-type", "application/json")],
+        ANTHROPIC_ANSWER,
+    );
+    let r = gw.request(&[], CHAT, &[status(503), anthropic]);
+    assert_eq!(r.clusters(), ["co", "ca"]);
+    assert_eq!(gw.tokens("ant", "claude-sonnet-4-5"), [3, 4, 0]);
+    assert_eq!(gw.tokens("oai", "gpt-4o"), [0, 0, 0], "the failed one");
+    assert!(
+        r.log
+            .as_deref()
+            .unwrap()
+            .ends_with(",ant:ok:0ms:in=3/out=4/cached=0"),
+        "{:?}",
+        r.log
+    );
+    // A stream, the caller without usage asked: message_start's input, message_delta's output.
+    let gw = Gateway::new(XV);
+    let stream = Provider::Chunks(
+        vec![SSE],
+        vec![CLAUDE_START, CLAUDE_TEXT, CLAUDE_STOP_REASON],
+        Ending::Trailers,
+    );
+    let r = gw.request(&[], STREAM_CHAT, &[status(503), stream]);
+    assert!(!text(&r).contains("usage"), "{}", text(&r));
+    assert_eq!(gw.tokens("ant", "claude-sonnet-4-5"), [5, 3, 0]);
+}
