@@ -264,8 +264,9 @@ def test_capability_skips_are_shown_in_headers_metrics_and_the_access_log(xv):
                         ("xv-context", "capability_context")):
         # Skips are decided when planning, before the first attempt: listed first.
         assert walk(gw, rid) == (f"anthropic:skipped:{reason},openai:overloaded:Nms,"
-                                 "backup:ok:Nms")
-    assert walk(gw, "xv-plain") == "openai:overloaded:Nms,anthropic:ok:Nms"
+                                 "backup:ok:Nms:in=5/out=7/cached=0")
+    assert walk(gw, "xv-plain") == \
+        "openai:overloaded:Nms,anthropic:ok:Nms:in=5/out=7/cached=0"
     # The caller's path in the access log, though Anthropic was sent /v1/messages (issue 32).
     assert xv.anthropic.last_request()["path"] == "/v1/messages"
     line = next(l for l in gw.log().splitlines() if "request_id=xv-plain" in l)
@@ -332,7 +333,8 @@ def test_responses_embeddings_and_completions_fail_over_to_another_openai_provid
     assert body(recs[0])["input"] == "hi", "the caller's body, never translated"
     assert [header(r, "authorization") for r in recs] == [["Bearer sk-spare"]] * 5
     assert xv.anthropic.request_count() == 0, "the same API comes first in this chain"
-    assert walk(gw, "xv-resp") == "openai:overloaded:Nms,spare:ok:Nms"
+    # The Responses answer's usage (input_tokens, output_tokens) counts for the serving one.
+    assert walk(gw, "xv-resp") == "openai:overloaded:Nms,spare:ok:Nms:in=5/out=7/cached=0"
     assert skipped(gw) == {("anthropic", "content_incompatible"): 2}, \
         "embeddings and completions have no translation"
 
@@ -376,7 +378,8 @@ def test_openai_responses_app_through_an_anthropic_fallback(xv):
                     "system": [{"type": "text", "text": "Be brief."}],
                     "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
     assert anthropic_side(second)["stream"] is True and body(third)["max_tokens"] == 1024
-    assert walk(gw, "xv-rc") == "openai:overloaded:Nms,anthropic:ok:Nms"
+    # Input: 11 + 40 read from the cache + 3 written to it.
+    assert walk(gw, "xv-rc") == "openai:overloaded:Nms,anthropic:ok:Nms:in=54/out=9/cached=40"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -1019,7 +1022,7 @@ def test_openai_responses_app_through_a_chat_only_fallback(xv):
             "id": "call_7", "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_7", "content": "18C"}][1:]
-    assert walk(gw, "xv-rg") == "openai:overloaded:Nms,gemini:ok:Nms"
+    assert walk(gw, "xv-rg") == "openai:overloaded:Nms,gemini:ok:Nms:in=60/out=9/cached=40"
 
 
 @needs_hold

@@ -115,12 +115,13 @@ def test_same_residency_skips_entries_outside_the_first_entrys_residency(entries
     assert r.header("x-llm-provider") == "us2"
     assert r.header("x-llm-attempts") == "2"
     assert m.walk("res-us") == "eu1:skipped:residency,eu2:skipped:residency," \
-                              "us1:overloaded:Nms,us2:ok:Nms"
+                              "us1:overloaded:Nms,us2:ok:Nms:in=5/out=7/cached=0"
     # mistral: us1 does not serve it, so eu1 is the request's first entry: the walk stays in eu.
     r = m.gw.chat("mistral", headers={"x-request-id": "res-eu"})
     assert r.status == 200, r.text
     assert r.header("x-llm-provider") == "eu2"
-    assert m.walk("res-eu") == "us1:skipped:model,us2:skipped:residency,eu1:overloaded:Nms,eu2:ok:Nms"
+    assert m.walk("res-eu") == ("us1:skipped:model,us2:skipped:residency,eu1:overloaded:Nms,"
+                                "eu2:ok:Nms:in=5/out=7/cached=0")
     assert m.mocks["us2"].request_count() == 1 and m.mocks["eu2"].request_count() == 1
     after = m.skipped()
     grown = {k: v - before.get(k, 0) for k, v in after.items()

@@ -359,7 +359,8 @@ def test_access_log_lists_each_requests_walk(demo):
     gw = gateway.start(DEMO, env={"BREAKER_FAILURES": "1", "BREAKER_COOLDOWN": "60s"})
     gw.chat("gpt-4o", headers={"x-request-id": "obs-healthy"})
     line = access_line(gw, "obs-healthy")
-    assert walk(line) == "primary:ok:Nms"
+    # The mocks report usage: the serving attempt's entry carries it.
+    assert walk(line) == "primary:ok:Nms:in=5/out=7/cached=0"
     assert '"POST /v1/chat/completions HTTP/1.1" 200 ' in line
     # On Envoy 1.36-1.38 the route's cluster is the plan's grouping cluster (docs/older-envoys.md).
     group = "llm_failover~primary~secondary~tertiary"
@@ -369,7 +370,8 @@ def test_access_log_lists_each_requests_walk(demo):
     secondary.set_default(status=500)
     gw.chat("gpt-4o", headers={"x-request-id": "obs-failover"})
     line = access_line(gw, "obs-failover")
-    assert walk(line) == "primary:overloaded:Nms,secondary:server_error:Nms,tertiary:ok:Nms"
+    assert walk(line) == ("primary:overloaded:Nms,secondary:server_error:Nms,"
+                          "tertiary:ok:Nms:in=5/out=7/cached=0")
     assert f" attempts=3 cluster={group if harness.grouping_mode() else 'tertiary'} " in line
 
     # Both breakers are open now: they are skipped, and the log says so.
