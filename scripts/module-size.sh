@@ -28,8 +28,10 @@ cd "$(dirname "$0")/.."
 # state, only when the render sends records to a collector): 509,311 -> 509,810 bytes.
 # Issue 30's token budgets per provider: 509,810 -> 512,539 (BENCHMARKS.md "Token budgets").
 # Issue 29's Gemini native API as a caller dialect (google-genai apps): 512,539 -> 535,115.
+# Issue 30's token usage counted (usage.rs wired, roles/counting.rs, tokens.rs, the status
+# endpoint's tokens): 535,115 -> 547,508 (raised for the lead to decide; the size work may cut it).
 TARGET=418489
-CEILING=535200
+CEILING=548000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"
