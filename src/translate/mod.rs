@@ -21,7 +21,9 @@ pub mod messages;
 pub mod messages_to_chat;
 pub mod model;
 pub mod responses;
-mod sse;
+pub(crate) mod sse;
+
+use sse::Pair as _;
 
 /// An API (wire dialect) a caller calls or a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -323,32 +325,77 @@ pub fn wants_stream_usage(body: &[u8]) -> bool {
 /// boundaries (state carried across events and chunks).
 #[derive(Debug)]
 pub enum StreamTranslator {
-    /// An Anthropic Messages stream to an OpenAI Chat caller.
-    MessagesToChat(chat_to_messages::stream::Translator),
-    /// An OpenAI Chat stream to an Anthropic Messages caller.
-    ChatToMessages(messages_to_chat::stream::Translator),
+    /// Between OpenAI Chat and Anthropic Messages, either way (one shell reads both).
+    ChatMessages(sse::Translator<ChatMessages>),
     /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
     /// the model.
     ToResponses(Box<responses::Stream>),
     /// A Gemini stream to an OpenAI Chat caller, through the model.
-    GeminiToChat(Box<(gemini::Decoder, chat_to_messages::stream::Translator)>),
+    GeminiToChat(Box<(gemini::Decoder, chat_to_messages::stream::State)>),
     /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
     ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
+}
+
+/// The per-event state of a stream between OpenAI Chat and Anthropic Messages.
+#[derive(Debug)]
+pub enum ChatMessages {
+    /// To an OpenAI Chat caller, from an Anthropic Messages stream.
+    ToChat(chat_to_messages::stream::State),
+    /// To an Anthropic Messages caller, from an OpenAI Chat stream.
+    ToMessages(messages_to_chat::stream::State),
+}
+
+impl sse::Pair for ChatMessages {
+    fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
+        match self {
+            ChatMessages::ToChat(s) => s.event(e, out),
+            ChatMessages::ToMessages(s) => s.event(e, out),
+        }
+    }
+
+    fn at_end(&mut self, out: &mut Vec<u8>) {
+        match self {
+            ChatMessages::ToChat(s) => s.at_end(out),
+            ChatMessages::ToMessages(s) => s.at_end(out),
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        match self {
+            ChatMessages::ToChat(s) => s.stopped(),
+            ChatMessages::ToMessages(s) => s.stopped(),
+        }
+    }
+
+    fn finished(&self) -> bool {
+        match self {
+            ChatMessages::ToChat(s) => s.finished(),
+            ChatMessages::ToMessages(s) => s.finished(),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        match self {
+            ChatMessages::ToChat(s) => s.failed(),
+            ChatMessages::ToMessages(s) => s.failed(),
+        }
+    }
 }
 
 impl StreamTranslator {
     /// `None` when the two APIs are the same (nothing to translate).
     pub fn new(provider: Api, caller: Api, cx: StreamContext) -> Option<StreamTranslator> {
+        let pair = |state| Some(StreamTranslator::ChatMessages(sse::Translator::of(state)));
         match (provider, caller) {
-            (Api::AnthropicMessages, Api::OpenAiChat) => Some(StreamTranslator::MessagesToChat(
-                chat_to_messages::stream::Translator::new(cx),
+            (Api::AnthropicMessages, Api::OpenAiChat) => pair(ChatMessages::ToChat(
+                chat_to_messages::stream::State::new(cx),
             )),
-            (Api::OpenAiChat, Api::AnthropicMessages) => Some(StreamTranslator::ChatToMessages(
-                messages_to_chat::stream::Translator::default(),
+            (Api::OpenAiChat, Api::AnthropicMessages) => pair(ChatMessages::ToMessages(
+                messages_to_chat::stream::State::default(),
             )),
             (Api::Gemini, Api::OpenAiChat) => Some(StreamTranslator::GeminiToChat(Box::new((
                 gemini::Decoder::default(),
-                chat_to_messages::stream::Translator::new(cx),
+                chat_to_messages::stream::State::new(cx),
             )))),
             (Api::AnthropicMessages | Api::OpenAiChat, Api::Gemini) => {
                 Some(StreamTranslator::ToGemini(Box::new((
@@ -374,13 +421,10 @@ impl StreamTranslator {
     /// are kept where the end can still be added to them.
     pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
         let (ended, owed, messages_caller) = match self {
-            StreamTranslator::MessagesToChat(t) => {
+            StreamTranslator::ChatMessages(t) => {
                 t.push(chunk, end, out);
-                (t.ended(), t.owes_end(), false)
-            }
-            StreamTranslator::ChatToMessages(t) => {
-                t.push(chunk, end, out);
-                (t.ended(), t.owes_end(), true)
+                let messages_caller = matches!(t.state(), ChatMessages::ToMessages(_));
+                (t.ended(), t.owes_end(), messages_caller)
             }
             StreamTranslator::GeminiToChat(pair) => {
                 let (decoder, t) = &mut **pair;
@@ -420,8 +464,7 @@ impl StreamTranslator {
     /// own error event already ended it.
     pub fn finished(&self) -> bool {
         match self {
-            StreamTranslator::MessagesToChat(t) => t.finished(),
-            StreamTranslator::ChatToMessages(t) => t.finished(),
+            StreamTranslator::ChatMessages(t) => t.finished(),
             StreamTranslator::GeminiToChat(pair) => pair.1.finished(),
             StreamTranslator::ToGemini(pair) => pair.1.finished,
             StreamTranslator::ToResponses(t) => t.encoder.finished,

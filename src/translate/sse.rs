@@ -107,6 +107,82 @@ impl Reader {
     }
 }
 
+/// What a pair's stream translation keeps between events ([`Translator`] feeds it).
+pub trait Pair {
+    /// Translates one event of the provider's stream, appending the caller's bytes to `out`.
+    fn event(&mut self, e: Event<'_>, out: &mut Vec<u8>);
+    /// The provider's stream ended (after its last event): a stream whose stop reason came is
+    /// complete without its end marker (behaviour.md 5), so the caller's end is written here.
+    fn at_end(&mut self, out: &mut Vec<u8>);
+    /// The provider's stop reason came.
+    fn stopped(&self) -> bool;
+    /// The caller's end marker was written.
+    fn finished(&self) -> bool;
+    /// The provider's own error event was translated: nothing more goes to the caller.
+    fn failed(&self) -> bool;
+
+    /// The stream ended properly: its end marker, or the provider's own error event, written.
+    fn ended(&self) -> bool {
+        self.finished() || self.failed()
+    }
+
+    /// The stream's end owes the caller its end marker: the stop reason came, the end not yet.
+    fn owes_end(&self) -> bool {
+        self.stopped() && !self.ended()
+    }
+}
+
+/// A pair's stream translator: the events read from the chunks, each given to the pair's
+/// state, whatever the chunk boundaries. One that ended before its final event (and not with
+/// the provider's own error event) was cut short ([`crate::translate::StreamTranslator::push`]).
+#[derive(Debug, Default)]
+pub struct Translator<P> {
+    sse: Reader,
+    state: P,
+}
+
+impl<P: Pair> Translator<P> {
+    pub fn of(state: P) -> Translator<P> {
+        Translator {
+            sse: Reader::default(),
+            state,
+        }
+    }
+
+    /// Feeds the next chunk of the provider's stream (`end`: it was the last); appends the
+    /// caller's bytes to `out`.
+    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
+        let state = &mut self.state;
+        let mut on_event = |e: Event<'_>| state.event(e, out);
+        self.sse.feed(chunk, &mut on_event);
+        if end {
+            self.sse.finish(&mut on_event);
+            state.at_end(out);
+        }
+    }
+
+    /// The pair's state.
+    pub fn state(&self) -> &P {
+        &self.state
+    }
+
+    /// The provider's final event came (or its stop reason, and the stream ended): the
+    /// caller's end marker was written.
+    pub fn finished(&self) -> bool {
+        self.state.finished()
+    }
+
+    /// The stream ended properly: its end marker, or the provider's own error event, written.
+    pub fn ended(&self) -> bool {
+        self.state.ended()
+    }
+
+    /// The stream's end owes the caller its end marker: the stop reason came, the end not yet.
+    pub fn owes_end(&self) -> bool {
+        self.state.owes_end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

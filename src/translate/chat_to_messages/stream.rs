@@ -21,18 +21,15 @@ use crate::translate::common::{finish_reason, openai_error_body, provider_error,
 use crate::translate::json::{pick, put, Digits, RawStr};
 use crate::translate::messages::{update_usage, Fields as Event};
 use crate::translate::model::{Block, Event as ModelEvent};
-use crate::translate::sse::{self, Reader};
+use crate::translate::sse;
 use crate::translate::StreamContext;
 
-/// The translation state between chunks.
-#[derive(Debug, Default)]
-pub struct Translator {
-    sse: Reader,
-    state: State,
-}
+/// The translator of an Anthropic stream for an OpenAI caller.
+pub type Translator = sse::Translator<State>;
 
+/// The translation state between events.
 #[derive(Debug, Default)]
-struct State {
+pub struct State {
     cx: StreamContext,
     /// The start every chunk shares: `{"id":…,"object":"chat.completion.chunk","created":…,
     /// "model":…,`, written once at `message_start`.
@@ -50,62 +47,57 @@ struct State {
 
 impl Translator {
     pub fn new(cx: StreamContext) -> Translator {
+        Translator::of(State::new(cx))
+    }
+}
+
+impl State {
+    /// One event of the model's stream (another provider dialect's decoder read it), written
+    /// as this caller's chunks.
+    pub fn on(&mut self, e: ModelEvent<'_>, out: &mut Vec<u8>) {
+        self.model_event(e, out);
+    }
+
+    pub fn new(cx: StreamContext) -> State {
         let mut state = State {
             cx,
             ..State::default()
         };
         state.set_head(None, None);
-        Translator {
-            sse: Reader::default(),
-            state,
-        }
+        state
+    }
+}
+
+impl sse::Pair for State {
+    fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
+        self.on_event(e, out);
     }
 
-    /// Feeds the next chunk of the provider's stream; appends the caller's chunks to `out`.
-    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
-        let state = &mut self.state;
-        let mut on_event = |e: sse::Event<'_>| state.event(e, out);
-        self.sse.feed(chunk, &mut on_event);
-        if end {
-            self.sse.finish(&mut on_event);
-            // A stream whose stop reason came is complete without `message_stop` (behaviour.md 5);
-            // one that ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
-        }
-        if end && self.state.finish_sent {
+    fn at_end(&mut self, out: &mut Vec<u8>) {
+        if self.finish_sent {
             // As if it came (nothing happens when it did, or after an error); its type names
             // it, as in every Anthropic event.
             let data = br#"{"type":"message_stop"}"#;
-            self.state.event(sse::Event { name: b"", data }, out);
+            self.on_event(sse::Event { name: b"", data }, out);
         }
     }
 
-    /// One event of the model's stream (another provider dialect's decoder read it), written
-    /// as this caller's chunks.
-    pub fn on(&mut self, e: ModelEvent<'_>, out: &mut Vec<u8>) {
-        self.state.model_event(e, out);
+    fn stopped(&self) -> bool {
+        self.finish_sent
     }
 
-    /// The provider's `message_stop` came (or its stop reason, and the stream ended): `[DONE]`
-    /// was written.
-    pub fn finished(&self) -> bool {
-        self.state.finished
+    fn finished(&self) -> bool {
+        self.finished
     }
 
-    /// The stream ended properly: its end marker, or the provider's own error event, written.
-    pub fn ended(&self) -> bool {
-        self.state.finished || self.state.failed
-    }
-
-    /// The stream's end owes the caller its end marker: the stop reason came, `message_stop`
-    /// not yet.
-    pub fn owes_end(&self) -> bool {
-        self.state.finish_sent && !self.state.finished && !self.state.failed
+    fn failed(&self) -> bool {
+        self.failed
     }
 }
 
 impl State {
     #[inline(never)]
-    fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
+    fn on_event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
         if self.finished || self.failed {
             return;
         }

@@ -22,17 +22,14 @@ use crate::translate::common::{
 use std::borrow::Cow;
 
 use crate::translate::json::{elements, number, pick, put, Digits, Obj, RawStr};
-use crate::translate::sse::{self, Reader};
+use crate::translate::sse;
 
-/// The translation state between chunks.
-#[derive(Debug, Default)]
-pub struct Translator {
-    sse: Reader,
-    state: State,
-}
+/// The translator of an OpenAI Chat stream for an Anthropic caller.
+pub type Translator = sse::Translator<State>;
 
+/// The translation state between events.
 #[derive(Debug, Default)]
-struct State {
+pub struct State {
     /// `message_start` was written.
     started: bool,
     /// The content block open now (its index), if any.
@@ -52,43 +49,34 @@ struct State {
     failed: bool,
 }
 
-impl Translator {
-    /// Feeds the next chunk of the provider's stream; appends the caller's events to `out`.
-    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
-        let state = &mut self.state;
-        let mut on_event = |e: sse::Event<'_>| state.event(e, out);
-        self.sse.feed(chunk, &mut on_event);
-        if end {
-            self.sse.finish(&mut on_event);
-            // A stream whose finish came is complete without `[DONE]` (behaviour.md 5); one that
-            // ended before it was cut short ([`crate::translate::StreamTranslator::push`]).
-            if state.stop.is_some() {
-                state.end(out);
-            }
+impl sse::Pair for State {
+    fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
+        self.on_event(e, out);
+    }
+
+    fn at_end(&mut self, out: &mut Vec<u8>) {
+        // A stream whose finish came is complete without `[DONE]`.
+        if self.stop.is_some() {
+            self.end(out);
         }
     }
 
-    /// The stream ended properly: its end marker, or the provider's own error event, written.
-    pub fn ended(&self) -> bool {
-        self.state.finished || self.state.failed
+    fn stopped(&self) -> bool {
+        self.stop.is_some()
     }
 
-    /// The stream's end owes the caller its end marker: the finish came, `message_stop` not
-    /// yet (it waits for the usage chunk or `[DONE]`).
-    pub fn owes_end(&self) -> bool {
-        self.state.stop.is_some() && !self.state.finished && !self.state.failed
+    fn finished(&self) -> bool {
+        self.finished
     }
 
-    /// The provider's last chunk came (its finish, then usage or `[DONE]` or the end of the
-    /// stream) and `message_stop` was written.
-    pub fn finished(&self) -> bool {
-        self.state.finished
+    fn failed(&self) -> bool {
+        self.failed
     }
 }
 
 impl State {
     #[inline(never)]
-    fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
+    fn on_event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
         if self.finished || self.failed {
             return;
         }
