@@ -4,10 +4,10 @@
 //! says what a healthy gateway does; at run time open breakers and dead marks are skipped too.
 
 use crate::classify::Class;
-use crate::config::{ChainEntry, Config, ModelPattern, Provider, ProviderId};
+use crate::config::{Chain, ChainEntry, Config, ModelPattern, Provider, ProviderId, RetryInPlace};
 use crate::envelope::Envelope;
 use crate::health::Admission;
-use crate::plan::{self, Gatekeeper, RequestFacts, SkipReason};
+use crate::plan::{self, Gatekeeper, Plan, Refusal, RequestFacts, SkipReason};
 use crate::residency::Residency;
 use crate::translate::Api;
 use std::fmt::Write;
@@ -155,26 +155,98 @@ pub fn explain_with(
     let plan = match plan::plan_or_refuse(config, &facts, &AllHealthy) {
         Ok(plan) => plan,
         Err(refusal) => {
-            if let Some(chain) = refusal.chain.and_then(|c| config.chain(c)) {
-                let _ = writeln!(out, "chain: {}", chain.name);
-                for (entry, reason) in &refusal.skipped {
-                    if let Some(entry) = chain.entry(*entry) {
-                        skip_line(&mut out, config, &facts, entry, *reason, None);
-                    }
-                }
-            }
-            let r = &refusal.reply;
-            let _ = writeln!(
-                out,
-                "refused: {} {} (x-should-retry: {})\n  {}",
-                r.status, r.code, r.should_retry, r.message
-            );
+            refused_lines(&mut out, config, &facts, &refusal);
             return Err(out);
         }
     };
     let Some(chain) = config.chain(plan.chain) else {
         return Err(out);
     };
+    chain_line(&mut out, chain, &plan);
+    let walk = walk_line(&mut out, config, chain, &plan);
+    for (k, slot) in plan.slots.iter().enumerate() {
+        let Some(entry) = chain.entry(slot.entry) else {
+            continue;
+        };
+        let Some(provider) = config.provider(entry.provider) else {
+            continue;
+        };
+        attempt_lines(&mut out, config, &facts, k + 1, entry, provider, sending);
+        // Its in-place retry (behaviour.md 5) is an attempt slot of its own, when one can be left: it
+        // comes right after this attempt and pushes the later providers back by one.
+        if let Some(policy) = walk.in_place.filter(|_| k + 1 < walk.limit) {
+            let _ = writeln!(
+                out,
+                "  {}'. {} again (retry in place): once, when it fails with connection_error, server_error or overloaded, after {}, or rate_limited with a Retry-After of at most {}{}",
+                k + 1,
+                provider.name,
+                duration(policy.back_off_ms),
+                duration(policy.max_retry_after_ms),
+                if k + 1 < walk.planned {
+                    "; the providers after it then move back one"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    left_out_lines(&mut out, config, &facts, chain, &plan);
+    let _ = writeln!(
+        out,
+        "health: every breaker assumed closed; at run time an open breaker or a dead mark {}",
+        if chain.try_last {
+            "moves that provider to the end (try_last)"
+        } else {
+            "skips that provider without spending an attempt"
+        }
+    );
+    budget_lines(&mut out, config, chain, &plan);
+    Ok(out)
+}
+
+/// Budgets are read at run time too: which providers of this walk have one.
+fn budget_lines(out: &mut String, config: &Config, chain: &Chain, plan: &Plan) {
+    let budgets: Vec<String> = (plan.slots.iter())
+        .filter_map(|s| config.provider(chain.entry(s.entry)?.provider))
+        .filter_map(|p| {
+            let b = p.budget?;
+            Some(format!(
+                "{} {} tokens per {}",
+                p.name,
+                b.tokens,
+                duration(b.window_ms)
+            ))
+        })
+        .collect();
+    if !budgets.is_empty() {
+        let _ = writeln!(
+            out,
+            "budgets: {}; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over",
+            budgets.join(", ")
+        );
+    }
+}
+
+/// Why the request is refused: the chain that matched (and the entries it skipped), the reply.
+fn refused_lines(out: &mut String, config: &Config, facts: &RequestFacts, refusal: &Refusal) {
+    if let Some(chain) = refusal.chain.and_then(|c| config.chain(c)) {
+        let _ = writeln!(out, "chain: {}", chain.name);
+        for (entry, reason) in &refusal.skipped {
+            if let Some(entry) = chain.entry(*entry) {
+                skip_line(out, config, facts, entry, *reason, None);
+            }
+        }
+    }
+    let r = &refusal.reply;
+    let _ = writeln!(
+        out,
+        "refused: {} {} (x-should-retry: {})\n  {}",
+        r.status, r.code, r.should_retry, r.message
+    );
+}
+
+/// The chain that serves the request, and what it matches on.
+fn chain_line(out: &mut String, chain: &Chain, plan: &Plan) {
     let mut why = vec![format!("models {}", patterns(&chain.models))];
     if !chain.paths.is_empty() {
         why.push(format!("paths {}", patterns(&chain.paths)));
@@ -195,6 +267,19 @@ pub fn explain_with(
         plan.chain,
         why.join("; ")
     );
+}
+
+/// How many attempts the walk may make, with what room besides the planned ones.
+struct Walk {
+    limit: usize,
+    /// The planned providers.
+    planned: usize,
+    /// The chain's in-place retry, when the routing makes one.
+    in_place: Option<RetryInPlace>,
+}
+
+/// The walk's size and what it falls over on.
+fn walk_line(out: &mut String, config: &Config, chain: &Chain, plan: &Plan) -> Walk {
     let falls: Vec<&str> = Class::ALL
         .into_iter()
         .filter(|c| chain.fallback_on.has_class(*c))
@@ -236,106 +321,107 @@ pub fn explain_with(
             "; when every attempt fails: the last provider's answer"
         }
     );
-    for (k, slot) in plan.slots.iter().enumerate() {
-        let Some(entry) = chain.entry(slot.entry) else {
-            continue;
-        };
-        let Some(provider) = config.provider(entry.provider) else {
-            continue;
-        };
-        let changes = attempt_changes(config, entry, facts.model, path, facts.api);
-        let _ = writeln!(
-            out,
-            "  {}. {} (cluster {})",
-            k + 1,
-            provider.name,
-            provider.cluster
-        );
-        let _ = writeln!(
-            out,
-            "       model: {}",
-            changes
-                .model
-                .map_or(format!("{:?} as asked", facts.model), |m| format!(
-                    "{:?} (rewritten from {:?})",
-                    m, facts.model
-                ))
-        );
-        let _ = writeln!(
-            out,
-            "       path: {}{}{}",
-            changes.path,
-            changes
-                .stream_path
-                .as_ref()
-                .map_or(String::new(), |s| format!(" (streamed: {s})")),
-            changes
-                .authority
-                .map_or(String::new(), |a| format!(", authority: {a}"))
-        );
-        match (changes.translated_to, provider.api) {
-            (Some(to), _) => {
-                let from = facts.api.map_or("another API", Api::as_str);
-                let _ = writeln!(
-                    out,
-                    "       api: {} (translated from {from}, answers back to {from})",
-                    to.as_str()
-                );
-            }
-            (None, Some(api)) => {
-                let _ = writeln!(out, "       api: {}", api.as_str());
-            }
-            (None, None) => {}
-        }
-        if let Some(envelope) = provider.envelope {
-            let _ = writeln!(
-                out,
-                "       envelope: {}",
-                envelope_words(envelope, provider)
-            );
-        }
-        let settings = entry.settings;
-        if !settings.is_empty() {
-            let mut sent = Vec::with_capacity(2);
-            if let Some(effort) = settings.effort {
-                sent.push(format!("effort {}", effort.as_str()));
-            }
-            if let Some(max) = settings.max_tokens {
-                sent.push(format!("max_tokens {max}"));
-            }
-            let _ = writeln!(
-                out,
-                "       sent with: {} (in the provider's dialect)",
-                sent.join(", ")
-            );
-        }
-        if !changes.headers.is_empty() {
-            let _ = writeln!(out, "       sets: {}", changes.headers.join(", "));
-        }
-        if let Some(line) = sending(entry.provider) {
-            let _ = writeln!(out, "       {line}");
-        }
-        if !changes.removed.is_empty() {
-            let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
-        }
-        // Its in-place retry (behaviour.md 5) is an attempt slot of its own, when one can be left: it
-        // comes right after this attempt and pushes the later providers back by one.
-        if let Some(policy) = in_place.filter(|_| k + 1 < limit) {
-            let _ = writeln!(
-                out,
-                "  {}'. {} again (retry in place): once, when it fails with connection_error, server_error or overloaded, after {}, or rate_limited with a Retry-After of at most {}{}",
-                k + 1,
-                provider.name,
-                duration(policy.back_off_ms),
-                duration(policy.max_retry_after_ms),
-                if k + 1 < planned {
-                    "; the providers after it then move back one"
-                } else {
-                    ""
-                }
-            );
-        }
+    Walk {
+        limit,
+        planned,
+        in_place,
     }
+}
+
+/// One attempt: its provider, what it rewrites and sends, how it is signed.
+fn attempt_lines(
+    out: &mut String,
+    config: &Config,
+    facts: &RequestFacts,
+    number: usize,
+    entry: &ChainEntry,
+    provider: &Provider,
+    sending: &dyn Fn(ProviderId) -> Option<String>,
+) {
+    let path = facts.path.unwrap_or_default();
+    let changes = attempt_changes(config, entry, facts.model, path, facts.api);
+    let _ = writeln!(
+        out,
+        "  {}. {} (cluster {})",
+        number, provider.name, provider.cluster
+    );
+    let _ = writeln!(
+        out,
+        "       model: {}",
+        changes
+            .model
+            .map_or(format!("{:?} as asked", facts.model), |m| format!(
+                "{:?} (rewritten from {:?})",
+                m, facts.model
+            ))
+    );
+    let _ = writeln!(
+        out,
+        "       path: {}{}{}",
+        changes.path,
+        changes
+            .stream_path
+            .as_ref()
+            .map_or(String::new(), |s| format!(" (streamed: {s})")),
+        changes
+            .authority
+            .map_or(String::new(), |a| format!(", authority: {a}"))
+    );
+    match (changes.translated_to, provider.api) {
+        (Some(to), _) => {
+            let from = facts.api.map_or("another API", Api::as_str);
+            let _ = writeln!(
+                out,
+                "       api: {} (translated from {from}, answers back to {from})",
+                to.as_str()
+            );
+        }
+        (None, Some(api)) => {
+            let _ = writeln!(out, "       api: {}", api.as_str());
+        }
+        (None, None) => {}
+    }
+    if let Some(envelope) = provider.envelope {
+        let _ = writeln!(
+            out,
+            "       envelope: {}",
+            envelope_words(envelope, provider)
+        );
+    }
+    let settings = entry.settings;
+    if !settings.is_empty() {
+        let mut sent = Vec::with_capacity(2);
+        if let Some(effort) = settings.effort {
+            sent.push(format!("effort {}", effort.as_str()));
+        }
+        if let Some(max) = settings.max_tokens {
+            sent.push(format!("max_tokens {max}"));
+        }
+        let _ = writeln!(
+            out,
+            "       sent with: {} (in the provider's dialect)",
+            sent.join(", ")
+        );
+    }
+    if !changes.headers.is_empty() {
+        let _ = writeln!(out, "       sets: {}", changes.headers.join(", "));
+    }
+    if let Some(line) = sending(entry.provider) {
+        let _ = writeln!(out, "       {line}");
+    }
+    if !changes.removed.is_empty() {
+        let _ = writeln!(out, "       removes: {}", changes.removed.join(", "));
+    }
+}
+
+/// The chain's entries the walk leaves out, and why.
+fn left_out_lines(
+    out: &mut String,
+    config: &Config,
+    facts: &RequestFacts,
+    chain: &Chain,
+    plan: &Plan,
+) {
     // Every breaker closed: the first slot is the request's first entry.
     let first = (plan.slots.first())
         .and_then(|s| chain.entry(s.entry))
@@ -351,7 +437,7 @@ pub fn explain_with(
             left_out = true;
         }
         match plan.skipped.iter().find(|(e, _)| *e == index) {
-            Some((_, reason)) => skip_line(&mut out, config, &facts, entry, *reason, first),
+            Some((_, reason)) => skip_line(out, config, facts, entry, *reason, first),
             None => {
                 let _ = writeln!(
                     out,
@@ -370,36 +456,6 @@ pub fn explain_with(
             }
         }
     }
-    let _ = writeln!(
-        out,
-        "health: every breaker assumed closed; at run time an open breaker or a dead mark {}",
-        if chain.try_last {
-            "moves that provider to the end (try_last)"
-        } else {
-            "skips that provider without spending an attempt"
-        }
-    );
-    // Budgets are read at run time too: say which providers of this walk have one.
-    let budgets: Vec<String> = (plan.slots.iter())
-        .filter_map(|s| config.provider(chain.entry(s.entry)?.provider))
-        .filter_map(|p| {
-            let b = p.budget?;
-            Some(format!(
-                "{} {} tokens per {}",
-                p.name,
-                b.tokens,
-                duration(b.window_ms)
-            ))
-        })
-        .collect();
-    if !budgets.is_empty() {
-        let _ = writeln!(
-            out,
-            "budgets: {}; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over",
-            budgets.join(", ")
-        );
-    }
-    Ok(out)
 }
 
 /// A duration as configuration writes it (`500ms`, `2s`).

@@ -223,32 +223,7 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
             s.skip_ws();
             let value_start = s.i;
             match member {
-                Member::Model => {
-                    if scan.model.is_some() {
-                        return Err(BodyError::DuplicateMember {
-                            name: "model",
-                            at: key_start,
-                        });
-                    }
-                    if s.peek() == Some(b'"') {
-                        s.string()?;
-                        scan.model = Some(Span {
-                            start: value_start,
-                            end: s.i,
-                        });
-                    } else {
-                        // Report bad JSON as such before complaining about the type.
-                        s.value()?;
-                        let found =
-                            s.b.get(value_start)
-                                .and_then(|&c| value_kind(c))
-                                .unwrap_or("a value");
-                        return Err(BodyError::ModelNotString {
-                            found,
-                            at: value_start,
-                        });
-                    }
-                }
+                Member::Model => model_member(&mut s, &mut scan, key_start, value_start)?,
                 Member::Fallbacks => {
                     if scan.fallbacks.is_some() {
                         return Err(BodyError::DuplicateMember {
@@ -308,6 +283,42 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
     scan.content = s.content;
     scan.content.text_bytes = body.len().saturating_sub(s.media_bytes);
     Ok(scan)
+}
+
+/// The top-level `model` member (its name at `key_start`, its value at `value_start`): its
+/// string's span, read once ([`scan_top_level`]'s step, inlined there: the same code).
+#[inline(always)]
+fn model_member(
+    s: &mut Scanner<'_>,
+    scan: &mut BodyScan,
+    key_start: usize,
+    value_start: usize,
+) -> Result<(), BodyError> {
+    if scan.model.is_some() {
+        return Err(BodyError::DuplicateMember {
+            name: "model",
+            at: key_start,
+        });
+    }
+    if s.peek() == Some(b'"') {
+        s.string()?;
+        scan.model = Some(Span {
+            start: value_start,
+            end: s.i,
+        });
+        Ok(())
+    } else {
+        // Report bad JSON as such before complaining about the type.
+        s.value()?;
+        let found =
+            s.b.get(value_start)
+                .and_then(|&c| value_kind(c))
+                .unwrap_or("a value");
+        Err(BodyError::ModelNotString {
+            found,
+            at: value_start,
+        })
+    }
 }
 
 /// `[` with something in it (a JSON array value, already validated).

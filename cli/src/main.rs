@@ -147,8 +147,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                eprintln!("llm-failover: missing command\n{USAGE}");
-                return ExitCode::from(2);
+                return usage_error("missing command");
             }
             // clap's own explanation (with its suggestions), then the summary of every command.
             let text = e.to_string();
@@ -158,8 +157,7 @@ fn main() -> ExitCode {
                 .unwrap_or(&text)
                 .trim_end()
                 .trim_start_matches("error: ");
-            eprintln!("llm-failover: {problem}\n{USAGE}");
-            return ExitCode::from(2);
+            return usage_error(problem);
         }
     };
     run(cli.command)
@@ -184,18 +182,9 @@ fn run(command: Command) -> ExitCode {
         Command::Validate { input } | Command::Explain { input, .. } => (input, None),
     };
     let file = input.file.as_str();
-    let text = if file == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
-    } else {
-        std::fs::read_to_string(file)
-    };
-    let text = match text {
+    let text = match read_file(file) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("{file}: cannot read: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let real_env = |name: &str| std::env::var(name).ok();
     let no_env = |_: &str| None;
@@ -205,77 +194,28 @@ fn run(command: Command) -> ExitCode {
         Err(errors) => {
             print(file, &errors);
             let n = errors.iter().filter(|d| d.is_error()).count();
-            eprintln!(
-                "{file}: {n} error{}{}",
-                if n == 1 { "" } else { "s" },
-                if matches!(command, Command::Render { .. }) {
-                    " — nothing was written"
-                } else {
-                    ""
-                }
-            );
+            let s = if n == 1 { "" } else { "s" };
+            eprintln!("{file}: {n} error{s}{}", nothing_written(&command));
             return ExitCode::from(1);
         }
     };
-    let mut warnings = gw.warnings.clone();
-    if matches!(
-        command,
-        Command::Validate { .. }
-            | Command::Render {
-                target: Target::Envoy,
-                ..
-            }
-    ) {
-        warnings.extend(module_warning(&gw.module));
+    if let Err(code) = warn(&command, input, &gw) {
+        return code;
     }
-    print_in(file, &gw.text, &warnings);
-    if input.strict && !warnings.is_empty() {
-        let n = warnings.len();
-        eprintln!(
-            "{file}: {n} warning{} and --strict{}",
-            if n == 1 { "" } else { "s" },
-            if matches!(command, Command::Render { .. }) {
-                " — nothing was written"
-            } else {
-                ""
-            }
-        );
-        return ExitCode::from(1);
-    }
-    let gw = match &command {
-        Command::Render {
-            otel_collector: Some(_),
-            target: Target::Istio,
-            ..
-        } => {
-            eprintln!("llm-failover: --otel-collector is for the Envoy target (Istio sends access logs to a collector with its Telemetry API)\n{USAGE}");
-            return ExitCode::from(2);
-        }
-        Command::Render {
-            otel_collector: Some(collector),
-            ..
-        } => match gw.with_otel(collector) {
-            Ok(gw) => gw,
-            Err(errors) => {
-                print(file, &errors);
-                return ExitCode::from(2);
-            }
-        },
-        _ => gw,
+    let gw = match with_otel(&command, file, gw) {
+        Ok(gw) => gw,
+        Err(code) => return code,
     };
     let source = Path::new(file)
         .file_name()
         .map_or_else(|| file.to_string(), |n| n.to_string_lossy().into_owned());
 
-    let (out, pieces) = match &command {
+    match &command {
         Command::Render {
             target: Target::Istio,
             pieces: Some(_),
             ..
-        } => {
-            eprintln!("llm-failover: --pieces is for the Envoy target\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        } => usage_error("--pieces is for the Envoy target"),
         Command::Render {
             out,
             module,
@@ -290,37 +230,32 @@ fn run(command: Command) -> ExitCode {
                 input.envoy_version.as_deref(),
                 istio_version.as_deref(),
             );
-            return render_istio(file, &gw.text, loaded, &source, out.as_deref());
+            render_istio(file, &gw.text, loaded, &source, out.as_deref())
         }
         Command::Render {
             istio_version: Some(_),
             ..
-        } => {
-            eprintln!("llm-failover: --istio-version needs --target istio\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        } => usage_error("--istio-version needs --target istio"),
+        Command::Render {
+            pieces: Some(_),
+            reloadable: Some(_),
+            ..
+        } => usage_error("--pieces and --reloadable do not go together"),
         Command::Render {
             out,
-            pieces,
             reloadable: Some(dir),
             ..
-        } => {
-            if pieces.is_some() {
-                eprintln!("llm-failover: --pieces and --reloadable do not go together\n{USAGE}");
-                return ExitCode::from(2);
-            }
-            let gw = match with_secrets(gw, out.as_deref()) {
-                Ok(gw) => gw,
-                Err(code) => return code,
-            };
-            return render_reloadable(&gw, &source, out.as_deref(), dir);
-        }
-        Command::Render { out, pieces, .. } => (out, pieces),
-        Command::Validate { .. } => {
-            return validate(file, &gw, &real_env, &|| {
-                istio::load(&text, env, None, input.envoy_version.as_deref(), None)
-            })
-        }
+        } => match with_secrets(gw, out.as_deref()) {
+            Ok(gw) => render_reloadable(&gw, &source, out.as_deref(), dir),
+            Err(code) => code,
+        },
+        Command::Render { out, pieces, .. } => match with_secrets(gw, out.as_deref()) {
+            Ok(gw) => render_envoy(&gw, &source, out.as_deref(), pieces.as_deref()),
+            Err(code) => code,
+        },
+        Command::Validate { .. } => validate(file, &gw, &real_env, &|| {
+            istio::load(&text, env, None, input.envoy_version.as_deref(), None)
+        }),
         Command::Explain {
             model,
             caller,
@@ -329,71 +264,188 @@ fn run(command: Command) -> ExitCode {
             body,
             ..
         } => {
-            let body = match body.as_deref().map(std::fs::read) {
-                None => Vec::new(),
-                Some(Ok(body)) => body,
-                Some(Err(e)) => {
-                    eprintln!("--body: cannot read: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let content = match llm_failover::intake::read_body(&body) {
-                Ok(request) => request.content(),
-                Err(reply) => {
-                    eprintln!("--body: {}", reply.message);
-                    return ExitCode::from(2);
-                }
-            };
-            let facts = llm_failover::plan::RequestFacts {
+            let request = Request {
                 model,
-                path: Some(path),
                 caller: caller.as_deref(),
+                path,
                 no_fallback: *no_fallback,
-                route: None,
-                api: llm_failover::translate::Api::of_path(path),
-                content,
-                body: &body,
+                body: body.as_deref(),
             };
-            let sending = |id: llm_failover::config::ProviderId| {
-                let u = gw.upstreams.get(id.index())?;
-                let p = gw.config.provider(id)?;
-                render::sending(u, p)
-            };
-            return match llm_failover::explain::explain_with(&gw.config, &facts, &sending) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(text) => {
-                    print!("{text}");
-                    ExitCode::from(1)
-                }
-            };
+            explain(&gw, &request)
+        }
+    }
+}
+
+/// The failover file's text ("-": standard input).
+fn read_file(file: &str) -> Result<String, ExitCode> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+    } else {
+        std::fs::read_to_string(file)
+    };
+    text.map_err(|e| {
+        eprintln!("{file}: cannot read: {e}");
+        ExitCode::from(1)
+    })
+}
+
+/// What a refusing `render` adds to its last message.
+fn nothing_written(command: &Command) -> &'static str {
+    if matches!(command, Command::Render { .. }) {
+        " — nothing was written"
+    } else {
+        ""
+    }
+}
+
+/// A usage error: the problem, then the summary of every command.
+fn usage_error(problem: &str) -> ExitCode {
+    eprintln!("llm-failover: {problem}\n{USAGE}");
+    ExitCode::from(2)
+}
+
+/// Prints the file's warnings (and, for what loads the module from this machine, a module
+/// path that is not there); with `--strict`, any is an error.
+fn warn(command: &Command, input: &Input, gw: &llm_failover_cli::Gateway) -> Result<(), ExitCode> {
+    let file = input.file.as_str();
+    let mut warnings = gw.warnings.clone();
+    if matches!(
+        command,
+        Command::Validate { .. }
+            | Command::Render {
+                target: Target::Envoy,
+                ..
+            }
+    ) {
+        warnings.extend(module_warning(&gw.module));
+    }
+    print_in(file, &gw.text, &warnings);
+    if input.strict && !warnings.is_empty() {
+        let n = warnings.len();
+        let s = if n == 1 { "" } else { "s" };
+        eprintln!(
+            "{file}: {n} warning{s} and --strict{}",
+            nothing_written(command)
+        );
+        return Err(ExitCode::from(1));
+    }
+    Ok(())
+}
+
+/// The gateway sending each request's record to the collector `--otel-collector` names (the
+/// Envoy target only).
+fn with_otel(
+    command: &Command,
+    file: &str,
+    gw: llm_failover_cli::Gateway,
+) -> Result<llm_failover_cli::Gateway, ExitCode> {
+    match command {
+        Command::Render {
+            otel_collector: Some(_),
+            target: Target::Istio,
+            ..
+        } => Err(usage_error("--otel-collector is for the Envoy target (Istio sends access logs to a collector with its Telemetry API)")),
+        Command::Render {
+            otel_collector: Some(collector),
+            ..
+        } => gw.with_otel(collector).map_err(|errors| {
+            print(file, &errors);
+            ExitCode::from(2)
+        }),
+        _ => Ok(gw),
+    }
+}
+
+/// `explain`'s request, as the command line gives it.
+struct Request<'a> {
+    model: &'a str,
+    caller: Option<&'a str>,
+    path: &'a str,
+    no_fallback: bool,
+    /// The file holding the request's JSON body.
+    body: Option<&'a str>,
+}
+
+/// Prints the walk `request` would take; 1 when the gateway would refuse it.
+fn explain(gw: &llm_failover_cli::Gateway, request: &Request<'_>) -> ExitCode {
+    let body = match request.body.map(std::fs::read) {
+        None => Vec::new(),
+        Some(Ok(body)) => body,
+        Some(Err(e)) => {
+            eprintln!("--body: cannot read: {e}");
+            return ExitCode::from(2);
         }
     };
-
-    let gw = match with_secrets(gw, out.as_deref()) {
-        Ok(gw) => gw,
-        Err(code) => return code,
+    let content = match llm_failover::intake::read_body(&body) {
+        Ok(read) => read.content(),
+        Err(reply) => {
+            eprintln!("--body: {}", reply.message);
+            return ExitCode::from(2);
+        }
     };
-    let text = render::bootstrap_text(&gw, &source);
-    if let Err(code) = write_out(&text, out.as_deref()) {
+    let facts = llm_failover::plan::RequestFacts {
+        model: request.model,
+        path: Some(request.path),
+        caller: request.caller,
+        no_fallback: request.no_fallback,
+        route: None,
+        api: llm_failover::translate::Api::of_path(request.path),
+        content,
+        body: &body,
+    };
+    let sending = |id: llm_failover::config::ProviderId| {
+        let u = gw.upstreams.get(id.index())?;
+        let p = gw.config.provider(id)?;
+        render::sending(u, p)
+    };
+    match llm_failover::explain::explain_with(&gw.config, &facts, &sending) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(text) => {
+            print!("{text}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Writes the Envoy bootstrap to `out` (standard output when `None`), and its pieces to
+/// `pieces` when asked.
+fn render_envoy(
+    gw: &llm_failover_cli::Gateway,
+    source: &str,
+    out: Option<&str>,
+    pieces: Option<&str>,
+) -> ExitCode {
+    let text = render::bootstrap_text(gw, source);
+    if let Err(code) = write_out(&text, out) {
         return code;
     }
-    if let Some(dir) = pieces {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("{dir}: cannot create: {e}");
-            return ExitCode::from(1);
-        }
-        for (name, text) in render::pieces(&gw, &source) {
-            let path = Path::new(dir).join(name);
-            if let Err(e) = std::fs::write(&path, text) {
-                eprintln!("{}: cannot write: {e}", path.display());
-                return ExitCode::from(1);
-            }
+    match pieces.map(|dir| write_files(dir, render::pieces(gw, source))) {
+        Some(Err(code)) => code,
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+/// Writes each `(name, text)` into `dir` (created when missing).
+fn write_files<N: AsRef<Path>, T: AsRef<[u8]>>(
+    dir: &str,
+    files: impl IntoIterator<Item = (N, T)>,
+) -> Result<(), ExitCode> {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("{dir}: cannot create: {e}");
+        return Err(ExitCode::from(1));
+    }
+    for (name, text) in files {
+        let path = Path::new(dir).join(name);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("{}: cannot write: {e}", path.display());
+            return Err(ExitCode::from(1));
         }
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// Envoy opens the module at start, a relative path from the directory it starts in: a path
@@ -491,8 +543,7 @@ fn render_istio(
     out: Option<&str>,
 ) -> ExitCode {
     let Some(dir) = out else {
-        eprintln!("llm-failover: --target istio writes two files: give --out DIR\n{USAGE}");
-        return ExitCode::from(2);
+        return usage_error("--target istio writes two files: give --out DIR");
     };
     let files = loaded.and_then(|(gw, opts)| istio::render_files(&gw, source, &opts));
     let files = match files {
@@ -503,18 +554,10 @@ fn render_istio(
             return ExitCode::from(1);
         }
     };
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!("{dir}: cannot create: {e}");
-        return ExitCode::from(1);
+    match write_files(dir, files) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
-    for (name, text) in files {
-        let path = Path::new(dir).join(name);
-        if let Err(e) = std::fs::write(&path, text) {
-            eprintln!("{}: cannot write: {e}", path.display());
-            return ExitCode::from(1);
-        }
-    }
-    ExitCode::SUCCESS
 }
 
 /// Writes the secret files of `credential.file` providers beside the bootstrap `out` (each
@@ -528,8 +571,7 @@ fn with_secrets(
         return Ok(gw);
     }
     let Some(out) = out else {
-        eprintln!("llm-failover: a credential read from a file (credential.file) needs --out PATH: render writes the secret file Envoy watches beside the bootstrap\n{USAGE}");
-        return Err(ExitCode::from(2));
+        return Err(usage_error("a credential read from a file (credential.file) needs --out PATH: render writes the secret file Envoy watches beside the bootstrap"));
     };
     let parent = Path::new(out)
         .parent()

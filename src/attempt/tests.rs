@@ -431,6 +431,11 @@ fn failed(class: Class, status: Option<u16>, retry_after_ms: Option<u64>) -> Out
     }
 }
 
+/// [`settle`] 2 s into the request, 1.5 s into the attempt, with no alternative list.
+fn settle_now<'a>(c: &Config, a: &Attempt<'a, 'a>, outcome: Outcome) -> Settlement<'a> {
+    settle(c, a, outcome, 2_000, 1_500, &mut no_lists)
+}
+
 #[test]
 fn a_retryable_failure_is_retried_once_in_place_within_the_attempt_limit() {
     let c = retrying();
@@ -445,62 +450,27 @@ fn a_retryable_failure_is_retried_once_in_place_within_the_attempt_limit() {
         (Class::Overloaded, Some(503)),
         (Class::ConnectionError, None),
     ] {
-        let s = settle(
-            &c,
-            &a,
-            failed(class, status, None),
-            2_000,
-            1_500,
-            &mut no_lists,
-        );
+        let s = settle_now(&c, &a, failed(class, status, None));
         assert_eq!(s.retry_in_place_after_ms, Some(400), "{class:?}");
         assert_eq!(entries(&s.reroute), Some(vec![0, 0, 1]), "{class:?}");
         assert_eq!(s.fallback, None, "a retry in place is no fallback");
         assert!(s.report.is_some(), "it still counts toward the breaker");
     }
     // The retried slot reports its success (it failed just now) and probes nothing.
-    let s = settle(
-        &c,
-        &a,
-        failed(Class::ServerError, Some(500), None),
-        2_000,
-        1_500,
-        &mut no_lists,
-    );
+    let s = settle_now(&c, &a, failed(Class::ServerError, Some(500), None));
     let again = s.reroute.expect("rerouted")[1];
     assert!(!again.pristine && !again.probe);
     // A 429 only when Retry-After asks for no more than max_retry_after, after that wait.
-    let s = settle(
-        &c,
-        &a,
-        failed(Class::RateLimited, Some(429), Some(1_000)),
-        2_000,
-        1_500,
-        &mut no_lists,
-    );
+    let s = settle_now(&c, &a, failed(Class::RateLimited, Some(429), Some(1_000)));
     assert_eq!(s.retry_in_place_after_ms, Some(1_000));
     for retry_after in [Some(2_001), None] {
-        let s = settle(
-            &c,
-            &a,
-            failed(Class::RateLimited, Some(429), retry_after),
-            2_000,
-            1_500,
-            &mut no_lists,
-        );
+        let s = settle_now(&c, &a, failed(Class::RateLimited, Some(429), retry_after));
         assert_eq!((s.retry_in_place_after_ms, &s.reroute), (None, &None));
         assert_eq!(pair(s.fallback), Some((0, 1)));
     }
     // Never for timeouts, setup faults or classes read from the body.
     for class in [Class::Timeout, Class::QuotaExhausted, Class::ModelNotFound] {
-        let s = settle(
-            &c,
-            &a,
-            failed(class, Some(500), Some(10)),
-            2_000,
-            1_500,
-            &mut no_lists,
-        );
+        let s = settle_now(&c, &a, failed(class, Some(500), Some(10)));
         assert_eq!(s.retry_in_place_after_ms, None, "{class:?}");
     }
     // Once: the retry itself moves on.
@@ -508,60 +478,29 @@ fn a_retryable_failure_is_retried_once_in_place_within_the_attempt_limit() {
     let p2 = limited_plan(&walk, 3);
     let retry = resolve(&c, p2.view(), 2).expect("attempt 2");
     assert!(is_retry_in_place(&retry));
-    let s = settle(
-        &c,
-        &retry,
-        failed(Class::ServerError, Some(500), None),
-        2_000,
-        1_500,
-        &mut no_lists,
-    );
+    let s = settle_now(&c, &retry, failed(Class::ServerError, Some(500), None));
     assert_eq!((s.retry_in_place_after_ms, s.marker), (None, Marker::Set));
     // Not past the attempt limit: the last attempt fails as it is.
     let p3 = limited_plan(&SLOTS, 2);
     let last = resolve(&c, p3.view(), 2).expect("attempt 2");
-    let s = settle(
-        &c,
-        &last,
-        failed(Class::ServerError, Some(500), None),
-        2_000,
-        1_500,
-        &mut no_lists,
-    );
+    let s = settle_now(&c, &last, failed(Class::ServerError, Some(500), None));
     assert_eq!(s.retry_in_place_after_ms, None);
     // A wait that would leave the retry less than half its time for an answer moves on: here
     // the streamed attempt's wait for headers is the first-token timeout (5 s).
-    let s = settle(
-        &c,
-        &a,
-        failed(Class::RateLimited, Some(429), Some(2_000)),
-        2_000,
-        1_500,
-        &mut no_lists,
-    );
+    let s = settle_now(&c, &a, failed(Class::RateLimited, Some(429), Some(2_000)));
     assert_eq!(s.retry_in_place_after_ms, Some(2_000));
     let mut short = retrying();
     short.timeouts.first_token_ms = 4_000;
-    let s = settle(
+    let s = settle_now(
         &short,
         &a,
         failed(Class::RateLimited, Some(429), Some(2_000)),
-        2_000,
-        1_500,
-        &mut no_lists,
     );
     assert_eq!(s.retry_in_place_after_ms, None);
     // Chains without it never retry in place.
     let plain = config();
     let a = resolve(&plain, p.view(), 1).expect("attempt 1");
-    let s = settle(
-        &plain,
-        &a,
-        failed(Class::ServerError, Some(500), None),
-        2_000,
-        1_500,
-        &mut no_lists,
-    );
+    let s = settle_now(&plain, &a, failed(Class::ServerError, Some(500), None));
     assert_eq!(s.retry_in_place_after_ms, None);
 }
 

@@ -51,10 +51,29 @@ enum Stop {
     InToken(bool),
 }
 
+/// Where the walk to the error stopped.
+struct Walk {
+    stop: Stop,
+    /// The containers open there, outermost first.
+    open: Vec<Frame>,
+    /// What was to come next.
+    expect: Expect,
+    /// The container the last token closed (its last member is where some errors are).
+    closed: Option<Frame>,
+    /// The byte there.
+    at: Option<u8>,
+}
+
 /// The path serde_path_to_error would name for `err` from parsing `json` (`""`: the top level).
 #[inline]
 pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
     let offset = byte_offset(json, err.line(), err.column());
+    let syntax = err.classify() != Category::Data;
+    path_at(walk(json, offset), &err.to_string(), syntax)
+}
+
+/// Walks `json` as serde_json reads it, up to `offset` (or a byte that cannot come there).
+fn walk(json: &[u8], offset: usize) -> Walk {
     let mut s = Scanner::new(json);
     let mut open: Vec<Frame> = Vec::new();
     let mut expect = Expect::Value;
@@ -144,9 +163,28 @@ pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
         }
         s.i += 1;
     };
-    let syntax = err.classify() != Category::Data;
-    let message = err.to_string();
     let at = s.peek();
+    Walk {
+        stop,
+        open,
+        expect,
+        closed,
+        at,
+    }
+}
+
+/// The path of the error from where the walk stopped.
+fn path_at(
+    Walk {
+        stop,
+        open,
+        expect,
+        closed,
+        at,
+    }: Walk,
+    message: &str,
+    syntax: bool,
+) -> String {
     let mut path = String::new();
     let Some((innermost, outer)) = open.split_last() else {
         return path;

@@ -386,6 +386,81 @@ impl Gateway {
             world: Rc::clone(&self.world),
             stream: Rc::default(),
         };
+        let mut down = match self.downstream(&host, extra, body) {
+            Ok(down) => down,
+            Err(local) => return *local,
+        };
+        let max_retries: usize = host
+            .header(Map::Request, "x-envoy-max-retries")
+            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(1);
+        // The router buffers the request body as the downstream role left it and replays that
+        // to every attempt; what one attempt's upstream role rewrites stays with that attempt.
+        let routed_body = host.stream.request_body.borrow().clone();
+        let mut sent = Vec::new();
+        let mut attempt = 0;
+        let details = loop {
+            attempt += 1;
+            let k = if self.sticky_cluster { 1 } else { attempt };
+            let (route_cluster, cluster) = self.route(&host, k);
+            let Some(mut up) = self.send(&host, attempt, &route_cluster, &routed_body) else {
+                break "upstream_local_reply";
+            };
+            sent.push(Sent {
+                cluster,
+                headers: host.stream.request.borrow().clone(),
+                body: host.stream.request_body.borrow().clone(),
+            });
+            let retries_left = attempt <= max_retries;
+            let answer = providers.get(attempt - 1).cloned().unwrap_or_else(ok);
+            match self.answer(&host, &mut up, answer) {
+                Ok(_) if marked_for_retry(&host) && retries_left => {}
+                Ok(details) => break details,
+                Err(_) if retries_left => {}
+                Err(details) => {
+                    let code = if details.contains("timeout") {
+                        "504"
+                    } else {
+                        "503"
+                    };
+                    *host.stream.response.borrow_mut() =
+                        vec![(":status".into(), code.as_bytes().to_vec())];
+                    *host.stream.response_body.borrow_mut() = b"upstream connect error".to_vec();
+                    break details;
+                }
+            }
+        };
+        host.set_envoy_property(
+            b"upstream\0request_attempt_count",
+            Some(&(attempt as u64).to_le_bytes()),
+        );
+        host.set_envoy_property(b"response\0code_details", Some(details.as_bytes()));
+        down.on_response_headers();
+        let len = host.stream.response_body.borrow().len();
+        down.on_response_body(len, true);
+        down.on_done();
+        let status = status_code(&host, Map::Response);
+        let headers = host.stream.response.borrow().clone();
+        let body = host.stream.response_body.borrow().clone();
+        Response {
+            status,
+            headers,
+            body,
+            local: false,
+            sent,
+            log: self.log(&host),
+            models: self.models(&host),
+        }
+    }
+
+    /// The caller's request through the downstream role: `Err` with its local reply when it
+    /// answered the request itself.
+    fn downstream(
+        &self,
+        host: &Recording,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Result<Downstream<Recording>, Box<Response>> {
         let mut request: Headers = vec![
             (":method".into(), b"POST".to_vec()),
             (":path".into(), b"/v1/chat/completions".to_vec()),
@@ -411,7 +486,7 @@ impl Gateway {
         }
         if let Some((status, headers, body)) = host.stream.local_reply.borrow_mut().take() {
             down.on_done();
-            return Response {
+            return Err(Box::new(Response {
                 status,
                 headers: headers
                     .into_iter()
@@ -420,211 +495,180 @@ impl Gateway {
                 body,
                 local: true,
                 sent: Vec::new(),
-                log: self.log(&host),
-                models: self.models(&host),
-            };
+                log: self.log(host),
+                models: self.models(host),
+            }));
         }
         assert_eq!(flow, Flow::Continue, "the request goes on to the router");
         assert!(
             host.stream.route_cache_cleared.get() > 0,
             "route cache cleared"
         );
+        Ok(down)
+    }
 
-        let max_retries: usize = host
-            .header(Map::Request, "x-envoy-max-retries")
-            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
-            .unwrap_or(1);
-        // The router buffers the request body as the downstream role left it and replays that
-        // to every attempt; what one attempt's upstream role rewrites stays with that attempt.
-        let routed_body = host.stream.request_body.borrow().clone();
-        let mut sent = Vec::new();
-        let mut details;
-        let mut attempt = 0;
-        let timeout = self.config.timeouts.attempt_ms;
-        loop {
-            attempt += 1;
-            let k = if self.sticky_cluster { 1 } else { attempt };
-            let (route_cluster, cluster) = self.route(&host, k);
-            host.set_header(
-                Map::Request,
-                wire::ATTEMPT_COUNT_HEADER,
-                Some(&attempt.to_string()),
-            );
-            host.set_envoy_property(b"xds\0cluster_name", Some(route_cluster.as_bytes()));
-            host.set_envoy_property(b"upstream\0transport_failure_reason", None);
-            host.stream.response.borrow_mut().clear();
-            host.stream.response_body.borrow_mut().clear();
-            let mut up = Upstream::new(
-                host.clone(),
-                Rc::clone(&self.up_config),
-                Rc::clone(&self.up_metrics),
-            );
-            *host.stream.request_body.borrow_mut() = routed_body.clone();
-            let request_body = routed_body.clone();
-            let mut flow = up.on_request_headers(request_body.is_empty());
-            if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
-                flow = up.on_request_body(request_body.len(), true);
-            }
-            if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
-                // An in-place retry waits out its back-off: the timer sends it.
-                if let Some(at) = up.deadline() {
-                    self.world.now.set(at.max(self.world.now.get()));
-                    up.on_timer();
-                    if host
-                        .stream
-                        .resumed
-                        .borrow_mut()
-                        .drain(..)
-                        .any(|m| m == Map::Request)
-                    {
-                        flow = Flow::Continue;
-                    }
-                }
-            }
-            if flow == Flow::Pause {
-                if let Some((code, headers, body)) = host.stream.local_reply.borrow_mut().take() {
-                    // The upstream role answered the attempt itself: that is the response.
-                    let mut response: Headers =
-                        vec![(":status".into(), code.to_string().into_bytes())];
-                    response.extend(headers.into_iter().map(|(k, v)| (k, v.into_bytes())));
-                    *host.stream.response.borrow_mut() = response;
-                    *host.stream.response_body.borrow_mut() = body;
-                    up.on_done();
-                    details = "upstream_local_reply";
-                    break;
-                }
-                panic!("the upstream role paused the request without answering");
-            }
-            sent.push(Sent {
-                cluster,
-                headers: host.stream.request.borrow().clone(),
-                body: host.stream.request_body.borrow().clone(),
-            });
-            let retries_left = attempt <= max_retries;
-            let mut answer = providers.get(attempt - 1).cloned().unwrap_or_else(ok);
-            if let Provider::After(ms, code) = answer {
-                self.world.advance(ms);
-                answer = status(code);
-            }
-            let answer = match answer {
-                Provider::Answer(code, headers, body) => {
-                    Provider::Bytes(code, headers, body.as_bytes().to_vec())
-                }
-                other => other,
-            };
-            match answer {
-                Provider::After(..) | Provider::Answer(..) => {
-                    unreachable!("turned into bytes above")
-                }
-                Provider::Chunks(headers, chunks, ending) => {
-                    set_response_head(&host, 200, &headers);
-                    host.stream.response_body.borrow_mut().clear();
-                    host.stream.resumed.borrow_mut().clear();
-                    up.on_response_headers(false);
-                    // What went on to the caller. A chunk the role paused on stays in the
-                    // buffer, and the next callback sees it with the new chunk (as Envoy
-                    // buffers it); what it continued goes on.
-                    let mut delivered = Vec::new();
-                    let last = chunks.len();
-                    for (i, chunk) in chunks.iter().enumerate() {
-                        let end = ending == Ending::Body && i + 1 == last;
-                        host.stream
-                            .response_body
-                            .borrow_mut()
-                            .extend_from_slice(chunk.as_bytes());
-                        let len = host.stream.response_body.borrow().len();
-                        if up.on_response_body(len, end) == Flow::Continue {
-                            delivered.append(&mut host.stream.response_body.borrow_mut());
-                        }
-                    }
-                    match ending {
-                        Ending::Body => {}
-                        Ending::Trailers => {
-                            // The trailers release what is buffered after them.
-                            if up.on_response_trailers() == Flow::Continue {
-                                delivered.append(&mut host.stream.response_body.borrow_mut());
-                            }
-                        }
-                        Ending::Timer => {
-                            let at = up.deadline().expect("a deadline");
-                            self.world.now.set(at.max(self.world.now.get()));
-                            up.on_timer();
-                            if host.stream.resumed.borrow().contains(&Map::Response) {
-                                delivered.append(&mut host.stream.response_body.borrow_mut());
-                            }
-                        }
-                    }
-                    up.on_done();
-                    *host.stream.response_body.borrow_mut() = delivered;
-                    if marked_for_retry(&host) && retries_left {
-                        continue;
-                    }
-                    details = "via_upstream";
-                    break;
-                }
-                Provider::Bytes(code, headers, body) => {
-                    set_response_head(&host, code, &headers);
-                    *host.stream.response_body.borrow_mut() = body.clone();
-                    let held = up.on_response_headers(body.is_empty()) == Flow::Pause;
-                    if held || !body.is_empty() {
-                        // Held to read the start of the body (behaviour.md 3): the router buffers.
-                        // Otherwise the body passes the filter as one chunk.
-                        assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
-                    }
-                    up.on_done();
-                    if marked_for_retry(&host) && retries_left {
-                        continue;
-                    }
-                    details = "via_upstream";
-                    break;
-                }
-                Provider::Refused => {
-                    host.set_envoy_property(
-                        b"upstream\0transport_failure_reason",
-                        Some(b"delayed_connect_error:_111"),
-                    );
-                    up.on_done();
-                    details = "upstream_reset_before_response_started{remote_connection_failure}";
-                }
-                Provider::Timeout => {
-                    self.world.advance(timeout);
-                    up.on_done();
-                    details = "upstream_per_try_timeout";
-                }
-            }
-            if !retries_left {
-                let code = if details.contains("timeout") {
-                    "504"
-                } else {
-                    "503"
-                };
-                *host.stream.response.borrow_mut() =
-                    vec![(":status".into(), code.as_bytes().to_vec())];
-                *host.stream.response_body.borrow_mut() = b"upstream connect error".to_vec();
-                break;
-            }
-        }
-        host.set_envoy_property(
-            b"upstream\0request_attempt_count",
-            Some(&(attempt as u64).to_le_bytes()),
+    /// Attempt `attempt`'s request through its upstream role (on `route_cluster`): `None` when
+    /// the role answered the attempt itself (that answer is then the response).
+    fn send(
+        &self,
+        host: &Recording,
+        attempt: usize,
+        route_cluster: &str,
+        routed_body: &[u8],
+    ) -> Option<Upstream<Recording>> {
+        host.set_header(
+            Map::Request,
+            wire::ATTEMPT_COUNT_HEADER,
+            Some(&attempt.to_string()),
         );
-        host.set_envoy_property(b"response\0code_details", Some(details.as_bytes()));
-        down.on_response_headers();
-        let len = host.stream.response_body.borrow().len();
-        down.on_response_body(len, true);
-        down.on_done();
-        let status = status_code(&host, Map::Response);
-        let headers = host.stream.response.borrow().clone();
-        let body = host.stream.response_body.borrow().clone();
-        Response {
-            status,
-            headers,
-            body,
-            local: false,
-            sent,
-            log: self.log(&host),
-            models: self.models(&host),
+        host.set_envoy_property(b"xds\0cluster_name", Some(route_cluster.as_bytes()));
+        host.set_envoy_property(b"upstream\0transport_failure_reason", None);
+        host.stream.response.borrow_mut().clear();
+        host.stream.response_body.borrow_mut().clear();
+        let mut up = Upstream::new(
+            host.clone(),
+            Rc::clone(&self.up_config),
+            Rc::clone(&self.up_metrics),
+        );
+        *host.stream.request_body.borrow_mut() = routed_body.to_vec();
+        let mut flow = up.on_request_headers(routed_body.is_empty());
+        if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
+            flow = up.on_request_body(routed_body.len(), true);
         }
+        if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
+            // An in-place retry waits out its back-off: the timer sends it.
+            if let Some(at) = up.deadline() {
+                self.world.now.set(at.max(self.world.now.get()));
+                up.on_timer();
+                if host
+                    .stream
+                    .resumed
+                    .borrow_mut()
+                    .drain(..)
+                    .any(|m| m == Map::Request)
+                {
+                    flow = Flow::Continue;
+                }
+            }
+        }
+        if flow == Flow::Continue {
+            return Some(up);
+        }
+        let Some((code, headers, body)) = host.stream.local_reply.borrow_mut().take() else {
+            panic!("the upstream role paused the request without answering");
+        };
+        // The upstream role answered the attempt itself: that is the response.
+        let mut response: Headers = vec![(":status".into(), code.to_string().into_bytes())];
+        response.extend(headers.into_iter().map(|(k, v)| (k, v.into_bytes())));
+        *host.stream.response.borrow_mut() = response;
+        *host.stream.response_body.borrow_mut() = body;
+        up.on_done();
+        None
+    }
+
+    /// The provider's answer to one attempt through its upstream role: `Ok` with the code
+    /// details when it answered, `Err` with them when no response came.
+    fn answer(
+        &self,
+        host: &Recording,
+        up: &mut Upstream<Recording>,
+        mut answer: Provider,
+    ) -> Result<&'static str, &'static str> {
+        if let Provider::After(ms, code) = answer {
+            self.world.advance(ms);
+            answer = status(code);
+        }
+        let answer = match answer {
+            Provider::Answer(code, headers, body) => {
+                Provider::Bytes(code, headers, body.as_bytes().to_vec())
+            }
+            other => other,
+        };
+        match answer {
+            Provider::After(..) | Provider::Answer(..) => {
+                unreachable!("turned into bytes above")
+            }
+            Provider::Chunks(headers, chunks, ending) => {
+                self.stream(host, up, &headers, &chunks, ending);
+                Ok("via_upstream")
+            }
+            Provider::Bytes(code, headers, body) => {
+                set_response_head(host, code, &headers);
+                *host.stream.response_body.borrow_mut() = body.clone();
+                let held = up.on_response_headers(body.is_empty()) == Flow::Pause;
+                if held || !body.is_empty() {
+                    // Held to read the start of the body (behaviour.md 3): the router buffers.
+                    // Otherwise the body passes the filter as one chunk.
+                    assert_eq!(up.on_response_body(body.len(), true), Flow::Continue);
+                }
+                up.on_done();
+                Ok("via_upstream")
+            }
+            Provider::Refused => {
+                host.set_envoy_property(
+                    b"upstream\0transport_failure_reason",
+                    Some(b"delayed_connect_error:_111"),
+                );
+                up.on_done();
+                Err("upstream_reset_before_response_started{remote_connection_failure}")
+            }
+            Provider::Timeout => {
+                self.world.advance(self.config.timeouts.attempt_ms);
+                up.on_done();
+                Err("upstream_per_try_timeout")
+            }
+        }
+    }
+
+    /// A `200` answer in `chunks` through the upstream role, ended as `ending` says; the
+    /// response body is what went on to the caller.
+    fn stream(
+        &self,
+        host: &Recording,
+        up: &mut Upstream<Recording>,
+        headers: &[(&str, &str)],
+        chunks: &[&str],
+        ending: Ending,
+    ) {
+        set_response_head(host, 200, headers);
+        host.stream.response_body.borrow_mut().clear();
+        host.stream.resumed.borrow_mut().clear();
+        up.on_response_headers(false);
+        // What went on to the caller. A chunk the role paused on stays in the buffer, and the
+        // next callback sees it with the new chunk (as Envoy buffers it); what it continued
+        // goes on.
+        let mut delivered = Vec::new();
+        let last = chunks.len();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let end = ending == Ending::Body && i + 1 == last;
+            host.stream
+                .response_body
+                .borrow_mut()
+                .extend_from_slice(chunk.as_bytes());
+            let len = host.stream.response_body.borrow().len();
+            if up.on_response_body(len, end) == Flow::Continue {
+                delivered.append(&mut host.stream.response_body.borrow_mut());
+            }
+        }
+        match ending {
+            Ending::Body => {}
+            Ending::Trailers => {
+                // The trailers release what is buffered after them.
+                if up.on_response_trailers() == Flow::Continue {
+                    delivered.append(&mut host.stream.response_body.borrow_mut());
+                }
+            }
+            Ending::Timer => {
+                let at = up.deadline().expect("a deadline");
+                self.world.now.set(at.max(self.world.now.get()));
+                up.on_timer();
+                if host.stream.resumed.borrow().contains(&Map::Response) {
+                    delivered.append(&mut host.stream.response_body.borrow_mut());
+                }
+            }
+        }
+        up.on_done();
+        *host.stream.response_body.borrow_mut() = delivered;
     }
 
     /// The route's cluster for attempt `k` and the provider cluster the attempt reaches. Router

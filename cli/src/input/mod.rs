@@ -183,6 +183,22 @@ pub fn load_for(
     }
 }
 
+/// The renderer's own top-level fields, read (and removed) from the file.
+struct RendererFields {
+    listen: Addr,
+    admin: Option<Addr>,
+    /// `status_listen` was written (a port clash with it is the user's to fix).
+    status_written: bool,
+    /// `None` for `status_listen: api`; read once `status_path` is known.
+    status_listen: Option<Addr>,
+    module: String,
+    max_request_body: u64,
+    ca_file: String,
+    istio: Option<Value>,
+    envoy_version: EnvoyVersion,
+    envoy_version_from: Option<&'static str>,
+}
+
 /// [`load_for`] on the file's text after `${VAR}` substitution; messages not yet located.
 fn read(
     text: &str,
@@ -191,46 +207,93 @@ fn read(
 ) -> Result<Gateway, Vec<Diag>> {
     let mut root = parse_yaml(text)?;
     let mut errors = Vec::new();
+    let fields = renderer_fields(&mut root, module, envoy_version, &mut errors);
+    refuse_renderer_settings(&mut root, &mut errors);
+    let upstreams = provider_upstreams(&mut root, &mut errors);
+    let config = plugin_config(&root, errors)?;
+    let envoy_version = fields.envoy_version;
+    let resolved = resolve_upstreams(&config, upstreams, envoy_version)?;
 
+    add_default_authorities(&mut root, &resolved);
+    clear_token_file_headers(&mut root, &resolved);
+    let status = status_listener(&mut root, &fields)?;
+    let status_addr = match &status {
+        Some(StatusListen::Own { addr, .. }) => Some(addr),
+        _ => None,
+    };
+    let clashes = port_clashes(
+        &fields.listen,
+        fields.admin.as_ref(),
+        status_addr,
+        fields.status_written,
+    );
+    if !clashes.is_empty() {
+        return Err(clashes);
+    }
+    let (downstream_json, upstream_json) =
+        role_jsons(&root, envoy_version, fields.max_request_body)?;
+    // What Envoy will load, checked once more as the filter will see it.
+    let config = loaded_config(&downstream_json)?;
+    let groups = match envoy_version.mode() {
+        Mode::Router => Vec::new(),
+        Mode::Grouping => grouping_clusters(&config, envoy_version)?,
+    };
+    let env_keys = credential_env_keys(&root);
+    let warnings = checks::cross_check(&config);
+    if warnings.iter().any(Diag::is_error) {
+        return Err(warnings);
+    }
+    Ok(Gateway {
+        listen: fields.listen,
+        admin: fields.admin,
+        module: fields.module,
+        max_request_body: fields.max_request_body,
+        ca_file: fields.ca_file,
+        istio: fields.istio,
+        envoy_version,
+        envoy_version_from: fields.envoy_version_from,
+        groups,
+        plugin: root,
+        config,
+        downstream_json,
+        upstream_json,
+        status,
+        upstreams: resolved,
+        env_keys,
+        warnings,
+        text: String::new(),
+        secret_dir: None,
+        otel: None,
+    })
+}
+
+/// Reads and removes the renderer's top-level fields (`listen`, `admin`, `status_listen`,
+/// `module`, `max_request_body`, `ca_file`, `istio`, `envoy_version`); `module` and
+/// `envoy_version` are the command line's, over the file's.
+fn renderer_fields(
+    root: &mut Mapping,
+    module: Option<&str>,
+    envoy_version: Option<&str>,
+    errors: &mut Vec<Diag>,
+) -> RendererFields {
     let listen = match root.shift_remove("listen") {
         None => Addr {
             address: DEFAULT_LISTEN_ADDRESS.into(),
             port: DEFAULT_LISTEN_PORT,
         },
-        Some(v) => parse_addr(&v, "listen", DEFAULT_LISTEN_PORT, &mut errors),
+        Some(v) => parse_addr(&v, "listen", DEFAULT_LISTEN_PORT, errors),
     };
     let admin = root
         .shift_remove("admin")
-        .map(|v| parse_addr(&v, "admin", DEFAULT_ADMIN_PORT, &mut errors));
-    // `api`, or an address (default 127.0.0.1:9902); read once status_path is known.
+        .map(|v| parse_addr(&v, "admin", DEFAULT_ADMIN_PORT, errors));
     let status_written = root.contains_key("status_listen");
-    let status_listen = match root.shift_remove("status_listen") {
-        Some(Value::String(s)) if s == "api" => None,
-        Some(Value::Null) => Some(default_status_addr()),
-        Some(v) if v.is_string() => {
-            errors.push(Diag::error(
-                "status_listen",
-                format!(
-                    "{} — write api, or an address such as {{address: 127.0.0.1, port: 9902}}",
-                    show(&v)
-                ),
-            ));
-            None
-        }
-        Some(v) => Some(parse_addr(
-            &v,
-            "status_listen",
-            DEFAULT_STATUS_PORT,
-            &mut errors,
-        )),
-        None => Some(default_status_addr()),
-    };
+    let status_listen = status_listen(root.shift_remove("status_listen"), errors);
     let file_module = root.shift_remove("module").and_then(|v| {
         non_empty_string(
             &v,
             "module",
             "the path of llm_failover.wasm as Envoy sees it",
-            &mut errors,
+            errors,
         )
     });
     let module = module
@@ -251,28 +314,76 @@ fn read(
                 &v,
                 "ca_file",
                 "the CA bundle TLS providers are verified against",
-                &mut errors,
+                errors,
             )
         })
         .unwrap_or_else(|| DEFAULT_CA_FILE.to_string());
     let istio = root.shift_remove("istio");
-    let file_version = root.shift_remove("envoy_version");
-    let envoy_version_from = match (envoy_version, &file_version) {
-        (Some(_), _) => Some("--envoy-version"),
-        (None, Some(_)) => Some("envoy_version"),
-        (None, None) => None,
-    };
-    let envoy_version = match (envoy_version, &file_version) {
-        (Some(flag), _) => EnvoyVersion::parse(flag).unwrap_or_else(|problem| {
-            errors.push(Diag::error("--envoy-version", problem));
-            version::DEFAULT
-        }),
-        (None, Some(v)) => parse_envoy_version(v).unwrap_or_else(|problem| {
-            errors.push(Diag::error("envoy_version", problem));
-            version::DEFAULT
-        }),
-        (None, None) => version::DEFAULT,
-    };
+    let (envoy_version, envoy_version_from) =
+        target_envoy(envoy_version, root.shift_remove("envoy_version"), errors);
+    RendererFields {
+        listen,
+        admin,
+        status_written,
+        status_listen,
+        module,
+        max_request_body,
+        ca_file,
+        istio,
+        envoy_version,
+        envoy_version_from,
+    }
+}
+
+/// `status_listen`: `api` (`None`), or an address (default 127.0.0.1:9902).
+fn status_listen(written: Option<Value>, errors: &mut Vec<Diag>) -> Option<Addr> {
+    match written {
+        Some(Value::String(s)) if s == "api" => None,
+        Some(Value::Null) => Some(default_status_addr()),
+        Some(v) if v.is_string() => {
+            errors.push(Diag::error(
+                "status_listen",
+                format!(
+                    "{} — write api, or an address such as {{address: 127.0.0.1, port: 9902}}",
+                    show(&v)
+                ),
+            ));
+            None
+        }
+        Some(v) => Some(parse_addr(&v, "status_listen", DEFAULT_STATUS_PORT, errors)),
+        None => Some(default_status_addr()),
+    }
+}
+
+/// The Envoy rendered for, and where it was said: `--envoy-version` over the file's
+/// `envoy_version`, else the default.
+fn target_envoy(
+    flag: Option<&str>,
+    file: Option<Value>,
+    errors: &mut Vec<Diag>,
+) -> (EnvoyVersion, Option<&'static str>) {
+    match (flag, &file) {
+        (Some(flag), _) => {
+            let version = EnvoyVersion::parse(flag).unwrap_or_else(|problem| {
+                errors.push(Diag::error("--envoy-version", problem));
+                version::DEFAULT
+            });
+            (version, Some("--envoy-version"))
+        }
+        (None, Some(v)) => {
+            let version = parse_envoy_version(v).unwrap_or_else(|problem| {
+                errors.push(Diag::error("envoy_version", problem));
+                version::DEFAULT
+            });
+            (version, Some("envoy_version"))
+        }
+        (None, None) => (version::DEFAULT, None),
+    }
+}
+
+/// What the renderer sets itself (`role`, and from `envoy_version`: `routing`,
+/// `hold_answers`, `body_limit`) is refused in the file, and removed.
+fn refuse_renderer_settings(root: &mut Mapping, errors: &mut Vec<Diag>) {
     if root.contains_key("role") {
         errors.push(Diag::error(
             "role",
@@ -296,9 +407,12 @@ fn read(
             root.shift_remove(key);
         }
     }
+}
 
-    // Per-provider renderer fields, by position in the file (the plugin config keeps the order).
-    let mut upstreams: Vec<Option<Upstream>> = Vec::new();
+/// Per-provider renderer fields, by position in the file (the plugin config keeps the order);
+/// `None` for an entry that is not a mapping.
+fn provider_upstreams(root: &mut Mapping, errors: &mut Vec<Diag>) -> Vec<Option<Upstream>> {
+    let mut upstreams = Vec::new();
     if let Some(Value::Sequence(providers)) = root.get_mut("providers") {
         for (i, p) in providers.iter_mut().enumerate() {
             let at = format!("providers[{i}]");
@@ -306,10 +420,15 @@ fn read(
                 upstreams.push(None);
                 continue;
             };
-            upstreams.push(parse_upstream(p, &at, &mut errors));
+            upstreams.push(parse_upstream(p, &at, errors));
         }
     }
+    upstreams
+}
 
+/// The plugin configuration as the filter's own code reads it; `errors` so far and the
+/// configuration's, in the user's terms, when there are any.
+fn plugin_config(root: &Mapping, mut errors: Vec<Diag>) -> Result<Config, Vec<Diag>> {
     let json = match serde_json::to_string(&Value::Mapping(root.clone())) {
         Ok(json) => json,
         Err(e) => {
@@ -317,25 +436,29 @@ fn read(
             return Err(errors);
         }
     };
-    let config = match Config::from_json(json.as_bytes(), &placeholder_env) {
-        Ok(config) => Some(config),
+    match Config::from_json(json.as_bytes(), &placeholder_env) {
+        Ok(config) if errors.is_empty() => Ok(config),
+        Ok(_) => Err(errors),
         Err(config_errors) => {
-            let names = provider_names(&root);
+            let names = provider_names(root);
             for e in config_errors {
                 let problem = in_users_terms(&e.field, &e.problem, &names);
                 errors.push(Diag::error(e.field, problem));
             }
-            None
+            Err(errors)
         }
-    };
-    let Some(config) = config else {
-        return Err(errors);
-    };
-    if !errors.is_empty() {
-        return Err(errors);
     }
+}
 
-    // Config keeps providers in file order, one per entry of the file's `providers`.
+/// Each provider's upstream (`config.providers` keeps the file's order, one per entry of its
+/// `providers`), with its name, cluster and AWS signing, checked against the target Envoy and
+/// against the other providers of its cluster.
+fn resolve_upstreams(
+    config: &Config,
+    upstreams: Vec<Option<Upstream>>,
+    envoy_version: EnvoyVersion,
+) -> Result<Vec<Upstream>, Vec<Diag>> {
+    let mut errors = Vec::new();
     let mut resolved = Vec::with_capacity(config.providers.len());
     for (i, (p, u)) in config.providers.iter().zip(upstreams).enumerate() {
         let Some(mut u) = u else {
@@ -369,90 +492,66 @@ fn read(
         }
         resolved.push(u);
     }
-    if !errors.is_empty() {
-        return Err(errors);
+    if errors.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(errors)
     }
+}
 
-    add_default_authorities(&mut root, &resolved);
-    clear_token_file_headers(&mut root, &resolved);
+/// The status endpoint's listener when `status_path` is set: the API's (`status_listen: api`)
+/// or its own, whose filter alone answers the path (removed from the other filters'
+/// configuration, which keep one fingerprint).
+fn status_listener(
+    root: &mut Mapping,
+    fields: &RendererFields,
+) -> Result<Option<StatusListen>, Vec<Diag>> {
     let status_path = root
         .get("status_path")
         .and_then(Value::as_str)
         .filter(|p| !p.is_empty())
         .map(str::to_string);
-    let status = match (status_path, status_listen) {
-        (None, _) => None,
-        (Some(_), None) => Some(StatusListen::Api),
+    match (status_path, &fields.status_listen) {
+        (None, _) => Ok(None),
+        (Some(_), None) => Ok(Some(StatusListen::Api)),
         (Some(path), Some(addr)) => {
-            // The status listener's filter answers the path; the API listener's and the
-            // clusters' filters never see it (and keep one configuration fingerprint).
-            let json = match plugin_json(&root, "downstream", envoy_version, max_request_body) {
-                Ok(json) => json,
-                Err(e) => {
-                    return Err(vec![Diag::error(
-                        "",
-                        format!("cannot be turned into the plugin's JSON: {e}"),
-                    )])
-                }
-            };
+            let json = plugin_json(
+                root,
+                "downstream",
+                fields.envoy_version,
+                fields.max_request_body,
+            )
+            .map_err(json_error)?;
             root.shift_remove("status_path");
-            Some(StatusListen::Own { addr, path, json })
+            Ok(Some(StatusListen::Own {
+                addr: addr.clone(),
+                path,
+                json,
+            }))
         }
-    };
-    let status_addr = match &status {
-        Some(StatusListen::Own { addr, .. }) => Some(addr),
-        _ => None,
-    };
-    let clashes = port_clashes(&listen, admin.as_ref(), status_addr, status_written);
-    if !clashes.is_empty() {
-        return Err(clashes);
     }
-    let mode = envoy_version.mode();
-    let (downstream_json, upstream_json) = match (
-        plugin_json(&root, "downstream", envoy_version, max_request_body),
-        plugin_json(&root, "upstream", envoy_version, max_request_body),
-    ) {
-        (Ok(d), Ok(u)) => (d, u),
-        (Err(e), _) | (_, Err(e)) => {
-            return Err(vec![Diag::error(
-                "",
-                format!("cannot be turned into the plugin's JSON: {e}"),
-            )])
-        }
-    };
-    // What Envoy will load, checked once more as the filter will see it.
-    let config = loaded_config(&downstream_json)?;
-    let groups = match mode {
-        Mode::Router => Vec::new(),
-        Mode::Grouping => grouping_clusters(&config, envoy_version)?,
-    };
-    let env_keys = credential_env_keys(&root);
-    let warnings = checks::cross_check(&config);
-    if warnings.iter().any(Diag::is_error) {
-        return Err(warnings);
-    }
-    Ok(Gateway {
-        listen,
-        admin,
-        module,
-        max_request_body,
-        ca_file,
-        istio,
-        envoy_version,
-        envoy_version_from,
-        groups,
-        plugin: root,
-        config,
-        downstream_json,
-        upstream_json,
-        status,
-        upstreams: resolved,
-        env_keys,
-        warnings,
-        text: String::new(),
-        secret_dir: None,
-        otel: None,
-    })
+}
+
+/// A plugin configuration serde_json cannot write, as the one error to show.
+fn json_error(e: serde_json::Error) -> Vec<Diag> {
+    vec![Diag::error(
+        "",
+        format!("cannot be turned into the plugin's JSON: {e}"),
+    )]
+}
+
+/// The plugin configuration JSON of both roles: the listener's and the clusters'.
+fn role_jsons(
+    plugin: &Mapping,
+    version: EnvoyVersion,
+    max_request_body: u64,
+) -> Result<(String, String), Vec<Diag>> {
+    let downstream = plugin_json(plugin, "downstream", version, max_request_body);
+    let upstream = plugin_json(plugin, "upstream", version, max_request_body);
+    Ok((
+        downstream.map_err(json_error)?,
+        upstream.map_err(json_error)?,
+    ))
 }
 
 impl Gateway {
@@ -490,18 +589,9 @@ impl Gateway {
     /// Both roles' plugin JSON (and what follows from it) again, after `plugin` changed.
     fn replug(&mut self) -> Result<(), Vec<Diag>> {
         let gw = self;
-        let json_error = |e: serde_json::Error| {
-            vec![Diag::error(
-                "",
-                format!("cannot be turned into the plugin's JSON: {e}"),
-            )]
-        };
         let version = gw.envoy_version;
-        let body = gw.max_request_body;
-        gw.downstream_json =
-            plugin_json(&gw.plugin, "downstream", version, body).map_err(json_error)?;
-        gw.upstream_json =
-            plugin_json(&gw.plugin, "upstream", version, body).map_err(json_error)?;
+        (gw.downstream_json, gw.upstream_json) =
+            role_jsons(&gw.plugin, version, gw.max_request_body)?;
         gw.config = loaded_config(&gw.downstream_json)?;
         if version.mode() == Mode::Grouping {
             gw.groups = grouping_clusters(&gw.config, version)?;

@@ -197,7 +197,48 @@ pub(super) fn parse_upstream(
         .shift_remove("aws_credentials")
         .and_then(|v| aws_credentials(&v, at, errors));
 
-    let endpoint = match endpoint {
+    let endpoint = endpoint_of(endpoint, at, errors);
+    let tls = tls.and_then(|v| bool_of(&v, &format!("{at}.tls"), errors));
+    let sni = sni.and_then(|v| sni_of(v, at, errors));
+    let connect_timeout_ms = connect_timeout.map_or(DEFAULT_CONNECT_TIMEOUT_MS, |v| {
+        connect_timeout_of(&v, at, errors)
+    });
+    let endpoint = endpoint?;
+    let tls = tls.unwrap_or(endpoint.port == 443);
+    let http2 = match http2 {
+        None => false,
+        Some(Value::Bool(_)) if tls => {
+            errors.push(Diag::error(
+                format!("{at}.http2"),
+                "TLS providers negotiate HTTP/2 by ALPN already — remove http2",
+            ));
+            false
+        }
+        Some(v) => bool_of(&v, &format!("{at}.http2"), errors).unwrap_or(false),
+    };
+    let sni = verified_name(&endpoint.host, sni, tls, at, errors);
+    bedrock_residency(p, region.as_deref(), &endpoint, at, errors);
+    if errors.len() > before {
+        return None;
+    }
+    Some(Upstream {
+        provider: String::new(),
+        cluster: String::new(),
+        endpoint,
+        tls,
+        sni,
+        connect_timeout_ms,
+        http2,
+        aws_signing: None,
+        aws_credentials,
+        region,
+        token_file,
+    })
+}
+
+/// `endpoint`: `host:port`, required.
+fn endpoint_of(endpoint: Option<Value>, at: &str, errors: &mut Vec<Diag>) -> Option<Endpoint> {
+    match endpoint {
         None => {
             errors.push(Diag::error(
                 format!("{at}.endpoint"),
@@ -222,25 +263,26 @@ pub(super) fn parse_upstream(
             ));
             None
         }
-    };
-    let tls = match tls {
-        None => None,
-        Some(Value::Bool(b)) => Some(b),
-        Some(other) => {
-            errors.push(Diag::error(
-                format!("{at}.tls"),
-                format!(
-                    "{} is not true or false — write true or false",
-                    show(&other)
-                ),
-            ));
-            None
-        }
-    };
-    let sni = match sni {
-        None => None,
-        Some(Value::String(s)) if !s.is_empty() && is_dns_name(&s) => Some(s),
-        Some(other) => {
+    }
+}
+
+/// A `true` or `false` field (`field`: its path).
+fn bool_of(v: &Value, field: &str, errors: &mut Vec<Diag>) -> Option<bool> {
+    if let Value::Bool(b) = v {
+        return Some(*b);
+    }
+    errors.push(Diag::error(
+        field,
+        format!("{} is not true or false — write true or false", show(v)),
+    ));
+    None
+}
+
+/// `sni`: a host name.
+fn sni_of(v: Value, at: &str, errors: &mut Vec<Diag>) -> Option<String> {
+    match v {
+        Value::String(s) if !s.is_empty() && is_dns_name(&s) => Some(s),
+        other => {
             errors.push(Diag::error(
                 format!("{at}.sni"),
                 format!(
@@ -250,54 +292,43 @@ pub(super) fn parse_upstream(
             ));
             None
         }
-    };
-    let connect_timeout_ms = match connect_timeout {
-        None => DEFAULT_CONNECT_TIMEOUT_MS,
-        Some(v) => match duration_ms(&v) {
-            Ok(ms) if ms > 0 => ms,
-            Ok(_) => {
-                errors.push(Diag::error(
-                    format!("{at}.connect_timeout"),
-                    "must be longer than 0s — e.g. \"5s\"",
-                ));
-                DEFAULT_CONNECT_TIMEOUT_MS
-            }
-            Err(problem) => {
-                errors.push(Diag::error(format!("{at}.connect_timeout"), problem));
-                DEFAULT_CONNECT_TIMEOUT_MS
-            }
-        },
-    };
-    let endpoint = endpoint?;
-    let tls = tls.unwrap_or(endpoint.port == 443);
-    let http2 = match http2 {
-        None => false,
-        Some(Value::Bool(_)) if tls => {
+    }
+}
+
+/// `connect_timeout`: a duration above 0.
+fn connect_timeout_of(v: &Value, at: &str, errors: &mut Vec<Diag>) -> u64 {
+    match duration_ms(v) {
+        Ok(ms) if ms > 0 => ms,
+        Ok(_) => {
             errors.push(Diag::error(
-                format!("{at}.http2"),
-                "TLS providers negotiate HTTP/2 by ALPN already — remove http2",
+                format!("{at}.connect_timeout"),
+                "must be longer than 0s — e.g. \"5s\"",
             ));
-            false
+            DEFAULT_CONNECT_TIMEOUT_MS
         }
-        Some(Value::Bool(b)) => b,
-        Some(other) => {
-            errors.push(Diag::error(
-                format!("{at}.http2"),
-                format!(
-                    "{} is not true or false — write true or false",
-                    show(&other)
-                ),
-            ));
-            false
+        Err(problem) => {
+            errors.push(Diag::error(format!("{at}.connect_timeout"), problem));
+            DEFAULT_CONNECT_TIMEOUT_MS
         }
-    };
+    }
+}
+
+/// The name a TLS provider's certificate is verified for: `sni`, else the endpoint's host
+/// name (an IP address needs `sni`); none without TLS, where `sni` is refused.
+fn verified_name(
+    host: &Host,
+    sni: Option<String>,
+    tls: bool,
+    at: &str,
+    errors: &mut Vec<Diag>,
+) -> Option<String> {
     if !tls && sni.is_some() {
         errors.push(Diag::error(
             format!("{at}.sni"),
             "set without TLS — remove sni, or set tls: true",
         ));
     }
-    let sni = match (&endpoint.host, sni) {
+    match (host, sni) {
         (_, Some(s)) => Some(s),
         (Host::Name(name), None) if tls => Some(name.clone()),
         (Host::Ip(_), None) if tls => {
@@ -309,24 +340,7 @@ pub(super) fn parse_upstream(
             None
         }
         _ => None,
-    };
-    bedrock_residency(p, region.as_deref(), &endpoint, at, errors);
-    if errors.len() > before {
-        return None;
     }
-    Some(Upstream {
-        provider: String::new(),
-        cluster: String::new(),
-        endpoint,
-        tls,
-        sni,
-        connect_timeout_ms,
-        http2,
-        aws_signing: None,
-        aws_credentials,
-        region,
-        token_file,
-    })
 }
 
 /// `credential.file`: taken out of the plugin configuration with the whole `credential` (the

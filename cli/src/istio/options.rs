@@ -80,36 +80,7 @@ pub fn options(
             ));
         }
     }
-    let text = |key: &str, errors: &mut Vec<Diag>| -> Option<String> {
-        match block.get(key) {
-            None => None,
-            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            Some(_) => {
-                errors.push(Diag::error(
-                    format!("istio.{key}"),
-                    "must be a non-empty string",
-                ));
-                None
-            }
-        }
-    };
-    let port = |key: &str, default: u16, errors: &mut Vec<Diag>| -> u16 {
-        match block.get(key) {
-            None => default,
-            Some(v) => match v.as_u64().and_then(|p| u16::try_from(p).ok()) {
-                Some(p) if p > 0 => p,
-                _ => {
-                    errors.push(Diag::error(
-                        format!("istio.{key}"),
-                        "is not a port — use 1-65535",
-                    ));
-                    default
-                }
-            },
-        }
-    };
-
+    let text = |key: &str, errors: &mut Vec<Diag>| text_of(block, key, errors);
     let version = version
         .map(str::to_string)
         .or_else(|| text("version", &mut errors))
@@ -118,7 +89,79 @@ pub fn options(
         errors.push(Diag::error("istio.version", problem));
     }
     let namespace = text("namespace", &mut errors).unwrap_or_else(|| DEFAULT_NAMESPACE.into());
-    let selector = match block.get("selector") {
+    let selector = selector_of(block, &mut errors);
+    let hosts = hosts_of(block, &mut errors);
+    let module = module
+        .map(str::to_string)
+        .or_else(|| text("module", &mut errors));
+    let module = module_of(module, &mut errors);
+    let module_sha256 = text("module_sha256", &mut errors);
+    if let Some(sha) = &module_sha256 {
+        if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            errors.push(Diag::error(
+                "istio.module_sha256",
+                "must be the module's SHA-256 as 64 hex digits (sha256sum dist/llm_failover.wasm)",
+            ));
+        }
+    }
+    let opts = Options {
+        version,
+        namespace,
+        selector,
+        hosts,
+        port: port_of(block, "port", DEFAULT_SERVER_PORT, &mut errors),
+        target_port: port_of(block, "target_port", DEFAULT_TARGET_PORT, &mut errors),
+        module,
+        module_sha256,
+        credentials_secret: text("credentials_secret", &mut errors)
+            .unwrap_or_else(|| DEFAULT_SECRET.into()),
+        proxy_container: text("proxy_container", &mut errors)
+            .unwrap_or_else(|| "istio-proxy".into()),
+    };
+    errors.extend(literal_credentials(gw));
+    if errors.is_empty() {
+        Ok(opts)
+    } else {
+        Err(errors)
+    }
+}
+
+/// `istio.<key>`: a non-empty string (a number is taken as written).
+fn text_of(block: &Mapping, key: &str, errors: &mut Vec<Diag>) -> Option<String> {
+    match block.get(key) {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(_) => {
+            errors.push(Diag::error(
+                format!("istio.{key}"),
+                "must be a non-empty string",
+            ));
+            None
+        }
+    }
+}
+
+/// `istio.<key>`: a port, `default` when absent.
+fn port_of(block: &Mapping, key: &str, default: u16, errors: &mut Vec<Diag>) -> u16 {
+    match block.get(key) {
+        None => default,
+        Some(v) => match v.as_u64().and_then(|p| u16::try_from(p).ok()) {
+            Some(p) if p > 0 => p,
+            _ => {
+                errors.push(Diag::error(
+                    format!("istio.{key}"),
+                    "is not a port — use 1-65535",
+                ));
+                default
+            }
+        },
+    }
+}
+
+/// `istio.selector`: the gateway pods' labels (default `istio: ingressgateway`).
+fn selector_of(block: &Mapping, errors: &mut Vec<Diag>) -> Vec<(String, String)> {
+    match block.get("selector") {
         None => vec![("istio".to_string(), "ingressgateway".to_string())],
         Some(Value::Mapping(m)) if !m.is_empty() => {
             let mut out = Vec::new();
@@ -140,8 +183,12 @@ pub fn options(
             ));
             Vec::new()
         }
-    };
-    let hosts = match block.get("hosts") {
+    }
+}
+
+/// `istio.hosts`: the hosts the gateway serves (default every one).
+fn hosts_of(block: &Mapping, errors: &mut Vec<Diag>) -> Vec<String> {
+    match block.get("hosts") {
         None => vec!["*".to_string()],
         Some(Value::Sequence(items)) if !items.is_empty() => items
             .iter()
@@ -163,11 +210,12 @@ pub fn options(
             ));
             Vec::new()
         }
-    };
-    let module = module
-        .map(str::to_string)
-        .or_else(|| text("module", &mut errors));
-    let module = match module {
+    }
+}
+
+/// The module's URL (the command line's, else `istio.module`): one istio-agent can fetch.
+fn module_of(module: Option<String>, errors: &mut Vec<Diag>) -> String {
+    match module {
         Some(m) if MODULE_SCHEMES.iter().any(|s| m.starts_with(s)) => m,
         Some(m) => {
             errors.push(Diag::error(
@@ -183,35 +231,6 @@ pub fn options(
             ));
             String::new()
         }
-    };
-    let module_sha256 = text("module_sha256", &mut errors);
-    if let Some(sha) = &module_sha256 {
-        if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-            errors.push(Diag::error(
-                "istio.module_sha256",
-                "must be the module's SHA-256 as 64 hex digits (sha256sum dist/llm_failover.wasm)",
-            ));
-        }
-    }
-    let opts = Options {
-        version,
-        namespace,
-        selector,
-        hosts,
-        port: port("port", DEFAULT_SERVER_PORT, &mut errors),
-        target_port: port("target_port", DEFAULT_TARGET_PORT, &mut errors),
-        module,
-        module_sha256,
-        credentials_secret: text("credentials_secret", &mut errors)
-            .unwrap_or_else(|| DEFAULT_SECRET.into()),
-        proxy_container: text("proxy_container", &mut errors)
-            .unwrap_or_else(|| "istio-proxy".into()),
-    };
-    errors.extend(literal_credentials(gw));
-    if errors.is_empty() {
-        Ok(opts)
-    } else {
-        Err(errors)
     }
 }
 
