@@ -69,7 +69,7 @@ struct Walk {
 pub(super) fn of(json: &[u8], err: &serde_json::Error) -> String {
     let offset = byte_offset(json, err.line(), err.column());
     let syntax = err.classify() != Category::Data;
-    path_at(walk(json, offset), &err.to_string(), syntax)
+    path_at(&walk(json, offset), &err.to_string(), syntax)
 }
 
 /// Walks `json` as serde_json reads it, up to `offset` (or a byte that cannot come there).
@@ -174,19 +174,9 @@ fn walk(json: &[u8], offset: usize) -> Walk {
 }
 
 /// The path of the error from where the walk stopped.
-fn path_at(
-    Walk {
-        stop,
-        open,
-        expect,
-        closed,
-        at,
-    }: Walk,
-    message: &str,
-    syntax: bool,
-) -> String {
+fn path_at(w: &Walk, message: &str, syntax: bool) -> String {
     let mut path = String::new();
-    let Some((innermost, outer)) = open.split_last() else {
+    let Some((innermost, outer)) = w.open.split_last() else {
         return path;
     };
     for f in outer {
@@ -197,12 +187,12 @@ fn path_at(
     let late = ["data did not match any variant", "unknown variant"]
         .iter()
         .any(|m| message.starts_with(m));
-    let member = match (stop, expect) {
+    let member = match (w.stop, w.expect) {
         (Stop::InToken(name), _) => !name,
         (_, Expect::Name) => false,
         (Stop::End | Stop::Bad, Expect::Colon | Expect::Next) if syntax => false,
         (Stop::End | Stop::Bad, Expect::Value) if syntax => {
-            innermost.object || (stop == Stop::Bad && at != Some(b']'))
+            innermost.object || (w.stop == Stop::Bad && w.at != Some(b']'))
         }
         (_, Expect::Colon) => !late && !message.starts_with("duplicate field"),
         (_, Expect::Value) if !innermost.object && innermost.index == 0 => {
@@ -210,15 +200,15 @@ fn path_at(
             // as a whole (by a type read with `deserialize_any`, or an enum).
             // A chain entry (read with `deserialize_any`) refused for being a sequence is
             // refused after its `[`: the array just opened is the entry itself.
-            (at == Some(b'[')
+            (w.at == Some(b'[')
                 && message.starts_with("invalid type: sequence,")
                 && !message.contains(super::raw::ENTRY_EXPECTED))
-                || (at == Some(b'{') && message.starts_with("invalid type: map,"))
+                || (w.at == Some(b'{') && message.starts_with("invalid type: map,"))
         }
         _ => true,
     };
     let mut index = innermost.index;
-    if late && !innermost.object && expect == Expect::Value && closed.is_none() {
+    if late && !innermost.object && w.expect == Expect::Value && w.closed.is_none() {
         index = index.saturating_sub(1);
     }
     if member {
@@ -228,7 +218,7 @@ fn path_at(
     // that closed inside that object is the refused value itself, not its parent.
     let whole = innermost.object
         && message.starts_with("data did not match any variant of untagged enum RawForward ");
-    if let (true, false, Some(closed)) = (late && member, whole, &closed) {
+    if let (true, false, Some(closed)) = (late && member, whole, &w.closed) {
         push(&mut path, closed, closed.index);
     }
     path
