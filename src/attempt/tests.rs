@@ -76,7 +76,13 @@ fn each_attempt_gets_its_providers_changes_and_restores_the_callers() {
     let edits = request_edits(&c, &second, false);
     assert_eq!(edits.path.as_deref(), Some("/v1/chat"));
     assert_eq!(edits.authority, Some("b.example"));
-    assert_eq!(edits.body, BodyEdit::RewriteModel("m-b"));
+    assert_eq!(
+        edits.body,
+        BodyEdit::Whole(WholeEdit {
+            model: Some("m-b".to_string()),
+            ..WholeEdit::default()
+        })
+    );
     assert!(edits.clear.iter().any(|h| h == "x-api-key"));
     // No body: nothing to rewrite, the planned length is restored instead.
     assert_eq!(
@@ -170,10 +176,21 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
 
 #[test]
 fn the_body_gets_the_providers_model() {
-    let (body, len) = rewrite_body(br#"{"model":"m","x":1}"#, Some("m-b"), None);
-    assert_eq!(body.as_deref(), Some(&br#"{"model":"m-b","x":1}"#[..]));
-    assert_eq!(len, 21);
-    assert_eq!(rewrite_body(b"not json", Some("m-b"), None), (None, 8));
+    let c = config();
+    let edit = WholeEdit {
+        model: Some("m-b".to_string()),
+        ..WholeEdit::default()
+    };
+    let edited = edit
+        .apply(&c, br#"{"model":"m","x":1}"#)
+        .expect("no translation");
+    assert_eq!(
+        edited.body.as_deref(),
+        Some(&br#"{"model":"m-b","x":1}"#[..])
+    );
+    assert_eq!(edited.len, 21);
+    let edited = edit.apply(&c, b"not json").expect("no translation");
+    assert_eq!((edited.body, edited.len), (None, 8));
 }
 
 #[test]
@@ -583,39 +600,43 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
     };
     let p = PlanText::decode(record.encode()).expect("decodes");
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
-    let low = EntrySettings {
+    let low = crate::entry_settings::EntrySettings {
         effort: Some(crate::entry_settings::Effort::Low),
         max_tokens: None,
         stream: false,
     };
     // No model to rewrite: the settings alone hold the body.
+    let edit = WholeEdit {
+        settings: Some((Api::OpenAiChat, low)),
+        ..WholeEdit::default()
+    };
     assert_eq!(
         request_edits(&c, &first, false).body,
-        BodyEdit::Rewrite {
-            model: None,
-            settings: (Api::OpenAiChat, low)
-        }
+        BodyEdit::Whole(edit.clone())
     );
-    let (body, len) = rewrite_body(
-        br#"{"model":"m","messages":[]}"#,
-        None,
-        settings_edit(&first).as_ref(),
-    );
-    let body = body.expect("edited");
+    let edited = edit
+        .apply(&c, br#"{"model":"m","messages":[]}"#)
+        .expect("no translation");
+    let body = edited.body.expect("edited");
     assert_eq!(
         body,
         br#"{"model":"m","messages":[],"reasoning_effort":"low"}"#
     );
-    assert_eq!(len, body.len());
+    assert_eq!(edited.len, body.len());
     // Translated for Messages: the thinking budget, in the translated body.
     let second = resolve(&c, p.view(), 2).expect("attempt 2");
-    let t = second.translation.expect("translated");
-    let body = translate_body(
-        &second,
-        t,
-        br#"{"model":"m","temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#,
-    )
-    .expect("translates");
+    assert!(second.translation.is_some(), "translated");
+    let BodyEdit::Whole(edit) = request_edits(&c, &second, false).body else {
+        panic!("the translated body is edited whole")
+    };
+    let body = edit
+        .apply(
+            &c,
+            br#"{"model":"m","temperature":0.5,"messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .expect("translates")
+        .body
+        .expect("translated");
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["model"], "claude");
     assert_eq!(v["max_tokens"], 30000);

@@ -11,16 +11,13 @@ use crate::attempt::{
     self, AnswerTranslation, BodyEdit, DelaySource, Hold, Marker, Outcome, Translation,
 };
 use crate::classify::{classify_status, Class};
-use crate::config::forward;
 use crate::config::Config;
 use crate::destination::{self, Refusal};
 use crate::dialects;
 use crate::envelope::eventstream::Unframer;
-use crate::envelope::Envelope;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
-use crate::ids::ProviderId;
 use crate::plan::SkipReason;
 use crate::retry_after;
 use crate::translate::{self, Api, StreamContext, StreamTranslator};
@@ -35,6 +32,15 @@ struct Current {
     number: usize,
     plan: PlanText,
     start_ms: u64,
+    /// What resolving it found: later callbacks find it again by index ([`Current::attempt`]).
+    known: attempt::Known,
+}
+
+impl Current {
+    /// This attempt under `config` (the one it was resolved in).
+    fn attempt<'c>(&self, config: &'c Config) -> Option<attempt::Attempt<'c, '_>> {
+        attempt::again(config, self.plan.view(), self.known)
+    }
 }
 
 pub struct Upstream<H: Host> {
@@ -42,15 +48,10 @@ pub struct Upstream<H: Host> {
     config: Rc<Config>,
     metrics: Rc<Metrics>,
     current: Option<Current>,
-    /// Model name to write into the body for this provider, while waiting for the body.
-    rewrite_to: Option<String>,
-    /// The entry's request settings to write into the body, in its dialect, while waiting
-    /// for it (docs/behaviour.md section 7).
-    settings: Option<attempt::SettingsEdit>,
-    /// The attempt is translated for its provider (behaviour.md 13): its body, while waiting for it,
-    /// and its answer.
+    /// The request body's one edit, while waiting for the whole body.
+    body: Option<attempt::WholeEdit>,
+    /// The attempt is translated for its provider (behaviour.md 13): its answer is translated back.
     translation: Option<Translation>,
-    translate_request: bool,
     /// An OpenAI caller asked for usage in its stream (read from its body when translated).
     include_usage: bool,
     /// How the answer is translated for the caller, once it is known to go to the caller.
@@ -76,9 +77,6 @@ pub struct Upstream<H: Host> {
     watch: Option<Vec<u8>>,
     /// The caller speaks Anthropic Messages (for the error event of a stream cut short).
     messages_caller: bool,
-    /// The body goes into this provider's envelope (Bedrock, Vertex), with the caller's
-    /// `anthropic-beta` header, while waiting for the body.
-    envelope_body: Option<(ProviderId, Option<String>)>,
     /// A Bedrock event stream being unwrapped into Anthropic SSE (behaviour.md 13).
     unframe: Option<Unframing>,
     /// The provider's answer was replaced by a whole one ([`Upstream::give_whole`]): the rest
@@ -127,11 +125,9 @@ impl<H: Host> Upstream<H> {
             config,
             metrics,
             current: None,
-            rewrite_to: None,
-            settings: None,
+            body: None,
             gather: None,
             translation: None,
-            translate_request: false,
             include_usage: false,
             answer: None,
             settled: false,
@@ -143,7 +139,6 @@ impl<H: Host> Upstream<H> {
             send_at: None,
             watch: None,
             messages_caller: false,
-            envelope_body: None,
             unframe: None,
             replaced: false,
             event_stream: false,
@@ -175,7 +170,7 @@ impl<H: Host> Upstream<H> {
             return Marker::Untouched;
         };
         let config = &*self.config;
-        let Some(a) = attempt::resolve(config, current.plan.view(), current.number) else {
+        let Some(a) = current.attempt(config) else {
             return Marker::Untouched;
         };
         let host = &self.host;
@@ -388,7 +383,7 @@ impl<H: Host> Upstream<H> {
         if due(self.send_at) {
             self.send_at = None;
             // A body still being rewritten or translated continues the request itself.
-            if self.rewrite_to.is_none() && self.settings.is_none() && !self.translate_request {
+            if self.body.is_none() {
                 self.host.resume(Map::Request);
             }
         }
@@ -451,7 +446,7 @@ impl<H: Host> Upstream<H> {
             return;
         };
         let config = Rc::clone(&self.config);
-        let Some(a) = attempt::resolve(&config, current.plan.view(), current.number) else {
+        let Some(a) = current.attempt(&config) else {
             return;
         };
         let ended = attempt::budget_ended(&config, &a);
@@ -542,34 +537,15 @@ impl<H: Host> Upstream<H> {
         if edits.drop_max_retries {
             host.set_header(Map::Request, wire::MAX_RETRIES_HEADER, None);
         }
-        self.settings = None;
-        let rewrite_to = match edits.body {
-            BodyEdit::Keep => None,
+        self.body = match edits.body.with_kept(kept.as_deref()) {
+            BodyEdit::Whole(edit) => Some(edit),
             BodyEdit::RestoreLength(len) => {
                 host.set_header(Map::Request, "content-length", Some(&len.to_string()));
                 None
             }
-            BodyEdit::RewriteModel(model) => Some(model.to_string()),
-            BodyEdit::Rewrite { model, settings } => {
-                self.settings = Some(settings);
-                model.map(str::to_string)
-            }
-            BodyEdit::Translate(_) => None,
-            BodyEdit::Envelope(envelope) => {
-                // Bedrock takes the caller's beta flags in its body only: the downstream role
-                // kept the header aside (`forward::HeaderPolicy`), never for Bedrock's map.
-                let beta = kept
-                    .as_deref()
-                    .filter(|_| envelope == Envelope::Bedrock)
-                    .and_then(|k| forward::kept_value(k, crate::wire::ANTHROPIC_BETA))
-                    .map(str::to_string);
-                self.envelope_body = Some((a.provider_id, beta));
-                self.settings = attempt::settings_edit(&a);
-                None
-            }
+            BodyEdit::Keep => None,
         };
         self.translation = a.translation;
-        self.translate_request = matches!(edits.body, BodyEdit::Translate(_));
         self.deadlines = attempt::deadlines(&config, &a, start_ms);
         // A retry in place waits out its back-off before it is sent (behaviour.md 5).
         if attempt::is_retry_in_place(&a) {
@@ -578,18 +554,14 @@ impl<H: Host> Upstream<H> {
                 .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok())
                 .filter(|&at| at > start_ms);
         }
+        let known = a.known();
         self.current = plan.map(|plan| Current {
             number,
             plan,
             start_ms,
+            known,
         });
-        self.rewrite_to = rewrite_to;
-        if self.rewrite_to.is_some()
-            || self.settings.is_some()
-            || self.translate_request
-            || self.envelope_body.is_some()
-            || self.send_at.is_some()
-        {
+        if self.body.is_some() || self.send_at.is_some() {
             // Hold the headers until the body is rewritten and its length known, and until
             // the back-off is over.
             return Flow::Pause;
@@ -597,118 +569,46 @@ impl<H: Host> Upstream<H> {
         Flow::Continue
     }
 
+    /// Applies the body's one edit once the whole body is here; a request the provider's API
+    /// cannot carry is answered `400` here, never sent (behaviour.md 13). A retry in place keeps
+    /// its body with its headers until the back-off is over.
     pub fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
-        if self.translate_request {
-            let flow = self.translate_request_body(body_size, end_of_stream);
-            // A retry in place keeps its body with its headers until the back-off is over.
-            return if self.send_at.is_some() {
-                Flow::Pause
-            } else {
-                flow
-            };
-        }
-        if self.envelope_body.is_some() {
-            return self.envelope_request_body(body_size, end_of_stream);
-        }
-        if self.rewrite_to.is_none() && self.settings.is_none() {
-            // A retry in place keeps its body with its headers until the back-off is over.
-            return if self.send_at.is_some() {
-                Flow::Pause
-            } else {
-                Flow::Continue
-            };
-        }
-        if !end_of_stream {
+        if self.body.is_some() && !end_of_stream {
             return Flow::Pause;
         }
-        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
-        let (new_body, len) =
-            attempt::rewrite_body(&body, self.rewrite_to.as_deref(), self.settings.as_ref());
-        if let Some(new_body) = new_body {
-            self.host.set_body(Map::Request, body_size, &new_body);
+        if let Some(edit) = self.body.take() {
+            let body = self.host.body(Map::Request, body_size).unwrap_or_default();
+            match edit.apply(&self.config, &body) {
+                Ok(edited) => {
+                    if let Some(new_body) = edited.body {
+                        self.host.set_body(Map::Request, body_size, &new_body);
+                    }
+                    let len = edited.len.to_string();
+                    self.host
+                        .set_header(Map::Request, "content-length", Some(&len));
+                    self.include_usage = edited.include_usage;
+                }
+                Err(reply) => {
+                    // Not sent: no provider's health is touched.
+                    self.settled = true;
+                    log::debug!("{}", reply.message);
+                    send_reply(&self.host, &reply, self.translation.map(|t| t.caller));
+                    return Flow::Pause;
+                }
+            }
         }
-        self.host
-            .set_header(Map::Request, "content-length", Some(&len.to_string()));
-        self.rewrite_to = None;
-        self.settings = None;
         if self.send_at.is_some() {
-            return Flow::Pause;
+            Flow::Pause
+        } else {
+            Flow::Continue
         }
-        Flow::Continue
-    }
-
-    /// The whole request body translated for the provider's API (behaviour.md 13); a request the
-    /// provider's API cannot carry is answered `400` here, never sent.
-    fn translate_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
-        if !end_of_stream {
-            return Flow::Pause;
-        }
-        self.translate_request = false;
-        let (Some(t), Some(current)) = (self.translation, &self.current) else {
-            return Flow::Continue;
-        };
-        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
-        self.include_usage = t.caller == Api::OpenAiChat && translate::wants_stream_usage(&body);
-        // Translated, then put in the provider's envelope (Bedrock, Vertex) when it has one.
-        let translated =
-            attempt::resolve(&self.config, current.plan.view(), current.number).map(|a| {
-                let body = attempt::translate_body(&a, t, &body)?;
-                Ok::<_, crate::reply::Reply>(match a.provider.envelope.filter(|e| e.edits_body()) {
-                    Some(envelope) => attempt::envelope_body(&body, envelope, None, None)
-                        .0
-                        .unwrap_or(body),
-                    None => body,
-                })
-            });
-        match translated {
-            Some(Ok(new_body)) => {
-                self.host.set_body(Map::Request, body_size, &new_body);
-                self.host.set_header(
-                    Map::Request,
-                    "content-length",
-                    Some(&new_body.len().to_string()),
-                );
-                Flow::Continue
-            }
-            Some(Err(reply)) => {
-                // Not sent: no provider's health is touched.
-                self.settled = true;
-                log::debug!("{}", reply.message);
-                send_reply(&self.host, &reply, Some(t.caller));
-                Flow::Pause
-            }
-            None => Flow::Continue,
-        }
-    }
-
-    /// The whole body put in the provider's envelope (Bedrock, Vertex).
-    fn envelope_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Flow {
-        if !end_of_stream {
-            return Flow::Pause;
-        }
-        let Some((provider, beta)) = self.envelope_body.take() else {
-            return Flow::Continue;
-        };
-        let Some(envelope) = (self.config.provider(provider)).and_then(|p| p.envelope) else {
-            return Flow::Continue;
-        };
-        let body = self.host.body(Map::Request, body_size).unwrap_or_default();
-        let settings = self.settings.take();
-        let (new_body, len) =
-            attempt::envelope_body(&body, envelope, beta.as_deref(), settings.as_ref());
-        if let Some(new_body) = new_body {
-            self.host.set_body(Map::Request, body_size, &new_body);
-        }
-        self.host
-            .set_header(Map::Request, "content-length", Some(&len.to_string()));
-        Flow::Continue
     }
 
     pub fn on_response_headers(&mut self, end_of_stream: bool) -> Flow {
         let Some(current) = &self.current else {
             return Flow::Continue;
         };
-        let Some(a) = attempt::resolve(&self.config, current.plan.view(), current.number) else {
+        let Some(a) = current.attempt(&self.config) else {
             return Flow::Continue;
         };
         if a.plan.stream && a.provider.envelope.is_some_and(|e| e.event_stream()) {

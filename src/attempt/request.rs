@@ -1,0 +1,268 @@
+//! The request side of an attempt: what attempt k changes on its request's headers and body
+//! (docs/behaviour.md sections 4, 7 and 13).
+
+use super::{Attempt, Translation};
+use crate::config::{forward, Config, Provider};
+use crate::entry_settings::{self, EntrySettings};
+use crate::envelope::Envelope;
+use crate::ids::ProviderId;
+use crate::reply::Reply;
+use crate::rewrite;
+use crate::translate::{self, Api};
+use std::borrow::Cow;
+
+/// What happens to the request body of this attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyEdit {
+    /// Forward it as it is.
+    Keep,
+    /// An earlier attempt may have rewritten the body and its length: restore the planned length.
+    RestoreLength(u64),
+    /// Hold the headers until the whole body is here, then edit it ([`WholeEdit::apply`]) and
+    /// set the new length.
+    Whole(WholeEdit),
+}
+
+/// The one edit of a whole request body, carried from the request headers to the body and
+/// applied there in one go ([`WholeEdit::apply`]), its steps in this order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WholeEdit {
+    /// Translated for the provider's API first (behaviour.md 13).
+    pub translate: Option<TranslateEdit>,
+    /// The entry's model written in (same API; a translation writes its own).
+    pub model: Option<String>,
+    /// The entry's request settings, in the dialect the provider gets (behaviour.md 7).
+    pub settings: Option<SettingsEdit>,
+    /// Then put in the provider's envelope (Bedrock, Vertex: the version field instead of
+    /// `model`), with the caller's `anthropic-beta` flags for Bedrock ([`BodyEdit::with_kept`]).
+    pub envelope: Option<(Envelope, Option<String>)>,
+}
+
+/// A request translated for its provider's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranslateEdit {
+    pub translation: Translation,
+    /// The model the translated body names (the chain entry's, else the caller's).
+    pub model: String,
+    /// `max_tokens` for a Messages provider when the caller sets none.
+    pub default_max_tokens: u32,
+    /// The provider, named in the `400` of a request its API cannot carry.
+    pub provider: ProviderId,
+    /// The caller asked for a stream.
+    pub stream: bool,
+}
+
+/// A request body edited ([`WholeEdit::apply`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditedBody {
+    /// The body to send; `None` when it goes as it is.
+    pub body: Option<Vec<u8>>,
+    /// Its `content-length`.
+    pub len: usize,
+    /// An OpenAI caller asked for usage in its translated stream (`translate::StreamContext`).
+    pub include_usage: bool,
+}
+
+impl BodyEdit {
+    /// The edit with the caller's `anthropic-beta` header put in a Bedrock envelope: the
+    /// downstream role kept the header aside (`kept`, `handoff::FORWARD`), never for Bedrock's
+    /// map, which takes the flags in its body only. A translated body goes without them.
+    pub fn with_kept(mut self, kept: Option<&[u8]>) -> Self {
+        if let BodyEdit::Whole(w) = &mut self {
+            if let (None, Some((Envelope::Bedrock, beta)), Some(kept)) =
+                (&w.translate, &mut w.envelope, kept)
+            {
+                *beta = forward::kept_value(kept, crate::wire::ANTHROPIC_BETA).map(str::to_string);
+            }
+        }
+        self
+    }
+}
+
+impl WholeEdit {
+    /// The body to send for the caller's `body`: translated, the model and the entry's settings
+    /// written in, put in the envelope, each step only when the edit has it. A body that is not
+    /// a JSON object goes as it is, except to a translation: then the `400` the caller gets
+    /// (only the first entry can get here: planning skips the others, behaviour.md 2.4).
+    pub fn apply(&self, config: &Config, body: &[u8]) -> Result<EditedBody, Reply> {
+        let mut out: Option<Vec<u8>> = None;
+        let mut include_usage = false;
+        if let Some(t) = &self.translate {
+            let (caller, provider) = (t.translation.caller, t.translation.provider);
+            include_usage = caller == Api::OpenAiChat && translate::wants_stream_usage(body);
+            let cx = translate::RequestContext {
+                model: &t.model,
+                default_max_tokens: t.default_max_tokens,
+                stream: t.stream,
+            };
+            let translated = translate::request(caller, provider, body, &cx).map_err(|why| {
+                let what = match why {
+                    translate::Untranslatable::NotJson => "the body is not a JSON object",
+                    translate::Untranslatable::Field(field) => field,
+                };
+                let name = config.provider(t.provider).map_or("", |p| p.name.as_str());
+                Reply::untranslatable(name, provider.as_str(), what)
+            })?;
+            out = Some(translated);
+        }
+        if let Some(model) = &self.model {
+            let base = out.as_deref().unwrap_or(body);
+            let scan = rewrite::scan_top_level(base).ok();
+            out = scan
+                .and_then(|scan| rewrite::rewrite(base, &scan, Some(model), false))
+                .or(out);
+        }
+        if let Some((dialect, settings)) = &self.settings {
+            out = entry_settings::apply(out.as_deref().unwrap_or(body), *dialect, settings).or(out);
+        }
+        if let Some((envelope, beta)) = &self.envelope {
+            out = envelope
+                .body(out.as_deref().unwrap_or(body), beta.as_deref())
+                .or(out);
+        }
+        let len = out.as_ref().map_or(body.len(), Vec::len);
+        Ok(EditedBody {
+            body: out,
+            len,
+            include_usage,
+        })
+    }
+}
+
+/// Everything attempt k changes on its request, in the order to apply it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestEdits<'a> {
+    /// Removed first: every provider's credential and extra headers, and the caller's.
+    pub clear: &'a [String],
+    /// Then, when providers take different caller headers: put back this provider's share of
+    /// them (`handoff::FORWARD`, applied with `config::forward::HeaderPolicy::attempt_edits`).
+    pub forwarded: bool,
+    /// Then set: this provider's own.
+    pub set: &'a [(String, String)],
+    /// New `:authority`, if any.
+    pub authority: Option<&'a str>,
+    /// New `:path`, if any.
+    pub path: Option<Cow<'a, str>>,
+    /// Remove `x-envoy-max-retries` (the router consumed it before the first attempt).
+    pub drop_max_retries: bool,
+    pub body: BodyEdit,
+}
+
+/// What to change on the request of attempt `a` (`end_of_stream`: the request has no body).
+pub fn request_edits<'a>(
+    config: &'a Config,
+    a: &Attempt<'a, 'a>,
+    end_of_stream: bool,
+) -> RequestEdits<'a> {
+    let later = a.number > 1;
+    let authority = match &a.provider.authority {
+        Some(authority) => Some(authority.as_str()),
+        None if later => Some(a.plan.authority),
+        None => None,
+    };
+    let path = provider_path(
+        a.provider,
+        a.translation.map(|t| t.provider),
+        a.plan.path,
+        a.model(),
+        a.plan.stream,
+    )
+    .or_else(|| later.then_some(Cow::Borrowed(a.plan.path)));
+    let has_body = a.plan.body_len > 0 && !end_of_stream;
+    let envelope = a.provider.envelope.filter(|e| e.edits_body() && has_body);
+    let rewrite_to = a
+        .entry
+        .model
+        .as_deref()
+        .filter(|m| *m != a.plan.model && has_body);
+    // A translated attempt to an envelope's provider: translated, then put in the envelope
+    // (the upstream role does both in one pause).
+    let settings = settings_edit(a).filter(|_| has_body);
+    let whole = |w: WholeEdit| BodyEdit::Whole(WholeEdit { settings, ..w });
+    let body = match (a.translation, envelope, rewrite_to) {
+        (Some(translation), _, _) if has_body => whole(WholeEdit {
+            translate: Some(TranslateEdit {
+                translation,
+                model: a.model().to_string(),
+                default_max_tokens: a.provider.max_tokens,
+                provider: a.provider_id,
+                stream: a.plan.stream,
+            }),
+            envelope: a
+                .provider
+                .envelope
+                .filter(|e| e.edits_body())
+                .map(|e| (e, None)),
+            ..WholeEdit::default()
+        }),
+        (_, Some(envelope), _) => whole(WholeEdit {
+            envelope: Some((envelope, None)),
+            ..WholeEdit::default()
+        }),
+        (_, _, model) if model.is_some() || settings.is_some() => whole(WholeEdit {
+            model: model.map(str::to_string),
+            ..WholeEdit::default()
+        }),
+        _ if later => BodyEdit::RestoreLength(a.plan.body_len),
+        _ => BodyEdit::Keep,
+    };
+    RequestEdits {
+        clear: &config.cleared_headers,
+        forwarded: !config.forwarding.uniform(),
+        set: &a.provider.set_headers,
+        authority,
+        path,
+        drop_max_retries: a.number == 1,
+        body,
+    }
+}
+
+/// The `:path` an attempt to `provider` goes out on, for a caller's request on `caller_path`
+/// translated to `translated_to` (if at all), sending `model`, streamed or not; `None`: the
+/// caller's path as it is. The upstream role sends it ([`request_edits`]) and `explain` prints
+/// it: one place says where an attempt goes.
+pub fn provider_path<'a>(
+    provider: &Provider,
+    translated_to: Option<Api>,
+    caller_path: &'a str,
+    model: &str,
+    stream: bool,
+) -> Option<Cow<'a, str>> {
+    let prefix = provider.path_prefix.as_deref();
+    // The provider API's endpoint when translated (the caller's query is for the caller's API).
+    let endpoint = translated_to.map(Api::endpoint);
+    match (provider.envelope, endpoint, prefix) {
+        (Some(envelope), _, _) => Some(Cow::Owned(envelope.path(
+            prefix,
+            endpoint.unwrap_or(caller_path),
+            model,
+            stream,
+        ))),
+        (None, Some(endpoint), _) => {
+            Some(Cow::Owned(format!("{}{endpoint}", prefix.unwrap_or(""))))
+        }
+        (None, None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{caller_path}"))),
+        (None, None, None) => None,
+    }
+}
+
+/// A chain entry's request settings and the API (dialect) of the body they are written into.
+pub type SettingsEdit = (Api, EntrySettings);
+
+/// What attempt `a`'s entry sends besides the model (`effort`, `max_tokens`), in the dialect
+/// the provider gets: the translated API's, else the caller's (from its path). `None` when the
+/// entry sets nothing, or for an endpoint that takes neither (embeddings).
+pub fn settings_edit(a: &Attempt<'_, '_>) -> Option<SettingsEdit> {
+    let settings = EntrySettings {
+        stream: a.plan.gather,
+        ..a.entry.settings
+    };
+    if settings.is_empty() {
+        return None;
+    }
+    let dialect = match a.translation {
+        Some(t) => t.provider,
+        None => Api::of_path(a.plan.path)?,
+    };
+    Some((dialect, settings))
+}
