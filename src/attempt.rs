@@ -206,8 +206,10 @@ impl<'c, 'p> Attempt<'c, 'p> {
 /// [`Attempt::usage_model`]).
 pub const OTHER_MODEL: &str = "other";
 
+pub mod passage;
 mod request;
 mod response;
+pub mod timers;
 pub use request::*;
 pub use response::*;
 
@@ -579,6 +581,16 @@ impl Settlement<'_> {
         );
         for &skipped in &self.budget_skips {
             attempt_log::push_skip(log, name(skipped), SkipReason::Budget.as_str());
+        }
+    }
+
+    /// The retry marker header to write (`Some(None)`: remove it); `None` to leave the headers
+    /// alone (`provider_marker`: the provider's answer carried a header named like it).
+    pub fn marker_header(&self, provider_marker: bool) -> Option<Option<&'static str>> {
+        match self.marker {
+            Marker::Untouched => None,
+            Marker::Remove if !provider_marker => None,
+            marker => Some(marker.value()),
         }
     }
 

@@ -5,6 +5,8 @@ use super::{Attempt, Translation};
 use crate::classify::{classify_no_response, Class, NoResponse};
 use crate::config::Config;
 use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
+use crate::header_pairs::HeaderPairs;
+use crate::retry_after;
 use crate::translate::{self, Api};
 
 /// How a translated attempt's answer goes back to the caller (behaviour.md 13).
@@ -77,6 +79,30 @@ pub fn delay_source(class: Class) -> DelaySource {
         Class::RateLimited | Class::QuotaExhausted => DelaySource::RateLimitHeaders,
         Class::Overloaded | Class::ServerError => DelaySource::RetryAfter,
         _ => DelaySource::Nothing,
+    }
+}
+
+/// The delay a failing answer asked for, read from the headers `source` names
+/// ([`delay_source`]; `now_ms`: for `Retry-After` dates and resets): `map` reads the whole
+/// response header map (`header_pairs` layout), `retry_after` the `Retry-After` header.
+pub fn requested_delay(
+    source: DelaySource,
+    now_ms: u64,
+    map: impl FnOnce() -> Vec<u8>,
+    retry_after: impl FnOnce() -> Option<Vec<u8>>,
+) -> Option<u64> {
+    match source {
+        DelaySource::Nothing => None,
+        DelaySource::RateLimitHeaders => {
+            // A provider's header values may hold any bytes: skip what is not text.
+            let map = map();
+            let headers = HeaderPairs::new(&map).into_iter().filter_map(|(k, v)| {
+                Some((std::str::from_utf8(k).ok()?, std::str::from_utf8(v).ok()?))
+            });
+            retry_after::rate_limit_delay(headers, now_ms)
+        }
+        DelaySource::RetryAfter => retry_after()
+            .and_then(|v| retry_after::parse_retry_after(std::str::from_utf8(&v).ok()?, now_ms)),
     }
 }
 
@@ -274,20 +300,13 @@ pub fn gathered(provider: Api, caller: Api, body: &[u8], created: u64) -> WholeA
     }
 }
 
-/// Whether attempt `a`'s answer is an AWS event stream to unwrap into SSE: a `200` stream of a
-/// Bedrock provider (`content_type` read only then).
-pub fn unframes(
-    a: &Attempt<'_, '_>,
-    status: u16,
-    content_type: impl FnOnce() -> Option<Vec<u8>>,
-) -> bool {
-    status == 200
+/// Whether attempt `a`'s answer (`head`) is an AWS event stream to unwrap into SSE: a `200`
+/// stream of a Bedrock provider.
+pub fn unframes(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> bool {
+    head.status == 200
         && a.plan.stream
-        && a.provider
-            .envelope
-            .as_ref()
-            .is_some_and(|e| e.event_stream())
-        && content_type().is_some_and(|v| {
+        && a.provider.envelope.is_some_and(|e| e.event_stream())
+        && head.content_type.is_some_and(|v| {
             (v.get(..AWS_EVENT_STREAM.len()))
                 .is_some_and(|p| p.eq_ignore_ascii_case(AWS_EVENT_STREAM))
         })

@@ -652,3 +652,51 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
     assert_eq!(settings_edit(&first), None);
     assert_eq!(request_edits(&c, &first, false).body, BodyEdit::Keep);
 }
+
+#[test]
+fn a_deadline_acts_once_as_the_answer_stands() {
+    use super::timers::{Ends, Timers, Wake};
+    let mut t = Timers {
+        deadlines: Deadlines {
+            first_token_at: Some(10),
+            budget_at: Some(20),
+        },
+        send_at: Some(5),
+    };
+    assert_eq!(t.next(None, false, false), Some(5));
+    let first = t.due(5, None, false, false);
+    assert_eq!(
+        first,
+        Wake {
+            send: true,
+            ends: None
+        }
+    );
+    // The first-token deadline counts only while the stream is held for its first output.
+    assert_eq!(t.next(Some(Hold::Stream), false, true), Some(20));
+    assert_eq!(t.next(Some(Hold::FirstOutput), false, true), Some(10));
+    let held = Some(Hold::FirstOutput);
+    assert_eq!(t.due(10, held, false, true).ends, Some(Ends::FirstToken));
+    assert_eq!(
+        Ends::FirstToken.held_outcome(),
+        Some((Class::Timeout, 200, false))
+    );
+    assert_eq!(t.next(None, true, true), None, "settled and answered");
+    let body = Some(Hold::Body(503));
+    assert_eq!(
+        t.due(20, body, true, true).ends,
+        Some(Ends::BudgetHeld(503))
+    );
+    assert_eq!(t.due(30, None, false, false).ends, None, "once");
+    let mut waiting = Timers {
+        deadlines: Deadlines {
+            first_token_at: None,
+            budget_at: Some(20),
+        },
+        send_at: None,
+    };
+    assert_eq!(
+        waiting.due(20, None, false, false).ends,
+        Some(Ends::BudgetWaiting)
+    );
+}

@@ -45,6 +45,17 @@ pub enum Flow {
     Pause,
 }
 
+impl Flow {
+    /// `Pause` when `pause`, else `Continue`.
+    pub fn pause_if(pause: bool) -> Flow {
+        if pause {
+            Flow::Pause
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
 /// Everything the roles need from Envoy: the stream's headers, bodies and filter state, local
 /// replies, metrics, the route cache, and (through the supertraits) shared data with
 /// compare-and-swap and the clock.

@@ -451,8 +451,10 @@ impl StreamTranslator {
                 return t.owes_end();
             }
         };
-        if end && !ended {
-            out.extend_from_slice(crate::dialects::cut_stream_event(messages_caller));
+        if end {
+            out.extend_from_slice(
+                crate::dialects::honest_end(ended, messages_caller).unwrap_or_default(),
+            );
         }
         owed
     }

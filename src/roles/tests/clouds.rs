@@ -50,7 +50,7 @@ fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
 }
 
 /// A `chunk` message carrying one Anthropic event (`b64`: its JSON, base64-encoded).
-fn chunk(b64: &str) -> Vec<u8> {
+pub(super) fn chunk(b64: &str) -> Vec<u8> {
     let payload = format!(r#"{{"bytes":"{b64}"}}"#);
     frame(
         &[(":event-type", "chunk"), (":message-type", "event")],
@@ -58,7 +58,7 @@ fn chunk(b64: &str) -> Vec<u8> {
     )
 }
 
-fn event_stream(body: Vec<u8>) -> Provider {
+pub(super) fn event_stream(body: Vec<u8>) -> Provider {
     Provider::Bytes(
         200,
         vec![("content-type", "application/vnd.amazon.eventstream")],

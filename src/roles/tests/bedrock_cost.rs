@@ -1,0 +1,60 @@
+//! Not a test: what a translated Bedrock request costs through both roles (ignored; run by
+//! hand): an OpenAI Chat caller served by Bedrock (Anthropic Messages in Bedrock's envelope),
+//! its request (about 1 KB) translated and put in the envelope, its answer translated back, as
+//! JSON and as an event stream. `LLM_FAILOVER_BENCH_N` requests of each (default 200); under
+//! valgrind, the instructions of N requests less those of none, divided by N, are the CPU of one:
+//!   cargo test --release -p llm-failover --lib translated_bedrock_cost -- --ignored
+
+use super::clouds::{chunk, event_stream};
+use super::*;
+
+const BEDROCK: &str = r#"{
+    "providers": [{"name": "bedrock", "cluster": "c-bedrock", "api": "bedrock"}],
+    "chains": [{"name": "gpt", "models": ["gpt-*"],
+        "providers": [{"provider": "bedrock", "model": "anthropic.claude-x-v1:0"}]}]
+}"#;
+
+const ANSWER: &str = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"Hello from claude"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":4}}"#;
+
+/// The stream's Anthropic events, base64 (Bedrock's `chunk` messages carry them so).
+const EVENTS: [&str; 13] = [
+    "eyJ0eXBlIjoibWVzc2FnZV9zdGFydCIsIm1lc3NhZ2UiOnsiaWQiOiJtc2dfMSIsInR5cGUiOiJtZXNzYWdlIiwicm9sZSI6ImFzc2lzdGFudCIsIm1vZGVsIjoiY2xhdWRlIiwiY29udGVudCI6W10sInN0b3BfcmVhc29uIjpudWxsLCJ1c2FnZSI6eyJpbnB1dF90b2tlbnMiOjMsIm91dHB1dF90b2tlbnMiOjF9fX0=",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19zdGFydCIsImluZGV4IjowLCJjb250ZW50X2Jsb2NrIjp7InR5cGUiOiJ0ZXh0IiwidGV4dCI6IiJ9fQ==",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19kZWx0YSIsImluZGV4IjowLCJkZWx0YSI6eyJ0eXBlIjoidGV4dF9kZWx0YSIsInRleHQiOiJIZWxsbyB0aGVyZSwgIn19",
+    "eyJ0eXBlIjoiY29udGVudF9ibG9ja19zdG9wIiwiaW5kZXgiOjB9",
+    "eyJ0eXBlIjoibWVzc2FnZV9kZWx0YSIsImRlbHRhIjp7InN0b3BfcmVhc29uIjoiZW5kX3R1cm4iLCJzdG9wX3NlcXVlbmNlIjpudWxsfSwidXNhZ2UiOnsib3V0cHV0X3Rva2VucyI6OX19",
+    "eyJ0eXBlIjoibWVzc2FnZV9zdG9wIn0=",
+];
+
+#[test]
+#[ignore]
+fn translated_bedrock_cost() {
+    let n: usize = std::env::var("LLM_FAILOVER_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let gw = Gateway::new(BEDROCK);
+    let text = "word ".repeat(180);
+    let messages = format!(
+        r#""messages":[{{"role":"system","content":"be brief"}},{{"role":"user","content":"{text}"}}]"#
+    );
+    let json_body = format!(r#"{{"model":"gpt-4o","max_tokens":64,{messages}}}"#);
+    let stream_body = format!(r#"{{"model":"gpt-4o","stream":true,"max_tokens":64,{messages}}}"#);
+    let frames: Vec<u8> = EVENTS.iter().flat_map(|e| chunk(e)).collect();
+    let json = || Provider::Answer(200, vec![("content-type", "application/json")], ANSWER);
+    for _ in 0..n {
+        let r = gw.request(&[], &json_body, &[json()]);
+        assert_eq!(r.status, 200);
+        let r = gw.request(&[], &stream_body, &[event_stream(frames.clone())]);
+        assert!(std::str::from_utf8(&r.body)
+            .unwrap()
+            .ends_with("data: [DONE]\n\n"));
+    }
+}
