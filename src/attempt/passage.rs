@@ -163,14 +163,6 @@ impl Buffer<'_> {
 }
 
 impl Passage {
-    /// The passage of an attempt translated as `translation` says (if at all).
-    pub fn new(translation: Option<Translation>) -> Self {
-        Passage {
-            translation,
-            ..Passage::default()
-        }
-    }
-
     /// The answer's headers came (`head`, read from them): what its passage starts. Returns
     /// whether it is a Bedrock event stream unwrapped into SSE (then its headers say so).
     pub fn headers(
@@ -250,6 +242,17 @@ impl Passage {
         read: Read<'_>,
         settle: Settle<'_>,
     ) -> Step {
+        let plain = self.hold.is_none() && self.answer.is_none() && self.gather.is_none();
+        let read_nothing = self.watch.is_none() && self.unframe.is_none() && self.usage.is_none();
+        if plain && read_nothing && !self.replaced {
+            // The answer as it is, its usage not read: nothing to read.
+            self.held = body_size;
+            return Step {
+                pause: false,
+                head: None,
+                write: Write::Keep,
+            };
+        }
         let mut buf = Buffer {
             size: body_size,
             bytes: None,

@@ -1792,5 +1792,6 @@ fn a_streams_usage_counts_when_its_last_chunk_passes_by_body_or_trailers() {
         assert_eq!(r.log.as_deref(), Some("a:ok:0ms:in=7/out=2/cached=0"));
     }
 }
+
 #[cfg(not(target_arch = "wasm32"))]
 mod bedrock_cost;

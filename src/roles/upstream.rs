@@ -255,7 +255,7 @@ impl<H: Host> Upstream<H> {
             }
             BodyEdit::Keep => None,
         };
-        self.passage = Passage::new(a.translation);
+        self.passage.translation = a.translation;
         // A retry in place waits out its back-off before it is sent (behaviour.md 5).
         let send_at = attempt::is_retry_in_place(&a)
             .then(|| host.property(handoff::RETRY_AT.as_bytes()))
