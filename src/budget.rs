@@ -20,6 +20,7 @@
 //! Anything else reads as nothing spent. A record for another window (it rolled over, or the
 //! window's length changed) reads as nothing spent too.
 
+pub use crate::config::Budget;
 use crate::config::Provider;
 use crate::health::{ensure_key, update_key, Step};
 use crate::host::{Clock, SharedStore};
@@ -28,21 +29,6 @@ use crate::wire::with_key;
 
 const KEY_PREFIX: &str = "llm_failover.budget.";
 const RECORD_LEN: usize = 16;
-
-/// A provider's token budget: at most `tokens` (input and output) per window of `window_ms`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
-    pub tokens: u64,
-    pub window_ms: u64,
-}
-
-impl Budget {
-    /// When the window `now` falls in ends (ms since the epoch).
-    pub fn window_end(&self, now: u64) -> u64 {
-        let len = self.window_ms.max(1);
-        (now / len + 1).saturating_mul(len)
-    }
-}
 
 /// What is left of a budget now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

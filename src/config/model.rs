@@ -32,7 +32,7 @@ pub struct Provider {
     /// Where it keeps the data it is sent: declared, or from a cloud's region; `None`: unknown.
     pub residency: Option<crate::residency::Residency>,
     /// Its token budget per window (docs/behaviour.md section 15), if it has one.
-    pub budget: Option<crate::budget::Budget>,
+    pub budget: Option<Budget>,
 }
 
 impl Provider {
@@ -341,3 +341,18 @@ pub const MAX_PROVIDERS: usize = 64;
 pub const MAX_CHAINS: usize = 256;
 pub const MAX_CHAIN_LEN: usize = 16;
 pub const MAX_BREAKER_FAILURES: u32 = 1000;
+
+/// A provider's token budget: at most `tokens` (input and output) per window of `window_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub tokens: u64,
+    pub window_ms: u64,
+}
+
+impl Budget {
+    /// When the window `now` falls in ends (ms since the epoch).
+    pub fn window_end(&self, now: u64) -> u64 {
+        let len = self.window_ms.max(1);
+        (now / len + 1).saturating_mul(len)
+    }
+}

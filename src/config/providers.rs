@@ -177,7 +177,7 @@ fn validate_one(
         if b.window == 0 {
             at.field("budget.window", "must be above 0 (e.g. 24h)");
         }
-        (b.tokens > 0 && b.window > 0).then_some(crate::budget::Budget {
+        (b.tokens > 0 && b.window > 0).then_some(crate::config::Budget {
             tokens: b.tokens,
             window_ms: b.window,
         })

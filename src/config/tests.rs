@@ -455,7 +455,7 @@ fn a_provider_budget_is_read_and_refused_when_empty() {
     .unwrap();
     assert_eq!(
         c.providers[0].budget,
-        Some(crate::budget::Budget {
+        Some(crate::config::Budget {
             tokens: 2_000_000,
             window_ms: 86_400_000
         })

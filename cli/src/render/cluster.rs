@@ -1,7 +1,7 @@
 //! Clusters: one per provider (endpoint, TLS, protocol, the upstream filter), and grouping
 //! mode's aggregate clusters.
 
-use super::listener::socket_address;
+use super::basics::socket_address;
 use super::{duration, seq, typed, wasm_filter, HTTP_PROTOCOL_OPTIONS, UPSTREAM_PLUGIN_NAME};
 use crate::input::{Gateway, Host, Upstream};
 use crate::version::Mode;

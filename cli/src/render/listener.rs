@@ -1,6 +1,7 @@
 //! Listeners: the API's (access log, local replies, the filter before the router) and the
 //! status endpoint's own.
 
+use super::basics::{access_log_format, socket_address};
 use super::filter::{downstream_filter, router_filter, wasm_filter};
 use super::route::virtual_host;
 use super::{seq, typed, HCM, NAME};
@@ -10,18 +11,6 @@ use serde_yaml_ng::{Mapping, Value};
 
 const STDOUT_LOG: &str =
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
-
-/// One line per request: what the route did and the filter's per-attempt record.
-pub fn access_log_format() -> String {
-    format!(
-        "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% \
-         %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% cluster=%UPSTREAM_CLUSTER% \
-         chain=%FILTER_STATE({p}{}:PLAIN)% llm_failover=%FILTER_STATE({p}{}:PLAIN)% request_id=%REQ(X-REQUEST-ID)%\n",
-        wire::CHAIN_PROPERTY,
-        wire::ATTEMPTS_PROPERTY,
-        p = wire::ENVOY_WASM_STATE_PREFIX,
-    )
-}
 
 /// Envoy's own error answers in the filter's JSON error shape (behaviour.md 6), with `x-should-retry`:
 /// a request body over the limit (Envoy's plain-text 413), and a walk whose last attempt got
@@ -61,10 +50,6 @@ pub fn local_reply_config(gw: &Gateway) -> Value {
             mapper(flags(&["UF", "UH", "UC", "UR", "URX", "UO", "LR"]), &Reply::upstream_unreachable()),
         ]),
     }
-}
-
-pub(super) fn socket_address(address: &str, port: u16) -> Value {
-    map! { "socket_address" => map! { "address" => address, "port_value" => u64::from(port) } }
 }
 
 fn listener(gw: &Gateway) -> Value {

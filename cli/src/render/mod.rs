@@ -12,7 +12,8 @@
 
 use crate::input::{Addr, Gateway};
 use crate::version::Mode;
-use listener::{listeners, socket_address};
+use basics::socket_address;
+use listener::listeners;
 use serde_yaml_ng::{Mapping, Value};
 
 /// An ordered YAML mapping: `map! { "key" => value, ... }` (also used by `crate::istio`).
@@ -25,6 +26,7 @@ macro_rules! map {
     }};
 }
 
+mod basics;
 mod cluster;
 mod credential;
 mod filter;
@@ -38,12 +40,13 @@ pub use signing::sending;
 mod stats;
 
 pub use crate::names::{NAME, UPSTREAM_PLUGIN_NAME};
+pub use basics::access_log_format;
 pub use cluster::{cluster_list, clusters, CLUSTER_LIMIT};
 pub(crate) use cluster::{cluster_values, http_protocol, upstream_options};
 pub use credential::secret_files;
 pub use filter::downstream_filter;
 pub(crate) use filter::wasm_filter;
-pub use listener::{access_log_format, local_reply_config, status_listener, STATUS_NAME};
+pub use listener::{local_reply_config, status_listener, STATUS_NAME};
 pub use otel::{attributes as otel_attributes, OTEL_CLUSTER};
 pub use pieces::pieces;
 pub(crate) use reloadable::discovered_from;

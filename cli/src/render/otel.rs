@@ -4,7 +4,7 @@
 //! value is an Envoy formatter command read when the request ends: the filter's filter state
 //! (the attempt log, the models it writes with `log_models`) and the response's headers.
 
-use super::listener::{access_log_format, socket_address};
+use super::basics::{access_log_format, socket_address};
 use super::{seq, typed};
 use crate::input::{Endpoint, Gateway, Host};
 use crate::version::EnvoyVersion;
