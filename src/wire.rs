@@ -60,6 +60,12 @@ pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
 pub const REQUEST_MODEL_PROPERTY: &str = "llm_failover.request_model";
 pub const RESPONSE_MODEL_PROPERTY: &str = "llm_failover.response_model";
 
+/// Filter-state properties of the served answer's input and output tokens, for the
+/// OpenTelemetry access log's `gen_ai.usage.input_tokens` and `output_tokens`. Written only
+/// with `log_models`, when the answer reported its usage (docs/behaviour.md section 15).
+pub const INPUT_TOKENS_PROPERTY: &str = "llm_failover.input_tokens";
+pub const OUTPUT_TOKENS_PROPERTY: &str = "llm_failover.output_tokens";
+
 /// Response header an upstream filter adds to an answer that must fall over; the route's
 /// retry policy lists it in `retriable_headers`. Never reaches the caller.
 pub const RETRY_MARKER_HEADER: &str = "x-llm-failover-retry";

@@ -63,6 +63,9 @@ impl Counting {
                 super::spend_budget(host, provider, &usage);
             }
             attempt_log::push_usage(&mut self.log, &usage);
+            if config.log_models {
+                log_tokens(host, &usage);
+            }
         }
         self.abandon(host);
     }
@@ -71,4 +74,14 @@ impl Counting {
     pub fn abandon(self, host: &impl Host) {
         host.set_property(wire::ATTEMPTS_PROPERTY, self.log.as_bytes());
     }
+}
+
+/// The served answer's tokens for the OpenTelemetry access log (`log_models`, set by `render
+/// --otel-collector`).
+#[cold]
+fn log_tokens(host: &impl Host, usage: &usage::Usage) {
+    let input = usage.input.to_string();
+    let output = usage.output.to_string();
+    host.set_property(wire::INPUT_TOKENS_PROPERTY, input.as_bytes());
+    host.set_property(wire::OUTPUT_TOKENS_PROPERTY, output.as_bytes());
 }

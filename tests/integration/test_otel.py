@@ -117,7 +117,9 @@ def test_a_failed_over_request_arrives_with_the_serving_provider_models_and_atte
     assert got["gen_ai.request.model"] == "gpt-4o"
     # The fallback's entry names its own model: the answer came from that one.
     assert got["gen_ai.response.model"] == "gpt-backup"
-    assert re.fullmatch(r"primary:server_error:\d+ms,secondary:ok:\d+ms",
+    # The serving attempt's tokens, as the mock reported them (mock_provider's CHAT_USAGE).
+    assert (got["gen_ai.usage.input_tokens"], got["gen_ai.usage.output_tokens"]) == ("5", "7")
+    assert re.fullmatch(r"primary:server_error:\d+ms,secondary:ok:\d+ms:in=\d+/out=\d+/cached=\d+",
                         got["llm_failover.attempts"]), got
     assert got["http.response.status_code"] == "200"
     assert got["url.path"] == "/v1/chat/completions"
@@ -134,4 +136,5 @@ def test_a_first_provider_answer_names_the_request_model_as_the_answer_model(set
     got = attributes(record.attributes)
     assert (got["gen_ai.provider.name"], got["gen_ai.request.model"],
             got["gen_ai.response.model"]) == ("primary", "gpt-4o", "gpt-4o")
-    assert re.fullmatch(r"primary:ok:\d+ms", got["llm_failover.attempts"]), got
+    assert (got["gen_ai.usage.input_tokens"], got["gen_ai.usage.output_tokens"]) == ("5", "7")
+    assert re.fullmatch(r"primary:ok:\d+ms:in=\d+/out=\d+/cached=\d+", got["llm_failover.attempts"]), got

@@ -47,6 +47,14 @@ pub fn attributes() -> Vec<(&'static str, String)> {
             filter_state(wire::RESPONSE_MODEL_PROPERTY),
         ),
         (
+            "gen_ai.usage.input_tokens",
+            filter_state(wire::INPUT_TOKENS_PROPERTY),
+        ),
+        (
+            "gen_ai.usage.output_tokens",
+            filter_state(wire::OUTPUT_TOKENS_PROPERTY),
+        ),
+        (
             "llm_failover.attempts",
             filter_state(wire::ATTEMPTS_PROPERTY),
         ),
