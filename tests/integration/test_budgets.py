@@ -1,0 +1,153 @@
+"""Token budgets per provider through a real Envoy with two workers (docs/behaviour.md section
+15, docs/configuration.md "Token budgets"): counted exactly across workers from the answers'
+usage, a spent provider skipped without an attempt (metrics, access log, fallback reason,
+status), every provider spent answered 429 budget_exhausted in the caller's dialect with
+Retry-After and x-should-retry, and the provider back when its window rolls over.
+
+One Envoy for the module (--concurrency 2, the harness's default); each answer costs 12 tokens
+(8 input + 4 output)."""
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import harness
+from harness import (Envoy, Gateway, env_key, free_port, http_request, prometheus_samples,
+                     render_config, start_mock, wait_until)
+
+if harness.external_mode():
+    pytest.skip("needs its own gateway with its own budgets", allow_module_level=True)
+
+STATUS = "/llm-failover/status"
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+status_path: /llm-failover/status
+status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
+providers:
+  - {name: a, endpoint: "127.0.0.1:${A_PORT}", budget: {tokens: 20, window: 2s}}
+  - {name: b, endpoint: "127.0.0.1:${B_PORT}", budget: {tokens: 24, window: 2s}}
+  - {name: c, endpoint: "127.0.0.1:${C_PORT}", budget: {tokens: 1000000, window: 24h}}
+  - {name: d, endpoint: "127.0.0.1:${D_PORT}", budget: {tokens: 30, window: 24h}}
+  - {name: e, endpoint: "127.0.0.1:${E_PORT}"}
+chains:
+  - {name: spend, models: ["gpt-b"], providers: [a, b]}
+  - {name: many, models: ["gpt-c"], providers: [c]}
+  - {name: cross, models: ["gpt-d"], providers: [d, e]}
+"""
+USAGE = {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}
+
+
+class Module:
+    """One Envoy (two workers) and five mocks for the whole module."""
+
+    def __init__(self, tmp):
+        self.mocks = {}
+        try:
+            for name in "abcde":
+                self.mocks[name] = start_mock(name)
+                self.mocks[name].set_default(usage=USAGE)
+            self.status_port = free_port()
+            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
+                   "STATUS_PORT": str(self.status_port),
+                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
+            path = render_config(CONFIG, env, out_dir=tmp)
+            self.envoy = Envoy(path, tmp / "envoy", env=env, concurrency=2,
+                               extra_args=["--file-flush-interval-msec", "50"]).start()
+        except BaseException:
+            self.stop()
+            raise
+        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+
+    def stop(self):
+        if getattr(self, "envoy", None):
+            self.envoy.stop()
+        for m in self.mocks.values():
+            m.stop()
+
+    def status(self):
+        r = http_request(f"http://127.0.0.1:{self.status_port}", "GET", STATUS)
+        return {p["name"]: p for p in json.loads(r.body)["providers"]}
+
+    def skipped(self):
+        return {(l["provider"], l["reason"]): v for l, v in
+                prometheus_samples(self.gw.prometheus(), "llm_failover_skipped_total")}
+
+    def walk(self, request_id):
+        """The access log's llm_failover=... walk of one request, durations as 'N'."""
+        def find():
+            return next((l for l in self.gw.log().splitlines()
+                         if f"request_id={request_id}" in l), None)
+        line = wait_until(find, 10, f"access log line of {request_id}")
+        m = re.search(r" llm_failover=(\S+)", line)
+        assert m, line
+        return re.sub(r":\d+ms", ":Nms", m.group(1))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    m = Module(tmp_path_factory.mktemp("budgets"))
+    yield m
+    m.stop()
+
+
+def test_budgets_count_exactly_across_workers_and_never_overspend_beyond_running_requests(setup):
+    gw, m = setup.gw, setup.mocks
+    # 24 answers at once from c, on both workers: each counted once.
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: gw.chat("gpt-c").status, range(24)))
+    assert codes == [200] * 24
+    assert setup.status()["c"]["budget"]["spent"] == 24 * 12 == m["c"].request_count() * 12
+    # d (30 tokens) crossed by 16 requests, 8 at a time: what d answered is what it spent,
+    # and past its budget only by requests that were already running when it was crossed.
+    m["d"].set_default(usage=USAGE, delay_ms=50)
+    with ThreadPoolExecutor(8) as pool:
+        served = list(pool.map(lambda _: gw.chat("gpt-d").header("x-llm-provider"), range(16)))
+    d = setup.status()["d"]["budget"]
+    assert d["spent"] == 12 * served.count("d") == 12 * m["d"].request_count()
+    assert 3 <= served.count("d") <= 3 + 7, served  # ceil(30 / 12), plus 7 others in flight
+    assert served.count("e") == 16 - served.count("d") and d["exhausted"] and d["left"] == 0
+
+
+def test_a_spent_provider_is_skipped_then_every_provider_spent_is_429_until_the_window_rolls_over(
+        setup):
+    gw, m = setup.gw, setup.mocks
+    # Start at the beginning of a 2 s window, so the walk below stays in one window.
+    wait_until(lambda: time.time() * 1000 % 2000 < 200, 3, "the start of a budget window")
+    served = [gw.chat("gpt-b", headers={"x-request-id": f"budget-{k}"}) for k in range(4)]
+    # a: 12, then 24 (the request that started with 8 left finishes); b: 12, then 24.
+    assert [r.header("x-llm-provider") for r in served] == ["a", "a", "b", "b"]
+    assert served[2].header("x-llm-fallback-reason") == "budget_exhausted"
+    for path, body in [("/v1/chat/completions", None),
+                       ("/v1/messages", {"model": "gpt-b", "max_tokens": 8,
+                                         "messages": [{"role": "user", "content": "hi"}]})]:
+        r = gw.post(path, json=body or {"model": "gpt-b",
+                                        "messages": [{"role": "user", "content": "hi"}]},
+                    headers={"x-request-id": f"budget-429{path.replace('/', '-')}"})
+        assert r.status == 429, r.body
+        err = json.loads(r.body)
+        assert err["error"]["code"] == "budget_exhausted" and err["error"]["type"] == \
+            "rate_limit_error", err
+        assert (err.get("type") == "error") == (path == "/v1/messages"), err
+        assert r.header("x-should-retry") == "true"
+        assert 1 <= int(r.header("retry-after")) <= 2
+    s = setup.status()
+    for name, spent in [("a", 24), ("b", 24)]:
+        budget = s[name]["budget"]
+        assert (budget["spent"], budget["left"], budget["exhausted"]) == (spent, 0, True)
+        assert budget["resets_at_ms"] % 2000 == 0 and budget["window_ms"] == 2000
+    assert setup.skipped()[("a", "budget_exhausted")] == 4
+    assert setup.skipped()[("b", "budget_exhausted")] == 2
+    assert m["a"].request_count() == 2 and m["b"].request_count() == 2
+    # The serving entry carries the tokens it spent (the mock reports 8 in, 4 out).
+    assert setup.walk("budget-2") == "a:skipped:budget_exhausted,b:ok:Nms:in=8/out=4/cached=0"
+    assert setup.walk("budget-429-v1-messages") == \
+        "a:skipped:budget_exhausted,b:skipped:budget_exhausted"
+
+    # The window rolls over: a is back.
+    resets = s["a"]["budget"]["resets_at_ms"]
+    wait_until(lambda: time.time() * 1000 > resets + 20, 3, "the budget window's end")
+    r = gw.chat("gpt-b")
+    assert r.status == 200 and r.header("x-llm-provider") == "a"
