@@ -525,7 +525,9 @@ fn stream_line(dialect: Dialect, line: &[u8]) -> Option<Fields> {
     Some(Fields::read(dialect, usage.as_bytes()).0)
 }
 
-/// Whether `hay` contains `"usage"`.
+/// Whether `hay` has a `"usage"` member holding an object (`"usage": {`): OpenAI writes
+/// `"usage":null` into every chunk of a stream that asked for usage, and only its last chunk's
+/// is an object, so the lines worth parsing are found without parsing the others.
 #[inline(never)]
 fn mentions_usage(hay: &[u8]) -> bool {
     const NEEDLE: &[u8] = b"\"usage\"";
@@ -536,7 +538,11 @@ fn mentions_usage(hay: &[u8]) -> bool {
     {
         let at = from + at;
         if hay.get(at..at + NEEDLE.len()) == Some(NEEDLE) {
-            return true;
+            let mut after = hay.get(at + NEEDLE.len()..).unwrap_or_default().iter();
+            let mut next = || after.find(|b| !b.is_ascii_whitespace()).copied();
+            if next() == Some(b':') && next() == Some(b'{') {
+                return true;
+            }
         }
         from = at + 1;
     }
@@ -787,5 +793,23 @@ mod tests {
             Dialect::OpenAiChat
         );
         assert_eq!(Dialect::of_path("/v1/embeddings"), Dialect::OpenAiChat);
+    }
+
+    #[test]
+    fn only_a_usage_object_is_worth_parsing() {
+        assert!(mentions_usage(
+            br#"data: {"choices":[],"usage":{"prompt_tokens":1}}"#
+        ));
+        assert!(mentions_usage(br#"data: {"usage" :  {"prompt_tokens":1}}"#));
+        assert!(!mentions_usage(
+            br#"data: {"choices":[{"delta":{}}],"usage":null}"#
+        ));
+        // A `"usage"` that is a string's text, not a member, is not one either.
+        assert!(!mentions_usage(
+            br#"data: {"delta":{"content":"\"usage\" is"}}"#
+        ));
+        assert!(mentions_usage(
+            br#"data: {"usage":null,"x":{"usage":{"input_tokens":1}}}"#
+        ));
     }
 }
