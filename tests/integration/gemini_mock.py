@@ -185,7 +185,8 @@ def _call_part(call: dict) -> dict:
                              "args": json.loads(args) if isinstance(args, str) else args}}
 
 
-def _usage(b: dict) -> dict:
+def usage(b: dict) -> dict:
+    """The usageMetadata an answer reports (the behaviour's ``usage``, else 5 in and 7 out)."""
     return b.get("usage", {"promptTokenCount": 5, "candidatesTokenCount": 7,
                            "totalTokenCount": 12})
 
@@ -196,7 +197,7 @@ def answer(name: str, rid: int, model: Any, b: dict) -> dict:
     parts = ([{"text": content}] if content is not None else []) + [_call_part(c) for c in calls]
     return {"candidates": [{"content": {"parts": parts, "role": "model"},
                             "finishReason": b.get("stop_reason", "STOP"), "index": 0}],
-            "usageMetadata": _usage(b), "modelVersion": model,
+            "usageMetadata": usage(b), "modelVersion": model,
             "responseId": f"mock-{name}-{rid}"}
 
 
@@ -210,7 +211,7 @@ def stream_events(name: str, rid: int, model: Any, texts: list[str],
         cand: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
         if last:
             cand["finishReason"] = b.get("stop_reason", "STOP")
-        doc = {"candidates": [cand], "usageMetadata": _usage(b), "modelVersion": model,
+        doc = {"candidates": [cand], "usageMetadata": usage(b), "modelVersion": model,
                "responseId": f"mock-{name}-{rid}"}
         return b"data: " + json.dumps(doc).encode() + b"\r\n\r\n"
 

@@ -125,7 +125,9 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
 ==========================  ==================================================
 
 Each request consumes the head of the one-shot queue if any, else uses the
-default behaviour (initially ``{}`` = the default answer).
+default behaviour (initially ``{}`` = the default answer). A request carrying a
+header ``x-mock-behaviour`` (a behaviour object as JSON) gets that behaviour
+instead and leaves the queue alone (a soak's callers choose their own answer so).
 
 Control API (JSON in, JSON out)
 -------------------------------
@@ -157,7 +159,10 @@ equal numbers = a reused keep-alive connection), ``method``, ``path``,
 ``completed_time`` (when the mock finished with it, or null while in flight),
 ``client_gone`` (the client went away while the mock delayed, hung or
 streamed), ``tls`` (see TLS above), ``rejected`` (why ``strict`` refused it, else
-null), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` | ``closed`` |
+null), ``usage`` (the usage object the answer reported, in its API's own
+field names, once the whole answer was sent; null for an error, an answer cut
+or an answer carrying none, such as an OpenAI stream not asking
+``stream_options.include_usage``), ``outcome`` (``in_progress`` | ``responded`` | ``streamed`` | ``closed`` |
 ``reset`` | ``aborted`` | ``client_gone`` | ``dropped`` (listener taken down) |
 ``shutdown``), ``behaviour`` (the behaviour applied).
 """
@@ -779,6 +784,7 @@ class MockProvider:
             "tls": conn.tls,
             "time": time.time(), "completed_time": None, "client_gone": False,
             "outcome": "in_progress", "behaviour": behaviour, "rejected": None,
+            "usage": None,
         }
         try:
             rec["body"] = body.decode("utf-8")
@@ -792,15 +798,21 @@ class MockProvider:
                 del self._records[: len(self._records) - self._max_records]
         return rec
 
-    def _finish(self, rec: dict, outcome: str, client_gone: bool = False) -> None:
+    def _finish(self, rec: dict, outcome: str, client_gone: bool = False,
+                usage: Any = None) -> None:
         with self._lock:
             rec["outcome"] = outcome
+            rec["usage"] = usage
             rec["client_gone"] = rec["client_gone"] or client_gone
             rec["completed_time"] = time.time()
 
     def _handle(self, conn: _Conn, req: _Request) -> bool:
         """Serve one request; returns whether the connection stays usable."""
-        b = self._next_behaviour()
+        own = req.header("x-mock-behaviour")
+        try:
+            b = validate_behaviour(json.loads(own)) if own else self._next_behaviour()
+        except (ValueError, BehaviourError):
+            b = {"status": 400, "body": {"error": {"message": "bad x-mock-behaviour"}}}
         rec = self._record(conn, req, b)
         try:
             req_json = json.loads(req.body) if req.body else None
@@ -877,13 +889,16 @@ class MockProvider:
 
         if not stream:
             api = _api_of(req.path)
+            usage = None
             if "body" in b:
                 body = b["body"]
                 payload = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode()
             elif status >= 400:
                 payload = json.dumps(self._error_body(status, b, model, api)).encode()
             else:
-                payload = json.dumps(self._answer(api, rec["id"], model, b)).encode()
+                answer = self._answer(api, rec["id"], model, b)
+                usage = answer.get("usage", answer.get("usageMetadata"))
+                payload = json.dumps(answer).encode()
             if not has_ct:
                 head.append(f"content-type: {b.get('content_type', 'application/json')}")
             head += [f"{k}: {v}" for k, v in extra]
@@ -892,7 +907,7 @@ class MockProvider:
             else:
                 payload = b""
             conn.send(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
-            self._finish(rec, "responded")
+            self._finish(rec, "responded", usage=None if no_body else usage)
             if close:
                 conn.close()
             return not close
@@ -913,8 +928,9 @@ class MockProvider:
         include_usage = isinstance(req_json, dict) and isinstance(
             req_json.get("stream_options"), dict) and \
             req_json["stream_options"].get("include_usage") is True
-        events, trailer = _stream_events(_api_of(req.path), self.name, rec["id"], model, n, b,
-                                         include_usage)
+        api = _api_of(req.path)
+        events, trailer = _stream_events(api, self.name, rec["id"], model, n, b, include_usage)
+        usage = _stream_usage(api, b, include_usage)
         if b.get("first_chunk_delay_ms"):
             conn.wait(b["first_chunk_delay_ms"] / 1000.0, self._stop)
         if b.get("chunk_bytes"):
@@ -928,7 +944,7 @@ class MockProvider:
                     conn.wait(interval, self._stop)
                 conn.send(_chunk(raw[i:i + size]))
             conn.send(_last_chunk(b))
-            self._finish(rec, "streamed")
+            self._finish(rec, "streamed", usage=None if b.get("events") is not None else usage)
             if close:
                 conn.close()
             return not close
@@ -959,7 +975,7 @@ class MockProvider:
                 conn.wait(interval, self._stop)
             conn.send(_chunk(wrap(events[i])))
         conn.send(b"".join(_chunk(wrap(t)) for t in trailer) + _last_chunk(b))
-        self._finish(rec, "streamed")
+        self._finish(rec, "streamed", usage=usage)
         if close:
             conn.close()
         return not close
@@ -1165,6 +1181,19 @@ def _responses_stream(name: str, rid: int, model: Any, texts: list[str], calls: 
                             calls, b.get("usage"))
     trailer = [(b"" if events else head) + ev("response.completed", response=done)]
     return events, trailer
+
+
+def _stream_usage(api: str, b: dict, include_usage: bool) -> Any:
+    """The usage object a generated stream of ``api`` reports (None when it carries none)."""
+    if api == "chat":
+        return b.get("usage", CHAT_USAGE) if include_usage else None
+    if api == "messages":
+        return b.get("usage", {"input_tokens": 5, "output_tokens": 7})
+    if api == "responses":
+        return _response_object("", 0, None, None, "completed", None, b.get("usage"))["usage"]
+    if api == "gemini":
+        return gemini_mock.usage(b)
+    return None
 
 
 def _stream_events(api: str, name: str, rid: int, model: Any, n: int, b: dict | None = None,

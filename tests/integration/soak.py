@@ -13,7 +13,21 @@ Every request is checked:
   * the public headers match what the mocks saw (x-llm-provider answered it, x-llm-attempts
     counts at least the attempts the mocks saw and at most max_attempts);
 and over the run: the filter's attempt counters (what feeds the breakers) match the failures
-the mocks served, Envoy's memory is flat after warm-up, and Envoy's log has no wasm panic.
+the mocks served, ``llm_failover_tokens_total`` per provider and kind equals exactly the usage
+the mocks reported in the answers callers got whole (docs/behaviour.md section 15), Envoy's
+memory is flat after warm-up, and Envoy's log has no wasm panic.
+
+Usage: every answer a mock serves reports its own drawn usage (the mock's ``usage`` behaviour,
+cache tokens included, Anthropic's in each of its three event shapes, some streams cut into
+13-byte pieces whatever the event boundaries); the mock's request record keeps the usage it
+sent once the whole answer was sent. p3 speaks Anthropic Messages, so its answers reach the
+Chat callers translated. What counts (docs/behaviour.md section 15): an answer the caller got
+whole and successfully (a complete JSON answer, a stream to its ``[DONE]``); failed attempts,
+answers cut mid-way and a Chat stream that carries no usage (its request did not ask
+``stream_options.include_usage``) count nothing. Half the stream callers ask for usage, half
+do not. Some stream callers go away after the first content chunk of an answer that is still
+being sent (its mock sends a chunk a second, chosen by the caller's ``x-mock-behaviour``): its
+last chunk never passes the filter, so it counts nothing.
 Prints a table; exits 1 on any violation. Run it with scripts/soak.sh.
 """
 from __future__ import annotations
@@ -24,6 +38,7 @@ import json
 import os
 import random
 import re
+import socket
 import statistics
 import sys
 import tempfile
@@ -38,6 +53,9 @@ from harness import (Envoy, ProcessMock, free_port, http_request,  # noqa: E402
                      prometheus_samples, render_config)
 
 PROVIDERS = ["p1", "p2", "p3"]
+# The API each provider speaks (p3's answers are translated for the Chat callers).
+API = {"p1": "chat", "p2": "chat", "p3": "messages"}
+KINDS = ("input", "output", "cached_input")
 KEYS = {"p1": ("authorization", "Bearer sk-p1"), "p2": ("authorization", "Bearer sk-p2"),
         "p3": ("x-api-key", "sk-p3")}
 MAX_ATTEMPTS = 3
@@ -47,9 +65,12 @@ FAILOVER = """
 listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
 admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
 providers:
-  - {name: p1, endpoint: "127.0.0.1:${P1_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p1}}
-  - {name: p2, endpoint: "127.0.0.1:${P2_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p2}}
-  - {name: p3, endpoint: "127.0.0.1:${P3_PORT}", credential: {header: x-api-key, value: sk-p3}}
+  - {name: p1, endpoint: "127.0.0.1:${P1_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p1},
+     forward_headers: [x-mock-behaviour]}   # what a caller leaving mid-way asks (LEAVING)
+  - {name: p2, endpoint: "127.0.0.1:${P2_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p2},
+     forward_headers: [x-mock-behaviour]}
+  - {name: p3, endpoint: "127.0.0.1:${P3_PORT}", api: anthropic, credential: {header: x-api-key, value: sk-p3},
+     forward_headers: [x-mock-behaviour]}   # Anthropic Messages: translated for the Chat callers
 chains:
   - name: soak
     providers: [p1, p2, p3]
@@ -71,16 +92,49 @@ FAULTS = {
     "abort0": {"abort_after_chunks": 0},
     "abort1": {"abort_after_chunks": 1, "chunk_interval_ms": 20},
     "slow": {"chunks": 5, "first_chunk_delay_ms": 100, "chunk_interval_ms": 150},
+    # Usage events cut anywhere: 13-byte pieces whatever the event boundaries.
+    "split": {"chunk_bytes": 13},
 }
+# What a caller that goes away mid-way asks its provider for: a chunk a second, so the answer
+# is far from its end when the caller leaves after the first.
+LEAVING = {"chunks": 6, "chunk_interval_ms": 1000}
 WEIGHTS = {
-    "p1": {"ok": 30, "500": 10, "503": 10, "429": 10, "reset": 10, "hang": 5, "abort0": 10,
-           "abort1": 10, "slow": 5},
-    "p2": {"ok": 60, "500": 5, "503": 5, "429": 5, "reset": 5, "hang": 3, "abort0": 5,
-           "abort1": 7, "slow": 5},
-    "p3": {"ok": 85, "500": 3, "429": 2, "reset": 2, "abort1": 3, "slow": 5},
+    "p1": {"ok": 25, "500": 10, "503": 10, "429": 10, "reset": 10, "hang": 5, "abort0": 10,
+           "abort1": 10, "slow": 5, "split": 5},
+    "p2": {"ok": 55, "500": 5, "503": 5, "429": 5, "reset": 5, "hang": 3, "abort0": 5,
+           "abort1": 7, "slow": 5, "split": 5},
+    "p3": {"ok": 80, "500": 3, "429": 2, "reset": 2, "abort1": 3, "slow": 5, "split": 5},
 }
 PANIC = re.compile(r"panicked|wasm.*(crash|VM failed|failed to)|Function: proxy_on_\w+ failed",
                    re.I)
+
+
+def draw_usage(rng: random.Random, api: str) -> dict:
+    """A usage object in `api`'s own field names (cache tokens included), and for Anthropic
+    where its stream puts it (``usage_events``)."""
+    cached, prompt, out = rng.randint(0, 2000), rng.randint(1, 3000), rng.randint(0, 600)
+    if api == "messages":
+        return {"usage": {"input_tokens": prompt, "output_tokens": out,
+                          "cache_read_input_tokens": cached,
+                          "cache_creation_input_tokens": rng.randint(0, 50)},
+                "usage_events": rng.choice(["start", "delta", "both"])}
+    return {"usage": {"prompt_tokens": prompt + cached, "completion_tokens": out,
+                      "total_tokens": prompt + cached + out,
+                      "prompt_tokens_details": {"cached_tokens": cached}}}
+
+
+def counted_kinds(api: str, usage: dict | None) -> tuple[int, int, int]:
+    """(input, output, cached_input) the filter counts for `usage` (docs/observability.md,
+    "Tokens": input is every prompt token, cached ones included; Anthropic reports the three
+    apart)."""
+    if not usage:
+        return (0, 0, 0)
+    if api == "messages":
+        cached = usage.get("cache_read_input_tokens", 0)
+        return (usage.get("input_tokens", 0) + cached + usage.get("cache_creation_input_tokens", 0),
+                usage.get("output_tokens", 0), cached)
+    return (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+            (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
 
 
 def is_stream(rid: str) -> bool:
@@ -105,6 +159,9 @@ class Soak:
         self.examples: dict[str, str] = {}
         self.mem: list[tuple[float, int, int]] = []
         self.down_windows: list[tuple[float, float]] = []
+        # (provider, mock request id) of every answer a caller got whole and successfully.
+        self.whole: list[tuple[str, int]] = []
+        self.left_mid_way = 0
 
     def violation(self, kind: str, detail: str) -> None:
         with self.lock:
@@ -116,6 +173,10 @@ class Soak:
         self.mocks = {n: ProcessMock(n, extra_args=["--max-records", "20000"])
                       for n in PROVIDERS}
         self.harvested = {n: 0 for n in PROVIDERS}
+        # Records read before they finished (their usage is known once they have), and the
+        # usage each finished record reports.
+        self.unfinished: dict[str, set[int]] = {n: set() for n in PROVIDERS}
+        self.usage: dict[tuple[str, int], dict | None] = {}
         self.seen: dict[str, list[str]] = collections.defaultdict(list)
         self.served = {n: collections.Counter() for n in PROVIDERS}
         env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port())}
@@ -139,7 +200,8 @@ class Soak:
                     if m.health()["queue_length"] < 300:
                         picks = self.rng.choices(names[n], [WEIGHTS[n][k] for k in names[n]],
                                                  k=600)
-                        m.enqueue(*[FAULTS[p] for p in picks])
+                        m.enqueue(*[{**FAULTS[p], **draw_usage(self.rng, API[n])}
+                                    for p in picks])
                 except Exception as e:  # noqa: BLE001 - a control hiccup is reported, not fatal
                     self.violation("harness", f"feeding {n}: {e!r}")
             self.stop.wait(0.2)
@@ -191,6 +253,11 @@ class Soak:
             body = {"model": "gpt-4o", "messages": [{"role": "user", "content": rid}]}
             if stream:
                 body["stream"] = True
+                if index % 2:
+                    body["stream_options"] = {"include_usage": True}
+                if index % 10 in (4, 7) and n % 4 == index % 2:  # (every 4th of theirs)
+                    self.leave_mid_way(rid, body)
+                    continue
             t0 = time.monotonic()
             try:
                 r = http_request(self.url, "POST", "/v1/chat/completions", json=body, timeout=20,
@@ -200,6 +267,36 @@ class Soak:
                 self.violation("no answer", f"{rid}: {e!r}")
                 continue
             self.check_answer(rid, stream, r, time.monotonic() - t0)
+
+    def leave_mid_way(self, rid: str, body: dict) -> None:
+        """A stream whose caller goes away after its first content chunk: the answer (a chunk
+        a second, LEAVING) is far from its end, so it counts no tokens."""
+        # Usage in both APIs' names, whichever provider serves it (the Chat reader takes
+        # input_tokens as prompt_tokens, the same number).
+        own = {**LEAVING, "usage": {"prompt_tokens": 100, "completion_tokens": 10,
+                                    "total_tokens": 110, "input_tokens": 100, "output_tokens": 10}}
+        u = self.url.split("//", 1)[1]
+        host, port = u.split(":")
+        data = json.dumps(body).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: {u}\r\nx-request-id: {rid}\r\n"
+                f"x-mock-behaviour: {json.dumps(own)}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(data)}\r\n\r\n").encode()
+        got = b""
+        try:
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(head + data)
+                deadline = time.monotonic() + 10
+                while b'"content"' not in got.partition(b"\r\n\r\n")[2] and \
+                        time.monotonic() < deadline:
+                    piece = sock.recv(65536)
+                    if not piece:
+                        break
+                    got += piece
+        except OSError as e:
+            self.violation("no answer", f"{rid} (leaving mid-way): {e!r}")
+            return
+        with self.lock:
+            self.left_mid_way += 1
 
     def check_answer(self, rid: str, stream: bool, r, took: float) -> None:
         provider = r.header("x-llm-provider")
@@ -215,6 +312,8 @@ class Soak:
                     self.violation("mixed providers", f"{rid}: {names} header {provider}")
                 done = b"data: [DONE]" in r.body
                 kind = "stream" if r.complete and done else "stream cut"
+                if kind == "stream":
+                    self.served_whole(rid, provider, r)
                 if not r.complete and r.error is None:
                     self.violation("stream ended unclearly", rid)
             elif not r.complete:
@@ -238,6 +337,8 @@ class Soak:
                 kind = "json"
                 if not r.complete:
                     self.violation("incomplete answer", rid)
+                else:
+                    self.served_whole(rid, provider, r)
         else:
             if not r.complete:
                 self.violation("incomplete error answer", f"{rid}: {r.status}")
@@ -251,6 +352,16 @@ class Soak:
             self.violation("answer too late", f"{rid}: {took:.1f}s")
         with self.lock:
             self.results.append((rid, r.status, kind, provider, attempts, took))
+
+    def served_whole(self, rid: str, provider: str | None, r) -> None:
+        """The caller got this answer whole: what its mock reported counts."""
+        try:
+            mid = int(r.header("x-mock-request-id") or "")
+        except ValueError:
+            self.violation("answer without x-mock-request-id", rid)
+            return
+        with self.lock:
+            self.whole.append((provider or "?", mid))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
@@ -278,6 +389,7 @@ class Soak:
         time.sleep(1.5)  # the last attempts' reports land
         self.check_providers()
         self.check_metrics()
+        self.check_tokens()
         self.check_memory()
         self.check_log()
         return self.report()
@@ -286,12 +398,25 @@ class Soak:
         """Reads the mocks' new request records (they keep only the last 20000) and checks
         each one: credentials, private headers; remembers which providers saw which request."""
         for n, m in self.mocks.items():
-            recs = m.requests(since=self.harvested[n], bodies=False)
-            if recs and recs[0]["id"] > self.harvested[n] + 1:
+            # From the oldest record still unfinished last time: its usage is known once the
+            # whole answer was sent.
+            unfinished = self.unfinished[n]
+            since = min(unfinished, default=self.harvested[n] + 1) - 1
+            recs = m.requests(since=since, bodies=False)
+            new = [r for r in recs if r["id"] > self.harvested[n]]
+            if new and new[0]["id"] > self.harvested[n] + 1:
                 self.violation("harness", f"{n}: records {self.harvested[n] + 1}.. were dropped")
-            if recs:
-                self.harvested[n] = recs[-1]["id"]
-            self.check_records(n, recs)
+            oldest = recs[0]["id"] if recs else since + 1
+            unfinished.difference_update({i for i in unfinished if i < oldest})
+            for rec in recs:
+                if rec["completed_time"] is None:
+                    unfinished.add(rec["id"])
+                else:
+                    unfinished.discard(rec["id"])
+                    self.usage[(n, rec["id"])] = rec.get("usage")
+            if new:
+                self.harvested[n] = new[-1]["id"]
+            self.check_records(n, new)
 
     def harvester(self) -> None:
         while not self.stop.wait(2.0):
@@ -393,6 +518,51 @@ class Soak:
                                    f"{n} {k}: metric {metric} vs served {mock} ({m} / {dict(served)})")
             self.metric_rows.append((n, served, m))
 
+    def expected_tokens(self) -> dict[tuple[str, str], int]:
+        """{(provider, kind): tokens} the mocks reported in the answers callers got whole."""
+        expected = collections.Counter()
+        for provider, mid in self.whole:
+            if (provider, mid) not in self.usage:
+                self.violation("harness", f"{provider} record {mid}: served, usage not known")
+                continue
+            for kind, v in zip(KINDS, counted_kinds(API[provider], self.usage[(provider, mid)])):
+                expected[(provider, kind)] += v
+        return expected
+
+    def counted_tokens(self) -> dict[tuple[str, str], int]:
+        """{(provider, kind): tokens} in llm_failover_tokens_total (every model)."""
+        counted = collections.Counter()
+        for labels, v in prometheus_samples(self.envoy.admin("/stats/prometheus"),
+                                            "llm_failover_tokens_total"):
+            counted[(labels.get("provider"), labels.get("kind"))] += int(v)
+        return counted
+
+    def check_tokens(self) -> None:
+        """The tokens counted equal, exactly, what the mocks reported in the answers callers got
+        whole (docs/behaviour.md section 15), per provider and kind. Each worker adds what it
+        counted once a second (its tick): waits up to 5 s for the counters to get there."""
+        expected = self.expected_tokens()
+        want = {(n, k): expected[(n, k)] for n in PROVIDERS for k in KINDS}
+        deadline = time.monotonic() + 5
+        while True:
+            counted = self.counted_tokens()
+            got = {(n, k): counted[(n, k)] for n in PROVIDERS for k in KINDS}
+            if got == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        stray = {key: v for key, v in counted.items() if key not in want and v}
+        self.token_rows = [(n, [want[(n, k)] for k in KINDS], [got[(n, k)] for k in KINDS])
+                           for n in PROVIDERS]
+        for n, reported, counts in self.token_rows:
+            if reported != counts:
+                diff = ", ".join(f"{k} {c - r:+d} ({c} counted, {r} reported)"
+                                 for k, r, c in zip(KINDS, reported, counts) if r != c)
+                self.violation("tokens counted differ from what the mocks reported",
+                               f"{n}: {diff}")
+        if stray:
+            self.violation("tokens counted differ from what the mocks reported",
+                           f"counted for no provider the soak knows: {stray}")
+
     def check_memory(self) -> None:
         warm = [s for s in self.mem if s[0] >= max(10.0, 0.2 * self.seconds)]
         self.mem_summary = None
@@ -427,6 +597,7 @@ class Soak:
                  f"| error answers (status code: count) | {', '.join(f'{k}: {c}' for k, c in sorted(errors.items())) or '-'} |",
                  f"| latency p50 / p99 / max | {pct(0.5) * 1000:.0f} / {pct(0.99) * 1000:.0f} / {took[-1] * 1000:.0f} ms |",
                  f"| attempts at providers (mock records) | {sum(sum(c.values()) for c in self.served.values())} |",
+                 f"| answers callers got whole (their usage counts) / streams left mid-way by their caller (count nothing) | {len(self.whole)} / {self.left_mid_way} |",
                  f"| p2 down windows | {len(self.down_windows)} |"]
         if self.mem_summary:
             rss0, rss1, heap0, heap1, rss_max = self.mem_summary
@@ -438,6 +609,10 @@ class Soak:
         for n, served, m in self.metric_rows:
             lines.append(f"| {n} | {served['200']} / {served['5xx']} / {served['429']} / {served['timeout']} / {served['reset']} "
                          f"| {m['200']} / {m['5xx']} / {m['429']} / {m['timeout']} / {m['reset']} / {m['client_disconnect']} |")
+        lines += ["", "| provider (API) | tokens the mocks reported in answers got whole: input / output / cached_input | llm_failover_tokens_total: input / output / cached_input |",
+                  "|---|---|---|"]
+        for n, reported, counts in self.token_rows:
+            lines.append(f"| {n} ({API[n]}) | {' / '.join(map(str, reported))} | {' / '.join(map(str, counts))} |")
         lines += ["", "| violation | count | first example |", "|---|---|---|"]
         if not self.violations:
             lines.append("| none | 0 | |")

@@ -457,3 +457,26 @@ def test_chunk_bytes_cuts_events_anywhere(mock):
     assert len(cut.chunks) >= len(cut.body) // 7 // 2  # the client saw them apart (mostly)
     assert [d["type"] for d in cut.sse_data()] == [d["type"] for d in whole.sse_data()]
     assert cut.body.replace(b"_2", b"_1") == whole.body
+
+
+def test_records_keep_the_usage_an_answer_sent_whole_and_a_request_may_choose_its_behaviour(mock):
+    usage = {"input_tokens": 3, "output_tokens": 4, "cache_read_input_tokens": 5}
+    mock.enqueue({"usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}},
+                 {"abort_after_chunks": 1}, {"status": 500})
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).status == 200
+    assert not http_request(mock.url, "POST", CHAT, json=chat_body(stream=True)).complete
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).status == 500
+    # A stream that did not ask for usage carries none; one that asked does.
+    http_request(mock.url, "POST", CHAT, json=chat_body(stream=True))
+    http_request(mock.url, "POST", CHAT, json=chat_body(
+        stream=True, stream_options={"include_usage": True}))
+    # x-mock-behaviour: this request's own behaviour, the queue left alone.
+    mock.enqueue({"status": 503})
+    own = json.dumps({"usage": usage, "chunks": 1})
+    r = http_request(mock.url, "POST", "/v1/messages", json=chat_body(stream=True),
+                     headers={"x-mock-behaviour": own})
+    assert r.status == 200 and b"message_stop" in r.body
+    assert http_request(mock.url, "POST", CHAT, json=chat_body()).status == 503
+    assert [r["usage"] for r in mock.requests()] == [
+        {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}, None, None, None,
+        {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}, usage, None]
