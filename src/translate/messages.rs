@@ -422,3 +422,6 @@ pub(crate) fn update_usage(reported: &[u8], usage: &mut Usage) {
         }
     }
 }
+
+mod caller;
+pub use caller::*;

@@ -167,7 +167,7 @@ pub fn request(
         (Api::OpenAiResponses, Api::Gemini) => responses::to_gemini(body),
         (Api::Gemini, Api::OpenAiChat) => gemini::to_chat(body, cx),
         (Api::Gemini, Api::AnthropicMessages) => gemini::to_messages(body, cx),
-        (_, Api::Gemini) => Err(field("api")),
+        (Api::AnthropicMessages, Api::Gemini) => messages::to_gemini(body),
         _ => Ok(body.to_vec()),
     }
 }
@@ -183,8 +183,7 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
         }
         (Api::OpenAiChat, Api::Gemini) => chat_to_messages::check(body),
         (Api::Gemini, Api::OpenAiChat | Api::AnthropicMessages) => gemini::check(body),
-        // Not yet: an Anthropic Messages caller on a Gemini provider.
-        (_, Api::Gemini) => Err(field("api")),
+        (Api::AnthropicMessages, Api::Gemini) => messages::check(body, Api::Gemini),
         _ => Ok(()),
     }
 }
@@ -334,6 +333,8 @@ pub enum StreamTranslator {
     GeminiToChat(Box<(gemini::Decoder, chat_to_messages::stream::State)>),
     /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
     ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
+    /// A Gemini stream to an Anthropic Messages caller, through the model.
+    ToMessages(Box<(responses::Decoder, messages::Encoder)>),
 }
 
 /// The per-event state of a stream between OpenAI Chat and Anthropic Messages.
@@ -403,6 +404,12 @@ impl StreamTranslator {
                     gemini::Encoder::default(),
                 ))))
             }
+            (Api::Gemini, Api::AnthropicMessages) => {
+                Some(StreamTranslator::ToMessages(Box::new((
+                    responses::Decoder::new(provider),
+                    messages::Encoder::default(),
+                ))))
+            }
             (Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini, Api::OpenAiResponses) => {
                 Some(StreamTranslator::ToResponses(Box::new(
                     responses::Stream::new(provider, cx.created),
@@ -445,6 +452,14 @@ impl StreamTranslator {
                 }
                 return decoder.stopped() && !encoder.finished && !encoder.failed;
             }
+            StreamTranslator::ToMessages(pair) => {
+                let (decoder, encoder) = &mut **pair;
+                if !encoder.finished && !encoder.failed {
+                    decoder.push(chunk, end, &mut |e| encoder.event(e, out));
+                }
+                let ended = encoder.finished || encoder.failed;
+                (ended, decoder.stopped() && !ended, true)
+            }
             // Its translator ends a stream cut short itself, in the Responses dialect.
             StreamTranslator::ToResponses(t) => {
                 t.push(chunk, end, out);
@@ -469,6 +484,7 @@ impl StreamTranslator {
             StreamTranslator::ChatMessages(t) => t.finished(),
             StreamTranslator::GeminiToChat(pair) => pair.1.finished(),
             StreamTranslator::ToGemini(pair) => pair.1.finished,
+            StreamTranslator::ToMessages(pair) => pair.1.finished,
             StreamTranslator::ToResponses(t) => t.encoder.finished,
         }
     }

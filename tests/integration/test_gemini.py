@@ -1,7 +1,8 @@
 """Gemini's native API (docs/behaviour.md section 14, issue 29), end to end on one real Envoy: an
-OpenAI chat app (the official `openai` SDK) whose OpenAI primary is down falls over to a
-provider declaring `api: gemini_native` (Google AI's `models/{model}:generateContent`, the key
-in `x-goog-api-key`), JSON and streamed, a function call and its result crossing both ways.
+OpenAI chat app (the official `openai` SDK) and an Anthropic app (the `anthropic` SDK) whose
+primary is down fall over to a provider declaring `api: gemini_native` (Google AI's
+`models/{model}:generateContent`, the key in `x-goog-api-key`), JSON and streamed, a function
+call and its result crossing both ways.
 The Gemini mock refuses what Google's API refuses (gemini_mock.py: unknown members such as
 `model` or `stream`, a function response that answers no call, a stream without `alt=sse`).
 
@@ -40,6 +41,9 @@ chains:
   - name: pro                     # a google-genai app: Gemini, then Anthropic
     models: ["gemini-2.5-pro"]
     providers: [gemini, {provider: anthropic, model: claude-sonnet-4-5}]
+  - name: claude                  # an Anthropic app: Anthropic, then Gemini
+    models: ["claude-*"]
+    providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
 """
 GEMINI = {"kind": "gemini", "api_key": "gm-key"}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
@@ -185,6 +189,73 @@ def test_an_openai_chat_stream_falls_over_to_gemini_native(g):
     sent = g.gemini_requests()
     assert sent[0]["path"] == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     assert "stream" not in json.loads(sent[0]["body"])
+
+
+def test_an_anthropic_app_falls_over_to_gemini_native_with_a_tool_round_trip(g):
+    import anthropic
+    g.mocks["anthropic"].set_default(status=503)
+    client = anthropic.Anthropic(base_url=g.gw.url, api_key="gw-key", max_retries=0)
+    tools = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}]
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}])
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    raw = client.messages.with_raw_response.create(
+        model="claude-sonnet-4-5", max_tokens=50, system="Be brief.", messages=messages,
+        tools=tools)
+    assert raw.headers["x-llm-provider"] == "gemini"
+    first = raw.parse()
+    assert (first.type, first.role, first.stop_reason) == ("message", "assistant", "tool_use")
+    call = first.content[-1]
+    assert (call.type, call.name, call.input) == ("tool_use", "get_weather", {"city": "Paris"})
+    # The second turn: the call and its result go back; Gemini checks the result answers it.
+    messages += [{"role": "assistant",
+                  "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                               "content": "18 C, sunny"}]}]
+    second = client.messages.create(model="claude-sonnet-4-5", max_tokens=50,
+                                    messages=messages, tools=tools)
+    assert second.content[0].text == "Hello from gemini (model gemini-2.5-flash)"
+    assert (second.usage.input_tokens, second.usage.output_tokens) == (5, 7)
+    # Streamed (the SDK's helper), a streamed tool call, then a stream cut short: the SDK
+    # raises instead of ending quietly.
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=50,
+                                messages=[{"role": "user", "content": "hi"}]) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == "gemini:0 gemini:1 gemini:2 "
+    assert (final.stop_reason, final.usage.output_tokens) == ("end_turn", 7)
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Oslo"}}])
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=50, tools=tools,
+                                messages=[{"role": "user", "content": "Oslo?"}]) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert (final.content[-1].name, final.content[-1].input) == ("get_weather", {"city": "Oslo"})
+    g.mocks["gemini"].enqueue(chunks=3, abort_after_chunks=2, abort="close")
+    with pytest.raises(anthropic.APIError):
+        with client.messages.stream(model="claude-sonnet-4-5", max_tokens=50,
+                                    messages=[{"role": "user", "content": "hi"}]) as s:
+            s.get_final_message()
+    # Google's error (an input too long) reaches the caller as Anthropic's error.
+    too_long = ("The input token count (1200000) exceeds the maximum number of tokens allowed "
+                "(1048576).")
+    g.mocks["gemini"].enqueue(status=400, error={"message": too_long})
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=messages[:1])
+    assert e.value.body["error"] == {"type": "invalid_request_error", "message": too_long}
+    sent = g.gemini_requests()
+    assert [r["path"] for r in sent] == (
+        ["/v1beta/models/gemini-2.5-flash:generateContent"] * 2
+        + ["/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"] * 3
+        + ["/v1beta/models/gemini-2.5-flash:generateContent"])
+    body = json.loads(sent[0]["body"])
+    assert body["systemInstruction"] == {"parts": [{"text": "Be brief."}]}
+    assert body["generationConfig"] == {"maxOutputTokens": 50}
+    assert body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == WEATHER
+    turns = json.loads(sent[1]["body"])["contents"]
+    assert [t["role"] for t in turns] == ["user", "model", "user"]
+    assert turns[1]["parts"][-1] == {"functionCall": {"name": "get_weather",
+                                                      "args": {"city": "Paris"}}}
+    assert turns[2]["parts"] == [{"functionResponse": {
+        "name": "get_weather", "response": {"result": "18 C, sunny"}}}]
 
 
 # ------------------------------------------------------------------ a google-genai app

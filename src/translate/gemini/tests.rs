@@ -13,9 +13,22 @@ fn fixture_stream() -> String {
 }
 
 #[test]
-fn a_messages_caller_is_not_translated_to_gemini_yet() {
+fn a_messages_caller_is_translated_to_gemini() {
     let body = br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
-    assert!(translate::check(Api::AnthropicMessages, Api::Gemini, body).is_err());
+    assert_eq!(
+        translate::check(Api::AnthropicMessages, Api::Gemini, body),
+        Ok(())
+    );
+    let cx = translate::RequestContext {
+        model: "gemini-2.5-flash",
+        default_max_tokens: 4096,
+        stream: false,
+    };
+    let out = translate::request(Api::AnthropicMessages, Api::Gemini, body, &cx).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#
+    );
 }
 
 #[test]
