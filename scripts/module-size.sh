@@ -33,9 +33,11 @@ cd "$(dirname "$0")/.."
 # usage fix and the upstream role's passage: 548,005. This is 28 KB over issue 29's 520,000 with
 # Gemini, usage, budgets and OpenTelemetry in (the size work cut 22 KB of it): the next wave's
 # first job is bytes (BENCHMARKS.md "Module size": the /v1/models list and the status page at
-# "z" through the loader's hook, ~8 KB).
+# "z" through the loader's hook, ~8 KB). Issue 29's Anthropic Messages caller on Gemini
+# (translate/messages/caller.rs: its request reader and stream encoder on the model, beside the
+# pair module messages_to_chat that they are to replace): 548,005 -> 560,109.
 TARGET=418489
-CEILING=549000
+CEILING=560200
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -229,11 +229,15 @@ def test_an_anthropic_app_falls_over_to_gemini_native_with_a_tool_round_trip(g):
         final = s.get_final_message()
     assert final.stop_reason == "tool_use"
     assert (final.content[-1].name, final.content[-1].input) == ("get_weather", {"city": "Oslo"})
-    g.mocks["gemini"].enqueue(chunks=3, abort_after_chunks=2, abort="close")
-    with pytest.raises(anthropic.APIError):
+    half = {"candidates": [{"content": {"parts": [{"text": "half"}], "role": "model"},
+                            "index": 0}], "modelVersion": "gemini-2.5-flash"}
+    g.mocks["gemini"].enqueue(status=200, stream=True,
+                              events=[f"data: {json.dumps(half)}\r\n\r\n"])
+    with pytest.raises(anthropic.APIStatusError) as e:
         with client.messages.stream(model="claude-sonnet-4-5", max_tokens=50,
                                     messages=[{"role": "user", "content": "hi"}]) as s:
             s.get_final_message()
+    assert "ended before its final event" in str(e.value)
     # Google's error (an input too long) reaches the caller as Anthropic's error.
     too_long = ("The input token count (1200000) exceeds the maximum number of tokens allowed "
                 "(1048576).")

@@ -58,3 +58,60 @@ fn translated_bedrock_cost() {
             .ends_with("data: [DONE]\n\n"));
     }
 }
+
+const CHAT_PROVIDER: &str = r#"{
+    "providers": [{"name": "oai", "cluster": "co", "api": "openai"}],
+    "chains": [{"name": "claude", "models": ["claude-*"],
+        "providers": [{"provider": "oai", "model": "gpt-4o"}]}]
+}"#;
+
+const CHAT_ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from gpt"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#;
+
+/// Not a test: what an Anthropic Messages caller served by an OpenAI Chat provider costs
+/// through both roles (ignored; run by hand, as [`translated_bedrock_cost`]): its request
+/// (about 1 KB) translated to Chat, the answer back to Messages, as JSON and as a stream
+/// (`LLM_FAILOVER_BENCH_KIND=json` or `stream`: only that one).
+///   cargo test --release -p llm-failover --lib translated_messages_on_chat_cost -- --ignored
+#[test]
+#[ignore]
+fn translated_messages_on_chat_cost() {
+    let n: usize = std::env::var("LLM_FAILOVER_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let gw = Gateway::new(CHAT_PROVIDER);
+    let text = "word ".repeat(180);
+    let messages =
+        format!(r#""system":"be brief","messages":[{{"role":"user","content":"{text}"}}]"#);
+    let json_body = format!(r#"{{"model":"claude-x","max_tokens":64,{messages}}}"#);
+    let stream_body = format!(r#"{{"model":"claude-x","stream":true,"max_tokens":64,{messages}}}"#);
+    let chunk = |delta: &str, finish: &str| {
+        format!("data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n")
+    };
+    let mut stream = chunk(r#"{"role":"assistant","content":""}"#, "null");
+    for _ in 0..8 {
+        stream += &chunk(r#"{"content":"Hello there, "}"#, "null");
+    }
+    stream += &chunk("{}", r#""stop""#);
+    stream += "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9,\"total_tokens\":12}}\n\ndata: [DONE]\n\n";
+    let stream: &'static str = Box::leak(stream.into_boxed_str());
+    let path = [
+        (":path", "/v1/messages"),
+        ("anthropic-version", "2023-06-01"),
+    ];
+    let json = || Provider::Answer(200, vec![("content-type", "application/json")], CHAT_ANSWER);
+    let sse = || Provider::Answer(200, vec![("content-type", "text/event-stream")], stream);
+    let kind = std::env::var("LLM_FAILOVER_BENCH_KIND").unwrap_or_default();
+    for _ in 0..n {
+        if kind != "stream" {
+            let r = gw.request(&path, &json_body, &[json()]);
+            assert_eq!(r.status, 200);
+        }
+        if kind != "json" {
+            let r = gw.request(&path, &stream_body, &[sse()]);
+            assert!(std::str::from_utf8(&r.body)
+                .unwrap()
+                .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+        }
+    }
+}
