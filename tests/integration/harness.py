@@ -91,6 +91,14 @@ def free_port() -> int:
     use"). Ports outside that range are never handed out to outgoing connections."""
     low = 20000 if _EPHEMERAL[0] > 21000 else 1024
     high = min(_EPHEMERAL[0], 32768)
+    # pytest-xdist workers (scripts/test.sh) pick from disjoint slices, so two workers never
+    # hand the same port to two Envoys started at the same moment.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if count > 1 and worker[2:].isdigit():
+        width = (high - low) // count
+        low += int(worker[2:]) % count * width
+        high = low + width
     for _ in range(200):
         port = _rng.randrange(low, high)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
