@@ -12,11 +12,10 @@ use crate::classify::Class;
 use crate::config::{Chain, ChainEntry, Config, Provider};
 use crate::destination::{self, Refusal};
 use crate::handoff::{PlanRecord, PlanText, PlanView};
-use crate::health::{Admission, Health};
 use crate::health::{InPlace, Report};
-use crate::ids::{EntryId, ProviderId};
+use crate::ids::ProviderId;
 use crate::pattern::ModelPattern;
-use crate::plan::{self, Walk};
+use crate::plan::{self, Gatekeeper, Walk};
 use crate::plan::{SkipReason, Slot};
 use crate::reply::Reply;
 use crate::translate::Api;
@@ -335,16 +334,16 @@ pub struct Settlement<'a> {
     pub retry_in_place_after_ms: Option<u64>,
 }
 
-/// Settles attempt `a` given its outcome, the time now and when the attempt started. `gate`
-/// admits an alternative list's entry (health, read only when the walk moves to a list; see
-/// [`health_gate`]).
+/// Settles attempt `a` given its outcome, the time now and when the attempt started. `health`
+/// admits an alternative list's entry as planning admits the chain's (its budget, then its
+/// health: read only when the walk moves to a list; `plan::reroute`).
 pub fn settle<'a>(
     config: &Config,
     a: &Attempt<'a, 'a>,
     outcome: Outcome,
     now_ms: u64,
     attempt_start_ms: u64,
-    gate: &mut dyn FnMut(EntryId) -> Option<Slot>,
+    health: &dyn Gatekeeper,
 ) -> Settlement<'a> {
     let Outcome {
         class,
@@ -365,8 +364,9 @@ pub fn settle<'a>(
             limit: a.plan.limit(),
             context_window: &context_window,
             content_policy: &content_policy,
+            model: a.plan.model,
         };
-        plan::reroute(a.chain, &walk, a.number, class, gate)
+        plan::reroute(config, a.chain, &walk, a.number, class, health)
     } else {
         None
     };
@@ -494,27 +494,6 @@ fn in_place_walk(a: &Attempt<'_, '_>) -> Vec<Slot> {
     walk.extend(slots.iter().skip(a.number).copied());
     walk.truncate(a.plan.limit());
     walk
-}
-
-/// Admits an alternative list's entry for attempt `a`'s request by its provider's health.
-pub fn health_gate<'h>(
-    config: &'h Config,
-    a: &'h Attempt<'h, 'h>,
-    health: &'h Health<'h>,
-) -> impl FnMut(EntryId) -> Option<Slot> + 'h {
-    move |e: EntryId| {
-        let entry = a.chain.entry(e)?;
-        let model = entry.model.as_deref().unwrap_or(a.plan.model);
-        let name = &config.provider(entry.provider)?.name;
-        match health.admit(name, model, config.timeouts.attempt_ms) {
-            Admission::Available { pristine, probe } => Some(Slot {
-                entry: e,
-                pristine,
-                probe,
-            }),
-            Admission::BreakerOpen | Admission::Dead => None,
-        }
-    }
 }
 
 /// The slot properties to rewrite for a rerouted walk, from attempt `a` on: the route's matcher

@@ -3,7 +3,7 @@
 
 use crate::budget::Budgets;
 use crate::classify::Class;
-use crate::config::{any_matches, AltList, Chain, Config};
+use crate::config::{any_matches, AltList, Chain, Config, Provider};
 use crate::eligible;
 pub use crate::eligible::{RequestFacts, SkipReason};
 use crate::health::Admission;
@@ -171,17 +171,16 @@ pub fn plan_or_refuse(
         }
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
         first = first.or(Some(entry.provider));
-        if let (Some(budget), Some(budgets)) = (&provider.budget, health.budgets()) {
-            let left = budgets.left(&provider.name, budget);
-            if left.exhausted() {
+        let admission = match admit(provider, entry.provider, sent_model, health) {
+            Ok(admission) => admission,
+            Err(resets_at_ms) => {
                 // Spent: never tried, not even last; back when its window rolls over.
                 skipped.push((index, SkipReason::BudgetExhausted));
-                budget_back =
-                    Some(budget_back.map_or(left.resets_at_ms, |b| b.min(left.resets_at_ms)));
+                budget_back = Some(budget_back.map_or(resets_at_ms, |b| b.min(resets_at_ms)));
                 continue;
             }
-        }
-        match health.gate(entry.provider, sent_model) {
+        };
+        match admission {
             Admission::Available { pristine, probe } => slots.push(Slot {
                 entry: index,
                 pristine,
@@ -255,18 +254,40 @@ pub fn plan_or_refuse(
     })
 }
 
+/// Whether planning may pick `provider` (id `id`, sent `model`) now: `Err` with when its window
+/// rolls over when its token budget is spent (never tried, not even last), else what its health
+/// says (read only when its budget is not spent). The one check behind every provider planning
+/// picks: the chain's entries before the first attempt ([`plan_or_refuse`]) and an alternative
+/// list's on a reroute ([`reroute`]).
+fn admit(
+    provider: &Provider,
+    id: ProviderId,
+    model: &str,
+    health: &dyn Gatekeeper,
+) -> Result<Admission, u64> {
+    if let (Some(budget), Some(budgets)) = (&provider.budget, health.budgets()) {
+        let left = budgets.left(&provider.name, budget);
+        if left.exhausted() {
+            return Err(left.resets_at_ms);
+        }
+    }
+    Ok(health.gate(id, model))
+}
+
 /// After attempt `number` (1-based) ended with `class`: the walk from then on, when the class
 /// sends it to one of the chain's alternative lists (behaviour.md 3). The attempts made so far are
 /// kept; then come the list's entries this request may use (`record`'s candidates) that no
-/// earlier attempt used with the same provider and model, admitted by `gate` (health), up to
-/// the record's attempt limit. Walking a list and failing the same way again moves on within
-/// that list. `None` when the class has no list in this chain or the request none to use.
+/// earlier attempt used with the same provider and model, admitted as the chain's are (budget,
+/// then health: [`admit`]), up to the record's attempt limit. Walking a list and failing the
+/// same way again moves on within that list. `None` when the class has no list in this chain
+/// or the request none to use.
 pub fn reroute(
+    config: &Config,
     chain: &Chain,
     record: &Walk,
     number: usize,
     class: Class,
-    gate: &mut dyn FnMut(EntryId) -> Option<Slot>,
+    health: &dyn Gatekeeper,
 ) -> Option<Vec<Slot>> {
     let list = AltList::for_class(class)?;
     let candidates = record.list(list);
@@ -281,11 +302,20 @@ pub fn reroute(
             break;
         }
         let used = walk.iter().any(|s| entry(s.entry) == entry(candidate));
-        if used {
+        let Some((e, provider)) = (entry(candidate).filter(|_| !used))
+            .and_then(|e| Some((e, config.provider(e.provider)?)))
+        else {
             continue;
-        }
-        if let Some(slot) = gate(candidate) {
-            walk.push(slot);
+        };
+        let model = e.model.as_deref().unwrap_or(record.model);
+        if let Ok(Admission::Available { pristine, probe }) =
+            admit(provider, e.provider, model, health)
+        {
+            walk.push(Slot {
+                entry: candidate,
+                pristine,
+                probe,
+            });
         }
     }
     Some(walk)
@@ -371,6 +401,8 @@ pub struct Walk<'a> {
     /// Candidates of the chain's alternative lists ([`Plan::context_window`]).
     pub context_window: &'a [EntryId],
     pub content_policy: &'a [EntryId],
+    /// The request's model (sent to an entry that names none).
+    pub model: &'a str,
 }
 
 impl Walk<'_> {

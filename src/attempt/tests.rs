@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::Config;
 use crate::handoff::{PlanRecord, PlanText};
-use crate::ids::ChainId;
+use crate::ids::{ChainId, EntryId};
 
 fn config() -> Config {
     let json = r#"{"role":"upstream",
@@ -36,8 +36,12 @@ fn plan(slots: &[Slot]) -> PlanText {
 }
 
 /// No chain here has alternative lists: settling never asks for health.
-fn no_lists(_: EntryId) -> Option<Slot> {
-    unreachable!("no alternative list to admit from")
+struct NoLists;
+
+impl plan::Gatekeeper for NoLists {
+    fn gate(&self, _: ProviderId, _: &str) -> crate::health::Admission {
+        unreachable!("no alternative list to admit from")
+    }
 }
 
 fn pair(fallback: Option<(ProviderId, ProviderId)>) -> Option<(usize, usize)> {
@@ -103,7 +107,7 @@ fn a_failure_marks_the_retry_and_counts_the_fallback() {
         retry_after_ms: Some(5),
         first_try: None,
     };
-    let s = settle(&c, &a, outcome, 2_000, 1_500, &mut no_lists);
+    let s = settle(&c, &a, outcome, 2_000, 1_500, &NoLists);
     assert_eq!(s.marker, Marker::Set);
     assert_eq!(pair(s.fallback), Some((0, 1)));
     assert_eq!(s.duration_ms, 500);
@@ -129,7 +133,7 @@ fn a_pristine_success_reports_nothing_and_removes_a_forged_marker() {
         retry_after_ms: None,
         first_try: None,
     };
-    let s = settle(&c, &a, ok, 1_000, 1_000, &mut no_lists);
+    let s = settle(&c, &a, ok, 1_000, 1_000, &NoLists);
     assert_eq!(
         (s.marker, s.fallback, s.report),
         (Marker::Remove, None, None)
@@ -149,7 +153,7 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         first_try: None,
     };
     // Started at 1 s; at 92 s only 9 s of the 100 s budget are left.
-    let s = settle(&c, &a, outcome, 92_000, 1_000, &mut no_lists);
+    let s = settle(&c, &a, outcome, 92_000, 1_000, &NoLists);
     assert_eq!(
         (s.falls_over, s.marker, s.fallback),
         (false, Marker::Remove, None)
@@ -163,9 +167,9 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         retry_after_ms: None,
         first_try: None,
     };
-    let s = settle(&c, &a, refused, 92_000, 1_000, &mut no_lists);
+    let s = settle(&c, &a, refused, 92_000, 1_000, &NoLists);
     assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
-    let s = settle(&c, &a, refused, 50_000, 1_000, &mut no_lists);
+    let s = settle(&c, &a, refused, 50_000, 1_000, &NoLists);
     assert_eq!(
         pair(s.fallback),
         Some((0, 1)),
@@ -395,7 +399,7 @@ fn a_probes_success_is_always_reported_and_a_departed_caller_is_no_fallback() {
         retry_after_ms: None,
         first_try: None,
     };
-    let s = settle(&c, &a, ok, 1_000, 1_000, &mut no_lists);
+    let s = settle(&c, &a, ok, 1_000, 1_000, &NoLists);
     assert_eq!(s.report.map(|(_, r)| r.class), Some(Class::Ok));
     // A caller that went away ends the request: Envoy retries nothing, nothing falls over.
     let gone = Outcome {
@@ -404,7 +408,7 @@ fn a_probes_success_is_always_reported_and_a_departed_caller_is_no_fallback() {
         retry_after_ms: None,
         first_try: None,
     };
-    let s = settle(&c, &a, gone, 2_000, 1_000, &mut no_lists);
+    let s = settle(&c, &a, gone, 2_000, 1_000, &NoLists);
     assert_eq!((s.marker, s.fallback), (Marker::Untouched, None));
 }
 
@@ -450,7 +454,7 @@ fn failed(class: Class, status: Option<u16>, retry_after_ms: Option<u64>) -> Out
 
 /// [`settle`] 2 s into the request, 1.5 s into the attempt, with no alternative list.
 fn settle_now<'a>(c: &Config, a: &Attempt<'a, 'a>, outcome: Outcome) -> Settlement<'a> {
-    settle(c, a, outcome, 2_000, 1_500, &mut no_lists)
+    settle(c, a, outcome, 2_000, 1_500, &NoLists)
 }
 
 #[test]

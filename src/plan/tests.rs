@@ -411,15 +411,8 @@ fn record_of<'a>(plan: &'a Plan, chain: &Chain) -> Walk<'a> {
         limit: plan.attempt_limit(chain),
         context_window: &plan.context_window,
         content_policy: &plan.content_policy,
+        model: "m",
     }
-}
-
-fn open(entry: EntryId) -> Option<Slot> {
-    Some(Slot {
-        entry,
-        pristine: true,
-        probe: false,
-    })
 }
 
 #[test]
@@ -460,29 +453,58 @@ fn lists_are_planned_by_model_and_caller_and_widen_the_attempt_limit() {
 fn reroute_continues_with_the_list_instead_of_the_next_entry() {
     let c = config(LISTS);
     let chain = &c.chains[0];
-    let p = plan(&c, &facts("m"), &FakeHealth::default()).unwrap();
+    let open = FakeHealth::default();
+    let p = plan(&c, &facts("m"), &open).unwrap();
     let record = record_of(&p, chain);
-    let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
+    let walk = reroute(&c, chain, &record, 1, Class::ContextWindowExceeded, &open).unwrap();
     assert_eq!(
         walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
         vec![0, 2, 4]
     );
-    let walk = reroute(chain, &record, 1, Class::ContentFiltered, &mut open).unwrap();
+    let walk = reroute(&c, chain, &record, 1, Class::ContentFiltered, &open).unwrap();
     assert_eq!(
         walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
         vec![0, 5]
     );
     // Classes without a list do not reroute.
     assert_eq!(
-        reroute(chain, &record, 1, Class::Overloaded, &mut open),
+        reroute(&c, chain, &record, 1, Class::Overloaded, &open),
         None
     );
     // Health decides: a closed-off list entry is passed over.
-    let mut gate = |e: EntryId| (e.index() != 2).then(|| open(e)).flatten();
-    let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut gate).unwrap();
+    let mut closed = FakeHealth::default();
+    closed.gates.insert(2.into(), Admission::BreakerOpen);
+    let walk = reroute(&c, chain, &record, 1, Class::ContextWindowExceeded, &closed).unwrap();
     assert_eq!(
         walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
         vec![0, 4]
+    );
+}
+
+#[test]
+fn reroute_skips_a_list_entry_whose_budget_is_spent_as_planning_does() {
+    // `big` has a budget and it is spent: planning would never try it, nor may a reroute.
+    let c = config(
+        r#"{"providers":[{"name":"a"},{"name":"big","budget":{"tokens":10,"window":"24h"}},
+            {"name":"huge"}],
+        "chains":[{"name":"main","providers":["a"],"max_attempts":3,
+          "context_window":["big","huge"]}]}"#,
+    );
+    let chain = &c.chains[0];
+    let mut health = FakeHealth::default();
+    let p = plan(&c, &facts("m"), &health).unwrap();
+    let record = record_of(&p, chain);
+    health.spent.insert("big", 86_400_000);
+    let walk = reroute(&c, chain, &record, 1, Class::ContextWindowExceeded, &health).unwrap();
+    assert_eq!(
+        walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
+        vec![0, 2],
+        "the spent `big` is passed over for `huge`"
+    );
+    assert_eq!(
+        reads(&health),
+        vec![0, 2],
+        "the spent provider's health is not read"
     );
 }
 
@@ -501,8 +523,9 @@ fn reroute_inside_a_list_moves_on_and_respects_the_limit() {
         "one provider plus room for the list"
     );
     let record = record_of(&p, chain);
+    let open = FakeHealth::default();
     // `a` with the same model was tried already: skipped in the list; the limit keeps one.
-    let walk = reroute(chain, &record, 1, Class::ContextWindowExceeded, &mut open).unwrap();
+    let walk = reroute(&c, chain, &record, 1, Class::ContextWindowExceeded, &open).unwrap();
     assert_eq!(
         walk.iter().map(|s| s.entry.index()).collect::<Vec<_>>(),
         vec![0, 2]
@@ -512,7 +535,7 @@ fn reroute_inside_a_list_moves_on_and_respects_the_limit() {
         slots: &walk,
         ..record
     };
-    let walk = reroute(chain, &second, 2, Class::ContextWindowExceeded, &mut open).unwrap();
+    let walk = reroute(&c, chain, &second, 2, Class::ContextWindowExceeded, &open).unwrap();
     assert_eq!(walk.len(), 2);
 }
 
@@ -688,11 +711,12 @@ fn reroute_without_a_list_or_candidates_is_none() {
     let record = record_of(&p, &c.chains[0]);
     assert_eq!(
         reroute(
+            &c,
             &c.chains[0],
             &record,
             1,
             Class::ContextWindowExceeded,
-            &mut open
+            &FakeHealth::default()
         ),
         None
     );

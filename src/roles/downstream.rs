@@ -4,20 +4,19 @@
 
 use super::{
     health, send_reply, send_reply_after, status_code, text_property, u64_property, Flow, Host,
-    Map, Metrics,
+    Map, Metrics, SharedGatekeeper,
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
-use crate::budget::{Budgets, SharedBudgets};
+use crate::budget::SharedBudgets;
 use crate::classify::Class;
 use crate::config::forward::{self, Verdict};
 use crate::config::Config;
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
-use crate::health::{Admission, Health};
 use crate::host::FixedClock;
-use crate::ids::{ChainId, EntryId, ProviderId};
+use crate::ids::{ChainId, EntryId};
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
-use crate::plan::{self, Gatekeeper, Plan, RequestFacts, SkipReason};
+use crate::plan::{self, Plan, RequestFacts, SkipReason};
 use crate::status;
 use crate::translate::Api;
 use crate::wire;
@@ -54,35 +53,6 @@ pub struct Downstream<H: Host> {
     cors: bool,
     /// The caller's API, from its path when the request was planned (read once).
     api: Option<Api>,
-}
-
-/// Planning's view of health: one shared-data read per provider considered (and one more
-/// per provider with a token budget).
-struct SharedGatekeeper<'a, H: Host> {
-    host: &'a H,
-    config: &'a Config,
-    health: Health<'a>,
-    metrics: &'a Metrics,
-    budgets: SharedBudgets<'a>,
-}
-
-impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
-    fn gate(&self, provider: ProviderId, model: &str) -> Admission {
-        let Some(name) = self.config.provider(provider).map(|p| p.name.as_str()) else {
-            return Admission::Dead;
-        };
-        let admission = self
-            .health
-            .admit(name, model, self.config.timeouts.attempt_ms);
-        if let Some(state) = admission.shown_state() {
-            self.metrics.breaker_state(self.host, provider, state);
-        }
-        admission
-    }
-
-    fn budgets(&self) -> Option<&dyn Budgets> {
-        Some(&self.budgets)
-    }
 }
 
 /// The answer-side reads, made only when a decision asks for them.
@@ -300,16 +270,7 @@ impl<H: Host> Downstream<H> {
         };
         let config = Rc::clone(&self.config);
         let now = FixedClock(self.host.now_ms());
-        let gatekeeper = SharedGatekeeper {
-            host: &self.host,
-            config: &config,
-            health: health(&config, &self.host, &now),
-            metrics: &self.metrics,
-            budgets: SharedBudgets {
-                store: &self.host,
-                clock: &now,
-            },
-        };
+        let gatekeeper = SharedGatekeeper::new(&self.host, &config, &self.metrics, &now);
         let plan = match plan::plan_or_refuse(&config, &facts, &gatekeeper) {
             Ok(plan) => plan,
             Err(refusal) => {

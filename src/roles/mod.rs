@@ -16,10 +16,12 @@ pub use downstream::Downstream;
 pub use metrics::Metrics;
 pub use upstream::Upstream;
 
-use crate::budget::SharedBudgets;
+use crate::budget::{Budgets, SharedBudgets};
 use crate::config::{Config, Provider};
-use crate::health::Health;
+use crate::health::{Admission, Health};
 use crate::host::{Clock, FixedClock, SharedStore};
+use crate::ids::ProviderId;
+use crate::plan::Gatekeeper;
 use crate::reply::Reply;
 use crate::translate::Api;
 use crate::usage::Usage;
@@ -147,6 +149,57 @@ pub fn health<'a>(
     clock: &'a dyn Clock,
 ) -> Health<'a> {
     Health::new(store, clock, &config.breaker, &config.dead_marks)
+}
+
+/// Planning's view of health and budgets at one instant (`plan::Gatekeeper`), over shared
+/// data: one read per provider considered (and one more per provider with a token budget).
+/// The downstream role plans with it, the upstream role reroutes to an alternative list with
+/// it: both pick providers through `plan`'s one check.
+pub struct SharedGatekeeper<'a, H: Host> {
+    host: &'a H,
+    config: &'a Config,
+    health: Health<'a>,
+    metrics: &'a Metrics,
+    budgets: SharedBudgets<'a>,
+}
+
+impl<'a, H: Host> SharedGatekeeper<'a, H> {
+    pub fn new(host: &'a H, config: &'a Config, metrics: &'a Metrics, now: &'a FixedClock) -> Self {
+        SharedGatekeeper {
+            host,
+            config,
+            health: health(config, host, now),
+            metrics,
+            budgets: SharedBudgets {
+                store: host,
+                clock: now,
+            },
+        }
+    }
+
+    /// The health records it reads (the upstream role reports its attempt there too).
+    pub fn health(&self) -> &Health<'a> {
+        &self.health
+    }
+}
+
+impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
+    fn gate(&self, provider: ProviderId, model: &str) -> Admission {
+        let Some(name) = self.config.provider(provider).map(|p| p.name.as_str()) else {
+            return Admission::Dead;
+        };
+        let admission = self
+            .health
+            .admit(name, model, self.config.timeouts.attempt_ms);
+        if let Some(state) = admission.shown_state() {
+            self.metrics.breaker_state(self.host, provider, state);
+        }
+        admission
+    }
+
+    fn budgets(&self) -> Option<&dyn Budgets> {
+        Some(&self.budgets)
+    }
 }
 
 /// Creates each provider's health record if no worker has yet, so that every later update is

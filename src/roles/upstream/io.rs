@@ -4,7 +4,7 @@
 //! log, outcome record).
 
 use super::super::counting::Counting;
-use super::super::{health, send_reply, text_property, Host, Map};
+use super::super::{send_reply, text_property, Host, Map, SharedGatekeeper};
 use super::{Current, Io};
 use crate::attempt::{self, DelaySource, Marker, Outcome};
 use crate::classify::Class;
@@ -134,9 +134,9 @@ impl<H: Host> Io<H> {
             first_try,
         };
         let clock = FixedClock(now);
-        let health = health(config, host, &clock);
-        let mut gate = attempt::health_gate(config, &a, &health);
-        let settled = attempt::settle(config, &a, outcome, now, current.start_ms, &mut gate);
+        let gatekeeper = SharedGatekeeper::new(host, config, metrics, &clock);
+        let settled = attempt::settle(config, &a, outcome, now, current.start_ms, &gatekeeper);
+        let health = gatekeeper.health();
         metrics.attempt(host, config, settled.provider, class);
         if let Some(walk) = &settled.reroute {
             // Published before the router retries: the matcher reads the next clusters from
