@@ -154,19 +154,13 @@ pub fn liveness_request(
 /// The liveness answer's body.
 pub const LIVENESS_BODY: &[u8] = b"serving\n";
 
-/// The `GET <models_path>` answer for this request, if it is one (GET or HEAD; `anthropic`
-/// reads whether the caller speaks Anthropic's API), and whether to send its body.
-pub fn models_request(
-    config: &Config,
-    path: &str,
-    method: &str,
-    anthropic: impl FnOnce() -> bool,
-) -> Option<(models::Answer<'static>, bool)> {
+/// Whether this request is for `models_path` or one of its models (GET or HEAD), and whether
+/// to send the answer's body; the answer is built only then ([`models::answer`]).
+pub fn models_request(config: &Config, path: &str, method: &str) -> Option<bool> {
     if method != "GET" && method != "HEAD" {
         return None;
     }
-    let answer = models::answer(config, path, anthropic)?;
-    Some((answer, method == "GET"))
+    models::asked(config, path).then_some(method == "GET")
 }
 
 /// The chain's name for access logs (filter state), when the configuration has more than one.

@@ -1,7 +1,10 @@
 //! `GET /v1/models` and `GET /v1/models/{id}` answered from the configuration (behaviour.md 12), so
 //! SDK calls such as `models.list()` work without contacting a provider. The answers are built
 //! from the configuration when such a request comes ([`answer`]; the `Config` holds only
-//! `models_path` and does not know this module): any other request costs a prefix comparison.
+//! `models_path` and does not know this module): any other request costs a prefix comparison
+//! ([`asked`]). Building them is cold code: every function here but [`asked`] is `#[inline]`,
+//! compiled where `roles::LocalAnswers::new` takes [`answer`]'s address, which in the wasm
+//! module is the module crate at opt-level "z" (BENCHMARKS.md "Module size").
 //!
 //! Listed: every concrete model name a chain serves, that is, exact names in chains' and
 //! providers' `models`, and the models chain entries rewrite to, kept when a chain's patterns
@@ -55,11 +58,13 @@ struct AnthropicModel<'a> {
 }
 
 /// JSON text of a value made of strings and integers (cannot fail).
+#[inline]
 fn to_json(value: &impl Serialize) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
 /// The first provider of `chain` that serves `model` (after the entry's rewrite).
+#[inline]
 fn first_server<'c>(config: &'c Config, chain: &Chain, model: &str) -> Option<&'c str> {
     chain.entries.iter().find_map(|e| {
         let provider = config.provider(e.provider)?;
@@ -76,17 +81,22 @@ fn below<'p>(base: &str, path: &'p str) -> Option<&'p str> {
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
+/// Whether `path` is `models_path` or one of its models: the only requests [`answer`] answers
+/// (a prefix comparison, made for every request).
+pub fn asked(config: &Config, path: &str) -> bool {
+    (config.models_path.as_deref()).is_some_and(|base| below(base, path).is_some())
+}
+
 /// The answer to a request for `path` under `config` (see [`ModelList::answer`]), built from
-/// the chains only when `path` is `models_path` or below it: other requests pay a prefix
-/// comparison, and the configuration holds nothing of this module's.
-pub fn answer(
-    config: &Config,
-    path: &str,
-    anthropic: impl FnOnce() -> bool,
-) -> Option<Answer<'static>> {
-    below(config.models_path.as_deref()?, path)?;
+/// the chains; `None` when `path` is not [`asked`] for. `anthropic`: the request carries
+/// `anthropic-version`.
+#[inline]
+pub fn answer(config: &Config, path: &str, anthropic: bool) -> Option<Answer<'static>> {
+    if !asked(config, path) {
+        return None;
+    }
     let list = ModelList::build(config, config.models_path.as_deref());
-    let answer = list.answer(path, anthropic)?;
+    let answer = list.answer(path, || anthropic)?;
     Some(Answer {
         body: answer.body.into_owned().into(),
         ..answer
@@ -95,6 +105,7 @@ pub fn answer(
 
 impl ModelList {
     /// Builds the answers for `config`; `path` is where they are served (`None`: nowhere).
+    #[inline]
     pub fn build(config: &Config, path: Option<&str>) -> ModelList {
         let exact = |patterns: &[ModelPattern]| -> Vec<String> {
             patterns
@@ -165,6 +176,7 @@ impl ModelList {
     /// The answer to a request for `path` (query ignored), or `None` when the path is not the
     /// models path or one of its items. `anthropic` tells whether the request carries
     /// `anthropic-version` (asked only for the models path).
+    #[inline]
     pub fn answer(&self, path: &str, anthropic: impl FnOnce() -> bool) -> Option<Answer<'_>> {
         let rest = below(self.path.as_deref()?, path)?;
         let anthropic = anthropic();
@@ -295,15 +307,19 @@ mod tests {
     fn answered_from_the_configuration_at_its_models_path_only() {
         let c = Config::from_json(GW.as_bytes(), &|_| None).unwrap();
         let built = list(GW);
-        let a = answer(&c, "/v1/models?x=1", || false).unwrap();
+        let a = answer(&c, "/v1/models?x=1", false).unwrap();
         assert_eq!(a, built.answer("/v1/models", || false).unwrap());
-        let one = answer(&c, "/v1/models/o3", || true).unwrap();
+        let one = answer(&c, "/v1/models/o3", true).unwrap();
         assert_eq!(one, built.answer("/v1/models/o3", || true).unwrap());
-        assert!(answer(&c, "/v1/chat/completions", || panic!("read")).is_none());
-        assert!(answer(&c, "/v1/modelsx", || panic!("read")).is_none());
+        assert!(asked(&c, "/v1/models/o3") && asked(&c, "/v1/models/"));
+        for other in ["/v1/chat/completions", "/v1/modelsx"] {
+            assert!(!asked(&c, other));
+            assert!(answer(&c, other, false).is_none());
+        }
         let off = GW.replacen('{', r#"{"models_path":"","#, 1);
         let off = Config::from_json(off.as_bytes(), &|_| None).unwrap();
-        assert!(answer(&off, "/v1/models", || false).is_none());
+        assert!(!asked(&off, "/v1/models"));
+        assert!(answer(&off, "/v1/models", false).is_none());
     }
 
     #[test]

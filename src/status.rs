@@ -30,6 +30,10 @@
 //! it is skipped until then).
 //! `tokens` is what the provider's answers cost over the same 15 minutes (docs/behaviour.md
 //! section 15; `cached_input` is part of `input`), up to a second late as well.
+//!
+//! Cold code: [`render`] and what only it calls are `#[inline]`, compiled where
+//! `roles::LocalAnswers::new` takes its address, which in the wasm module is the module crate
+//! at opt-level "z" (BENCHMARKS.md "Module size").
 
 use crate::budget::{Budget, Budgets, Left};
 use crate::config::Config;
@@ -110,6 +114,7 @@ struct RecentHealth {
 }
 
 impl From<Recent> for RecentHealth {
+    #[inline]
     fn from(r: Recent) -> RecentHealth {
         RecentHealth {
             state: r.state.as_str(),
@@ -123,6 +128,7 @@ impl From<Recent> for RecentHealth {
     }
 }
 
+#[inline]
 fn provider_status<'a>(
     name: &'a str,
     cluster: &'a str,
@@ -175,6 +181,7 @@ fn provider_status<'a>(
 
 /// The whole answer: one read of each provider's record, in configuration order.
 /// (And of its token record.)
+#[inline]
 pub fn render(
     config: &Config,
     health: &Health,

@@ -9,13 +9,14 @@
 //! It also holds the module's start (`_initialize`) and hands the filter its configuration
 //! loader, [`load`]: code compiled in this crate is compiled at "z", and so are the
 //! `#[inline]` and generic functions only it calls: the configuration's parsing (serde's
-//! derived visitors) and validation, which run once per configuration, not per request
-//! (BENCHMARKS.md "Module size").
+//! derived visitors) and validation, which run once per configuration, not per request; and,
+//! the same way, the downstream role's models list and status page
+//! (`llm_failover::roles::LocalAnswers`, built here) (BENCHMARKS.md "Module size").
 pub use llm_failover;
 
 #[cfg(target_arch = "wasm32")]
 proxy_wasm::main! {{
-    llm_failover::filter::start(load);
+    llm_failover::filter::start(load, llm_failover::roles::LocalAnswers::new());
 }}
 
 /// Parses and validates the plugin configuration (`Config::from_json`, compiled here).

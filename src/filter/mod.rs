@@ -6,7 +6,7 @@ mod envoy_host;
 mod timers;
 
 use crate::config::{Config, ConfigError, Role};
-use crate::roles::{self, Downstream, Flow, Metrics, Upstream};
+use crate::roles::{self, Downstream, Flow, LocalAnswers, Metrics, Upstream};
 use envoy_host::EnvoyHost;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -24,19 +24,20 @@ const TICK: Duration = Duration::from_secs(1);
 /// code at 3 (BENCHMARKS.md "Module size").
 pub type Load = fn(&[u8], &dyn Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>>;
 
-/// The loader [`start`] was given.
-static LOAD: std::sync::OnceLock<Load> = std::sync::OnceLock::new();
+/// The loader and the downstream role's cold answers [`start`] was given.
+static HOOKS: std::sync::OnceLock<(Load, LocalAnswers)> = std::sync::OnceLock::new();
 
 /// The module's start (`_initialize`, from `module/`): the log level, the panic hook and the
-/// root contexts, which load their configuration with `load`.
-pub fn start(load: Load) {
+/// root contexts, which load their configuration with `load`; the downstream role answers the
+/// models list and the status page with `answers` (compiled in the module crate too).
+pub fn start(load: Load, answers: LocalAnswers) {
     proxy_wasm::set_log_level(LogLevel::Info);
     // Replaces the SDK's hook (installed by `set_log_level`), which unwraps the log call: a
     // panic aborts the VM, so say what it was, once, at the highest level, before it does.
     std::panic::set_hook(Box::new(|info| {
         let _ = hostcalls::log(LogLevel::Critical, &format!("llm_failover: panic: {info}"));
     }));
-    let _ = LOAD.set(load);
+    let _ = HOOKS.set((load, answers));
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
         Box::new(Root {
             config: None,
@@ -72,7 +73,7 @@ impl RootContext for Root {
             proxy_wasm::set_log_level(level);
         }
         let raw = self.get_plugin_configuration().unwrap_or_default();
-        let Some(load) = LOAD.get() else {
+        let Some((load, _)) = HOOKS.get() else {
             return false;
         };
         match load(&raw, &|name| std::env::var(name).ok()) {
@@ -113,7 +114,10 @@ impl RootContext for Root {
         let metrics = Rc::clone(self.metrics.as_ref()?);
         Some(match config.role {
             Role::Downstream => Box::new(DownstreamContext(Downstream::new(
-                EnvoyHost, config, metrics,
+                EnvoyHost,
+                config,
+                metrics,
+                HOOKS.get()?.1,
             ))),
             Role::Upstream => Box::new(UpstreamContext {
                 id: context_id,

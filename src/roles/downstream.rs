@@ -4,7 +4,7 @@
 
 use super::{
     health, send_reply, send_reply_after, status_code, text_property, u64_property, Flow, Host,
-    Map, Metrics, SharedGatekeeper,
+    LocalAnswers, Map, Metrics, SharedGatekeeper,
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
 use crate::budget::SharedBudgets;
@@ -17,7 +17,6 @@ use crate::host::FixedClock;
 use crate::ids::{ChainId, EntryId};
 use crate::intake::{self, Published, RequestHeader, StatusRequest};
 use crate::plan::{self, Plan, RequestFacts, SkipReason};
-use crate::status;
 use crate::translate::Api;
 use crate::wire;
 use std::cell::Cell;
@@ -53,6 +52,8 @@ pub struct Downstream<H: Host> {
     cors: bool,
     /// The caller's API, from its path when the request was planned (read once).
     api: Option<Api>,
+    /// The models list and the status page, compiled elsewhere (cold).
+    answers: LocalAnswers,
 }
 
 /// The answer-side reads, made only when a decision asks for them.
@@ -79,7 +80,7 @@ impl<H: Host> AnswerReads for Reads<'_, H> {
 }
 
 impl<H: Host> Downstream<H> {
-    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>) -> Self {
+    pub fn new(host: H, config: Rc<Config>, metrics: Rc<Metrics>, answers: LocalAnswers) -> Self {
         Downstream {
             host,
             config,
@@ -95,6 +96,7 @@ impl<H: Host> Downstream<H> {
             answered: false,
             cors: false,
             api: None,
+            answers,
         }
     }
 
@@ -140,7 +142,7 @@ impl<H: Host> Downstream<H> {
                     clock: &clock,
                 };
                 let health = health(&self.config, &self.host, &clock);
-                let body = status::render(&self.config, &health, &budgets, &tokens, now);
+                let body = (self.answers.status)(&self.config, &health, &budgets, &tokens, now);
                 self.host.send_response(
                     200,
                     &[
@@ -157,14 +159,13 @@ impl<H: Host> Downstream<H> {
     /// Answers `GET /v1/models` (and `/{id}`) from the list built with the configuration.
     /// Returns whether it answered.
     fn answer_models(&self, method: &str) -> bool {
-        let anthropic = || {
-            self.host
-                .header(Map::Request, "anthropic-version")
-                .is_some()
+        let Some(with_body) = intake::models_request(&self.config, &self.path, method) else {
+            return false;
         };
-        let Some((answer, with_body)) =
-            intake::models_request(&self.config, &self.path, method, anthropic)
-        else {
+        let anthropic = (self.host)
+            .header(Map::Request, "anthropic-version")
+            .is_some();
+        let Some(answer) = (self.answers.models)(&self.config, &self.path, anthropic) else {
             return false;
         };
         let retry = answer

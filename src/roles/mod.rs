@@ -16,6 +16,38 @@ pub use downstream::Downstream;
 pub use metrics::Metrics;
 pub use upstream::Upstream;
 
+/// The downstream role's cold answers, the `/v1/models` list and the status page, called
+/// through these pointers: their code is compiled where [`LocalAnswers::new`] is called, which
+/// in the wasm module is the module crate at opt-level "z" (`module/src/lib.rs`, as the
+/// configuration's loader), not with this crate's per-request code at 3 (BENCHMARKS.md
+/// "Module size"). The functions behind them, and what only they call, are `#[inline]` for
+/// that reason. A request pays for neither unless it is for one of their paths.
+#[derive(Clone, Copy)]
+pub struct LocalAnswers {
+    /// [`crate::models::answer`]: the models list (or one model) for a request on its path.
+    pub models: fn(&Config, &str, bool) -> Option<crate::models::Answer<'static>>,
+    /// [`crate::status::render`]: the status page's JSON.
+    pub status: fn(&Config, &Health, &dyn Budgets, &crate::tokens::SharedTokens, u64) -> String,
+}
+
+impl Default for LocalAnswers {
+    #[inline]
+    fn default() -> LocalAnswers {
+        LocalAnswers::new()
+    }
+}
+
+impl LocalAnswers {
+    /// The answers, compiled in the caller's crate.
+    #[inline]
+    pub fn new() -> LocalAnswers {
+        LocalAnswers {
+            models: crate::models::answer,
+            status: crate::status::render,
+        }
+    }
+}
+
 use crate::budget::{Budgets, SharedBudgets};
 use crate::config::{Config, Provider};
 use crate::health::{Admission, Health};

@@ -479,6 +479,7 @@ impl Gateway {
             host.clone(),
             Rc::clone(&self.config),
             Rc::clone(&self.down_metrics),
+            LocalAnswers::new(),
         );
         let mut flow = down.on_request_headers(body.is_empty());
         if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() {
@@ -1080,6 +1081,7 @@ fn an_unreadable_path_is_refused() {
         host.clone(),
         Rc::clone(&gw.config),
         Rc::clone(&gw.down_metrics),
+        LocalAnswers::new(),
     );
     assert_eq!(down.on_request_headers(true), Flow::Pause);
     let reply = host.stream.local_reply.borrow().clone();
@@ -1535,6 +1537,7 @@ fn a_caller_header_that_is_a_gateway_credential_is_removed_before_routing() {
         host.clone(),
         Rc::clone(&gw.config),
         Rc::clone(&gw.down_metrics),
+        LocalAnswers::new(),
     );
     assert_eq!(down.on_request_headers(false), Flow::Pause);
     assert_eq!(host.header(Map::Request, "x-api-key"), None);

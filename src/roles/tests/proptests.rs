@@ -187,7 +187,12 @@ fn drive(config_json: &str, request: Headers, body: Vec<u8>, turns: Vec<Turn>) -
     };
     *host.stream.request.borrow_mut() = request;
     *host.stream.request_body.borrow_mut() = body.clone();
-    let mut down = Downstream::new(host.clone(), Rc::clone(&config), Rc::clone(&metrics));
+    let mut down = Downstream::new(
+        host.clone(),
+        Rc::clone(&config),
+        Rc::clone(&metrics),
+        LocalAnswers::new(),
+    );
     let mut flow = down.on_request_headers(body.is_empty());
     if flow == Flow::Pause && host.stream.local_reply.borrow().is_none() && !body.is_empty() {
         let half = body.len() / 2;
