@@ -37,8 +37,15 @@ cd "$(dirname "$0")/.."
 # (translate/messages/caller.rs: its request reader and stream encoder on the model, beside the
 # pair module messages_to_chat that they are to replace): 548,005 -> 560,109. Issue 30's
 # budget check on reroutes (plan::admit for every provider planning picks): 560,109 -> 560,332.
+# Size cuts (BENCHMARKS.md "Module size: the fourth wave's cuts"): the models list and the
+# status page compiled at "z" through the module crate's hook (roles::LocalAnswers), and no
+# serde serialiser in the module (status page, models objects, error bodies written with
+# translate/json.rs's Out): 560,332 -> 551,083. CEILING sits just above that on purpose, so
+# that every byte added from here shows: a change that needs more raises it in its own commit,
+# with its measured size (the dialect work still landing, a Responses provider, is expected to
+# add 10-25 KB; issue 29's limit stays 520,000).
 TARGET=418489
-CEILING=560400
+CEILING=551400
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -14,7 +14,7 @@
 
 use crate::config::{any_matches, Chain, Config, ModelPattern};
 use crate::reply::Reply;
-use serde::Serialize;
+use crate::translate::json::Out;
 use std::collections::BTreeMap;
 
 /// The prebuilt answers.
@@ -37,30 +37,43 @@ pub struct Answer<'a> {
     pub should_retry: Option<bool>,
 }
 
-// The listed objects, members in the order a `serde_json::Value` (sorted keys) printed them. Plain
-// structs rather than `json!` values: serialising a `Value` links serde_json's float printer into
-// the module (about 20 KB) for objects that hold no float.
-#[derive(Serialize)]
-struct OpenAiModel<'a> {
-    created: u64,
-    id: &'a str,
-    object: &'static str,
-    owned_by: &'a str,
-}
-
-#[derive(Serialize)]
-struct AnthropicModel<'a> {
-    created_at: &'static str,
-    display_name: &'a str,
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// JSON text of a value made of strings and integers (cannot fail).
+/// One model in OpenAI's list and in Anthropic's, members in the order a `serde_json::Value`
+/// (sorted keys) printed them. Written by hand (`translate::json::Out`), as the filter's other
+/// JSON: serde's serialiser is not in the module.
 #[inline]
-fn to_json(value: &impl Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_default()
+fn objects(name: &str, owner: &str) -> (String, String) {
+    let text = |out: Out| String::from_utf8(out.0).unwrap_or_default();
+    let mut openai = Out::with_capacity(64 + name.len() + owner.len());
+    (openai.open().key("created").num(0).key("id").str(name))
+        .key("object")
+        .str("model")
+        .key("owned_by")
+        .str(owner)
+        .close();
+    let mut anthropic = Out::with_capacity(96 + 2 * name.len());
+    (anthropic
+        .open()
+        .key("created_at")
+        .str("1970-01-01T00:00:00Z"))
+    .key("display_name")
+    .str(name)
+    .key("id")
+    .str(name)
+    .key("type")
+    .str("model")
+    .close();
+    (text(openai), text(anthropic))
+}
+
+/// A model name as a JSON string, or `null`.
+#[inline]
+fn name_or_null(name: Option<&String>) -> String {
+    let mut out = Out::with_capacity(32);
+    match name {
+        Some(name) => out.str(name),
+        None => out.null(),
+    };
+    String::from_utf8(out.0).unwrap_or_default()
 }
 
 /// The first provider of `chain` that serves `model` (after the entry's rewrite).
@@ -135,19 +148,7 @@ impl ModelList {
                 .filter(|c| any_matches(&c.models, &name))
                 .find_map(|c| first_server(config, c, &name));
             let Some(owner) = owner else { continue };
-            let openai = OpenAiModel {
-                created: 0,
-                id: &name,
-                object: "model",
-                owned_by: owner,
-            };
-            let anthropic = AnthropicModel {
-                created_at: "1970-01-01T00:00:00Z",
-                display_name: &name,
-                id: &name,
-                kind: "model",
-            };
-            let objects = (to_json(&openai), to_json(&anthropic));
+            let objects = objects(&name, owner);
             models.insert(name, objects);
         }
         let joined = |pick: fn(&(String, String)) -> &str| -> String {
@@ -157,8 +158,8 @@ impl ModelList {
         let anthropic_list = format!(
             r#"{{"data":[{}],"has_more":false,"first_id":{},"last_id":{}}}"#,
             joined(|m| &m.1),
-            to_json(&models.keys().next()),
-            to_json(&models.keys().next_back()),
+            name_or_null(models.keys().next()),
+            name_or_null(models.keys().next_back()),
         );
         ModelList {
             path: path.filter(|p| !p.is_empty()).map(str::to_string),

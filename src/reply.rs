@@ -2,6 +2,7 @@
 //! a person can act on, and `x-should-retry` telling clients whether trying again can help.
 
 use crate::classify::Class;
+use crate::translate::json::Out;
 use crate::translate::{self, Api};
 
 /// A local reply: status, machine-readable code and a human message.
@@ -240,10 +241,6 @@ impl Reply {
         }
     }
 
-    /// The JSON body: `{"error": {"code", "message", "type"}}` (members in this order, the
-    /// order `body_value` prints them in). Serialised from borrowed fields rather than through
-    /// a `serde_json::Value`: that would link serde_json's float printer into the module
-    /// (about 20 KB) for a body that holds no number.
     /// The body in the shape of the caller's API: for a Messages caller Anthropic's error
     /// shape, `{"type": "error", "error": {"type", "message"}}` with the error type its SDK
     /// reads from the status (`translate::common::error_type`), plus the gateway's `code`
@@ -255,52 +252,32 @@ impl Reply {
         if caller != Some(Api::AnthropicMessages) {
             return self.body().into_bytes();
         }
-        #[derive(serde::Serialize)]
-        struct Body<'a> {
-            #[serde(rename = "type")]
-            kind: &'static str,
-            error: Error<'a>,
-        }
-        #[derive(serde::Serialize)]
-        struct Error<'a> {
-            #[serde(rename = "type")]
-            kind: &'static str,
-            message: &'a str,
-            code: &'a str,
-        }
-        let body = Body {
-            kind: "error",
-            error: Error {
-                kind: translate::common::error_type(self.status),
-                message: &self.message,
-                code: self.code,
-            },
-        };
-        // Serialising strings cannot fail.
-        serde_json::to_vec(&body).unwrap_or_default()
+        let mut out = Out::with_capacity(64 + self.message.len());
+        (out.open().key("type").str("error").key("error").open())
+            .key("type")
+            .str(translate::common::error_type(self.status))
+            .key("message")
+            .str(&self.message)
+            .key("code")
+            .str(self.code)
+            .close()
+            .close();
+        out.0
     }
 
+    /// The JSON body: `{"error": {"code", "message", "type"}}` (members in this order, the
+    /// order `body_value` prints them in). Written by hand (`translate::json::Out`, as the
+    /// translators write): serde's serialiser is not in the module.
     pub fn body(&self) -> String {
-        #[derive(serde::Serialize)]
-        struct Body<'a> {
-            error: Error<'a>,
-        }
-        #[derive(serde::Serialize)]
-        struct Error<'a> {
-            code: &'a str,
-            message: &'a str,
-            #[serde(rename = "type")]
-            kind: &'a str,
-        }
-        let body = Body {
-            error: Error {
-                code: self.code,
-                message: &self.message,
-                kind: self.kind,
-            },
-        };
-        // Serialising strings cannot fail.
-        serde_json::to_string(&body).unwrap_or_default()
+        let mut out = Out::with_capacity(64 + self.message.len());
+        (out.open().key("error").open().key("code").str(self.code))
+            .key("message")
+            .str(&self.message)
+            .key("type")
+            .str(self.kind)
+            .close()
+            .close();
+        String::from_utf8(out.0).unwrap_or_default()
     }
 
     /// The body as a JSON value (the renderer turns it into Envoy's `json_format`).
@@ -346,6 +323,20 @@ mod tests {
         ] {
             assert_eq!(r.body(), r.body_value().to_string());
         }
+    }
+
+    #[test]
+    fn a_messages_callers_body_is_anthropics_error_in_this_order() {
+        let r = Reply::model_not_allowed("llama \"3\" \n", "main");
+        let body = String::from_utf8(r.body_for(Some(Api::AnthropicMessages))).unwrap();
+        let message = serde_json::to_string(&r.message).unwrap();
+        assert_eq!(
+            body,
+            format!(
+                r#"{{"type":"error","error":{{"type":"invalid_request_error","message":{message},"code":"{}"}}}}"#,
+                r.code
+            )
+        );
     }
 
     #[test]

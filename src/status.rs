@@ -39,144 +39,110 @@ use crate::budget::{Budget, Budgets, Left};
 use crate::config::Config;
 use crate::health::{Health, HealthSnapshot, Recent, BUCKETS, BUCKET_MS};
 use crate::tokens::SharedTokens;
+use crate::translate::json::Out;
 use crate::usage::Usage;
-use serde::Serialize;
 
-#[derive(Serialize)]
-struct Status<'a> {
-    now_ms: u64,
-    providers: Vec<ProviderStatus<'a>>,
-}
-
-#[derive(Serialize)]
-struct LastFailure {
-    class: &'static str,
-    at_ms: u64,
-}
-
-#[derive(Serialize)]
-struct DeadModel {
-    model: String,
-    class: &'static str,
-    until_ms: u64,
-}
-
-/// One provider's entry (fields in this order in the JSON).
-#[derive(Serialize)]
-struct ProviderStatus<'a> {
-    name: &'a str,
-    cluster: &'a str,
-    state: &'static str,
-    state_value: u8,
-    failures_in_window: u32,
-    failure_threshold: u32,
-    window_ms: u64,
-    last_failure: Option<LastFailure>,
-    open_until_ms: Option<u64>,
-    probe_in_flight: bool,
-    dead_until_ms: Option<u64>,
-    dead_models: Vec<DeadModel>,
-    health: RecentHealth,
-    budget: Option<BudgetStatus>,
-    tokens: RecentTokens,
-}
-
-/// A provider's token budget now.
-#[derive(Serialize)]
-struct BudgetStatus {
-    tokens: u64,
-    window_ms: u64,
-    spent: u64,
-    left: u64,
-    exhausted: bool,
-    resets_at_ms: u64,
-}
-
-/// Tokens over the last 15 minutes.
-#[derive(Serialize)]
-struct RecentTokens {
-    window_ms: u64,
-    input: u64,
-    output: u64,
-    cached_input: u64,
-}
-
-/// Health over the last 15 minutes.
-#[derive(Serialize)]
-struct RecentHealth {
-    state: &'static str,
-    state_value: u8,
-    attempts: u32,
-    failed: u32,
-    window_ms: u64,
-    answered_last_5m: bool,
-    last_answer_ms: Option<u64>,
-}
-
-impl From<Recent> for RecentHealth {
-    #[inline]
-    fn from(r: Recent) -> RecentHealth {
-        RecentHealth {
-            state: r.state.as_str(),
-            state_value: r.state.metric_value(),
-            attempts: r.attempts,
-            failed: r.failed,
-            window_ms: BUCKETS as u64 * BUCKET_MS,
-            answered_last_5m: r.answered_recently,
-            last_answer_ms: r.last_answer_ms,
-        }
-    }
-}
-
+/// Writes one provider's entry (members in the order the module's doc shows).
 #[inline]
-fn provider_status<'a>(
-    name: &'a str,
-    cluster: &'a str,
+fn provider_status(
+    out: &mut Out,
+    name: &str,
+    cluster: &str,
     config: &Config,
     s: HealthSnapshot,
     budget: Option<(&Budget, Left)>,
     used: Usage,
-) -> ProviderStatus<'a> {
-    ProviderStatus {
-        name,
-        cluster,
-        state: s.state.as_str(),
-        state_value: s.state.metric_value(),
-        failures_in_window: s.failures_in_window,
-        failure_threshold: config.breaker.failures,
-        window_ms: config.breaker.window_ms,
-        last_failure: s.last_failure.map(|(class, at_ms)| LastFailure {
-            class: class.as_str(),
-            at_ms,
-        }),
-        open_until_ms: s.open_until_ms,
-        probe_in_flight: s.probe_in_flight,
-        dead_until_ms: s.provider_dead_until_ms,
-        dead_models: s
-            .dead_models
-            .into_iter()
-            .map(|m| DeadModel {
-                model: m.model,
-                class: m.class.as_str(),
-                until_ms: m.until_ms,
-            })
-            .collect(),
-        health: s.recent.into(),
-        budget: budget.map(|(b, left)| BudgetStatus {
-            tokens: b.tokens,
-            window_ms: b.window_ms,
-            spent: left.spent,
-            left: left.tokens,
-            exhausted: left.exhausted(),
-            resets_at_ms: left.resets_at_ms,
-        }),
-        tokens: RecentTokens {
-            window_ms: BUCKETS as u64 * BUCKET_MS,
-            input: used.input,
-            output: used.output,
-            cached_input: used.cached_input,
-        },
+) {
+    let opt = |out: &mut Out, n: Option<u64>| {
+        match n {
+            Some(n) => out.num(n),
+            None => out.null(),
+        };
+    };
+    out.open().key("name").str(name).key("cluster").str(cluster);
+    out.key("state").str(s.state.as_str());
+    out.key("state_value").num(s.state.metric_value().into());
+    (out.key("failures_in_window")).num(s.failures_in_window.into());
+    (out.key("failure_threshold")).num(config.breaker.failures.into());
+    out.key("window_ms").num(config.breaker.window_ms);
+    out.key("last_failure");
+    match s.last_failure {
+        Some((class, at_ms)) => {
+            (out.open().key("class").str(class.as_str()))
+                .key("at_ms")
+                .num(at_ms)
+                .close();
+        }
+        None => {
+            out.null();
+        }
     }
+    opt(out.key("open_until_ms"), s.open_until_ms);
+    out.key("probe_in_flight").bool(s.probe_in_flight);
+    opt(out.key("dead_until_ms"), s.provider_dead_until_ms);
+    out.key("dead_models").open_arr();
+    for m in &s.dead_models {
+        (out.open().key("model").str(&m.model))
+            .key("class")
+            .str(m.class.as_str())
+            .key("until_ms")
+            .num(m.until_ms)
+            .close();
+    }
+    out.close_arr();
+    recent_health(out.key("health"), s.recent);
+    out.key("budget");
+    match budget {
+        Some((b, left)) => {
+            (out.open().key("tokens").num(b.tokens))
+                .key("window_ms")
+                .num(b.window_ms)
+                .key("spent")
+                .num(left.spent)
+                .key("left")
+                .num(left.tokens)
+                .key("exhausted")
+                .bool(left.exhausted())
+                .key("resets_at_ms")
+                .num(left.resets_at_ms)
+                .close();
+        }
+        None => {
+            out.null();
+        }
+    }
+    (out.key("tokens").open().key("window_ms"))
+        .num(BUCKETS as u64 * BUCKET_MS)
+        .key("input")
+        .num(used.input)
+        .key("output")
+        .num(used.output)
+        .key("cached_input")
+        .num(used.cached_input)
+        .close();
+    out.close();
+}
+
+/// Health over the last 15 minutes.
+#[inline]
+fn recent_health(out: &mut Out, r: Recent) {
+    (out.open().key("state").str(r.state.as_str()))
+        .key("state_value")
+        .num(r.state.metric_value().into())
+        .key("attempts")
+        .num(r.attempts.into())
+        .key("failed")
+        .num(r.failed.into())
+        .key("window_ms")
+        .num(BUCKETS as u64 * BUCKET_MS)
+        .key("answered_last_5m")
+        .bool(r.answered_recently)
+        .key("last_answer_ms");
+    match r.last_answer_ms {
+        Some(n) => out.num(n),
+        None => out.null(),
+    }
+    .close();
 }
 
 /// The whole answer: one read of each provider's record, in configuration order.
@@ -189,20 +155,67 @@ pub fn render(
     tokens: &SharedTokens,
     now_ms: u64,
 ) -> String {
-    let status = Status {
-        now_ms,
-        providers: (config.providers.iter())
-            .map(|p| {
-                let snapshot = health.snapshot(&p.name);
-                let budget = (p.budget.as_ref()).map(|b| (b, budgets.left(&p.name, b)));
-                let used = tokens.read(&p.name).recent(now_ms);
-                provider_status(&p.name, &p.cluster, config, snapshot, budget, used)
-            })
-            .collect(),
+    let mut out = Out::with_capacity(1024 * config.providers.len().max(1));
+    out.open()
+        .key("now_ms")
+        .num(now_ms)
+        .key("providers")
+        .open_arr();
+    for p in &config.providers {
+        let snapshot = health.snapshot(&p.name);
+        let budget = (p.budget.as_ref()).map(|b| (b, budgets.left(&p.name, b)));
+        let used = tokens.read(&p.name).recent(now_ms);
+        provider_status(
+            &mut out, &p.name, &p.cluster, config, snapshot, budget, used,
+        );
+    }
+    out.close_arr().close();
+    let mut text = pretty(&out.0);
+    text.push('\n');
+    text
+}
+
+/// Compact JSON (as [`Out`] writes it) indented as `serde_json::to_string_pretty` prints it:
+/// two spaces a level, each member and element on its own line, `"name": value`, and `{}` or
+/// `[]` for an empty object or array.
+#[inline]
+fn pretty(json: &[u8]) -> String {
+    let mut out = Vec::with_capacity(json.len() * 2);
+    let mut depth = 0usize;
+    let (mut in_string, mut escaped) = (false, false);
+    let line = |out: &mut Vec<u8>, depth: usize| {
+        out.push(b'\n');
+        out.resize(out.len() + 2 * depth, b' ');
     };
-    let mut out = serde_json::to_string_pretty(&status).unwrap_or_default();
-    out.push('\n');
-    out
+    let mut bytes = json.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        out.push(b);
+        if in_string {
+            (in_string, escaped) = (escaped || b != b'"', !escaped && b == b'\\');
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                if let Some(close) = bytes.next_if(|&c| c == b'}' || c == b']') {
+                    out.push(close);
+                } else {
+                    depth += 1;
+                    line(&mut out, depth);
+                }
+            }
+            b'}' | b']' => {
+                out.pop();
+                depth = depth.saturating_sub(1);
+                line(&mut out, depth);
+                out.push(b);
+            }
+            b',' => line(&mut out, depth),
+            b':' => out.push(b' '),
+            _ => {}
+        }
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -406,5 +419,23 @@ mod tests {
         assert_eq!(v["providers"][0]["last_failure"], Value::Null);
         assert_eq!(v["providers"][0]["failures_in_window"], 0);
         assert_eq!(v["providers"][0]["health"]["state"], "idle");
+    }
+
+    #[test]
+    fn indented_as_serde_json_prints_it() {
+        // Members in sorted order, which a `Value` keeps: its pretty print is the oracle.
+        for compact in [
+            r#"{"a":1,"b":[],"c":{},"d":[{"e":null,"f":"x\"y\\","g":[1,2]},{}],"h":"{[,:]}"}"#,
+            r#"{"now_ms":5,"providers":[]}"#,
+            r#"[]"#,
+            r#"{"a":{"b":{"c":[true,false,"\u0001é"]}}}"#,
+        ] {
+            let value: Value = serde_json::from_str(compact).unwrap();
+            assert_eq!(
+                pretty(compact.as_bytes()),
+                serde_json::to_string_pretty(&value).unwrap(),
+                "{compact}"
+            );
+        }
     }
 }
