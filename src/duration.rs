@@ -29,6 +29,20 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A duration as configuration writes it, in the largest unit that holds it whole (`24h`,
+/// `15m`, `2s`, `1500ms`): what [`parse_duration_ms`] reads back to the same milliseconds. The
+/// one form `explain` prints every duration in.
+pub fn display_ms(ms: u64) -> String {
+    let (n, unit) = match ms {
+        0 => (0, "s"),
+        _ if ms % 3_600_000 == 0 => (ms / 3_600_000, "h"),
+        _ if ms % 60_000 == 0 => (ms / 60_000, "m"),
+        _ if ms % 1_000 == 0 => (ms / 1_000, "s"),
+        _ => (ms, "ms"),
+    };
+    format!("{n}{unit}")
+}
+
 const NS_PER_MS: u128 = 1_000_000;
 /// About 31,700 years: past it a duration is a typo.
 const MAX_MS: u64 = 1_000_000_000_000_000;
@@ -123,7 +137,24 @@ pub(crate) mod serde_duration {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration_ms;
+    use super::{display_ms, parse_duration_ms};
+
+    #[test]
+    fn a_duration_is_shown_in_the_largest_whole_unit_and_reads_back_the_same() {
+        for (ms, shown) in [
+            (86_400_000, "24h"),
+            (3_600_000, "1h"),
+            (900_000, "15m"),
+            (90_000, "90s"),
+            (2_000, "2s"),
+            (1_500, "1500ms"),
+            (200, "200ms"),
+            (0, "0s"),
+        ] {
+            assert_eq!(display_ms(ms), shown);
+            assert_eq!(parse_duration_ms(shown), Ok(ms), "{shown} reads back");
+        }
+    }
 
     #[test]
     fn parses_every_unit() {

@@ -5,6 +5,7 @@
 
 use crate::classify::Class;
 use crate::config::{Chain, ChainEntry, Config, ModelPattern, Provider, ProviderId, RetryInPlace};
+use crate::duration::display_ms;
 use crate::envelope::Envelope;
 use crate::health::Admission;
 use crate::plan::{self, Gatekeeper, Plan, Refusal, RequestFacts, SkipReason};
@@ -180,8 +181,8 @@ pub fn explain_with(
                 "  {}'. {} again (retry in place): once, when it fails with connection_error, server_error or overloaded, after {}, or rate_limited with a Retry-After of at most {}{}",
                 k + 1,
                 provider.name,
-                duration(policy.back_off_ms),
-                duration(policy.max_retry_after_ms),
+                display_ms(policy.back_off_ms),
+                display_ms(policy.max_retry_after_ms),
                 if k + 1 < walk.planned {
                     "; the providers after it then move back one"
                 } else {
@@ -214,7 +215,7 @@ fn budget_lines(out: &mut String, config: &Config, chain: &Chain, plan: &Plan) {
                 "{} {} tokens per {}",
                 p.name,
                 b.tokens,
-                duration(b.window_ms)
+                display_ms(b.window_ms)
             ))
         })
         .collect();
@@ -458,15 +459,6 @@ fn left_out_lines(
     }
 }
 
-/// A duration as configuration writes it (`500ms`, `2s`).
-fn duration(ms: u64) -> String {
-    if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
-}
-
 fn skip_line(
     out: &mut String,
     config: &Config,
@@ -552,8 +544,9 @@ mod tests {
     #[test]
     fn a_walk_names_its_providers_budgets() {
         let c = config(
-            r#"{"providers":[{"name":"a","budget":{"tokens":2000000,"window":"24h"}},{"name":"b"}],
-            "chains":[{"name":"c","providers":["a","b"]}]}"#,
+            r#"{"providers":[{"name":"a","budget":{"tokens":2000000,"window":"24h"}},
+              {"name":"b","budget":{"tokens":500,"window":"900s"}},{"name":"c"}],
+            "chains":[{"name":"c","providers":["a","b","c"]}]}"#,
         );
         let facts = RequestFacts {
             model: "m",
@@ -561,7 +554,7 @@ mod tests {
         };
         let text = explain(&c, &facts).unwrap();
         assert!(
-            text.contains("budgets: a 2000000 tokens per 86400s; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over\n"),
+            text.contains("budgets: a 2000000 tokens per 24h, b 500 tokens per 15m; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over\n"),
             "{text}"
         );
         let text = explain(&config(THREE_NO_BUDGET), &facts).unwrap();
