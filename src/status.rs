@@ -227,12 +227,16 @@ mod tests {
     use crate::host::{Clock, ManualClock, MemoryStore};
     use serde_json::{json, Value};
 
-    fn tokens<'a>(store: &'a MemoryStore, clock: &'a ManualClock) -> SharedTokens<'a> {
-        SharedTokens { store, clock }
+    /// The endpoint's answer over `store` at `clock`'s time: health, budgets and tokens alike.
+    fn render_at(config: &Config, store: &MemoryStore, clock: &ManualClock) -> String {
+        let health = Health::new(store, clock, &config.breaker, &config.dead_marks);
+        let budgets = SharedBudgets { store, clock };
+        let tokens = SharedTokens { store, clock };
+        render(config, &health, &budgets, &tokens, clock.now_ms())
     }
 
-    fn budgets<'a>(store: &'a MemoryStore, clock: &'a ManualClock) -> SharedBudgets<'a> {
-        SharedBudgets { store, clock }
+    fn status(config: &Config, store: &MemoryStore, clock: &ManualClock) -> Value {
+        serde_json::from_str(&render_at(config, store, clock)).unwrap()
     }
 
     #[test]
@@ -245,17 +249,12 @@ mod tests {
         .unwrap();
         let store = MemoryStore::default();
         let clock = ManualClock::at(1_234_000);
-        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
-        let b = budgets(&store, &clock);
+        let b = SharedBudgets {
+            store: &store,
+            clock: &clock,
+        };
         b.spend("a", &config.providers[0].budget.unwrap(), 130);
-        let v: Value = serde_json::from_str(&render(
-            &config,
-            &health,
-            &b,
-            &tokens(&store, &clock),
-            1_234_000,
-        ))
-        .unwrap();
+        let v = status(&config, &store, &clock);
         assert_eq!(
             v["providers"][0]["budget"],
             json!({"tokens": 100, "window_ms": 10_000, "spent": 130, "left": 0,
@@ -273,8 +272,10 @@ mod tests {
         .unwrap();
         let store = MemoryStore::default();
         let clock = ManualClock::at(BUCKET_MS * 100);
-        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
-        let t = tokens(&store, &clock);
+        let t = SharedTokens {
+            store: &store,
+            clock: &clock,
+        };
         let used = Usage {
             input: 100,
             output: 20,
@@ -283,14 +284,7 @@ mod tests {
         assert!(t.add("a", &used));
         clock.advance(BUCKET_MS * 3);
         assert!(t.add("a", &used));
-        let v: Value = serde_json::from_str(&render(
-            &config,
-            &health,
-            &budgets(&store, &clock),
-            &t,
-            clock.now_ms(),
-        ))
-        .unwrap();
+        let v = status(&config, &store, &clock);
         assert_eq!(
             v["providers"][0]["tokens"],
             json!({"window_ms": 900_000, "input": 200, "output": 40, "cached_input": 120})
@@ -298,14 +292,7 @@ mod tests {
         assert_eq!(v["providers"][1]["tokens"]["input"], 0);
         // Fifteen minutes after the first, only the second is left.
         clock.advance(BUCKET_MS * 12);
-        let v: Value = serde_json::from_str(&render(
-            &config,
-            &health,
-            &budgets(&store, &clock),
-            &t,
-            clock.now_ms(),
-        ))
-        .unwrap();
+        let v = status(&config, &store, &clock);
         assert_eq!(v["providers"][0]["tokens"]["input"], 100);
     }
 
@@ -329,14 +316,7 @@ mod tests {
         health.report("a", "m", &Report::new(Class::Overloaded, true));
         health.report("b", "gpt-x", &Report::new(Class::ModelNotFound, true));
 
-        let v: Value = serde_json::from_str(&render(
-            &config,
-            &health,
-            &budgets(&store, &clock),
-            &tokens(&store, &clock),
-            clock.now_ms(),
-        ))
-        .unwrap();
+        let v = status(&config, &store, &clock);
         assert_eq!(v["now_ms"], 1_000_010);
         let a = &v["providers"][0];
         assert_eq!(a["name"], "a");
@@ -373,14 +353,7 @@ mod tests {
             held.add(clock.now_ms());
         }
         assert!(health.add_answers("a", &held));
-        let v: Value = serde_json::from_str(&render(
-            &config,
-            &health,
-            &budgets(&store, &clock),
-            &tokens(&store, &clock),
-            clock.now_ms(),
-        ))
-        .unwrap();
+        let v = status(&config, &store, &clock);
         let h = &v["providers"][0]["health"];
         assert_eq!(
             (&h["state"], &h["state_value"]),
@@ -401,14 +374,7 @@ mod tests {
         .unwrap();
         let store = MemoryStore::default();
         let clock = ManualClock::at(5);
-        let health = Health::new(&store, &clock, &config.breaker, &config.dead_marks);
-        let text = render(
-            &config,
-            &health,
-            &budgets(&store, &clock),
-            &tokens(&store, &clock),
-            5,
-        );
+        let text = render_at(&config, &store, &clock);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert!(
             text.find("\"name\"") < text.find("\"cluster\"")

@@ -47,6 +47,18 @@ impl Counting {
         }
     }
 
+    /// Keeps what a settle returned in the attempt's `slot` (a settle that returns none, the
+    /// second one, leaves the first one's); the dialect the passage reads the usage in, when
+    /// this settle sends the answer to the caller. The one way both of the upstream role's
+    /// settles keep it.
+    pub fn keep(slot: &mut Option<Counting>, settled: Option<Counting>) -> Option<usage::Dialect> {
+        let dialect = settled.as_ref().map(|c| c.dialect);
+        if settled.is_some() {
+            *slot = settled;
+        }
+        dialect
+    }
+
     /// The answer's last byte passed with `usage` read from it: counts it, spends it from the
     /// provider's budget and writes the attempt log with it.
     #[inline(never)]

@@ -93,9 +93,8 @@ impl<H: Host> Upstream<H> {
         let marker = self.passage.provider_marker;
         let (marker, counting) =
             (self.io).settle(&mut self.settled, current, marker, class, status, delay);
-        self.passage
-            .count_usage(counting.as_ref().map(|c| c.dialect));
-        self.counting = counting.or(self.counting.take());
+        let dialect = Counting::keep(&mut self.counting, counting);
+        self.passage.count_usage(dialect);
         marker
     }
 
@@ -351,11 +350,7 @@ impl<H: Host> Upstream<H> {
         let read = &mut |at, len| io.read(at, len);
         let settle = &mut |class, status, delay| {
             let (marker, c) = io.settle(settled, current, marker, class, Some(status), delay);
-            let dialect = c.as_ref().map(|c| c.dialect);
-            if c.is_some() {
-                *counting = c;
-            }
-            (marker, dialect)
+            (marker, Counting::keep(counting, c))
         };
         let step = match body {
             Some((size, end)) => self.passage.body(size, end, created, read, settle),
