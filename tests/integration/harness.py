@@ -944,6 +944,61 @@ class Gateway:
         return ""
 
 
+class MockedGateway:
+    """One Envoy in front of its own named mocks, for a whole test module (a module-scoped
+    fixture makes one and stops it): starts the mocks (``start_mock``), calls
+    ``mocks_started`` (a subclass may program or check them, or skip), renders `config` with
+    the mocks' ports (``<NAME>_PORT``), a free ``LISTEN_PORT`` and ``ADMIN_PORT`` and `env`,
+    and starts Envoy with `envoy_args` (``Envoy``'s keywords); stops all of it when any step
+    fails. Nothing is shared with another module: every port is free when it is taken."""
+
+    def __init__(self, config: str, tmp: Path, names: Iterable[str], *,
+                 env: dict[str, str] | None = None, **envoy_args: Any):
+        self.mocks: dict[str, MockClient] = {}
+        try:
+            for name in names:
+                self.mocks[name] = start_mock(name)
+            self.mocks_started()
+            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
+                   **(env or {}),
+                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
+            path = render_config(config, env, out_dir=tmp)
+            self.envoy = Envoy(path, tmp / "envoy", env=env, **envoy_args).start()
+        except BaseException:
+            self.stop()
+            raise
+        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+
+    def mocks_started(self) -> None:
+        """Runs once the mocks are up, before the config is rendered."""
+
+    def stop(self) -> None:
+        if getattr(self, "envoy", None):
+            self.envoy.stop()
+        for m in self.mocks.values():
+            m.stop()
+
+    def reset(self) -> None:
+        for m in self.mocks.values():
+            m.reset()
+
+    def skipped(self) -> dict[tuple[str, str], float]:
+        """{(provider, reason): count} of llm_failover_skipped_total."""
+        return {(labels["provider"], labels["reason"]): value for labels, value in
+                prometheus_samples(self.gw.prometheus(), "llm_failover_skipped_total")}
+
+    def walk(self, request_id: str) -> str:
+        """The access log's llm_failover=... walk of one request, durations as 'N'."""
+        def find():
+            return next((line for line in self.gw.log().splitlines()
+                         if f"request_id={request_id}" in line), None)
+        line = wait_until(find, 10, f"access log line of {request_id}")
+        m = re.search(r" llm_failover=(\S+)", line)
+        if not m:
+            raise HarnessError(f"no llm_failover= walk in {line!r}")
+        return re.sub(r":\d+ms", ":Nms", m.group(1))
+
+
 # On Envoy 1.36-1.38 the filter's metrics live in a cluster's stats scope and carry two more
 # labels (docs/older-envoys.md): llm_failover_scope, always empty, first, and Envoy's
 # envoy_cluster_name, last. Scenarios compare the docs/behaviour.md labels: spec_prometheus checks and

@@ -7,15 +7,13 @@ Retry-After and x-should-retry, and the provider back when its window rolls over
 One Envoy for the module (--concurrency 2, the harness's default); each answer costs 12 tokens
 (8 input + 4 output)."""
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import harness
-from harness import (Envoy, Gateway, env_key, free_port, http_request, prometheus_samples,
-                     render_config, start_mock, wait_until)
+from harness import free_port, http_request, wait_until
 
 if harness.external_mode():
     pytest.skip("needs its own gateway with its own budgets", allow_module_level=True)
@@ -40,50 +38,21 @@ chains:
 USAGE = {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}
 
 
-class Module:
+class Module(harness.MockedGateway):
     """One Envoy (two workers) and five mocks for the whole module."""
 
     def __init__(self, tmp):
-        self.mocks = {}
-        try:
-            for name in "abcde":
-                self.mocks[name] = start_mock(name)
-                self.mocks[name].set_default(usage=USAGE)
-            self.status_port = free_port()
-            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
-                   "STATUS_PORT": str(self.status_port),
-                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
-            path = render_config(CONFIG, env, out_dir=tmp)
-            self.envoy = Envoy(path, tmp / "envoy", env=env, concurrency=2,
-                               extra_args=["--file-flush-interval-msec", "50"]).start()
-        except BaseException:
-            self.stop()
-            raise
-        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+        self.status_port = free_port()
+        super().__init__(CONFIG, tmp, "abcde", env={"STATUS_PORT": str(self.status_port)},
+                         concurrency=2, extra_args=["--file-flush-interval-msec", "50"])
 
-    def stop(self):
-        if getattr(self, "envoy", None):
-            self.envoy.stop()
+    def mocks_started(self):
         for m in self.mocks.values():
-            m.stop()
+            m.set_default(usage=USAGE)
 
     def status(self):
         r = http_request(f"http://127.0.0.1:{self.status_port}", "GET", STATUS)
         return {p["name"]: p for p in json.loads(r.body)["providers"]}
-
-    def skipped(self):
-        return {(l["provider"], l["reason"]): v for l, v in
-                prometheus_samples(self.gw.prometheus(), "llm_failover_skipped_total")}
-
-    def walk(self, request_id):
-        """The access log's llm_failover=... walk of one request, durations as 'N'."""
-        def find():
-            return next((l for l in self.gw.log().splitlines()
-                         if f"request_id={request_id}" in l), None)
-        line = wait_until(find, 10, f"access log line of {request_id}")
-        m = re.search(r" llm_failover=(\S+)", line)
-        assert m, line
-        return re.sub(r":\d+ms", ":Nms", m.group(1))
 
 
 @pytest.fixture(scope="module")

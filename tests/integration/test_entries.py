@@ -7,13 +7,10 @@ cut as `timeout` when no output comes in time, and answered with one JSON answer
 
 One gateway for the module (counters are compared as differences), mocks in this process."""
 import json
-import re
 
 import pytest
 
 import harness
-from harness import (Envoy, Gateway, env_key, free_port, prometheus_samples, render_config,
-                     start_mock, wait_until)
 
 if harness.external_mode():
     pytest.skip("needs its own gateway and mocks", allow_module_level=True)
@@ -48,47 +45,9 @@ chains:
 """
 
 
-class Module:
+class Module(harness.MockedGateway):
     def __init__(self, tmp, config=CONFIG, mocks=MOCKS):
-        self.mocks = {}
-        try:
-            for name in mocks:
-                self.mocks[name] = start_mock(name)
-            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
-                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
-            path = render_config(config, env, out_dir=tmp)
-            self.envoy = Envoy(path, tmp / "envoy", env=env,
-                               extra_args=["--file-flush-interval-msec", "50"]).start()
-        except BaseException:
-            self.stop()
-            raise
-        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
-
-    def stop(self):
-        if getattr(self, "envoy", None):
-            self.envoy.stop()
-        for m in self.mocks.values():
-            m.stop()
-
-    def reset(self):
-        for m in self.mocks.values():
-            m.reset()
-
-    def skipped(self):
-        return {(labels["provider"], labels["reason"]): value for labels, value in
-                prometheus_samples(self.gw.prometheus(), "llm_failover_skipped_total")}
-
-    def walk(self, request_id):
-        """The access log's llm_failover=... walk of one request, durations as 'N'."""
-        def find():
-            for line in self.gw.log().splitlines():
-                if f"request_id={request_id}" in line:
-                    return line
-            return None
-        line = wait_until(find, 10, f"access log line of {request_id}")
-        m = re.search(r" llm_failover=(\S+)", line)
-        assert m, line
-        return re.sub(r":\d+ms", ":Nms", m.group(1))
+        super().__init__(config, tmp, mocks, extra_args=["--file-flush-interval-msec", "50"])
 
 
 @pytest.fixture(scope="module")

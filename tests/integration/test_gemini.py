@@ -13,7 +13,6 @@ import pytest
 
 import cloud_mock
 import harness
-from harness import Envoy, Gateway, env_key, free_port, render_config, start_mock
 
 if harness.external_mode():
     pytest.skip("needs its own gateway and mocks (a Gemini mock in this process)",
@@ -52,32 +51,16 @@ TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}}]
 
 
-class Module:
+class Module(harness.MockedGateway):
     def __init__(self, tmp):
-        self.mocks = {}
-        try:
-            for name in ("openai", "gemini", "anthropic"):
-                self.mocks[name] = start_mock(name)
-            if not hasattr(self.mocks["gemini"], "server"):
-                pytest.skip("the Gemini mock runs in-process")
-            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
-                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
-            path = render_config(CONFIG, env, out_dir=tmp)
-            self.envoy = Envoy(path, tmp / "envoy", env=env).start()
-        except BaseException:
-            self.stop()
-            raise
-        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+        super().__init__(CONFIG, tmp, ("openai", "gemini", "anthropic"))
 
-    def stop(self):
-        if getattr(self, "envoy", None):
-            self.envoy.stop()
-        for m in self.mocks.values():
-            m.stop()
+    def mocks_started(self):
+        if not hasattr(self.mocks["gemini"], "server"):
+            pytest.skip("the Gemini mock runs in-process")
 
     def reset(self):
-        for m in self.mocks.values():
-            m.reset()
+        super().reset()
         self.mocks["gemini"].server.cloud = cloud_mock.validate(GEMINI)
         self.mocks["openai"].set_default(status=503, strict=True)
         self.mocks["anthropic"].set_default(strict=True)
