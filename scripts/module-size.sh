@@ -44,8 +44,9 @@ cd "$(dirname "$0")/.."
 # that every byte added from here shows: a change that needs more raises it in its own commit,
 # with its measured size (the dialect work still landing, a Responses provider, is expected to
 # add 10-25 KB; issue 29's limit stays 520,000).
+# Gemini-native per-entry settings (entry_settings::gemini): +2,025, 553,108.
 TARGET=418489
-CEILING=551400
+CEILING=553200
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

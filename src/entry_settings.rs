@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | OpenAI Chat | `reasoning_effort` | `max_completion_tokens` (and `max_tokens` where the body has it) |
 //! | OpenAI Responses | `reasoning.effort` (the body's other `reasoning` members kept) | `max_output_tokens` |
+//! | Gemini native | `generationConfig.thinkingConfig.thinkingBudget` ([`Effort::budget_tokens`]; `includeThoughts` kept) | `generationConfig.maxOutputTokens` (the body's other `generationConfig` members kept) |
 //! | Anthropic Messages | `thinking: {type: enabled, budget_tokens}` ([`Effort::budget_tokens`]); `temperature`, `top_p`, `top_k` removed (Anthropic refuses them with thinking); none when `tool_choice` forces a tool (refused with thinking too) | `max_tokens`, raised by the budget when not above it |
 //!
 //! Only entries that set something pay for it: their body's top-level members are copied as
@@ -81,17 +82,18 @@ const MESSAGES_MAX_TOKENS: u64 = 4_096;
 /// `body` with `settings` written in `dialect`; `None` when it is not a JSON object (it is
 /// then sent as it is) or nothing is to be written.
 pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<u8>> {
-    // Not yet for Gemini's native API (its stream is in the path).
-    if settings.is_empty() || dialect == Api::Gemini {
+    if settings.is_empty() {
         return None;
     }
     let (replaced, mut added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
-        Api::OpenAiChat | Api::Gemini => chat(settings),
+        Api::OpenAiChat => chat(settings),
+        // Gemini's stream is in the path (the envelope writes it), never in the body.
+        Api::Gemini => gemini(body, settings),
         Api::OpenAiResponses => responses(body, settings),
         Api::AnthropicMessages => messages(body, settings),
     };
     let mut replaced = replaced.to_vec();
-    if settings.stream {
+    if settings.stream && dialect != Api::Gemini {
         replaced.push("stream");
         added.push(("stream", b"true".to_vec()));
         if dialect == Api::OpenAiChat {
@@ -192,20 +194,9 @@ fn responses(
     let mut added = Vec::new();
     if let Some(effort) = s.effort {
         // The caller's other reasoning settings (`summary`) stay.
-        let mut reasoning = b"{".to_vec();
-        if let Some(old) = member(body, "reasoning") {
-            for (name, value) in json::members(old) {
-                if std::str::from_utf8(name).is_ok_and(|n| is_name(n, "effort")) {
-                    continue;
-                }
-                json::put(&mut reasoning, &[b"\"", name, b"\":", value, b","]);
-            }
-        }
-        json::put(
-            &mut reasoning,
-            &[b"\"effort\":", &quoted(effort.as_str()), b"}"],
-        );
-        added.push(("reasoning", reasoning));
+        let mut reasoning = open_without(member(body, "reasoning"), &["effort"]);
+        json::put(&mut reasoning, &[b"\"effort\":", &quoted(effort.as_str())]);
+        added.push(("reasoning", close(reasoning)));
     }
     if let Some(max) = s.max_tokens {
         added.push(("max_output_tokens", number(max.into())));
@@ -247,6 +238,81 @@ fn messages(
         &["max_tokens", "thinking", "temperature", "top_p", "top_k"],
         vec![("max_tokens", number(max)), ("thinking", value)],
     )
+}
+
+/// Gemini's `generationConfig`: `maxOutputTokens`, and the effort as
+/// `thinkingConfig.thinkingBudget` (the budgets Anthropic gets, [`Effort::budget_tokens`]:
+/// within what every Gemini 2.5 and 3 model takes); the caller's other members of both kept.
+fn gemini(
+    body: &[u8],
+    s: &EntrySettings,
+) -> (&'static [&'static str], Vec<(&'static str, Vec<u8>)>) {
+    if s.effort.is_none() && s.max_tokens.is_none() {
+        return (&[], Vec::new());
+    }
+    // Google's JSON takes proto field names too (`generation_config`, `thinking_level`: the
+    // google-genai SDK writes some so): either spelling is the same member.
+    let old = member(body, "generationConfig").or_else(|| member(body, "generation_config"));
+    const MAX: [&str; 2] = ["maxOutputTokens", "max_output_tokens"];
+    const THINKING: [&str; 2] = ["thinkingConfig", "thinking_config"];
+    const BOTH: [&str; 4] = [MAX[0], MAX[1], THINKING[0], THINKING[1]];
+    let dropped: &[&str] = match (s.effort, s.max_tokens) {
+        (Some(_), Some(_)) => &BOTH,
+        (Some(_), None) => &THINKING,
+        _ => &MAX,
+    };
+    let mut config = open_without(old, dropped);
+    if let Some(max) = s.max_tokens {
+        json::put(
+            &mut config,
+            &[b"\"maxOutputTokens\":", &number(max.into()), b","],
+        );
+    }
+    if let Some(effort) = s.effort {
+        // includeThoughts stays; the caller's own budget or level gives way.
+        let old = old.and_then(|c| member(c, THINKING[0]).or_else(|| member(c, THINKING[1])));
+        let budget = [
+            "thinkingBudget",
+            "thinking_budget",
+            "thinkingLevel",
+            "thinking_level",
+        ];
+        let mut thinking = open_without(old, &budget);
+        json::put(
+            &mut thinking,
+            &[
+                b"\"thinkingBudget\":",
+                Digits::of(effort.budget_tokens()).get(),
+            ],
+        );
+        json::put(&mut config, &[b"\"thinkingConfig\":", &close(thinking)]);
+    }
+    (
+        &["generationConfig", "generation_config"],
+        vec![("generationConfig", close(config))],
+    )
+}
+
+/// `{` and the members of the object `old` (none when it is absent) but those named in
+/// `dropped`, each followed by a comma: the caller appends its own and then [`close`]s it.
+fn open_without(old: Option<&[u8]>, dropped: &[&str]) -> Vec<u8> {
+    let mut out = b"{".to_vec();
+    for (name, value) in old.into_iter().flat_map(json::members) {
+        if std::str::from_utf8(name).is_ok_and(|n| dropped.iter().any(|d| is_name(n, d))) {
+            continue;
+        }
+        json::put(&mut out, &[b"\"", name, b"\":", value, b","]);
+    }
+    out
+}
+
+/// The object [`open_without`] began, its last comma taken back.
+fn close(mut object: Vec<u8>) -> Vec<u8> {
+    if object.last() == Some(&b',') {
+        object.pop();
+    }
+    object.push(b'}');
+    object
 }
 
 /// `tool_choice` makes the model call a tool (`{"type": "any"}` or `{"type": "tool", ...}`),
@@ -367,6 +433,40 @@ mod tests {
             stream: false,
         };
         assert_eq!(apply(forced.as_bytes(), Api::AnthropicMessages, &s), None);
+    }
+
+    #[test]
+    fn gemini_gets_a_thinking_budget_and_max_output_tokens_in_its_generation_config() {
+        let body = r#"{"contents":[],"generationConfig":{"temperature":0.5,"maxOutputTokens":9,"thinkingConfig":{"includeThoughts":true,"thinkingLevel":"high"}}}"#;
+        assert_eq!(
+            edit(body, Api::Gemini, Some(Effort::Low), Some(300)),
+            r#"{"contents":[],"generationConfig":{"temperature":0.5,"maxOutputTokens":300,"thinkingConfig":{"includeThoughts":true,"thinkingBudget":4000}}}"#
+        );
+        // The proto spellings (google-genai writes `thinking_level`) are the same members.
+        assert_eq!(
+            edit(
+                r#"{"generation_config":{"max_output_tokens":1,"thinkingConfig":{"include_thoughts":true,"thinking_level":"HIGH"}}}"#,
+                Api::Gemini,
+                Some(Effort::Medium),
+                Some(2)
+            ),
+            r#"{"generationConfig":{"maxOutputTokens":2,"thinkingConfig":{"include_thoughts":true,"thinkingBudget":10000}}}"#
+        );
+        // Only max_tokens: the caller's thinking settings stay as written.
+        assert_eq!(
+            edit(body, Api::Gemini, None, Some(7)),
+            r#"{"contents":[],"generationConfig":{"temperature":0.5,"thinkingConfig":{"includeThoughts":true,"thinkingLevel":"high"},"maxOutputTokens":7}}"#
+        );
+        assert_eq!(
+            edit(r#"{"contents":[]}"#, Api::Gemini, Some(Effort::High), None),
+            r#"{"contents":[],"generationConfig":{"thinkingConfig":{"thinkingBudget":20000}}}"#
+        );
+        // A gathered attempt's stream is in Gemini's path, never its body.
+        let s = EntrySettings {
+            stream: true,
+            ..Default::default()
+        };
+        assert_eq!(apply(br#"{"contents":[]}"#, Api::Gemini, &s), None);
     }
 
     #[test]

@@ -40,6 +40,11 @@ chains:
   - name: pro                     # a google-genai app: Gemini, then Anthropic
     models: ["gemini-2.5-pro"]
     providers: [gemini, {provider: anthropic, model: claude-sonnet-4-5}]
+  - name: think                   # per-entry settings, written into Gemini's generationConfig
+    models: ["think-*", "gemini-think"]
+    providers:
+      - openai
+      - {provider: gemini, model: gemini-2.5-pro, effort: low, max_tokens: 300}
   - name: claude                  # an Anthropic app: Anthropic, then Gemini
     models: ["claude-*"]
     providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
@@ -319,3 +324,27 @@ def test_a_google_genai_app_falls_over_from_gemini_to_anthropic_streaming(g):
         "Hello from anthropic")
     g.accepted("anthropic")
     g.gemini_requests()
+
+
+def test_an_entrys_effort_and_max_tokens_reach_gemini_in_its_generation_config(g):
+    """A chain entry's `effort: low, max_tokens: 300` on a Gemini-native provider: a translated
+    chat request and a google-genai request (same API) both arrive with `maxOutputTokens: 300`
+    and a 4,000-token `thinkingConfig.thinkingBudget` (the caller's own limit and thinking
+    level replaced, its `includeThoughts` and temperature kept)."""
+    from google.genai import types
+    r = g.oai().chat.completions.create(
+        model="think-4o", max_tokens=50, temperature=0.2,
+        messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content == "Hello from gemini (model gemini-2.5-pro)"
+    config = types.GenerateContentConfig(
+        max_output_tokens=50, temperature=0.2,
+        thinking_config=types.ThinkingConfig(include_thoughts=True, thinking_level="HIGH"))
+    client = g.genai()  # kept: a google-genai client closes its connections when collected
+    r = client.models.generate_content(model="gemini-think", contents="hi", config=config)
+    assert r.sdk_http_response.headers["x-llm-provider"] == "gemini"
+    sent = [json.loads(x["body"])["generationConfig"] for x in g.gemini_requests()]
+    assert sent[0] == {"temperature": 0.2, "maxOutputTokens": 300,
+                       "thinkingConfig": {"thinkingBudget": 4000}}, sent
+    assert sent[1]["maxOutputTokens"] == 300 and sent[1]["temperature"] == 0.2, sent
+    # google-genai writes the thinking config's members with their proto names.
+    assert sent[1]["thinkingConfig"] == {"include_thoughts": True, "thinkingBudget": 4000}, sent
