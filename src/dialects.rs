@@ -668,15 +668,17 @@ fn has_text(json: &[u8], quoted_key: &[u8]) -> bool {
 }
 
 /// The class of an SSE event that reports an error, `None` for any other event. An error is an
-/// `event: error` line (Anthropic), or a `data:` line holding a JSON object with a top-level
-/// `error` member or `"object": "error"` (OpenAI-style frames from vLLM, SGLang and gateways).
+/// `event: error` line (Anthropic, OpenAI Responses) or `event: response.failed` (Responses), or
+/// a `data:` line holding a JSON object with a top-level `error` member, `"object": "error"`
+/// (OpenAI-style frames from vLLM, SGLang and gateways) or `"type": "response.failed"`.
 /// Its class is what the dialect rules recognise in it, else `overloaded`.
 fn error_event(event: &[u8]) -> Option<Class> {
     let mut is_error = false;
     for line in event.split(|&c| c == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if let Some(name) = field(line, b"event") {
-            is_error |= name == b"error";
+            // The Responses API's `response.failed` is its stream's error too.
+            is_error |= name == b"error" || name == b"response.failed";
         } else if let Some(data) = field(line, b"data") {
             // Cheap test first: a healthy chunk almost never holds the quoted word.
             if find(data, b"\"error\"").is_some() && data_is_error(data) {
@@ -694,7 +696,7 @@ fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// Whether an SSE `data` payload is a JSON object with an `error` member, or whose `object` or
-/// `type` member is the string `"error"`. Read by [`ErrorProbe`] rather than into a
+/// `type` member is the string `"error"` (or `"response.failed"`). Read by [`ErrorProbe`] rather than into a
 /// `serde_json::Value`, whose tree builder would be the module's only use of it (about 8 KB).
 fn data_is_error(data: &[u8]) -> bool {
     serde_json::from_slice::<ErrorProbe>(data).is_ok_and(|probe| probe.0)
@@ -762,7 +764,7 @@ impl<'de> serde::Deserialize<'de> for IsErrorText {
                 Ok(IsErrorText(false))
             }
             fn visit_str<E>(self, text: &str) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(text == "error"))
+                Ok(IsErrorText(text == "error" || text == "response.failed"))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,

@@ -89,7 +89,10 @@ impl Forward {
     ) -> Forward {
         let mut list: Vec<ModelPattern> = DEFAULT_FORWARDED
             .iter()
-            .filter(|p| !(api == Some(Api::OpenAiChat) && **p == "anthropic-*"))
+            .filter(|p| {
+                !(matches!(api, Some(Api::OpenAiChat | Api::OpenAiResponses))
+                    && **p == "anthropic-*")
+            })
             .map(|p| ModelPattern::parse(p))
             .collect();
         for name in extra {

@@ -53,7 +53,9 @@ impl Provider {
     /// [`Provider::translates`] for a provider that declares `api`.
     fn translates_from(&self, api: Api, caller: Option<Api>, path: &str) -> Option<Api> {
         let same = match caller {
-            Some(Api::OpenAiResponses) => self.serves_as_is(api, FamilyEndpoint::Responses),
+            Some(Api::OpenAiResponses) => {
+                api == Api::OpenAiResponses || self.serves_as_is(api, FamilyEndpoint::Responses)
+            }
             Some(caller) => caller == api,
             None => Api::family_endpoint(path).is_some_and(|e| self.serves_as_is(api, e)),
         };

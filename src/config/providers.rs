@@ -139,7 +139,7 @@ fn validate_one(
             if api.is_none() && !Envelope::NAMES.contains(&name) {
                 at.field(
                     "api",
-                    format!("{name:?} is not an API this filter speaks: use openai, anthropic, azure_openai, bedrock, vertex, gemini or gemini_native"),
+                    format!("{name:?} is not an API this filter speaks: use openai, openai_responses, anthropic, azure_openai, bedrock, vertex, gemini or gemini_native"),
                 );
             }
             api

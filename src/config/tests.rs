@@ -691,6 +691,52 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
 }
 
 #[test]
+fn api_openai_responses_is_a_provider_that_speaks_only_responses() {
+    use crate::translate::Api;
+    let c = load(
+        r#"{"providers":[{"name":"r","api":"openai_responses"},
+        {"name":"az","api":"openai_responses","path_prefix":"/openai","authority":"me.openai.azure.com"}],
+        "chains":[{"name":"c","providers":["r","az"]}]}"#,
+    )
+    .unwrap();
+    let r = &c.providers[0];
+    assert_eq!((r.api, r.envelope), (Some(Api::OpenAiResponses), None));
+    // Chat, Messages and Gemini callers are translated for it; a Responses caller is not.
+    for caller in [Api::OpenAiChat, Api::AnthropicMessages, Api::Gemini] {
+        assert_eq!(r.translates(Some(caller), "/x"), Some(Api::OpenAiResponses));
+    }
+    assert_eq!(
+        r.translates(Some(Api::OpenAiResponses), "/v1/responses"),
+        None
+    );
+    // Embeddings and completions are not Responses: such an entry is skipped.
+    assert_eq!(
+        r.translates(None, "/v1/embeddings"),
+        Some(Api::OpenAiResponses)
+    );
+    // Azure OpenAI's v1 API: /openai/v1/responses.
+    let az = &c.providers[1];
+    let path = |caller, p| {
+        crate::attempt::provider_path(az, az.translates(Some(caller), p), p, "gpt-5-pro", false)
+            .map(std::borrow::Cow::into_owned)
+    };
+    assert_eq!(
+        path(Api::OpenAiChat, "/v1/chat/completions").as_deref(),
+        Some("/openai/v1/responses")
+    );
+    assert_eq!(
+        path(Api::OpenAiResponses, "/v1/responses").as_deref(),
+        Some("/openai/v1/responses")
+    );
+    // It takes no anthropic-* header of a translated Messages caller.
+    assert_eq!(
+        r.forward,
+        crate::config::forward::Forward::for_api(Some(Api::OpenAiChat))
+    );
+    assert_ne!(r.forward, crate::config::forward::Forward::for_api(None));
+}
+
+#[test]
 fn residency_is_declared_or_follows_a_clouds_region() {
     let c = load(
         r#"{"providers":[{"name":"a","residency":"eu"},{"name":"b"},

@@ -532,3 +532,32 @@ fn a_translated_streams_first_event_must_be_of_its_api() {
         "the translator ends it"
     );
 }
+
+#[test]
+fn a_responses_stream_opening_with_response_failed_is_an_error() {
+    let failed = "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"The model failed to generate a response.\"}}}\n\n";
+    assert_eq!(
+        first_event(failed.as_bytes(), false),
+        StreamStart::Error(Overloaded)
+    );
+    // Without its event line, by its type.
+    let data_only = failed.split_once('\n').unwrap().1;
+    assert_eq!(
+        first_event(data_only.as_bytes(), false),
+        StreamStart::Error(Overloaded)
+    );
+    // Its error read by the rules: a prompt over the context window.
+    let context = failed.replace(
+        "The model failed to generate a response.",
+        "Your input exceeds the context window of this model.",
+    );
+    assert_eq!(
+        first_event(context.as_bytes(), false),
+        StreamStart::Error(ContextWindowExceeded)
+    );
+    // A healthy start, and a text that only names the event, are released.
+    let created = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"error\":null,\"output\":[]}}\n\n";
+    assert_eq!(first_event(created.as_bytes(), false), StreamStart::Healthy);
+    let named = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"response.failed\"}\n\n";
+    assert_eq!(first_event(named.as_bytes(), false), StreamStart::Healthy);
+}

@@ -226,13 +226,19 @@ pub fn whole(caller: Api, c: &mut Collected, created: u64) -> Option<Vec<u8>> {
     if !c.complete || c.error {
         return None;
     }
-    let answer = c.answer();
-    let chat = chat_answer(&answer, created);
+    Some(write(caller, &c.answer(), created))
+}
+
+/// An answer read into the model, written as `caller`'s JSON answer.
+pub fn write(caller: Api, answer: &Answer<'_>, created: u64) -> Vec<u8> {
     match caller {
-        Api::OpenAiChat => Some(chat),
-        Api::AnthropicMessages => super::messages_to_chat::response(200, &chat).ok(),
-        Api::OpenAiResponses => Some(super::responses::answer(&answer, created)),
-        Api::Gemini => Some(super::gemini::write_answer(&answer)),
+        Api::OpenAiChat => chat_answer(answer, created),
+        Api::AnthropicMessages => {
+            let chat = chat_answer(answer, created);
+            super::messages_to_chat::response(200, &chat).unwrap_or(chat)
+        }
+        Api::OpenAiResponses => super::responses::answer(answer, created),
+        Api::Gemini => super::gemini::write_answer(answer),
     }
 }
 
@@ -246,27 +252,9 @@ pub fn stream_to_answer(
 ) -> Option<Vec<u8>> {
     let mut c = Collected::default();
     let last = chunks.len().saturating_sub(1);
-    match provider {
-        Api::OpenAiChat => {
-            let mut d = super::chat::Decoder::default();
-            for (i, chunk) in chunks.iter().enumerate() {
-                d.push(chunk, i == last, &mut |e| c.on(e));
-            }
-        }
-        Api::AnthropicMessages => {
-            let mut d = super::messages::Decoder::default();
-            for (i, chunk) in chunks.iter().enumerate() {
-                d.push(chunk, i == last, &mut |e| c.on(e));
-            }
-        }
-        Api::Gemini => {
-            let mut d = super::gemini::Decoder::default();
-            for (i, chunk) in chunks.iter().enumerate() {
-                d.push(chunk, i == last, &mut |e| c.on(e));
-            }
-        }
-        // The Responses stream has no decoder into the model yet.
-        Api::OpenAiResponses => return None,
+    let mut d = super::responses::Decoder::new(provider);
+    for (i, chunk) in chunks.iter().enumerate() {
+        d.push(chunk, i == last, &mut |e| c.on(e));
     }
     whole(caller, &mut c, created)
 }

@@ -34,8 +34,9 @@ pub enum Api {
     OpenAiChat,
     /// Anthropic Messages (`/v1/messages`).
     AnthropicMessages,
-    /// OpenAI Responses (`/v1/responses`): a caller dialect; providers declaring `api: openai`
-    /// speak it as it is.
+    /// OpenAI Responses (`/v1/responses`): a caller dialect (providers declaring `api: openai`
+    /// speak it as it is), and a provider dialect (`api: openai_responses`, models served only
+    /// through it).
     OpenAiResponses,
     /// Gemini's native API (`models/{model}:generateContent`): a provider dialect
     /// (`api: gemini_native`, on Google AI and on Vertex AI).
@@ -57,6 +58,7 @@ impl Api {
         match name {
             "openai" => Some(Api::OpenAiChat),
             "anthropic" => Some(Api::AnthropicMessages),
+            "openai_responses" => Some(Api::OpenAiResponses),
             _ => None,
         }
     }
@@ -168,6 +170,9 @@ pub fn request(
         (Api::Gemini, Api::OpenAiChat) => gemini::to_chat(body, cx),
         (Api::Gemini, Api::AnthropicMessages) => gemini::to_messages(body, cx),
         (Api::AnthropicMessages, Api::Gemini) => messages::to_gemini(body),
+        (Api::OpenAiChat, Api::OpenAiResponses) => chat_to_messages::to_responses(body, cx),
+        (Api::Gemini, Api::OpenAiResponses) => gemini::to_responses(body, cx),
+        (Api::AnthropicMessages, Api::OpenAiResponses) => messages::to_responses(body, cx),
         _ => Ok(body.to_vec()),
     }
 }
@@ -184,6 +189,16 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
         (Api::OpenAiChat, Api::Gemini) => chat_to_messages::check(body),
         (Api::Gemini, Api::OpenAiChat | Api::AnthropicMessages) => gemini::check(body),
         (Api::AnthropicMessages, Api::Gemini) => messages::check(body, Api::Gemini),
+        // The writer refuses what Responses cannot carry (stop sequences): the request is
+        // built, for cross-API entries only.
+        (_, Api::OpenAiResponses) => {
+            let cx = RequestContext {
+                model: "",
+                default_max_tokens: 0,
+                stream: false,
+            };
+            request(from, to, body, &cx).map(drop)
+        }
         _ => Ok(()),
     }
 }
@@ -210,6 +225,7 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
         (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
         (Api::Gemini, caller) => from_gemini(caller, status, body, created),
         (provider, Api::Gemini) => gemini::from(provider, status, body),
+        (Api::OpenAiResponses, caller) => from_responses(caller, status, body, created),
         (provider, Api::OpenAiResponses) => responses::from(provider, status, body, created),
         _ => Ok(body.to_vec()),
     };
@@ -243,6 +259,26 @@ fn from_gemini(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Ve
     answer.ok_or_else(|| unreadable(Api::Gemini, caller))
 }
 
+/// A Responses answer for a Chat Completions or Messages caller, through the model; OpenAI's
+/// error body is a Chat caller's as it is (the same shape), Anthropic's error for a Messages
+/// caller, anything else OpenAI's error.
+#[inline(never)]
+fn from_responses(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
+    if !(200..300).contains(&status) {
+        if caller == Api::AnthropicMessages {
+            return messages_to_chat::response(status, body);
+        }
+        if json::pick(body, [b"error"])[0].starts_with(b"{") {
+            return Ok(body.to_vec());
+        }
+        return Ok(chat_to_messages::error(status, body));
+    }
+    match responses::provider::answer(body) {
+        Some(answer) => Ok(assemble::write(caller, &answer, created)),
+        None => Err(unreadable(Api::OpenAiResponses, caller)),
+    }
+}
+
 /// The error (in the `caller`'s API) a caller gets instead of a `2xx` answer of a provider
 /// speaking `provider` that is no answer of that API.
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
@@ -252,11 +288,20 @@ pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
             messages_to_chat::anthropic_error(502, GEMINI_UNREADABLE)
         }
         (Api::Gemini, _) => common::openai_error_body("api_error", None, GEMINI_UNREADABLE),
+        (Api::OpenAiResponses, Api::AnthropicMessages) => {
+            messages_to_chat::anthropic_error(502, RESPONSES_UNREADABLE)
+        }
+        (Api::OpenAiResponses, _) => {
+            common::openai_error_body("api_error", None, RESPONSES_UNREADABLE)
+        }
         (provider, Api::OpenAiResponses) => responses::unreadable(provider),
-        (Api::AnthropicMessages | Api::OpenAiResponses, _) => chat_to_messages::unreadable(),
+        (Api::AnthropicMessages, _) => chat_to_messages::unreadable(),
         (Api::OpenAiChat, _) => messages_to_chat::unreadable(),
     }
 }
+
+const RESPONSES_UNREADABLE: &str =
+    "The provider's answer is not an OpenAI Responses answer and could not be translated.";
 
 const GEMINI_UNREADABLE: &str =
     "The provider's answer is not a Gemini generateContent answer and could not be translated.";
@@ -329,8 +374,8 @@ pub enum StreamTranslator {
     /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
     /// the model.
     ToResponses(Box<responses::Stream>),
-    /// A Gemini stream to an OpenAI Chat caller, through the model.
-    GeminiToChat(Box<(gemini::Decoder, chat_to_messages::stream::State)>),
+    /// A Gemini or OpenAI Responses stream to an OpenAI Chat caller, through the model.
+    ToChat(Box<(responses::Decoder, chat_to_messages::stream::State)>),
     /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
     ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
     /// A Gemini stream to an Anthropic Messages caller, through the model.
@@ -394,17 +439,19 @@ impl StreamTranslator {
             (Api::OpenAiChat, Api::AnthropicMessages) => pair(ChatMessages::ToMessages(
                 messages_to_chat::stream::State::default(),
             )),
-            (Api::Gemini, Api::OpenAiChat) => Some(StreamTranslator::GeminiToChat(Box::new((
-                gemini::Decoder::default(),
-                chat_to_messages::stream::State::new(cx),
-            )))),
-            (Api::AnthropicMessages | Api::OpenAiChat, Api::Gemini) => {
+            (Api::Gemini | Api::OpenAiResponses, Api::OpenAiChat) => {
+                Some(StreamTranslator::ToChat(Box::new((
+                    responses::Decoder::new(provider),
+                    chat_to_messages::stream::State::new(cx),
+                ))))
+            }
+            (Api::AnthropicMessages | Api::OpenAiChat | Api::OpenAiResponses, Api::Gemini) => {
                 Some(StreamTranslator::ToGemini(Box::new((
                     responses::Decoder::new(provider),
                     gemini::Encoder::default(),
                 ))))
             }
-            (Api::Gemini, Api::AnthropicMessages) => {
+            (Api::Gemini | Api::OpenAiResponses, Api::AnthropicMessages) => {
                 Some(StreamTranslator::ToMessages(Box::new((
                     responses::Decoder::new(provider),
                     messages::Encoder::default(),
@@ -433,7 +480,7 @@ impl StreamTranslator {
                 let messages_caller = matches!(t.state(), ChatMessages::ToMessages(_));
                 (t.ended(), t.owes_end(), messages_caller)
             }
-            StreamTranslator::GeminiToChat(pair) => {
+            StreamTranslator::ToChat(pair) => {
                 let (decoder, t) = &mut **pair;
                 decoder.push(chunk, end, &mut |e| t.on(e, out));
                 (t.ended(), t.owes_end(), false)
@@ -482,7 +529,7 @@ impl StreamTranslator {
     pub fn finished(&self) -> bool {
         match self {
             StreamTranslator::ChatMessages(t) => t.finished(),
-            StreamTranslator::GeminiToChat(pair) => pair.1.finished(),
+            StreamTranslator::ToChat(pair) => pair.1.finished(),
             StreamTranslator::ToGemini(pair) => pair.1.finished,
             StreamTranslator::ToMessages(pair) => pair.1.finished,
             StreamTranslator::ToResponses(t) => t.encoder.finished,

@@ -10,6 +10,7 @@ use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, St
 use super::{chat, gemini, messages, Api};
 use super::{RequestContext, Untranslatable};
 
+pub mod provider;
 #[cfg(test)]
 mod tests;
 
@@ -402,13 +403,19 @@ pub fn from(provider: Api, status: u16, body: &[u8], created: u64) -> Result<Vec
     if !(200..300).contains(&status) {
         return Ok(super::chat_to_messages::error(status, body));
     }
-    let read = match provider {
-        Api::OpenAiChat => chat::answer(body),
-        _ => messages::answer(body),
-    };
-    match read {
+    match read(provider, body) {
         Some(a) => Ok(answer(&a, created)),
         None => Err(unreadable(provider)),
+    }
+}
+
+/// A provider's whole answer read into the model by its dialect (`None`: not an answer of it;
+/// Gemini's are read as events, `super::from_gemini`).
+pub fn read(provider: Api, body: &[u8]) -> Option<Answer<'_>> {
+    match provider {
+        Api::OpenAiChat => chat::answer(body),
+        Api::OpenAiResponses => provider::answer(body),
+        _ => messages::answer(body),
     }
 }
 
@@ -737,6 +744,7 @@ pub enum Decoder {
     Messages(messages::Decoder),
     Chat(chat::Decoder),
     Gemini(gemini::Decoder),
+    Responses(provider::Decoder),
 }
 
 /// A provider's stream for a Responses caller: the provider dialect's decoder into the model's
@@ -752,15 +760,18 @@ impl Decoder {
         match provider {
             Api::OpenAiChat => Decoder::Chat(chat::Decoder::default()),
             Api::Gemini => Decoder::Gemini(gemini::Decoder::default()),
-            _ => Decoder::Messages(messages::Decoder::default()),
+            Api::OpenAiResponses => Decoder::Responses(provider::Decoder::default()),
+            Api::AnthropicMessages => Decoder::Messages(messages::Decoder::default()),
         }
     }
 
+    #[inline(never)]
     pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
         match self {
             Decoder::Messages(d) => d.push(chunk, end, on),
             Decoder::Chat(d) => d.push(chunk, end, on),
             Decoder::Gemini(d) => d.push(chunk, end, on),
+            Decoder::Responses(d) => d.push(chunk, end, on),
         }
     }
 
@@ -770,6 +781,7 @@ impl Decoder {
             Decoder::Messages(d) => d.stopped(),
             Decoder::Chat(d) => d.stopped(),
             Decoder::Gemini(d) => d.stopped(),
+            Decoder::Responses(d) => d.stopped(),
         }
     }
 }

@@ -3,6 +3,9 @@
 Translation bugs show up as requests a real provider answers with 400: a Messages request
 without ``max_tokens``, an OpenAI field Anthropic does not know, a ``role: tool`` message sent to
 Anthropic, a tool id outside Anthropic's pattern, an Anthropic content block sent to OpenAI.
+A Responses request (``responses``) is held to the Responses API reference: its own members
+only (a Chat-shaped body's ``messages`` is an unknown parameter), its item and part types, a
+``function_call_output`` answering an earlier ``function_call``, function tools written flat.
 ``problem(api, headers, body)`` returns the first such problem as ``(param, message)`` with the
 wording of the API's own answer, or ``None`` when the request is one the API takes. The rules
 are the published request schemas (Anthropic Messages and OpenAI Chat Completions references),
@@ -44,7 +47,8 @@ CHAT_PARTS = {"text", "image_url", "input_audio", "file", "refusal"}
 
 
 def problem(api: str, headers: list[tuple[str, str]], body: bytes) -> tuple[str, str] | None:
-    """The first reason the API (``messages`` or ``chat``) refuses this request, or None."""
+    """The first reason the API (``messages``, ``chat`` or ``responses``) refuses this
+    request, or None."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -57,6 +61,8 @@ def problem(api: str, headers: list[tuple[str, str]], body: bytes) -> tuple[str,
         return _messages(doc)
     if api == "chat":
         return _chat(doc)
+    if api == "responses":
+        return _responses(doc)
     return None
 
 
@@ -283,4 +289,113 @@ def _chat_part(part: Any, where: str) -> tuple[str, str] | None:
         if not (isinstance(img, dict) and isinstance(img.get("url"), str)):
             return (f"{where}.image_url", f"Missing required parameter: "
                     f"'{where}.image_url.url'.")
+    return None
+
+
+# ------------------------------------------------------------------------ OpenAI Responses
+RESPONSES_FIELDS = {
+    "model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools",
+    "tool_choice", "parallel_tool_calls", "user", "safety_identifier", "store", "stream",
+    "stream_options", "metadata", "reasoning", "text", "truncation", "include",
+    "previous_response_id", "conversation", "background", "prompt", "prompt_cache_key",
+    "service_tier", "top_logprobs", "max_tool_calls",
+}
+RESPONSES_PARTS = {
+    "user": {"input_text", "input_image", "input_file", "input_audio"},
+    "system": {"input_text"}, "developer": {"input_text"},
+    "assistant": {"output_text", "refusal"},
+}
+PART_FIELDS = {"input_text": {"type", "text"}, "output_text": {"type", "text", "annotations",
+               "logprobs"}, "refusal": {"type", "refusal"},
+               "input_image": {"type", "image_url", "file_id", "detail"},
+               "input_file": {"type", "file_id", "file_data", "file_url", "filename"},
+               "input_audio": {"type", "input_audio"}}
+ITEM_FIELDS = {
+    "message": {"type", "role", "content", "id", "status"},
+    "function_call": {"type", "call_id", "name", "arguments", "id", "status"},
+    "function_call_output": {"type", "call_id", "output", "id", "status"},
+    "reasoning": {"type", "id", "summary", "content", "encrypted_content", "status"},
+    "item_reference": {"type", "id"},
+}
+TOOL_FIELDS = {"type", "name", "description", "parameters", "strict"}
+
+
+def _unknown(where: str, k: str) -> tuple[str, str]:
+    return (f"{where}{k}", f"Unknown parameter: '{where}{k}'.")
+
+
+def _responses(doc: dict) -> tuple[str, str] | None:
+    for k in doc:
+        if k not in RESPONSES_FIELDS:
+            return _unknown("", k)
+    if "model" not in doc:
+        return ("model", "Missing required parameter: 'model'.")
+    m = doc.get("max_output_tokens")
+    if m is not None and not (isinstance(m, int) and m >= 16):
+        return ("max_output_tokens", "Invalid 'max_output_tokens': integer below minimum "
+                                     "value. Expected a value >= 16.")
+    for k in ("instructions", "user", "safety_identifier"):
+        if doc.get(k) is not None and not isinstance(doc[k], str):
+            return (k, f"Invalid type for '{k}': expected a string.")
+    for i, tool in enumerate(doc.get("tools") or []):
+        where = f"tools[{i}]."
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            continue  # built-in tools: not checked here
+        for k in tool:
+            if k not in TOOL_FIELDS:
+                return _unknown(where, k)
+        if not isinstance(tool.get("name"), str):
+            return (f"{where}name", f"Missing required parameter: '{where}name'.")
+    tc = doc.get("tool_choice")
+    if tc is not None and tc not in ("auto", "none", "required") and not (
+            isinstance(tc, dict) and tc.get("type") == "function"
+            and isinstance(tc.get("name"), str) and set(tc) == {"type", "name"}):
+        return ("tool_choice", "Invalid value for 'tool_choice'.")
+    items = doc.get("input")
+    if isinstance(items, str):
+        return None
+    if not isinstance(items, list) or not items:
+        return ("input", "Missing required parameter: 'input'.")
+    calls: set[str] = set()
+    for i, item in enumerate(items):
+        where = f"input[{i}]."
+        if not isinstance(item, dict):
+            return (f"input[{i}]", f"Invalid type for 'input[{i}]': expected an object.")
+        kind = item.get("type", "message")
+        if kind not in ITEM_FIELDS:
+            return (f"{where}type", f"Invalid value: '{kind}'.")
+        for k in item:
+            if k not in ITEM_FIELDS[kind]:
+                return _unknown(where, k)
+        if kind == "function_call":
+            if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
+                return (f"{where}arguments", f"Missing required parameter: '{where}call_id', "
+                                             "'name' and 'arguments' are strings.")
+            calls.add(item["call_id"])
+        elif kind == "function_call_output":
+            if item.get("call_id") not in calls:
+                return (f"{where}call_id", "No tool call found for function call output with "
+                                           f"call_id {item.get('call_id')}.")
+            if not isinstance(item.get("output"), (str, list)):
+                return (f"{where}output", f"Invalid type for '{where}output'.")
+        elif kind == "message":
+            role = item.get("role")
+            if role not in RESPONSES_PARTS:
+                return (f"{where}role", f"Invalid value: '{role}'. Supported values are: "
+                                        "'assistant', 'system', 'developer', and 'user'.")
+            content = item.get("content")
+            if isinstance(content, str):
+                continue
+            if not isinstance(content, list):
+                return (f"{where}content", f"Missing required parameter: '{where}content'.")
+            for j, part in enumerate(content):
+                at = f"{where}content[{j}]."
+                ptype = part.get("type") if isinstance(part, dict) else None
+                if ptype not in RESPONSES_PARTS[role]:
+                    allowed = " and ".join(f"'{t}'" for t in sorted(RESPONSES_PARTS[role]))
+                    return (f"{at}type", f"Invalid value: '{ptype}'. Supported values are: "
+                                         f"{allowed}.")
+                for k in part:
+                    if k not in PART_FIELDS[ptype]:
+                        return _unknown(at, k)
     return None

@@ -100,7 +100,11 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
                             ``.../chat/completions`` Anthropic-only fields and
                             blocks (``system``, ``top_k``, ``tool_result``), a
                             ``tool`` message answering no call, arguments that
-                            are not a string. The record's ``rejected`` says why
+                            are not a string; on ``.../responses`` a member the
+                            Responses API does not take (a Chat body's
+                            ``messages``), an unknown item or part type, a
+                            ``function_call_output`` answering no call, a tool
+                            not written flat. The record's ``rejected`` says why
 ``tool_calls``              ``[{"id"?, "name", "arguments"?}]``: the answer calls
                             these tools in the path's API (JSON: OpenAI
                             ``tool_calls`` / Anthropic ``tool_use`` blocks; SSE:
@@ -860,7 +864,7 @@ class MockProvider:
                  framed: bool = False) -> bool:
         if "preset" in b:
             b = {**PRESETS[b["preset"]], **{k: v for k, v in b.items() if k != "preset"}}
-        if b.get("strict") and _api_of(req.path) in ("messages", "chat"):
+        if b.get("strict") and _api_of(req.path) in ("messages", "chat", "responses"):
             api = _api_of(req.path)
             bad = mock_api_rules.problem(api, req.headers, req.body)
             if bad is not None:

@@ -48,6 +48,15 @@ pub fn to_gemini(body: &[u8]) -> Result<Vec<u8>> {
     Ok(gemini::request(conversation, &rest))
 }
 
+/// The Responses request for the caller's Chat Completions request (the same rules as
+/// [`request`]; stop sequences, which Responses has none of, refused).
+pub fn to_responses(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
+    let req = parse(body)?;
+    let mut conversation = super::responses::provider::Conversation::with_capacity(body.len() + 64);
+    let rest = read(&req, &mut |role, part| conversation.push(role, &part))?;
+    super::responses::provider::request(conversation, &rest, cx)
+}
+
 /// The request read into the model: its parts passed to `push`, the rest returned.
 fn read<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<Request<'a>> {
     let head = head(req)?;

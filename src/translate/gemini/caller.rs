@@ -45,6 +45,16 @@ pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
     Ok(chat::request(conversation, &head, cx))
 }
 
+/// The Responses request for the caller's Gemini request.
+pub fn to_responses(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
+    let req = parse(body)?;
+    let head = head(&req, cx.stream)?;
+    let mut conversation =
+        crate::translate::responses::provider::Conversation::with_capacity(body.len() + 64);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    crate::translate::responses::provider::request(conversation, &head, cx)
+}
+
 /// `generationConfig`, `tools` and `toolConfig`: what another dialect cannot carry is refused
 /// (a stored `cachedContent`, several candidates, JSON output, tools that run at Google);
 /// `safetySettings` and `thinkingConfig` are dropped.
@@ -340,11 +350,9 @@ pub fn from(provider: Api, status: u16, body: &[u8]) -> Result<Vec<u8>, Vec<u8>>
             None,
         ));
     }
-    let read = match provider {
-        Api::OpenAiChat => chat::answer(body),
-        _ => messages::answer(body),
-    };
-    read.map(|a| write_answer(&a)).ok_or_else(unreadable)
+    super::super::responses::read(provider, body)
+        .map(|a| write_answer(&a))
+        .ok_or_else(unreadable)
 }
 
 /// The error a Gemini caller gets for a `2xx` answer that is none of its provider's API.

@@ -36,6 +36,17 @@ pub fn to_gemini(body: &[u8]) -> Checked<Vec<u8>> {
     Ok(gemini::request(conversation, &head))
 }
 
+/// The Responses request for the caller's Messages request (stop sequences, which Responses
+/// has none of, refused by its writer).
+pub fn to_responses(body: &[u8], cx: &crate::translate::RequestContext<'_>) -> Checked<Vec<u8>> {
+    let req = parse(body)?;
+    let head = head(&req, Api::OpenAiResponses)?;
+    let mut conversation =
+        crate::translate::responses::provider::Conversation::with_capacity(body.len() + 64);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    crate::translate::responses::provider::request(conversation, &head, cx)
+}
+
 /// What of the request is not its conversation: what another dialect cannot carry is refused
 /// (more stop sequences than `to` takes, MCP servers, a container, server tools); `top_k`,
 /// `thinking`, `service_tier` and `metadata` but its `user_id` are dropped.

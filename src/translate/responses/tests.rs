@@ -313,3 +313,72 @@ fn a_chat_stream_with_a_tool_call_is_responses_typed_events() {
         "error"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Responses as a provider dialect (`api: openai_responses`): the edges the fixtures
+// (chat-to-responses/, gemini-to-responses/) do not hold.
+
+#[test]
+fn what_a_responses_provider_cannot_carry_is_refused() {
+    let chat =
+        |body: &str| translate::check(Api::OpenAiChat, Api::OpenAiResponses, body.as_bytes());
+    let f = |name| Err(Untranslatable::Field(name));
+    let hi = r#""messages":[{"role":"user","content":"hi"}]"#;
+    assert_eq!(chat(&format!(r#"{{"model":"m",{hi}}}"#)), Ok(()));
+    // Responses has no stop sequences.
+    assert_eq!(
+        chat(&format!(r#"{{"model":"m",{hi},"stop":["END"]}}"#)),
+        f("stop")
+    );
+    // The Chat reader's own rules still hold.
+    assert_eq!(chat(&format!(r#"{{"model":"m",{hi},"n":2}}"#)), f("n"));
+    // An Anthropic Messages caller: its stop sequences cannot be carried either.
+    let messages = r#""model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]"#;
+    let messages = |rest: &str| {
+        let body = format!("{{{messages}{rest}}}");
+        translate::check(
+            Api::AnthropicMessages,
+            Api::OpenAiResponses,
+            body.as_bytes(),
+        )
+    };
+    assert_eq!(messages(""), Ok(()));
+    assert_eq!(messages(r#","stop_sequences":["END"]"#), f("stop"));
+}
+
+/// A Responses provider's stream as a Chat caller's, whole.
+fn to_chat(stream: &str) -> (String, bool) {
+    let cx = translate::StreamContext {
+        created: 1,
+        include_usage: false,
+    };
+    let mut t = StreamTranslator::new(Api::OpenAiResponses, Api::OpenAiChat, cx).unwrap();
+    let mut out = Vec::new();
+    t.push(stream.as_bytes(), true, &mut out);
+    (String::from_utf8(out).unwrap(), t.finished())
+}
+
+#[test]
+fn a_responses_stream_incomplete_or_failing_ends_the_chat_stream_as_it_should() {
+    let created = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-5\",\"output\":[]}}\n\n";
+    let text = "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hi\"}\n\n";
+    let incomplete = "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"id\":\"resp_1\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":16}}}\n\n";
+    let (out, finished) = to_chat(&format!("{created}{text}{incomplete}"));
+    assert!(finished, "{out}");
+    assert!(out.contains(r#""finish_reason":"length""#), "{out}");
+    assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
+    // An error event mid-stream is OpenAI's error frame, nothing after it.
+    let error = "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"Slow down\",\"param\":null,\"sequence_number\":3}\n\n";
+    let (out, finished) = to_chat(&format!("{created}{text}{error}{incomplete}"));
+    assert!(!finished, "{out}");
+    assert!(
+        out.ends_with("data: {\"error\":{\"message\":\"Slow down\",\"type\":\"rate_limit_exceeded\",\"param\":null,\"code\":null}}\n\n"),
+        "{out}"
+    );
+    assert!(!out.contains("[DONE]"), "{out}");
+    // A refusal part is the caller's content_filter stop.
+    let refusal = br#"{"id":"resp_2","object":"response","status":"completed","model":"m","output":[{"type":"message","role":"assistant","content":[{"type":"refusal","refusal":"No."}]}],"usage":{"input_tokens":1,"output_tokens":1}}"#;
+    let out = translate::response(Api::OpenAiResponses, Api::OpenAiChat, 200, refusal, 0);
+    let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "content_filter", "{v}");
+}

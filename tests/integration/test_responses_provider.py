@@ -1,0 +1,275 @@
+"""OpenAI's Responses API as a provider (docs/behaviour.md section 14, issue 29), end to end on
+one real Envoy: an OpenAI chat app (the official `openai` SDK, `chat.completions.create`) whose
+OpenAI primary is down falls over to a provider declaring `api: openai_responses` (a model
+served only through `/v1/responses`), JSON and streamed, a function call and its result crossing
+both ways; the usage metric counts the Responses provider's tokens; a Responses stream opening
+with `response.failed` falls over; a Responses caller reaches the same provider as it is. The
+Responses mock is strict (mock_api_rules.py: it refuses members the Responses API does not take,
+a Chat-shaped body's `messages` among them, and a function output answering no call).
+
+One gateway for the module, mocks in this process."""
+import json
+
+import pytest
+
+import harness
+from harness import Envoy, Gateway, env_key, free_port, prometheus_samples, render_config, \
+    start_mock, wait_until
+
+if harness.external_mode():
+    pytest.skip("needs its own gateway and mocks (counters start at zero)",
+                allow_module_level=True)
+import openai  # noqa: E402
+
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+breaker: {failures: 1000}
+providers:
+  - {name: openai, endpoint: "127.0.0.1:${OPENAI_PORT}", api: openai,
+     credential: {header: authorization, prefix: "Bearer ", value: sk-openai}}
+  - {name: responses, endpoint: "127.0.0.1:${RESPONSES_PORT}", api: openai_responses,
+     credential: {header: authorization, prefix: "Bearer ", value: sk-responses}}
+  - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
+     credential: {header: x-api-key, value: sk-ant}}
+  # Azure OpenAI's v1 API: /openai/v1/responses, the key in api-key.
+  - {name: azure, endpoint: "127.0.0.1:${RESPONSES_PORT}", api: openai_responses,
+     path_prefix: /openai, credential: {header: api-key, value: az-key}}
+chains:
+  - name: gpt
+    models: ["gpt-*"]
+    providers: [openai, {provider: responses, model: gpt-5-pro}]
+  - name: counted                # its own model: the metric's counts start at zero
+    models: ["counted-*"]
+    providers: [openai, {provider: responses, model: gpt-5-mini}]
+  - name: claude                 # an Anthropic app: Claude, then the Responses-only model
+    models: ["claude-*"]
+    providers: [anthropic, {provider: responses, model: gpt-5-pro}]
+  - name: azure
+    models: ["azure-*"]
+    providers: [openai, {provider: azure, model: gpt-5-pro}]
+  - name: pro-first              # the Responses-only model first, OpenAI Chat after it
+    models: ["o-*"]
+    providers: [{provider: responses, model: gpt-5-pro}, {provider: openai, model: gpt-4o}]
+"""
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+           "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}}]
+USAGE = {"input_tokens": 1200, "input_tokens_details": {"cached_tokens": 1024},
+         "output_tokens": 34, "output_tokens_details": {"reasoning_tokens": 0},
+         "total_tokens": 1234}
+
+
+class Module:
+    def __init__(self, tmp):
+        self.mocks = {}
+        try:
+            for name in ("openai", "responses", "anthropic"):
+                self.mocks[name] = start_mock(name)
+            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
+                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
+            path = render_config(CONFIG, env, out_dir=tmp)
+            self.envoy = Envoy(path, tmp / "envoy", env=env).start()
+        except BaseException:
+            self.stop()
+            raise
+        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
+
+    def stop(self):
+        if getattr(self, "envoy", None):
+            self.envoy.stop()
+        for m in self.mocks.values():
+            m.stop()
+
+    def reset(self):
+        for m in self.mocks.values():
+            m.reset()
+        self.mocks["openai"].set_default(status=503, strict=True)
+        self.mocks["anthropic"].set_default(status=529)
+        self.mocks["responses"].set_default(strict=True)
+
+    def oai(self):
+        return openai.OpenAI(base_url=self.gw.url + "/v1", api_key="gw-key", max_retries=0)
+
+    def sent(self, key="Bearer sk-responses", header="authorization"):
+        """What the Responses mock received (every request accepted, its own key only)."""
+        recs = self.mocks["responses"].requests()
+        assert [r["rejected"] for r in recs if r["rejected"]] == [], "Responses refused"
+        for r in recs:
+            assert [v for k, v in r["headers"] if k.lower() == header] == [key], r["headers"]
+            assert not [v for _, v in r["headers"] if "gw-key" in v or "sk-openai" in v]
+        return recs
+
+    def tokens(self):
+        return {s["kind"]: int(v) for s, v in
+                prometheus_samples(self.gw.prometheus(), "llm_failover_tokens_total")
+                if (s["provider"], s["model"]) == ("responses", "gpt-5-mini")}
+
+
+@pytest.fixture(scope="module")
+def mod(tmp_path_factory):
+    m = Module(tmp_path_factory.mktemp("responses_provider"))
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def r(mod):
+    mod.reset()
+    return mod
+
+
+def test_a_chat_app_falls_over_to_a_responses_only_model_with_a_function_call(r):
+    client = r.oai()
+    r.mocks["responses"].enqueue(strict=True, tool_calls=[
+        {"id": "call_w1", "name": "get_weather", "arguments": {"city": "Paris"}}])
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Paris?"}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS, max_tokens=50)
+    assert raw.headers["x-llm-provider"] == "responses"
+    first = raw.parse()
+    assert first.object == "chat.completion"
+    assert first.choices[0].finish_reason == "tool_calls"
+    call = first.choices[0].message.tool_calls[0]
+    assert (call.id, call.function.name) == ("call_w1", "get_weather")
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert first.model == "gpt-5-pro"
+    # The second turn: the call and its result go back as Responses items.
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "18 C, sunny"}]
+    second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "Hello from responses (model gpt-5-pro)"
+    assert second.usage.prompt_tokens == 5 and second.usage.completion_tokens == 7
+    sent = r.sent()
+    assert [s["path"] for s in sent] == ["/v1/responses"] * 2
+    body = json.loads(sent[0]["body"])
+    assert body["model"] == "gpt-5-pro" and "messages" not in body
+    assert body["instructions"] == "Be brief."
+    assert body["max_output_tokens"] == 50
+    assert body["tools"] == [{"type": "function", "name": "get_weather",
+                              "description": "Weather in a city", "parameters": WEATHER,
+                              "strict": False}]
+    items = json.loads(sent[1]["body"])["input"]
+    assert [i.get("type") for i in items] == ["message", "function_call", "function_call_output"]
+    assert items[1] == {"type": "function_call", "call_id": "call_w1", "name": "get_weather",
+                        "arguments": '{"city": "Paris"}'}
+    assert items[2] == {"type": "function_call_output", "call_id": "call_w1",
+                        "output": "18 C, sunny"}
+    # OpenAI's error body reaches the Chat caller as it is.
+    too_long = "Your input exceeds the context window of this model."
+    r.mocks["responses"].enqueue(status=400, error={"message": too_long,
+                                                     "code": "context_length_exceeded"})
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=messages[:2])
+    assert e.value.body["message"] == too_long
+    assert e.value.body["code"] == "context_length_exceeded"
+    assert e.value.response.headers.get("x-llm-provider") == "responses"
+
+
+def test_streams_text_and_a_function_call_and_the_usage_is_counted(r):
+    client = r.oai()
+    r.mocks["responses"].enqueue(strict=True, chunks=3, chunk_bytes=11, usage=USAGE)
+    stream = client.chat.completions.create(
+        model="counted-x", messages=[{"role": "user", "content": "Hi"}], stream=True,
+        stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "responses:0 responses:1 responses:2 "
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.prompt_tokens == 1200
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 1024
+    assert chunks[-1].usage.completion_tokens == 34
+    body = json.loads(r.sent()[0]["body"])
+    assert body["stream"] is True and "stream_options" not in body
+    # A streamed function call comes back as Chat tool_calls deltas.
+    r.mocks["responses"].enqueue(strict=True, tool_calls=[
+        {"id": "call_s1", "name": "get_weather", "arguments": {"city": "Oslo"}}])
+    stream = client.chat.completions.create(
+        model="counted-x", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=TOOLS, stream=True)
+    calls, finish = {}, None
+    for c in stream:
+        for d in c.choices[0].delta.tool_calls or []:
+            got = calls.setdefault(d.index, {"id": d.id, "name": d.function.name, "args": ""})
+            got["args"] += d.function.arguments or ""
+        finish = c.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert calls == {0: {"id": "call_s1", "name": "get_weather", "args": '{"city": "Oslo"}'}}
+    # The metric counts the Responses provider's own report (1200 input, of which 1024 read
+    # from its cache, 34 output) and the call's default usage (5 in, 7 out).
+    want = {"input": 1200 + 5, "output": 34 + 7, "cached_input": 1024}
+
+    try:
+        wait_until(lambda: r.tokens() == want, 5, "the Responses provider's tokens", interval=0.2)
+    except harness.HarnessError:
+        assert r.tokens() == want
+
+
+def test_an_anthropic_app_falls_over_to_it_with_a_tool_call_and_a_stream(r):
+    import anthropic
+    client = anthropic.Anthropic(base_url=r.gw.url, api_key="gw-key", max_retries=0)
+    r.mocks["responses"].enqueue(strict=True, tool_calls=[
+        {"id": "call_a1", "name": "get_weather", "arguments": {"city": "Rome"}}])
+    tools = [{"name": "get_weather", "description": "Weather in a city",
+              "input_schema": WEATHER}]
+    ask = [{"role": "user", "content": "Weather in Rome?"}]
+    first = client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=ask,
+                                   tools=tools, system="Be brief.")
+    assert first.stop_reason == "tool_use" and first.model == "gpt-5-pro"
+    use = first.content[0]
+    assert (use.type, use.id, use.name, use.input) == ("tool_use", "call_a1", "get_weather",
+                                                        {"city": "Rome"})
+    turns = ask + [{"role": "assistant", "content": [use.model_dump(exclude_none=True)]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                 "content": "21 C"}]}]
+    with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=turns,
+                                tools=tools) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "responses:0 responses:1 responses:2 "
+    assert final.stop_reason == "end_turn" and final.usage.output_tokens == 7
+    sent = r.sent()
+    first_body, second = json.loads(sent[0]["body"]), json.loads(sent[1]["body"])
+    assert first_body["instructions"] == "Be brief."
+    assert first_body["max_output_tokens"] == 64
+    assert second["stream"] is True
+    assert second["input"][1:] == [
+        {"type": "function_call", "call_id": "call_a1", "name": "get_weather",
+         "arguments": '{"city":"Rome"}'},
+        {"type": "function_call_output", "call_id": "call_a1", "output": "21 C"}]
+
+
+def test_a_stream_opening_with_response_failed_falls_over(r):
+    failed = {"type": "response.failed", "sequence_number": 0, "response": {
+        "id": "resp_f", "object": "response", "status": "failed", "model": "gpt-5-pro",
+        "output": [], "error": {"code": "server_error", "message": "The model failed."}}}
+    r.mocks["responses"].enqueue(
+        strict=True, events=[f"event: response.failed\ndata: {json.dumps(failed)}\n\n"])
+    r.mocks["openai"].enqueue(strict=True)
+    raw = r.oai().chat.completions.with_raw_response.create(
+        model="o-pro", messages=[{"role": "user", "content": "Hi"}], stream=True)
+    assert raw.headers["x-llm-provider"] == "openai"
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert text == "openai:0 openai:1 openai:2 "
+    assert len(r.sent()) == 1
+
+
+def test_a_responses_app_reaches_it_as_it_is_and_azure_on_its_v1_path(r):
+    client = r.oai()
+    request = {"model": "gpt-4o", "input": [{"role": "user", "content": "Hi"}],
+               "instructions": "Be brief.", "store": False}
+    got = client.responses.create(**request)
+    assert got.output_text == "Hello from responses (model gpt-5-pro)"
+    sent = r.sent()
+    assert sent[0]["path"] == "/v1/responses"
+    assert json.loads(sent[0]["body"]) == {**request, "model": "gpt-5-pro"}
+    # Azure OpenAI: the same Responses body on /openai/v1/responses with its api-key.
+    r.mocks["responses"].reset()
+    r.mocks["responses"].set_default(strict=True)
+    chat = client.chat.completions.create(
+        model="azure-pro", messages=[{"role": "user", "content": "Hi"}])
+    assert chat.choices[0].message.content == "Hello from responses (model gpt-5-pro)"
+    sent = r.sent(key="az-key", header="api-key")
+    assert [s["path"] for s in sent] == ["/openai/v1/responses"]
