@@ -192,11 +192,10 @@ impl<'c, 'p> Attempt<'c, 'p> {
 
     /// How the provider reports this attempt's usage: in its own dialect (a translated
     /// attempt's), else in the caller's, by the path called.
-    /// `None`: a dialect whose usage is not read (Gemini's native API).
-    pub fn usage_dialect(&self) -> Option<crate::usage::Dialect> {
+    pub fn usage_dialect(&self) -> crate::usage::Dialect {
         match self.translation {
             Some(t) => crate::usage::Dialect::of_api(t.provider),
-            None => Some(crate::usage::Dialect::of_path(self.plan.path)),
+            None => crate::usage::Dialect::of_path(self.plan.path),
         }
     }
 }

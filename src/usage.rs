@@ -17,7 +17,11 @@
 //!   OpenAI's last chunk carries the usage; Anthropic's `message_start` carries the input
 //!   (and cache) counts and each `message_delta` the cumulative counts so far: a later value
 //!   replaces an earlier one, deltas are never summed. OpenAI Responses' `response.completed`
-//!   carries the answer's usage.
+//!   carries the answer's usage. Gemini's native API writes `usageMetadata` into its JSON
+//!   answer and into every stream chunk (cumulative: the last one counts).
+//! - Only a stream line that begins with `data:` and has the dialect's usage member holding an
+//!   object is read; a chunk is searched for the member's name (eight bytes at a time), not
+//!   split into lines, and nothing of it is copied but a line a chunk boundary cuts.
 //!
 //! # What the counts mean
 //! `input` is every prompt token the provider read, whatever its rate: OpenAI's
@@ -28,7 +32,10 @@
 //! already inside `input`, never to be added to it. Tokens written to Anthropic's cache
 //! (`cache_creation_input_tokens`) are input, not cached input. `output` is the completion's
 //! tokens (`completion_tokens`, `output_tokens`). These are the OpenTelemetry GenAI meanings of
-//! `gen_ai.usage.input_tokens` and `output_tokens`.
+//! `gen_ai.usage.input_tokens` and `output_tokens`. Gemini: `input` is `promptTokenCount`
+//! (cached content included), `cached_input` `cachedContentTokenCount`, `output`
+//! `candidatesTokenCount` + `thoughtsTokenCount` (its thinking, as OpenAI's
+//! `completion_tokens` include the reasoning tokens).
 
 use crate::rewrite::Scanner;
 use crate::translate::json::{self, Obj};
@@ -95,6 +102,9 @@ pub enum Dialect {
     AnthropicMessages,
     /// OpenAI Responses (`input_tokens`, `output_tokens`, `input_tokens_details`).
     OpenAiResponses,
+    /// Gemini's native API (`usageMetadata`, on the JSON answer and on every stream chunk:
+    /// cumulative, the last one wins).
+    Gemini,
 }
 
 impl Dialect {
@@ -105,36 +115,64 @@ impl Dialect {
             Dialect::AnthropicMessages
         } else if path.ends_with("/responses") {
             Dialect::OpenAiResponses
+        } else if path.ends_with("enerateContent") && crate::translate::Api::of_path(path).is_some()
+        {
+            Dialect::Gemini
         } else {
             Dialect::OpenAiChat
         }
     }
 
-    /// Its usage object's names of the input and output counts and of the object that holds
-    /// the cached input count (Anthropic: none; it reports cache reads apart).
-    fn names(self) -> (&'static [u8], &'static [u8], &'static [u8]) {
+    /// The member that holds its usage object, quotes included.
+    fn key(self) -> &'static [u8] {
         match self {
-            Dialect::OpenAiChat => (
-                b"prompt_tokens",
-                b"completion_tokens",
-                b"prompt_tokens_details",
-            ),
-            Dialect::OpenAiResponses => {
-                (b"input_tokens", b"output_tokens", b"input_tokens_details")
-            }
-            Dialect::AnthropicMessages => (b"input_tokens", b"output_tokens", b"-"),
+            Dialect::Gemini => b"\"usageMetadata\"",
+            _ => b"\"usage\"",
         }
     }
 
-    /// `None` for Gemini's native API (its `usageMetadata` is not read here yet).
-    pub fn of_api(api: crate::translate::Api) -> Option<Dialect> {
+    /// Where a usage object's member `name` goes.
+    fn slot(self, name: &[u8]) -> Option<Slot> {
+        use Dialect::{
+            AnthropicMessages as Messages, Gemini, OpenAiChat as Chat, OpenAiResponses as Responses,
+        };
+        Some(match (self, name) {
+            (Chat, b"prompt_tokens") | (Responses | Messages, b"input_tokens") => Slot::Input,
+            (Chat, b"completion_tokens") | (Responses | Messages, b"output_tokens") => Slot::Output,
+            (Chat, b"prompt_tokens_details") | (Responses, b"input_tokens_details") => {
+                Slot::Details
+            }
+            (Messages, b"cache_read_input_tokens") | (Gemini, b"cachedContentTokenCount") => {
+                Slot::CacheRead
+            }
+            (Messages, b"cache_creation_input_tokens") => Slot::MoreInput,
+            (Gemini, b"promptTokenCount") => Slot::Input,
+            (Gemini, b"candidatesTokenCount") => Slot::Output,
+            (Gemini, b"thoughtsTokenCount") => Slot::MoreOutput,
+            _ => return None,
+        })
+    }
+
+    pub fn of_api(api: crate::translate::Api) -> Dialect {
         match api {
-            crate::translate::Api::OpenAiChat => Some(Dialect::OpenAiChat),
-            crate::translate::Api::AnthropicMessages => Some(Dialect::AnthropicMessages),
-            crate::translate::Api::OpenAiResponses => Some(Dialect::OpenAiResponses),
-            crate::translate::Api::Gemini => None,
+            crate::translate::Api::OpenAiChat => Dialect::OpenAiChat,
+            crate::translate::Api::AnthropicMessages => Dialect::AnthropicMessages,
+            crate::translate::Api::OpenAiResponses => Dialect::OpenAiResponses,
+            crate::translate::Api::Gemini => Dialect::Gemini,
         }
     }
+}
+
+/// Where a member of a usage object goes in [`Fields`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Input,
+    Output,
+    CacheRead,
+    MoreInput,
+    MoreOutput,
+    /// An object holding the cached input count (`cached_tokens`).
+    Details,
 }
 
 /// The usage fields as a dialect names them; each `None` until reported. A later report
@@ -145,7 +183,10 @@ struct Fields {
     input: Option<u64>,
     output: Option<u64>,
     cache_read: Option<u64>,
-    cache_creation: Option<u64>,
+    /// Input reported apart from `input`, not cached (Anthropic's cache writes).
+    more_input: Option<u64>,
+    /// Output reported apart from `output` (Gemini's thoughts).
+    more_output: Option<u64>,
 }
 
 impl Fields {
@@ -153,7 +194,8 @@ impl Fields {
         self.input.is_some()
             || self.output.is_some()
             || self.cache_read.is_some()
-            || self.cache_creation.is_some()
+            || self.more_input.is_some()
+            || self.more_output.is_some()
     }
 
     fn merge(&mut self, later: Fields) {
@@ -165,30 +207,36 @@ impl Fields {
         take(&mut self.input, later.input);
         take(&mut self.output, later.output);
         take(&mut self.cache_read, later.cache_read);
-        take(&mut self.cache_creation, later.cache_creation);
+        take(&mut self.more_input, later.more_input);
+        take(&mut self.more_output, later.more_output);
+    }
+
+    /// A count member's value (`Slot::Details` is read by the caller).
+    fn set(&mut self, slot: Slot, n: Option<u64>) {
+        match slot {
+            Slot::Input => self.input = n,
+            Slot::Output => self.output = n,
+            Slot::CacheRead => self.cache_read = n,
+            Slot::MoreInput => self.more_input = n,
+            Slot::MoreOutput => self.more_output = n,
+            Slot::Details => {}
+        }
     }
 
     /// The usage object at the start of `usage` in `dialect`'s names, read in one pass, and
     /// its length (`None`: it is not one whole object).
     #[inline(never)]
     fn read(dialect: Dialect, usage: &[u8]) -> (Fields, Option<usize>) {
-        let (input, output, details) = dialect.names();
-        let anthropic = dialect == Dialect::AnthropicMessages;
         let mut fields = Fields::default();
         let mut members = json::members(usage);
         for (name, value) in members.by_ref() {
-            let n = json::number(value);
-            if name == input {
-                fields.input = n;
-            } else if name == output {
-                fields.output = n;
-            } else if name == details {
-                let [cached] = json::pick(value, [b"cached_tokens"]);
-                fields.cache_read = json::number(cached);
-            } else if anthropic && name == b"cache_read_input_tokens" {
-                fields.cache_read = n;
-            } else if anthropic && name == b"cache_creation_input_tokens" {
-                fields.cache_creation = n;
+            match dialect.slot(name) {
+                Some(Slot::Details) => {
+                    let [cached] = json::pick(value, [b"cached_tokens"]);
+                    fields.cache_read = json::number(cached);
+                }
+                Some(slot) => fields.set(slot, json::number(value)),
+                None => {}
             }
         }
         (fields, members.end())
@@ -196,8 +244,9 @@ impl Fields {
 
     #[inline(never)]
     fn usage(&self, dialect: Dialect) -> Usage {
-        let (input, output) = (self.input.unwrap_or(0), self.output.unwrap_or(0));
-        let cached_input = self.cache_read.unwrap_or(0);
+        let at = |n: Option<u64>| n.unwrap_or(0);
+        let (input, output, cached_input) = (at(self.input), at(self.output), at(self.cache_read));
+        let (more_input, more_output) = (at(self.more_input), at(self.more_output));
         match dialect {
             // Cached tokens are counted inside the prompt's.
             Dialect::OpenAiChat | Dialect::OpenAiResponses => Usage {
@@ -209,9 +258,17 @@ impl Fields {
             Dialect::AnthropicMessages => Usage {
                 input: input
                     .saturating_add(cached_input)
-                    .saturating_add(self.cache_creation.unwrap_or(0)),
+                    .saturating_add(more_input),
                 output,
                 cached_input,
+            },
+            // The cached content is counted inside the prompt's; the thoughts are output (as
+            // OpenAI's completion tokens include the reasoning ones, and as the translators
+            // write them).
+            Dialect::Gemini => Usage {
+                input,
+                output: output.saturating_add(more_output),
+                cached_input: cached_input.min(input),
             },
         }
     }
@@ -222,6 +279,7 @@ impl Fields {
 fn event_usage<'a>(dialect: Dialect, event: &Obj<'a>) -> Option<&'a str> {
     match dialect {
         Dialect::OpenAiChat => event.get("usage"),
+        Dialect::Gemini => event.get("usageMetadata"),
         Dialect::AnthropicMessages => match event.tag("type")? {
             "message_start" => event.obj("message")?.get("usage"),
             "message_delta" => event.get("usage"),
@@ -294,7 +352,7 @@ impl Reader {
                     tail.drain(..excess);
                 }
             }
-            How::Stream(lines) => lines.push(bytes, |line| {
+            How::Stream(lines) => lines.push(bytes, dialect.key(), |line| {
                 if let Some(later) = stream_line(dialect, line) {
                     fields.merge(later);
                 }
@@ -333,7 +391,8 @@ impl Reader {
             }
             How::Stream(lines) => {
                 // A last event with no newline after it still counts.
-                if let Some(later) = lines.rest().and_then(|line| stream_line(dialect, line)) {
+                let rest = lines.rest(dialect.key());
+                if let Some(later) = rest.and_then(|line| stream_line(dialect, line)) {
                     self.fields.merge(later);
                 }
             }
@@ -349,39 +408,45 @@ impl Reader {
 /// escaped).
 #[inline(never)]
 fn json_usage(dialect: Dialect, tail: &[u8]) -> Option<Fields> {
-    const NAME: &[u8] = b"\"usage\"";
+    let name = dialect.key();
     let mut end = tail.len();
     while let Some(at) = tail.get(..end)?.iter().rposition(|&b| b == b'"') {
         end = at;
-        if tail.get(at..at + NAME.len()) != Some(NAME) || at > 0 && tail.get(at - 1) == Some(&b'\\')
+        if tail.get(at..at + name.len()) != Some(name) || at > 0 && tail.get(at - 1) == Some(&b'\\')
         {
             continue;
         }
-        let mut s = Scanner::new(tail);
-        s.i = at + NAME.len();
-        s.skip_ws();
-        if s.peek() != Some(b':') {
-            continue;
-        }
-        s.i += 1;
-        s.skip_ws();
-        if s.peek() != Some(b'{') {
-            continue;
-        }
-        // One walk reads the object's members and finds where it ends: the flat object the
-        // providers write, else the JSON reader's walk.
-        let object = tail.get(s.i..)?;
-        let (fields, len) = match read_flat(dialect, object) {
-            Some((fields, len)) => (fields, Some(len)),
-            None => Fields::read(dialect, object),
-        };
-        let Some(len) = len else { continue };
-        s.i += len;
-        if closes_the_document(&mut s) {
+        if let Some(fields) = member_at(dialect, tail, at) {
             return Some(fields);
         }
     }
     None
+}
+
+/// The usage object of the member whose name (`dialect`'s usage key) starts at `at` in `doc`,
+/// when it holds an object after which `doc` only closes its outermost object (so it is a
+/// member of that object).
+fn member_at(dialect: Dialect, doc: &[u8], at: usize) -> Option<Fields> {
+    let mut s = Scanner::new(doc);
+    s.i = at + dialect.key().len();
+    s.skip_ws();
+    if s.peek() != Some(b':') {
+        return None;
+    }
+    s.i += 1;
+    s.skip_ws();
+    if s.peek() != Some(b'{') {
+        return None;
+    }
+    // One walk reads the object's members and finds where it ends: the flat object the
+    // providers write, else the JSON reader's walk.
+    let object = doc.get(s.i..)?;
+    let (fields, len) = match read_flat(dialect, object) {
+        Some((fields, len)) => (fields, Some(len)),
+        None => Fields::read(dialect, object),
+    };
+    s.i += len?;
+    closes_the_document(&mut s).then_some(fields)
 }
 
 /// The usage object at the start of `b` when it is as flat as the providers write it (member
@@ -389,21 +454,17 @@ fn json_usage(dialect: Dialect, tail: &[u8]) -> Option<Fields> {
 /// deep), read in one cheap pass: its fields and its length. `None` for anything else, which
 /// the JSON reader's walk reads ([`Fields::read`]).
 fn read_flat(dialect: Dialect, b: &[u8]) -> Option<(Fields, usize)> {
-    let anthropic = dialect == Dialect::AnthropicMessages;
     let mut f = Fields::default();
-    let len = flat_object(b, 0, &mut |name, value, n| match name {
-        b"prompt_tokens" | b"input_tokens" => f.input = n,
-        b"completion_tokens" | b"output_tokens" => f.output = n,
-        b"prompt_tokens_details" | b"input_tokens_details" if !anthropic => {
+    let len = flat_object(b, 0, &mut |name, value, n| match dialect.slot(name) {
+        Some(Slot::Details) => {
             flat_object(value, 1, &mut |name, _, n| {
                 if name == b"cached_tokens" {
                     f.cache_read = n;
                 }
             });
         }
-        b"cache_read_input_tokens" if anthropic => f.cache_read = n,
-        b"cache_creation_input_tokens" if anthropic => f.cache_creation = n,
-        _ => {}
+        Some(slot) => f.set(slot, n),
+        None => {}
     })?;
     Some((f, len))
 }
@@ -516,41 +577,87 @@ fn closes_the_document(s: &mut Scanner<'_>) -> bool {
     false
 }
 
-/// The usage fields of one stream line, when it is a `data:` line with usage.
+/// The usage fields of one stream line (without its line end) that begins with `data:` and
+/// has the dialect's usage member holding an object ([`Lines`] hands on no other).
 #[inline(never)]
 fn stream_line(dialect: Dialect, line: &[u8]) -> Option<Fields> {
     let data = line.strip_prefix(b"data:")?;
+    // OpenAI's and Gemini's usage member is the event's own: read in place when the event
+    // only closes after it (how they write it), without reading the rest of the event.
+    if matches!(dialect, Dialect::OpenAiChat | Dialect::Gemini) {
+        if let Some(fields) =
+            usage_member(dialect.key(), data).and_then(|at| member_at(dialect, data, at))
+        {
+            return Some(fields);
+        }
+    }
     let event = Obj::parse_bytes(data)?;
     let usage = event_usage(dialect, &event)?;
     Some(Fields::read(dialect, usage.as_bytes()).0)
 }
 
-/// Whether `hay` has a `"usage"` member holding an object (`"usage": {`): OpenAI writes
-/// `"usage":null` into every chunk of a stream that asked for usage, and only its last chunk's
-/// is an object, so the lines worth parsing are found without parsing the others.
+/// Where the first member named `key` (quotes included) holding an object (`"usage": {`) is in
+/// `hay`: OpenAI writes `"usage":null` into every chunk of a stream that asked for usage, and
+/// only its last chunk's is an object, so the lines worth parsing are found without parsing
+/// the others. A string's text cannot hold it (its quotes are escaped).
 #[inline(never)]
-fn mentions_usage(hay: &[u8]) -> bool {
-    const NEEDLE: &[u8] = b"\"usage\"";
+fn usage_member(key: &[u8], hay: &[u8]) -> Option<usize> {
     let mut from = 0;
-    while let Some(at) = hay
-        .get(from..)
-        .and_then(|rest| rest.iter().position(|&b| b == b'"'))
-    {
-        let at = from + at;
-        if hay.get(at..at + NEEDLE.len()) == Some(NEEDLE) {
-            let mut after = hay.get(at + NEEDLE.len()..).unwrap_or_default().iter();
-            let mut next = || after.find(|b| !b.is_ascii_whitespace()).copied();
-            if next() == Some(b':') && next() == Some(b'{') {
-                return true;
-            }
+    while let Some(at) = find_key(key, hay, from) {
+        let mut after = hay.get(at + key.len()..).unwrap_or_default().iter();
+        let mut next = || after.find(|b| !b.is_ascii_whitespace()).copied();
+        if next() == Some(b':') && next() == Some(b'{') {
+            return Some(at);
         }
         from = at + 1;
     }
-    false
+    None
 }
 
-/// An event stream's lines, carried across chunks; only lines that mention usage are handed
-/// on (without their line end).
+/// Where `key` (a usage key: `"usage"`, `"usageMetadata"`) next is in `hay`, from `from`: its
+/// rare fifth byte (`g`) is looked for eight bytes at a time ([`find_byte`]), then the key
+/// around it.
+fn find_key(key: &[u8], hay: &[u8], from: usize) -> Option<usize> {
+    const G: usize = 4; // `"usage`: the `g`
+    let mut i = from + G;
+    while let Some(n) = find_byte(b'g', hay.get(i..)?) {
+        let at = i + n - G;
+        if hay.get(at..at + key.len()) == Some(key) {
+            return Some(at);
+        }
+        i += n + 1;
+    }
+    None
+}
+
+/// Where `byte` first is in `hay`: eight bytes at a time (SWAR: a word's test is exact for
+/// "some byte of it matches"), the rest one by one.
+#[inline(never)]
+fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let pattern = ONES * u64::from(byte);
+    let mut words = hay.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in words.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word) ^ pattern;
+        if w.wrapping_sub(ONES) & !w & HIGHS != 0 {
+            break;
+        }
+        offset += 8;
+    }
+    hay.get(offset..)?
+        .iter()
+        .position(|&b| b == byte)
+        .map(|n| offset + n)
+}
+
+/// An event stream's lines, carried across chunks: only lines that begin with `data:` and
+/// hold the dialect's usage member ([`usage_member`]) are handed on (without their line end).
+/// A chunk is searched for the usage key, not split into lines; only a line a chunk boundary
+/// cuts is copied (carried to the next chunk).
 #[derive(Debug, Default)]
 struct Lines {
     /// The start of a line the last chunk cut.
@@ -561,38 +668,49 @@ struct Lines {
 
 impl Lines {
     #[inline(never)]
-    fn push(&mut self, bytes: &[u8], mut line: impl FnMut(&[u8])) {
-        let Some(last_newline) = bytes.iter().rposition(|&b| b == b'\n') else {
-            self.keep(bytes);
-            return;
-        };
-        let (complete, rest) = bytes.split_at(last_newline + 1);
-        let mut complete = complete;
+    fn push(&mut self, bytes: &[u8], key: &[u8], mut line: impl FnMut(&[u8])) {
+        let mut rest = bytes;
         if !self.carry.is_empty() || self.skipping {
             // The carried line ends at the first newline of this chunk.
-            let end = complete.iter().position(|&b| b == b'\n').unwrap_or(0);
-            let (head, tail) = complete.split_at(end + 1);
-            if !self.skipping {
+            let Some(end) = find_byte(b'\n', rest) else {
+                self.keep(rest);
+                return;
+            };
+            let (head, tail) = rest.split_at(end + 1);
+            if !self.skipping && self.carry.len() + head.len() <= MAX_LINE {
                 self.carry.extend_from_slice(head);
-                let carried = std::mem::take(&mut self.carry);
-                Self::each(&carried, &mut line);
-                self.carry = carried;
+                Self::one(&self.carry, key, &mut line);
             }
             self.carry.clear();
             self.skipping = false;
-            complete = tail;
+            rest = tail;
         }
-        Self::each(complete, &mut line);
-        self.keep(rest);
+        let mut from = 0;
+        while let Some(at) = find_key(key, rest, from) {
+            let start = rest
+                .get(..at)
+                .and_then(|before| before.iter().rposition(|&b| b == b'\n'))
+                .map_or(0, |n| n + 1);
+            let Some(n) = rest.get(at..).and_then(|after| find_byte(b'\n', after)) else {
+                // Its line is cut by the chunk's end: it waits for the rest.
+                self.keep(rest.get(start..).unwrap_or_default());
+                return;
+            };
+            Self::one(rest.get(start..=at + n).unwrap_or_default(), key, &mut line);
+            from = at + n + 1;
+        }
+        // The last line, when the chunk's end cuts it, waits for its end.
+        let rest = rest.get(from..).unwrap_or_default();
+        let cut = rest.iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1);
+        self.keep(rest.get(cut..).unwrap_or_default());
     }
 
-    /// Hands on the lines of `complete` (whole lines) that mention usage.
-    fn each(complete: &[u8], line: &mut impl FnMut(&[u8])) {
-        for l in complete.split(|&b| b == b'\n') {
-            let l = l.strip_suffix(b"\r").unwrap_or(l);
-            if l.starts_with(b"data:") && mentions_usage(l) {
-                line(l);
-            }
+    /// Hands on one whole line (its line end included) when it is worth reading.
+    fn one(l: &[u8], key: &[u8], line: &mut impl FnMut(&[u8])) {
+        let l = l.strip_suffix(b"\n").unwrap_or(l);
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        if l.starts_with(b"data:") && usage_member(key, l).is_some() {
+            line(l);
         }
     }
 
@@ -609,9 +727,10 @@ impl Lines {
     }
 
     /// The line left without a newline at the end of the stream.
-    fn rest(&self) -> Option<&[u8]> {
+    fn rest(&self, key: &[u8]) -> Option<&[u8]> {
         let rest = self.carry.strip_suffix(b"\r").unwrap_or(&self.carry);
-        (!self.skipping && !rest.is_empty() && mentions_usage(rest)).then_some(rest)
+        (!self.skipping && rest.starts_with(b"data:") && usage_member(key, rest).is_some())
+            .then_some(rest)
     }
 }
 
@@ -795,21 +914,184 @@ mod tests {
         assert_eq!(Dialect::of_path("/v1/embeddings"), Dialect::OpenAiChat);
     }
 
+    fn worth(line: &[u8]) -> bool {
+        usage_member(b"\"usage\"", line).is_some()
+    }
+
     #[test]
     fn only_a_usage_object_is_worth_parsing() {
-        assert!(mentions_usage(
+        assert!(worth(
             br#"data: {"choices":[],"usage":{"prompt_tokens":1}}"#
         ));
-        assert!(mentions_usage(br#"data: {"usage" :  {"prompt_tokens":1}}"#));
-        assert!(!mentions_usage(
-            br#"data: {"choices":[{"delta":{}}],"usage":null}"#
-        ));
+        assert!(worth(br#"data: {"usage" :  {"prompt_tokens":1}}"#));
+        assert!(!worth(br#"data: {"choices":[{"delta":{}}],"usage":null}"#));
         // A `"usage"` that is a string's text, not a member, is not one either.
-        assert!(!mentions_usage(
-            br#"data: {"delta":{"content":"\"usage\" is"}}"#
-        ));
-        assert!(mentions_usage(
+        assert!(!worth(br#"data: {"delta":{"content":"\"usage\" is"}}"#));
+        assert!(worth(
             br#"data: {"usage":null,"x":{"usage":{"input_tokens":1}}}"#
         ));
+    }
+
+    #[test]
+    fn gemini_json_counts_thoughts_as_output_and_cached_content_inside_the_prompt() {
+        let answer = concat!(
+            "{\n  \"candidates\": [{\"content\": {\"parts\": [{\"text\": \"a \\\"usageMetadata\\\": {}\"},",
+            " {\"functionCall\": {\"name\": \"f\", \"args\": {\"usageMetadata\": {\"promptTokenCount\": 9}}}}],",
+            " \"role\": \"model\"}, \"finishReason\": \"STOP\", \"index\": 0}],\n",
+            "  \"usageMetadata\": {\n    \"promptTokenCount\": 120,\n    \"candidatesTokenCount\": 18,\n",
+            "    \"totalTokenCount\": 160,\n    \"cachedContentTokenCount\": 100,\n    \"thoughtsTokenCount\": 22,\n",
+            "    \"promptTokensDetails\": [{\"modality\": \"TEXT\", \"tokenCount\": 120}]\n  },\n",
+            "  \"modelVersion\": \"gemini-2.5-flash\",\n  \"responseId\": \"mAitaLmkHPPlz7IPvtfUqQ4\"\n}\n"
+        );
+        assert_eq!(read(Dialect::Gemini, false, answer), usage(120, 40, 100));
+        let plain = r#"{"candidates":[],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12}}"#;
+        assert_eq!(read(Dialect::Gemini, false, plain), usage(10, 2, 0));
+        // OpenAI's names are not Gemini's.
+        let openai = r#"{"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
+        assert_eq!(read(Dialect::Gemini, false, openai), None);
+    }
+
+    #[test]
+    fn gemini_stream_takes_the_last_cumulative_usage_metadata() {
+        let stream = concat!(
+            "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Let me check\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 120,\"candidatesTokenCount\": 3,\"totalTokenCount\": 123},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"r\"}\r\n\r\n",
+            "data: {\"candidates\": [{\"content\": {\"parts\": [{\"thought\": true, \"text\": \"\\\"usageMetadata\\\": {\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 120,\"candidatesTokenCount\": 9,\"totalTokenCount\": 129},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"r\"}\r\n\r\n",
+            "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 120,\"candidatesTokenCount\": 18,\"totalTokenCount\": 160,\"cachedContentTokenCount\": 100,\"thoughtsTokenCount\": 22,\"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 120}]},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"r\"}\r\n\r\n",
+        );
+        assert_eq!(read(Dialect::Gemini, true, stream), usage(120, 40, 100));
+        assert_eq!(
+            read(Dialect::Gemini, true, &stream.replace("\r\n", "\n")),
+            usage(120, 40, 100)
+        );
+    }
+
+    #[test]
+    fn gemini_paths_name_their_dialect() {
+        assert_eq!(
+            Dialect::of_path("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"),
+            Dialect::Gemini
+        );
+        assert_eq!(
+            Dialect::of_path("/v1beta/models/gemini-2.5-flash:generateContent"),
+            Dialect::Gemini
+        );
+        assert_eq!(
+            Dialect::of_api(crate::translate::Api::Gemini),
+            Dialect::Gemini
+        );
+    }
+
+    #[test]
+    fn the_key_search_finds_what_a_plain_search_finds() {
+        let hay = b"xx\"usage\" \"usag\"usageMetadata\" g g \"usage\"".repeat(3);
+        for key in [&b"\"usage\""[..], b"\"usageMetadata\""] {
+            for from in 0..hay.len() {
+                let plain = (from..hay.len()).find(|&i| hay.get(i..i + key.len()) == Some(key));
+                assert_eq!(find_key(key, &hay, from), plain, "from {from}");
+            }
+        }
+        for len in 0..20 {
+            let mut hay = vec![b'a'; len];
+            assert_eq!(find_byte(b'\n', &hay), None);
+            for at in 0..len {
+                hay.fill(b'a');
+                hay[at] = b'\n';
+                hay.push(b'\n');
+                assert_eq!(find_byte(b'\n', &hay), Some(at));
+                hay.pop();
+            }
+        }
+        // A byte next to a match (0x0b after 0x0a) is not one (the word test's edge).
+        assert_eq!(find_byte(b'\x0b', b"aaaa\n\x0baa"), Some(5));
+        assert_eq!(
+            find_byte(b'\n', b"\x0b\x0b\x0b\x0b\x0b\x0b\x0b\x0b\x0b\n"),
+            Some(9)
+        );
+    }
+
+    /// Streams of every dialect with the events that carry usage, among others.
+    fn dialect_streams() -> Vec<(Dialect, String, Option<Usage>)> {
+        let openai = concat!(
+            "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\\\"usage\\\":{\"}}],\"usage\":null}\n\n",
+            "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let anthropic = concat!(
+            "event: message_start\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":25,\"cache_read_input_tokens\":100,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n",
+            "event: message_delta\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n",
+            "event: message_stop\n",
+            "data: {\"type\":\"message_stop\"}\n\n"
+        );
+        let responses = concat!(
+            "event: response.created\n",
+            "data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"usage\":null}}\n\n",
+            "event: response.completed\n",
+            "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"output\":[],\"usage\":{\"input_tokens\":11,\"output_tokens\":5,\"input_tokens_details\":{\"cached_tokens\":2}}}}\n\n",
+        );
+        let gemini = concat!(
+            "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"hi\"}]}}],\"usageMetadata\":{\"promptTokenCount\":7,\"candidatesTokenCount\":1}}\n\n",
+            "data: {\"candidates\":[{\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":7,\"candidatesTokenCount\":3,\"thoughtsTokenCount\":2},\"modelVersion\":\"g\"}\n\n",
+        );
+        vec![
+            (Dialect::OpenAiChat, openai.to_string(), usage(9, 12, 4)),
+            (
+                Dialect::AnthropicMessages,
+                anthropic.to_string(),
+                usage(125, 15, 100),
+            ),
+            (
+                Dialect::OpenAiResponses,
+                responses.to_string(),
+                usage(11, 5, 2),
+            ),
+            (Dialect::Gemini, gemini.to_string(), usage(7, 5, 0)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A stream cut anywhere, into any number of chunks (the usage events split at any
+        /// byte, a line over three chunks, empty chunks), LF or CRLF, counts what it counts
+        /// whole: no usage event is lost, none read twice.
+        #[test]
+        fn usage_survives_any_chunk_boundaries(
+            which in 0usize..4,
+            crlf in proptest::bool::ANY,
+            cuts in proptest::collection::vec(0usize..2000, 0..12),
+        ) {
+            let (dialect, stream, expected) = dialect_streams().swap_remove(which);
+            let stream = if crlf { stream.replace('\n', "\r\n") } else { stream };
+            let bytes = stream.as_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut r = Reader::new(dialect, true);
+            let mut last = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                r.push(&bytes[last..cut]);
+                last = cut;
+            }
+            proptest::prop_assert_eq!(r.finish(), expected);
+        }
+    }
+
+    #[test]
+    fn every_dialect_stream_survives_every_cut() {
+        for (dialect, stream, expected) in dialect_streams() {
+            assert_eq!(read(dialect, true, &stream), expected, "{dialect:?}");
+            // Three chunks: every pair of cuts.
+            let bytes = stream.as_bytes();
+            for a in 0..=bytes.len() {
+                for b in (a..=bytes.len()).step_by(7) {
+                    let mut r = Reader::new(dialect, true);
+                    r.push(&bytes[..a]);
+                    r.push(&bytes[a..b]);
+                    r.push(&bytes[b..]);
+                    assert_eq!(r.finish(), expected, "{dialect:?} cut at {a}, {b}");
+                }
+            }
+        }
     }
 }

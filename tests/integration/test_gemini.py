@@ -111,6 +111,42 @@ def g(mod):
     return mod
 
 
+def gemini_tokens(gw):
+    """{(model, kind): value} of llm_failover_tokens_total for the gemini provider."""
+    return {(s["model"], s["kind"]): int(v)
+            for s, v in harness.prometheus_samples(gw.prometheus(), "llm_failover_tokens_total")
+            if s["provider"] == "gemini"}
+
+
+def test_gemini_answers_count_their_usage_metadata(g):
+    """docs/behaviour.md section 15: a Gemini answer's usageMetadata counts, exactly, for a
+    failover to Gemini (JSON and stream, translated) and for a google-genai app served by Gemini
+    itself; thoughts count as output, the cached content is part of the input. First in the
+    module: no earlier answer's tokens are still on their way to the counters."""
+    usage = {"promptTokenCount": 300, "candidatesTokenCount": 20, "cachedContentTokenCount": 256,
+             "thoughtsTokenCount": 9, "totalTokenCount": 329}
+    before = gemini_tokens(g.gw)
+    client = g.oai()
+    for stream in (False, True):
+        g.mocks["gemini"].enqueue(usage=usage, chunks=3)
+        r = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=stream)
+        assert r.headers["x-llm-provider"] == "gemini"
+        if stream:
+            assert [c for c in r.parse()]
+    g.mocks["gemini"].enqueue(usage=usage)
+    genai = g.genai()  # kept: the client closes when collected
+    genai.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    want = dict(before)
+    for model, n in (("gemini-2.5-flash", 3),):
+        for kind, v in (("input", 300), ("output", 29), ("cached_input", 256)):
+            want[(model, kind)] = want.get((model, kind), 0) + n * v
+    try:
+        harness.wait_until(lambda: gemini_tokens(g.gw) == want, 5, "Gemini's tokens", interval=0.2)
+    except harness.HarnessError:
+        assert gemini_tokens(g.gw) == want
+
+
 def test_an_openai_chat_app_falls_over_to_gemini_native_with_a_function_call(g):
     client = g.oai()
     g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Paris"}}])

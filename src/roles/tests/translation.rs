@@ -517,3 +517,30 @@ fn a_translated_answers_usage_counts_for_the_provider_that_served_it() {
     assert!(!text(&r).contains("usage"), "{}", text(&r));
     assert_eq!(gw.tokens("ant", "claude-sonnet-4-5"), [5, 3, 0]);
 }
+
+/// docs/behaviour.md section 15: a Gemini answer's `usageMetadata` counts for the Gemini
+/// provider that served it (thoughts as output, cached content inside the input).
+#[test]
+fn a_gemini_answers_usage_metadata_counts() {
+    let config = r#"{
+        "providers": [
+            {"name": "oai", "cluster": "co", "api": "openai"},
+            {"name": "gem", "cluster": "cg", "api": "gemini_native"}
+        ],
+        "chains": [{"name": "gpt", "models": ["gpt-*"],
+            "providers": ["oai", {"provider": "gem", "model": "gemini-2.5-flash"}]}]
+    }"#;
+    let answer = r#"{"candidates": [{"content": {"parts": [{"text": "hi"}], "role": "model"}, "finishReason": "STOP", "index": 0}], "usageMetadata": {"promptTokenCount": 300, "candidatesTokenCount": 20, "cachedContentTokenCount": 256, "thoughtsTokenCount": 9, "totalTokenCount": 329}, "modelVersion": "gemini-2.5-flash", "responseId": "r"}"#;
+    let gw = Gateway::new(config);
+    let gemini = Provider::Answer(200, vec![("content-type", "application/json")], answer);
+    let r = gw.request(&[], CHAT, &[status(503), gemini]);
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(gw.tokens("gem", "gemini-2.5-flash"), [300, 29, 256]);
+    let chunk = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"hi\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 300,\"candidatesTokenCount\": 3},\"modelVersion\": \"g\"}\r\n\r\n";
+    let last = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 300,\"candidatesTokenCount\": 20,\"thoughtsTokenCount\": 9},\"modelVersion\": \"g\"}\r\n\r\n";
+    let gw = Gateway::new(config);
+    let stream = Provider::Chunks(vec![SSE], vec![chunk, last], Ending::Body);
+    let r = gw.request(&[], STREAM_CHAT, &[status(503), stream]);
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(gw.tokens("gem", "gemini-2.5-flash"), [300, 29, 0]);
+}

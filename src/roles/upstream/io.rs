@@ -189,7 +189,7 @@ impl<H: Host> Io<H> {
         }
         let mut log = self.log_so_far(a.log_started());
         settled.write_log(config, &mut log);
-        let dialect = a.usage_dialect().filter(|_| class == Class::Ok);
+        let dialect = (class == Class::Ok).then(|| a.usage_dialect());
         match (dialect, settled.marker) {
             // Its answer goes to the caller: what it cost is read as it passes.
             (Some(dialect), marker) if marker != Marker::Set => {
