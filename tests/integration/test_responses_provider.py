@@ -241,6 +241,9 @@ def test_an_anthropic_app_falls_over_to_it_with_a_tool_call_and_a_stream(r):
         {"type": "function_call_output", "call_id": "call_a1", "output": "21 C"}]
 
 
+@pytest.mark.skipif(
+    not harness.holds_answers(),
+    reason="Envoy 1.36 holds no answer: a stream's first event is not read (older-envoys.md)")
 def test_a_stream_opening_with_response_failed_falls_over(r):
     failed = {"type": "response.failed", "sequence_number": 0, "response": {
         "id": "resp_f", "object": "response", "status": "failed", "model": "gpt-5-pro",
