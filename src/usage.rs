@@ -1052,6 +1052,8 @@ mod tests {
         ]
     }
 
+    // Host only: proptest is not built for wasm32.
+    #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
         /// A stream cut anywhere, into any number of chunks (the usage events split at any
         /// byte, a line over three chunks, empty chunks), LF or CRLF, counts what it counts
