@@ -23,6 +23,12 @@ pub struct Conversation {
     calls: Out,
     /// The open message has content parts (its `content` array is open).
     parts: bool,
+    /// Strings where they can be (the Messages caller's Chat requests): a user message of one
+    /// text has it as its `content` string, an assistant's texts are joined into one string
+    /// (none: `null`), a tool message's `content` comes before its `tool_call_id`.
+    compact: bool,
+    /// Where the open message's `content` string starts (compact).
+    string: Option<usize>,
 }
 
 impl Conversation {
@@ -32,6 +38,16 @@ impl Conversation {
             open: None,
             calls: Out::default(),
             parts: false,
+            compact: false,
+            string: None,
+        }
+    }
+
+    /// A conversation written with strings where they can be ([`Conversation::compact`]).
+    pub fn compact(n: usize) -> Conversation {
+        Conversation {
+            compact: true,
+            ..Conversation::with_capacity(n)
         }
     }
 
@@ -40,7 +56,9 @@ impl Conversation {
             return;
         };
         let out = &mut self.out;
-        if std::mem::take(&mut self.parts) {
+        if self.string.take().is_some() {
+            // Its content is a string.
+        } else if std::mem::take(&mut self.parts) {
             out.close_arr();
         } else {
             // An assistant message of tool calls only.
@@ -74,10 +92,41 @@ impl Conversation {
     /// Opens a message of `role` for a content part.
     fn part(&mut self, role: Role) -> &mut Out {
         self.open(role);
-        if !std::mem::replace(&mut self.parts, true) {
+        if let Some(at) = self.string.take() {
+            // A second part: the string becomes the first text part.
+            let text = self.out.0.split_off(at);
+            self.out.raw(r#"[{"type":"text","text":"#);
+            self.out.0.extend_from_slice(&text);
+            self.out.close();
+            self.parts = true;
+        } else if !std::mem::replace(&mut self.parts, true) {
             self.out.raw(r#""content":["#);
         }
         &mut self.out
+    }
+
+    /// A text as the open message's `content` string (compact): a user's first text, or an
+    /// assistant's texts joined.
+    fn string(&mut self, role: Role, text: &str) {
+        self.open(role);
+        match self.string {
+            Some(at) => {
+                let mut joined = String::new();
+                for t in [
+                    std::str::from_utf8(self.out.0.get(at..).unwrap_or_default()),
+                    Ok(text),
+                ] {
+                    joined.push_str(&t.ok().and_then(json::unescape).unwrap_or_default());
+                }
+                self.out.0.truncate(at);
+                self.out.str(&joined);
+            }
+            None => {
+                self.out.key("content");
+                self.string = Some(self.out.0.len());
+                self.out.raw(text);
+            }
+        }
     }
 
     /// Adds the next part of the conversation.
@@ -90,6 +139,11 @@ impl Conversation {
                     .raw(r#"{"role":"system","content":"#)
                     .raw(text)
                     .close();
+            }
+            Part::Text(text)
+                if self.compact && (role == Role::Assistant || self.open != Some(role)) =>
+            {
+                self.string(role, text);
             }
             Part::Text(text) => {
                 let out = self.part(role);
@@ -116,7 +170,11 @@ impl Conversation {
             } => {
                 self.close();
                 let out = &mut self.out;
-                out.raw(r#"{"role":"tool","tool_call_id":"#).str(id);
+                if self.compact {
+                    out.raw(r#"{"role":"tool""#);
+                } else {
+                    out.raw(r#"{"role":"tool","tool_call_id":"#).str(id);
+                }
                 out.key("content");
                 match (content.as_slice(), blocks) {
                     ([], _) => {
@@ -132,6 +190,9 @@ impl Conversation {
                         }
                         out.close_arr();
                     }
+                }
+                if self.compact {
+                    out.key("tool_call_id").str(id);
                 }
                 out.close();
             }
@@ -239,7 +300,11 @@ fn usage_of(usage: &Obj<'_>) -> Usage {
         usage.u64("prompt_tokens").unwrap_or(0),
         usage.u64("completion_tokens").unwrap_or(0),
         details.u64("cached_tokens").unwrap_or(0),
-        details.u64("cache_creation_input_tokens").unwrap_or(0),
+        // Cache writes when a gateway reports them (as the translated answers write them, or
+        // as `cache_write_tokens`).
+        (details.u64("cache_creation_input_tokens"))
+            .or_else(|| details.u64("cache_write_tokens"))
+            .unwrap_or(0),
     )
 }
 
@@ -332,7 +397,7 @@ impl State {
             e.data,
             [b"id", b"model", b"choices", b"usage", b"error", b"object"],
         );
-        if error.starts_with(b"{") || object == br#""error""# {
+        if !matches!(error, b"" | b"null") || object == br#""error""# || e.name == b"error" {
             self.done = true;
             let error = common::provider_error(e.data).unwrap_or_default();
             return on(Event::Error {
@@ -340,10 +405,17 @@ impl State {
                 message: error.message.as_deref(),
             });
         }
-        if !std::mem::replace(&mut self.started, true) {
+        let choice = elements(choices).next();
+        if !self.started {
+            if choice.is_none() && !usage.starts_with(b"{") {
+                // Azure OpenAI's first chunk (`prompt_filter_results`, empty id and model), or
+                // not a chunk at all: the answer starts with the first chunk of an answer.
+                return;
+            }
+            self.started = true;
             on(Event::Start { id, model });
         }
-        if let Some(choice) = elements(choices).next() {
+        if let Some(choice) = choice {
             let [delta, finish] = pick(choice, [b"delta", b"finish_reason"]);
             let [content, refusal, calls] = pick(delta, [b"content", b"refusal", b"tool_calls"]);
             let text = RawStr::of(content).or(RawStr::of(refusal));

@@ -425,3 +425,5 @@ pub(crate) fn update_usage(reported: &[u8], usage: &mut Usage) {
 
 mod caller;
 pub use caller::*;
+#[cfg(test)]
+mod chat_stream_tests;

@@ -5,7 +5,9 @@
 //! One module per direction, named caller API `_to_` provider API:
 //! * [`chat_to_messages`]: an OpenAI Chat Completions caller served by an Anthropic Messages
 //!   provider (its request translated to Messages, the answer, errors and stream back to Chat);
-//! * [`messages_to_chat`]: an Anthropic Messages caller served by an OpenAI Chat provider.
+//! * [`messages_to_chat`]: an Anthropic Messages caller served by an OpenAI Chat provider (its
+//!   whole answers: its request and stream go through the model, [`messages::to_chat`],
+//!   [`messages::Encoder`]).
 //!
 //! Same-API attempts never reach this module (behaviour.md 13: they pay nothing for it).
 
@@ -162,7 +164,7 @@ pub fn request(
 ) -> Result<Vec<u8>, Untranslatable> {
     match (from, to) {
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::request(body, cx),
-        (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::request(body, cx),
+        (Api::AnthropicMessages, Api::OpenAiChat) => messages::to_chat(body, cx),
         (Api::OpenAiResponses, Api::AnthropicMessages) => responses::to_messages(body, cx),
         (Api::OpenAiResponses, Api::OpenAiChat) => responses::to_chat(body, cx),
         (Api::OpenAiChat, Api::Gemini) => chat_to_messages::to_gemini(body),
@@ -182,13 +184,12 @@ pub fn request(
 pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
     match (from, to) {
         (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::check(body),
-        (Api::AnthropicMessages, Api::OpenAiChat) => messages_to_chat::check(body),
         (Api::OpenAiResponses, Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini) => {
             responses::check(body)
         }
         (Api::OpenAiChat, Api::Gemini) => chat_to_messages::check(body),
         (Api::Gemini, Api::OpenAiChat | Api::AnthropicMessages) => gemini::check(body),
-        (Api::AnthropicMessages, Api::Gemini) => messages::check(body, Api::Gemini),
+        (Api::AnthropicMessages, to @ (Api::OpenAiChat | Api::Gemini)) => messages::check(body, to),
         // The writer refuses what Responses cannot carry (stop sequences): the request is
         // built, for cross-API entries only.
         (_, Api::OpenAiResponses) => {
@@ -369,8 +370,8 @@ pub fn wants_stream_usage(body: &[u8]) -> bool {
 /// boundaries (state carried across events and chunks).
 #[derive(Debug)]
 pub enum StreamTranslator {
-    /// Between OpenAI Chat and Anthropic Messages, either way (one shell reads both).
-    ChatMessages(sse::Translator<ChatMessages>),
+    /// An Anthropic Messages stream to an OpenAI Chat caller.
+    MessagesToChat(sse::Translator<chat_to_messages::stream::State>),
     /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
     /// the model.
     ToResponses(Box<responses::Stream>),
@@ -378,66 +379,16 @@ pub enum StreamTranslator {
     ToChat(Box<(responses::Decoder, chat_to_messages::stream::State)>),
     /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
     ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
-    /// A Gemini stream to an Anthropic Messages caller, through the model.
+    /// An OpenAI Chat or Gemini stream to an Anthropic Messages caller, through the model.
     ToMessages(Box<(responses::Decoder, messages::Encoder)>),
-}
-
-/// The per-event state of a stream between OpenAI Chat and Anthropic Messages.
-#[derive(Debug)]
-pub enum ChatMessages {
-    /// To an OpenAI Chat caller, from an Anthropic Messages stream.
-    ToChat(chat_to_messages::stream::State),
-    /// To an Anthropic Messages caller, from an OpenAI Chat stream.
-    ToMessages(messages_to_chat::stream::State),
-}
-
-impl sse::Pair for ChatMessages {
-    fn event(&mut self, e: sse::Event<'_>, out: &mut Vec<u8>) {
-        match self {
-            ChatMessages::ToChat(s) => s.event(e, out),
-            ChatMessages::ToMessages(s) => s.event(e, out),
-        }
-    }
-
-    fn at_end(&mut self, out: &mut Vec<u8>) {
-        match self {
-            ChatMessages::ToChat(s) => s.at_end(out),
-            ChatMessages::ToMessages(s) => s.at_end(out),
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        match self {
-            ChatMessages::ToChat(s) => s.stopped(),
-            ChatMessages::ToMessages(s) => s.stopped(),
-        }
-    }
-
-    fn finished(&self) -> bool {
-        match self {
-            ChatMessages::ToChat(s) => s.finished(),
-            ChatMessages::ToMessages(s) => s.finished(),
-        }
-    }
-
-    fn failed(&self) -> bool {
-        match self {
-            ChatMessages::ToChat(s) => s.failed(),
-            ChatMessages::ToMessages(s) => s.failed(),
-        }
-    }
 }
 
 impl StreamTranslator {
     /// `None` when the two APIs are the same (nothing to translate).
     pub fn new(provider: Api, caller: Api, cx: StreamContext) -> Option<StreamTranslator> {
-        let pair = |state| Some(StreamTranslator::ChatMessages(sse::Translator::of(state)));
         match (provider, caller) {
-            (Api::AnthropicMessages, Api::OpenAiChat) => pair(ChatMessages::ToChat(
-                chat_to_messages::stream::State::new(cx),
-            )),
-            (Api::OpenAiChat, Api::AnthropicMessages) => pair(ChatMessages::ToMessages(
-                messages_to_chat::stream::State::default(),
+            (Api::AnthropicMessages, Api::OpenAiChat) => Some(StreamTranslator::MessagesToChat(
+                sse::Translator::of(chat_to_messages::stream::State::new(cx)),
             )),
             (Api::Gemini | Api::OpenAiResponses, Api::OpenAiChat) => {
                 Some(StreamTranslator::ToChat(Box::new((
@@ -451,7 +402,7 @@ impl StreamTranslator {
                     gemini::Encoder::default(),
                 ))))
             }
-            (Api::Gemini | Api::OpenAiResponses, Api::AnthropicMessages) => {
+            (Api::OpenAiChat | Api::Gemini | Api::OpenAiResponses, Api::AnthropicMessages) => {
                 Some(StreamTranslator::ToMessages(Box::new((
                     responses::Decoder::new(provider),
                     messages::Encoder::default(),
@@ -475,10 +426,9 @@ impl StreamTranslator {
     /// are kept where the end can still be added to them.
     pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
         let (ended, owed, messages_caller) = match self {
-            StreamTranslator::ChatMessages(t) => {
+            StreamTranslator::MessagesToChat(t) => {
                 t.push(chunk, end, out);
-                let messages_caller = matches!(t.state(), ChatMessages::ToMessages(_));
-                (t.ended(), t.owes_end(), messages_caller)
+                (t.ended(), t.owes_end(), false)
             }
             StreamTranslator::ToChat(pair) => {
                 let (decoder, t) = &mut **pair;
@@ -528,7 +478,7 @@ impl StreamTranslator {
     /// own error event already ended it.
     pub fn finished(&self) -> bool {
         match self {
-            StreamTranslator::ChatMessages(t) => t.finished(),
+            StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ToChat(pair) => pair.1.finished(),
             StreamTranslator::ToGemini(pair) => pair.1.finished,
             StreamTranslator::ToMessages(pair) => pair.1.finished,

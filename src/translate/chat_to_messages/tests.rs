@@ -445,7 +445,7 @@ mod round_trip {
             }
             let body = chat.to_string();
             let messages = request(body.as_bytes(), &CX).unwrap();
-            let back = crate::translate::messages_to_chat::request(&messages, &CX).unwrap();
+            let back = crate::translate::messages::to_chat(&messages, &CX).unwrap();
             let back: Value = serde_json::from_slice(&back).unwrap();
             // A parallel_tool_calls: false with tool_choice none says nothing; without a
             // tool_choice it comes back with the default one, auto.

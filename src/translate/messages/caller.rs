@@ -6,7 +6,7 @@
 use super::*;
 use crate::translate::json::{put, Digits, EMPTY};
 use crate::translate::model::{Choice, Tool};
-use crate::translate::{field, gemini, parse, Api};
+use crate::translate::{chat, field, gemini, parse, Api};
 
 type Checked<T> = Result<T, Untranslatable>;
 
@@ -25,6 +25,16 @@ pub fn check(body: &[u8], to: Api) -> Checked<()> {
     let req = parse(body)?;
     head(&req, to)?;
     walk(&req, &mut |_, _| ())
+}
+
+/// The Chat Completions request for the caller's Messages request (strings where Chat takes
+/// them: [`chat::Conversation::compact`]).
+pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
+    let req = parse(body)?;
+    let head = head(&req, Api::OpenAiChat)?;
+    let mut conversation = chat::Conversation::compact(body.len() + 256);
+    walk(&req, &mut |role, part| conversation.push(role, &part))?;
+    Ok(chat::request(conversation, &head, cx))
 }
 
 /// The Gemini `generateContent` request for the caller's Messages request.
@@ -142,9 +152,14 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<bool> 
         Some("assistant") => Role::Assistant,
         _ => return Err(field("messages.role")),
     };
+    // An assistant's empty text is no part (Chat refuses an assistant message with neither
+    // text nor calls).
+    let kept = |text: &str| role == Role::User || text != EMPTY;
     let content = m.get("content").ok_or(field("messages.content"))?;
     if let Some(text) = json::raw_str(content) {
-        push(role, Part::Text(text));
+        if kept(text) {
+            push(role, Part::Text(text));
+        }
         return Ok(role == Role::Assistant);
     }
     let blocks = json::arr(content).ok_or(field("messages.content"))?;
@@ -161,7 +176,12 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<bool> 
     }
     for block in &blocks {
         match (block.tag("type"), role) {
-            (Some("text"), _) => push(role, Part::Text(block.raw_str("text").unwrap_or(EMPTY))),
+            (Some("text"), _) => {
+                let text = block.raw_str("text").unwrap_or(EMPTY);
+                if kept(text) {
+                    push(role, Part::Text(text));
+                }
+            }
             (Some("image"), Role::User) => push(role, Part::Image(image(block)?)),
             (Some("tool_result"), Role::User) => {}
             (Some("tool_use"), Role::Assistant) => {

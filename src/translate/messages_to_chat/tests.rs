@@ -5,6 +5,15 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::translate::{messages, Api, RequestContext, Untranslatable};
+
+fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>, Untranslatable> {
+    messages::to_chat(body, cx)
+}
+
+fn check(body: &[u8]) -> Result<(), Untranslatable> {
+    messages::check(body, Api::OpenAiChat)
+}
 
 /// The body the caller gets, an answer or not (whether it is one: [`super::response`]).
 fn response(status: u16, body: &[u8]) -> Vec<u8> {
@@ -39,6 +48,28 @@ fn refused(body: Value) -> Untranslatable {
 
 fn answer(status: u16, body: Value) -> Value {
     serde_json::from_slice(&response(status, body.to_string().as_bytes())).unwrap()
+}
+
+/// Strings where Chat takes them (the Chat writer's compact form, as the pair module wrote
+/// them): a user's lone text as its content, an assistant's texts joined, empty ones dropped.
+#[test]
+fn texts_are_strings_where_they_can_be() {
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "x\"y"}, {"type": "text", "text": ""},
+                                          {"type": "text", "text": "z"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+        {"role": "user", "content": [{"type": "text", "text": "q"}]}
+    ]});
+    let out = request(body.to_string().as_bytes(), &CX).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains(concat!(
+            r#""messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},"#,
+            r#"{"role":"assistant","content":"x\"yz"},{"role":"user","content":"q"}]"#
+        )),
+        "{out}"
+    );
 }
 
 #[test]

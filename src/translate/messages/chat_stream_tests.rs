@@ -1,14 +1,23 @@
-//! OpenAI Chat streams translated for an Anthropic caller: the edges (usage late or missing,
-//! Azure's filter chunk, stop reasons, errors, streams cut short). The reference streams are
-//! fixtures (src/translate/fixtures/messages-to-chat/*-stream/, run by translate/fixtures.rs,
-//! which also feeds them in every chunking).
+//! OpenAI Chat streams translated for an Anthropic caller (Chat's decoder, the Messages
+//! encoder): the edges (usage late or missing, Azure's filter chunk, stop reasons, errors,
+//! streams cut short). The reference streams are fixtures
+//! (src/translate/fixtures/messages-to-chat/*-stream/, run by translate/fixtures.rs, which also
+//! feeds them in every chunking).
 
-use super::*;
+use crate::translate::{Api, StreamContext, StreamTranslator};
+
+fn translator() -> StreamTranslator {
+    StreamTranslator::new(
+        Api::OpenAiChat,
+        Api::AnthropicMessages,
+        StreamContext::default(),
+    )
+    .unwrap()
+}
 
 /// A text answer with usage asked for (`stream_options.include_usage`): every chunk carries
 /// `"usage": null`, and a last one `choices: []` with the usage.
-const TEXT: &str =
-    include_str!("../../fixtures/messages-to-chat/text-stream-usage-cached/stream.sse");
+const TEXT: &str = include_str!("../fixtures/messages-to-chat/text-stream-usage-cached/stream.sse");
 
 fn ev(name: &str, data: &str) -> String {
     format!("event: {name}\ndata: {data}\n\n")
@@ -64,7 +73,7 @@ fn end_written(reason: &str, input: u64, output: u64, cache_read: u64, written: 
 }
 
 fn translate(chunks: &[&[u8]]) -> (String, bool) {
-    let mut t = Translator::default();
+    let mut t = translator();
     let mut out = Vec::new();
     for (i, chunk) in chunks.iter().enumerate() {
         t.push(chunk, i + 1 == chunks.len(), &mut out);
@@ -95,7 +104,7 @@ fn cache_writes_reported_by_a_gateway_are_kept() {
 fn message_delta_waits_for_the_usage_chunk() {
     let finish_at = TEXT.find(r#""finish_reason":"stop""#).unwrap();
     let usage_at = finish_at + TEXT[finish_at..].find("\n\n").unwrap() + 2;
-    let mut t = Translator::default();
+    let mut t = translator();
     let mut out = Vec::new();
     t.push(&TEXT.as_bytes()[..usage_at], false, &mut out);
     let so_far = String::from_utf8(out.clone()).unwrap();
@@ -136,29 +145,17 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
         (body.clone() + &end("end_turn", 0, 0, 0), true)
     );
     // Chunk by chunk, the end is owed from the finish on and written at the end.
-    let mut t = Translator::default();
+    let mut t = translator();
     let mut out = Vec::new();
-    t.push(no_done.as_bytes(), false, &mut out);
-    assert!(t.owes_end() && !t.finished());
-    t.push(b"", true, &mut out);
-    assert!(t.finished() && !t.owes_end());
+    assert!(t.push(no_done.as_bytes(), false, &mut out) && !t.finished());
+    assert!(!t.push(b"", true, &mut out) && t.finished());
     // No finish, no [DONE]: cut short, not finished, no message_stop, and an error event so
     // the caller's client raises (behaviour.md 5).
     let cut = &no_done[..no_done.find(r#""finish_reason":"stop""#).unwrap()];
     let cut = &cut[..cut.rfind("data: ").unwrap()];
     let cut_short = std::str::from_utf8(crate::dialects::cut_stream_event(true)).unwrap();
     let before = body[..body.find("event: content_block_stop").unwrap()].to_string();
-    assert_eq!(whole(cut), (before.clone(), false));
-    let mut t = crate::translate::StreamTranslator::new(
-        crate::translate::Api::OpenAiChat,
-        crate::translate::Api::AnthropicMessages,
-        crate::translate::StreamContext::default(),
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    t.push(cut.as_bytes(), true, &mut out);
-    assert!(!t.finished());
-    assert_eq!(String::from_utf8(out).unwrap(), before + cut_short);
+    assert_eq!(whole(cut), (before + cut_short, false));
 }
 
 /// Azure OpenAI starts with a chunk of prompt filter results, no choices, an empty id and model
