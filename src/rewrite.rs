@@ -44,12 +44,14 @@ pub const MAX_DEPTH: usize = 512;
 /// in the same pass that finds the model; eligibility reads it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Content {
-    /// An image part (`type` `image_url`, `image` or `input_image`) anywhere in the body.
+    /// An image part (`type` `image_url`, `image` or `input_image`, or Gemini's `mimeType`
+    /// `image/...`) anywhere in the body.
     pub images: bool,
     /// A non-empty top-level `tools` (or `functions`) list.
     pub tools: bool,
-    /// State kept by one provider: a non-null `previous_response_id` or `conversation`, or
-    /// a `file_id` or an `item_reference` item anywhere in the body.
+    /// State kept by one provider: a non-null `previous_response_id`, `conversation` or
+    /// `cachedContent`, or a `file_id`, an `item_reference` item or a `fileUri` in Google's
+    /// Files API anywhere in the body.
     pub provider_state: bool,
     /// Body bytes without inline media (base64 `data` and `data:` URIs), the base of the
     /// prompt-size estimate.
@@ -418,7 +420,8 @@ enum Member {
     Stream,
     /// `tools` (or the older `functions`): a non-empty list means the request uses tools.
     Tools,
-    /// `previous_response_id`, `conversation`: state a provider keeps (Responses API).
+    /// `previous_response_id`, `conversation` (Responses API), `cachedContent` (Gemini's
+    /// stored context cache): state a provider keeps.
     ProviderState,
     Other,
 }
@@ -427,7 +430,7 @@ impl Member {
     /// Classifies a member name by its raw bytes (between the quotes); decodes it only when it
     /// contains escapes.
     fn of(raw: &[u8], escaped: bool) -> Member {
-        const NAMED: [(&str, Member); 7] = [
+        const NAMED: [(&str, Member); 9] = [
             ("model", Member::Model),
             ("fallbacks", Member::Fallbacks),
             ("stream", Member::Stream),
@@ -435,6 +438,8 @@ impl Member {
             ("functions", Member::Tools),
             ("previous_response_id", Member::ProviderState),
             ("conversation", Member::ProviderState),
+            ("cachedContent", Member::ProviderState),
+            ("cached_content", Member::ProviderState),
         ];
         if !escaped {
             return NAMED

@@ -72,6 +72,10 @@ pub(crate) struct Scanner<'a> {
     pending: Pending,
 }
 
+/// Where Google's Files API keeps an uploaded file (`fileUri`s such as
+/// `https://generativelanguage.googleapis.com/v1beta/files/abc`): only that account reads it.
+const GOOGLE_FILES: &[u8] = b"\"https://generativelanguage.googleapis.com/";
+
 /// A nested member whose string value the scanner notes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pending {
@@ -81,6 +85,10 @@ enum Pending {
     Type,
     /// `file_id`: a file kept by a provider.
     FileId,
+    /// `mimeType` (Gemini's `inlineData` and `fileData`): `image/...` is an image.
+    Mime,
+    /// `fileUri` (Gemini's `fileData`): a file in Google's Files API is kept by that account.
+    FileUri,
     /// `data`: inline (base64) media.
     Data,
 }
@@ -91,6 +99,9 @@ impl Pending {
             b"type" => Pending::Type,
             b"file_id" => Pending::FileId,
             b"data" => Pending::Data,
+            // Google's JSON takes the proto's field names too.
+            b"mimeType" | b"mime_type" => Pending::Mime,
+            b"fileUri" | b"file_uri" => Pending::FileUri,
             _ => Pending::None,
         }
     }
@@ -118,6 +129,11 @@ impl<'a> Scanner<'a> {
                 self.content.provider_state |= token == b"\"item_reference\"";
             }
             Pending::FileId => self.content.provider_state = true,
+            Pending::Mime => self.content.images |= token.starts_with(b"\"image/"),
+            Pending::FileUri => {
+                self.content.provider_state |=
+                    token.windows(GOOGLE_FILES.len()).any(|w| w == GOOGLE_FILES);
+            }
             Pending::Data => self.media_bytes += token.len(),
             Pending::None if token.starts_with(b"\"data:") => self.media_bytes += token.len(),
             Pending::None => {}

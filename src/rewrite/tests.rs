@@ -561,3 +561,34 @@ fn the_scan_notes_images_tools_provider_state_and_inline_media() {
     // A type that is not a string value, or the member after it, is not mistaken for one.
     assert!(!content(r#"{"a":{"type":{"x":"image"}},"b":["image"]}"#).images);
 }
+
+#[test]
+fn the_scan_notes_a_gemini_callers_images_tools_and_state_kept_by_google() {
+    let content = |body: &str| scan_top_level(body.as_bytes()).unwrap().content;
+    let inline = r#"{"contents":[{"role":"user","parts":[{"text":"what is this"},
+        {"inlineData":{"mimeType":"image/png","data":"QUJD"}}]}]}"#;
+    let c = content(inline);
+    assert!(c.images && !c.tools && !c.provider_state);
+    assert_eq!(c.text_bytes, inline.len() - 6, "inline data is media");
+    // The proto's field names are Google's JSON too.
+    assert!(
+        content(
+            r#"{"contents":[{"parts":[{"inline_data":{"mime_type":"image/jpeg","data":"QQ=="}}]}]}"#
+        )
+        .images
+    );
+    // A PDF or audio part is not an image; a text about images is text.
+    assert!(!content(r#"{"contents":[{"parts":[{"inlineData":{"mimeType":"application/pdf","data":"QQ=="}}]}]}"#).images);
+    assert!(!content(r#"{"contents":[{"parts":[{"text":"mimeType image/png"}]}]}"#).images);
+    // Gemini's function declarations are its tools.
+    assert!(content(r#"{"tools":[{"functionDeclarations":[{"name":"f"}]}],"contents":[]}"#).tools);
+    // A context cache and a file in the Files API stay with the account that holds them; a
+    // public URL does not.
+    assert!(content(r#"{"cachedContent":"cachedContents/abc","contents":[]}"#).provider_state);
+    let uploaded = r#"{"contents":[{"parts":[{"fileData":{"mimeType":"image/png",
+        "fileUri":"https://generativelanguage.googleapis.com/v1beta/files/abc"}}]}]}"#;
+    let c = content(uploaded);
+    assert!(c.provider_state && c.images);
+    let public = r#"{"contents":[{"parts":[{"fileData":{"mimeType":"image/png","fileUri":"https://example.com/cat.png"}}]}]}"#;
+    assert!(!content(public).provider_state);
+}

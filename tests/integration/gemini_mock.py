@@ -143,8 +143,8 @@ def _part(p: Any, where: str) -> str | None:
     value = p[data[0]]
     if kind == "text" and not isinstance(value, str):
         return f"Invalid value at '{where}.text' (TYPE_STRING)"
-    if kind == "inlineData" and not (isinstance(value, dict) and value.get("mimeType")
-                                     and isinstance(value.get("data"), str)):
+    blob = {_camel(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+    if kind == "inlineData" and not (blob.get("mimeType") and isinstance(blob.get("data"), str)):
         return f"{where}.inline_data needs mimeType and data"
     if kind == "functionCall" and not (isinstance(value, dict) and isinstance(value.get("name"), str)
                                        and isinstance(value.get("args", {}), dict)):

@@ -45,6 +45,12 @@ chains:
     providers:
       - openai
       - {provider: gemini, model: gemini-2.5-pro, effort: low, max_tokens: 300}
+  - name: look                    # a google-genai app's image skips an entry without vision
+    models: ["gemini-look"]
+    providers:
+      - gemini
+      - {provider: openai, model: gpt-3.5-turbo, capabilities: {vision: false}}
+      - {provider: anthropic, model: claude-sonnet-4-5}
   - name: claude                  # an Anthropic app: Anthropic, then Gemini
     models: ["claude-*"]
     providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
@@ -337,6 +343,20 @@ def test_a_google_genai_app_falls_over_from_gemini_to_openai_with_a_function_cal
         client.models.generate_content(model="gemini-nope", contents="hi")
     assert (e.value.code, e.value.status) == (400, "INVALID_ARGUMENT")
     assert e.value.details["error"]["details"][0]["reason"] == "model_not_recognized"
+
+
+def test_a_google_genai_apps_image_skips_an_entry_without_vision(g):
+    from google.genai import types
+    g.mocks["gemini"].set_default(status=503)
+    png = types.Part.from_bytes(data=b"\x89PNG fake", mime_type="image/png")
+    before = g.skipped().get(("openai", "capability_vision"), 0)
+    client = g.genai()
+    r = client.models.generate_content(model="gemini-look", contents=["what is this?", png])
+    assert r.sdk_http_response.headers["x-llm-provider"] == "anthropic"
+    assert g.mocks["openai"].requests() == []
+    assert g.skipped().get(("openai", "capability_vision"), 0) == before + 1
+    sent = json.loads(g.accepted("anthropic")[-1]["body"])
+    assert sent["messages"][0]["content"][1]["type"] == "image", sent
 
 
 def test_a_google_genai_app_falls_over_from_gemini_to_anthropic_streaming(g):

@@ -163,7 +163,9 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> 
                     push(role, Part::Text(text));
                 }
             } else if let Some(data) = p.obj("inlineData") {
-                let (mime, bytes) = (data.str("mimeType"), data.str("data"));
+                // google-genai writes these two members' names in snake case.
+                let mime = data.str("mimeType").or_else(|| data.str("mime_type"));
+                let bytes = data.str("data");
                 let (Some(mime), Some(bytes)) = (mime, bytes) else {
                     return Err(field("inlineData"));
                 };
@@ -171,7 +173,8 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> 
                 messages::image(&url)?;
                 push(role, Part::Image(Cow::Owned(url)));
             } else if let Some(file) = p.obj("fileData") {
-                let url = file.str("fileUri").ok_or(field("fileData"))?;
+                let url = (file.str("fileUri").or_else(|| file.str("file_uri")))
+                    .ok_or(field("fileData"))?;
                 messages::image(&url)?;
                 push(role, Part::Image(url));
             } else if let Some(call) = p.obj("functionCall") {

@@ -249,3 +249,23 @@ fn a_stream_cut_short_ends_with_googles_error_chunk() {
     assert!(last.starts_with(r#"data: {"error":{"code":502"#), "{out}");
     assert!(!t.finished());
 }
+
+#[test]
+fn a_google_genai_callers_snake_case_media_members_are_read() {
+    // google-genai writes `mime_type` and `file_uri` inside `inlineData` and `fileData`.
+    let body = br#"{"contents":[{"role":"user","parts":[{"text":"what is this"},
+        {"inlineData":{"data":"iVBORw==","mime_type":"image/png"}},
+        {"fileData":{"file_uri":"https://x/y.png","mime_type":"image/png"}}]}]}"#;
+    let cx = translate::RequestContext {
+        model: "gpt-4o",
+        default_max_tokens: 4096,
+        stream: false,
+    };
+    let out = translate::request(Api::Gemini, Api::OpenAiChat, body, &cx).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains(r#""url":"data:image/png;base64,iVBORw==""#),
+        "{out}"
+    );
+    assert!(out.contains(r#""url":"https://x/y.png""#), "{out}");
+}
