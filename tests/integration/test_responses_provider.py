@@ -13,8 +13,7 @@ import json
 import pytest
 
 import harness
-from harness import Envoy, Gateway, env_key, free_port, prometheus_samples, render_config, \
-    start_mock, wait_until
+from harness import prometheus_samples, wait_until
 
 if harness.external_mode():
     pytest.skip("needs its own gateway and mocks (counters start at zero)",
@@ -61,30 +60,12 @@ USAGE = {"input_tokens": 1200, "input_tokens_details": {"cached_tokens": 1024},
          "total_tokens": 1234}
 
 
-class Module:
+class Module(harness.MockedGateway):
     def __init__(self, tmp):
-        self.mocks = {}
-        try:
-            for name in ("openai", "responses", "anthropic"):
-                self.mocks[name] = start_mock(name)
-            env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
-                   **{f"{env_key(n)}_PORT": str(m.port) for n, m in self.mocks.items()}}
-            path = render_config(CONFIG, env, out_dir=tmp)
-            self.envoy = Envoy(path, tmp / "envoy", env=env).start()
-        except BaseException:
-            self.stop()
-            raise
-        self.gw = Gateway(self.envoy.listener_url(), self.envoy.admin_url, envoy=self.envoy)
-
-    def stop(self):
-        if getattr(self, "envoy", None):
-            self.envoy.stop()
-        for m in self.mocks.values():
-            m.stop()
+        super().__init__(CONFIG, tmp, ("openai", "responses", "anthropic"))
 
     def reset(self):
-        for m in self.mocks.values():
-            m.reset()
+        super().reset()
         self.mocks["openai"].set_default(status=503, strict=True)
         self.mocks["anthropic"].set_default(status=529)
         self.mocks["responses"].set_default(strict=True)
