@@ -47,6 +47,10 @@ NGINX_SSE = PORT_BASE + 6      # a healthy SSE answer (first event, more events,
 NGINX_MSG = PORT_BASE + 7      # an Anthropic Messages provider: a message (JSON)
 NGINX_MSG_SSE = PORT_BASE + 8  # ... and a Messages event stream
 NGINX_GEM = PORT_BASE + 9      # a Gemini native provider: generateContent JSON, and its stream
+# An OpenAI Responses provider: JSON and its event stream (one path, so two ports; below the
+# base because the targets take the ports from PORT_BASE + 10 up).
+NGINX_RESP = PORT_BASE - 2
+NGINX_RESP_SSE = PORT_BASE - 1
                                # on :streamGenerateContent (the path says which)
 MAX_REQUESTS = int(os.environ.get("BENCH_MAX_REQUESTS", "2000000"))
 CONCURRENCY = 2  # Envoy --concurrency
@@ -100,6 +104,30 @@ GEMINI_SSE_STREAM = (
     'data: {"candidates":[{"content":{"parts":[{"text":"ok"}],"role":"model"},'
     '"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":10,'
     '"candidatesTokenCount":2,"totalTokenCount":12},"modelVersion":"gemini-bench"}\\n\\n')
+
+# The same answers from an OpenAI Responses provider (a response object, and its typed events
+# up to response.completed, which carries the usage).
+_RESP_HEAD = ('"id":"resp_bench","object":"response","created_at":1700000000,'
+              '"model":"gpt-bench"')
+_RESP_ITEM = ('{"id":"msg_bench","type":"message","status":"completed","role":"assistant",'
+              '"content":[{"type":"output_text","text":"okok","annotations":[]}]}')
+RESPONSE = ('{' + _RESP_HEAD + ',"status":"completed","output":[' + _RESP_ITEM + '],'
+            '"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":0},'
+            '"output_tokens":2,"total_tokens":12}}')
+RESP_SSE_STREAM = "\\n\\n".join([
+    'event: response.created\\ndata: {"type":"response.created","sequence_number":0,'
+    '"response":{' + _RESP_HEAD + ',"status":"in_progress","output":[],"usage":null}}',
+    'event: response.output_item.added\\ndata: {"type":"response.output_item.added",'
+    '"sequence_number":1,"output_index":0,"item":{"id":"msg_bench","type":"message",'
+    '"status":"in_progress","role":"assistant","content":[]}}',
+    'event: response.output_text.delta\\ndata: {"type":"response.output_text.delta",'
+    '"sequence_number":2,"item_id":"msg_bench","output_index":0,"content_index":0,"delta":"ok"}',
+    'event: response.output_text.delta\\ndata: {"type":"response.output_text.delta",'
+    '"sequence_number":3,"item_id":"msg_bench","output_index":0,"content_index":0,"delta":"ok"}',
+    'event: response.output_item.done\\ndata: {"type":"response.output_item.done",'
+    '"sequence_number":4,"output_index":0,"item":' + _RESP_ITEM + '}',
+    'event: response.completed\\ndata: {"type":"response.completed","sequence_number":5,'
+    '"response":' + RESPONSE + '}']) + "\\n\\n"
 
 PROCS = []  # (name, Popen, own_process_group)
 
@@ -275,6 +303,14 @@ http {{
     listen 127.0.0.1:{NGINX_GEM} backlog=4096;
     location ~ :streamGenerateContent {{ default_type text/event-stream; return 200 '{GEMINI_SSE_STREAM}'; }}
     location / {{ return 200 '{GEMINI_ANSWER}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_RESP} backlog=4096;
+    location / {{ return 200 '{RESPONSE}'; }}
+  }}
+  server {{
+    listen 127.0.0.1:{NGINX_RESP_SSE} backlog=4096;
+    location / {{ default_type text/event-stream; return 200 '{RESP_SSE_STREAM}'; }}
   }}
   server {{
     listen 127.0.0.1:{NGINX_OK_H2} http2 backlog=4096;
@@ -498,7 +534,7 @@ def calibrate(args, body_file, nginx_cpus, wrk_cpus, rounds, duration, warmup):
                                  NGINX_OK, calib_pair(*SKELETON_FILTER))
     targets["success"] = Target("success", "llm-failover, success path", NGINX_OK,
                                 expect_provider="primary", expect_attempts="1")
-    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 6)) +
+    check_ports_free([NGINX_RESP, NGINX_RESP_SSE] + list(range(PORT_BASE + 1, PORT_BASE + 10)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(targets))))
     fail_log = start_nginx(nginx_cpus)
     for i, t in enumerate(targets.values()):
@@ -662,6 +698,14 @@ XV4 = [  # key, label, provider's answer (nginx), api, request, what the caller'
      "gemini_native", "chat", b'"chat.completion"'),
     ("xv_chat_gem_sse", "translated: Chat caller, Gemini provider (stream)", NGINX_GEM,
      "gemini_native", "chat_stream", b"chat.completion.chunk"),
+    ("xv_msg_gem_json", "translated: Anthropic caller, Gemini provider (JSON)", NGINX_GEM,
+     "gemini_native", "messages", b'"type":"message"'),
+    ("xv_msg_gem_sse", "translated: Anthropic caller, Gemini provider (stream)", NGINX_GEM,
+     "gemini_native", "messages_stream", b"event: message_stop"),
+    ("xv_chat_resp_json", "translated: Chat caller, Responses provider (JSON)", NGINX_RESP,
+     "openai_responses", "chat", b'"chat.completion"'),
+    ("xv_chat_resp_sse", "translated: Chat caller, Responses provider (stream)", NGINX_RESP_SSE,
+     "openai_responses", "chat_stream", b"chat.completion.chunk"),
 ]
 for _key, _label, _answer, _api, _request, _holds in XV4:
     TARGETS[_key] = (lambda k=_key, la=_label, a=_answer, api=_api, r=_request, h=_holds: Target(
@@ -753,6 +797,7 @@ def first_byte_rows(envoys, n, rounds):
                       "stream (Anthropic caller, OpenAI provider)"))
     small = dict(fourth_wave_requests("gpt-4o-mini", "You are terse.", "hi"))
     small["-stream"] = json.loads(stream_req)
+    small["-messages-stream"] = json.loads(messages_req)
     for key, label, _, _, request, _ in XV4:
         if key in envoys and key in XV4_STREAMS:
             path, suffix = REQUESTS[request]
@@ -1150,7 +1195,7 @@ def main():
     # First-byte rows: always in full runs; with --only when it names plain_sse and success_sse.
     stream_keys = STREAM_KEYS if not args.only or all(k in wanted for k in STREAM_KEYS) else []
     keys = main_keys + stream_keys + (EXPERIMENTS if experiments else [])
-    check_ports_free(list(range(PORT_BASE + 1, PORT_BASE + 10)) +
+    check_ports_free([NGINX_RESP, NGINX_RESP_SSE] + list(range(PORT_BASE + 1, PORT_BASE + 10)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(keys))))
     fail_log = start_nginx(nginx_cpus)
     envoys = {}
