@@ -58,8 +58,11 @@ cd "$(dirname "$0")/.."
 # A Gemini caller's images, context cache and Files API uploads seen by the request scan, and
 # google-genai's snake-case media members read (rewrite/scanner.rs, gemini/caller.rs): +939,
 # 553,565.
+# Google's stream errors typed by their code (translate/common.rs ProviderError::of) and top_k
+# carried between Messages and Gemini (model.rs Request::top_k): +590 (552,626 -> 553,216,
+# both measured together on 179c9bf); CEILING 554,200 for both changes.
 TARGET=418489
-CEILING=553600
+CEILING=554200
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -109,8 +109,9 @@ pub fn error_type(status: u16) -> &'static str {
 
 /// What a provider's error body says: `error.message` and `error.type` of either API's shape
 /// (OpenAI `{"error": {"message", "type"}}`, Anthropic `{"type": "error", "error": {"type",
-/// "message"}}`), else the top-level `message` of AWS's shape (Bedrock's `{"message"}`), or
-/// `None` when the body has none of these.
+/// "message"}}`; Google's `{"error": {"code", "message", "status"}}`, [`ProviderError::of`]),
+/// else the top-level `message` of AWS's shape (Bedrock's `{"message"}`), or `None` when the
+/// body has none of these.
 pub fn provider_error(body: &[u8]) -> Option<ProviderError<'_>> {
     let answer = Obj::parse_bytes(body)?;
     match answer.obj("error") {
@@ -131,10 +132,17 @@ pub struct ProviderError<'a> {
 
 impl<'a> ProviderError<'a> {
     /// The string members `message` and `type` of an error object (either may be missing).
+    /// Google's error has no `type`: its `status` (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, ...)
+    /// comes with `code`, the HTTP status Google answers it with, whose [`error_type`] it is.
     pub fn of(error: &Obj<'a>) -> ProviderError<'a> {
+        let google = || {
+            error.tag("status")?;
+            let code = u16::try_from(error.u64("code")?).ok()?;
+            Some(Cow::Borrowed(error_type(code)))
+        };
         ProviderError {
             message: error.str("message"),
-            kind: error.str("type"),
+            kind: error.str("type").or_else(google),
         }
     }
 }

@@ -51,6 +51,10 @@ chains:
       - gemini
       - {provider: openai, model: gpt-3.5-turbo, capabilities: {vision: false}}
       - {provider: anthropic, model: claude-sonnet-4-5}
+  - name: gemini-first            # a chat app: Gemini first, then Anthropic
+    models: ["gemini-first"]
+    providers: [{provider: gemini, model: gemini-2.5-flash},
+                {provider: anthropic, model: claude-sonnet-4-5}]
   - name: claude                  # an Anthropic app: Anthropic, then Gemini
     models: ["claude-*"]
     providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
@@ -404,3 +408,29 @@ def test_an_entrys_effort_and_max_tokens_reach_gemini_in_its_generation_config(g
     assert sent[1]["maxOutputTokens"] == 300 and sent[1]["temperature"] == 0.2, sent
     # google-genai writes the thinking config's members with their proto names.
     assert sent[1]["thinkingConfig"] == {"include_thoughts": True, "thinkingBudget": 4000}, sent
+
+
+def test_a_stream_opening_with_googles_error_falls_over_and_keeps_its_type(g):
+    """Gemini may answer a stream 200 and send its error as the first event
+    (`RESOURCE_EXHAUSTED`): the attempt falls over (docs/behaviour.md section 3, `overloaded`);
+    on the chain's last entry the caller's error has the type Google's status names."""
+    exhausted = {"error": {"code": 429, "message": "Resource has been exhausted.",
+                           "status": "RESOURCE_EXHAUSTED"}}
+    first = [f"data: {json.dumps(exhausted)}\r\n\r\n"]
+    g.mocks["gemini"].enqueue(status=200, stream=True, events=first)
+    client = g.oai()
+    raw = client.chat.completions.with_raw_response.create(
+        model="gemini-first", messages=[{"role": "user", "content": "hi"}], stream=True)
+    assert raw.headers["x-llm-provider"] == "anthropic"
+    assert raw.headers["x-llm-attempts"] == "2"
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert text == "anthropic:0 anthropic:1 anthropic:2 "
+    # The chain's last entry: the caller's stream ends with Google's error, as a rate limit.
+    g.mocks["gemini"].enqueue(status=200, stream=True, events=first)
+    with pytest.raises(openai.APIError) as e:
+        list(client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True))
+    assert e.value.body["type"] == "rate_limit_error", e.value.body
+    assert e.value.body["message"] == "Resource has been exhausted."
+    assert [r["path"] for r in g.gemini_requests()] == [
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"] * 2

@@ -119,6 +119,52 @@ fn a_stream_cut_short_or_failing_ends_with_an_error_chunk() {
 }
 
 #[test]
+fn a_stream_error_has_the_type_its_google_status_names() {
+    // Gemini may open a 200 stream with its error (`RESOURCE_EXHAUSTED` and the others): the
+    // caller's error event has the type of that status, not `api_error`.
+    for (status, code, kind) in [
+        ("RESOURCE_EXHAUSTED", 429, "rate_limit_error"),
+        ("UNAVAILABLE", 503, "overloaded_error"),
+        ("INVALID_ARGUMENT", 400, "invalid_request_error"),
+        ("INTERNAL", 500, "api_error"),
+    ] {
+        let error = format!(
+            r#"data: {{"error":{{"code":{code},"message":"Gemini says no.","status":"{status}"}}}}"#
+        );
+        let error = format!("{error}\r\n\r\n");
+        let chat = String::from_utf8(stream_to(Api::OpenAiChat, &[error.as_bytes()])).unwrap();
+        let data = chat.trim().strip_prefix("data: ").unwrap();
+        let v: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(v["error"]["type"], kind, "{chat}");
+        assert_eq!(v["error"]["message"], "Gemini says no.");
+        let messages = String::from_utf8(stream_to(Api::AnthropicMessages, &[error.as_bytes()]));
+        let messages = messages.unwrap();
+        let want = format!(r#""error":{{"type":"{kind}","message":"Gemini says no."}}"#);
+        assert!(messages.contains(&want), "{messages}");
+        let responses = stream_to(Api::OpenAiResponses, &[error.as_bytes()]);
+        let responses = String::from_utf8(responses).unwrap();
+        assert!(
+            responses.contains(&format!(r#""code":"{kind}""#)),
+            "{responses}"
+        );
+    }
+    let e = crate::translate::common::provider_error(
+        br#"{"error":{"code":429,"message":"m","status":"RESOURCE_EXHAUSTED"}}"#,
+    );
+    assert_eq!(e.unwrap().kind.as_deref(), Some("rate_limit_error"));
+    // Not Google's shape (no `status`, or no `code`): no type.
+    for body in [
+        &br#"{"error":{"message":"m","status":"X"}}"#[..],
+        br#"{"error":{"message":"m","code":429}}"#,
+    ] {
+        assert_eq!(
+            crate::translate::common::provider_error(body).unwrap().kind,
+            None
+        );
+    }
+}
+
+#[test]
 fn its_chunks_are_events_of_its_stream() {
     let stream = fixture_stream();
     let first = stream.split("\r\n\r\n").next().unwrap();
