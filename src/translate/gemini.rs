@@ -163,6 +163,7 @@ pub fn request(mut conversation: Conversation<'_>, req: &Request<'_>) -> Vec<u8>
     let config = req.max_tokens.is_some()
         || req.temperature.is_some()
         || req.top_p.is_some()
+        || req.top_k.is_some()
         || !req.stops.is_empty();
     if config {
         out.key("generationConfig").open();
@@ -174,6 +175,9 @@ pub fn request(mut conversation: Conversation<'_>, req: &Request<'_>) -> Vec<u8>
         }
         if let Some(top_p) = req.top_p {
             out.key("topP").raw(top_p);
+        }
+        if let Some(top_k) = req.top_k {
+            out.key("topK").raw(top_k);
         }
         if !req.stops.is_empty() {
             out.key("stopSequences").open_arr();

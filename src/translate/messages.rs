@@ -123,6 +123,9 @@ pub fn request(
     if let Some(top_p) = req.top_p {
         out.key("top_p").raw(top_p);
     }
+    if let Some(top_k) = req.top_k {
+        out.key("top_k").raw(top_k);
+    }
     // Tools and tool_choice only together (Messages refuses a tool_choice without tools).
     if !req.tools.is_empty() {
         out.key("tools").open_arr();

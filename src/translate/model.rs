@@ -55,6 +55,9 @@ pub struct Request<'a> {
     /// As written (a JSON number), on OpenAI's 0-2 scale.
     pub temperature: Option<&'a str>,
     pub top_p: Option<&'a str>,
+    /// Sampling from the `k` likeliest tokens (Messages' `top_k`, Gemini's `topK`; Chat and
+    /// Responses have none), as written.
+    pub top_k: Option<&'a str>,
     /// Stop sequences as JSON strings.
     pub stops: Vec<&'a str>,
     pub tools: Vec<Tool<'a>>,

@@ -95,6 +95,7 @@ fn head<'a>(req: &Obj<'a>) -> Checked<Request<'a>> {
         max_tokens: req.u64("max_output_tokens"),
         temperature: req.get("temperature").filter(|t| *t != "null"),
         top_p: req.get("top_p").filter(|t| *t != "null"),
+        top_k: None,
         stops: Vec::new(),
         tools,
         choice,

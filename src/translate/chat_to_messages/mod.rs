@@ -67,6 +67,7 @@ fn read<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Block<'a>)) -> Result<Requ
             .or_else(|| req.u64("max_tokens")),
         temperature: req.get("temperature"),
         top_p: req.get("top_p"),
+        top_k: None,
         stops: head.stops,
         tools: head.tools,
         choice: head.choice,

@@ -123,6 +123,7 @@ fn head<'a>(req: &Obj<'a>, stream: bool) -> Checked<Request<'a>> {
         max_tokens: config.u64("maxOutputTokens"),
         temperature: config.get("temperature"),
         top_p: config.get("topP"),
+        top_k: config.get("topK"),
         stops,
         tools,
         choice,

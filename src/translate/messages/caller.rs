@@ -58,8 +58,9 @@ pub fn to_responses(body: &[u8], cx: &crate::translate::RequestContext<'_>) -> C
 }
 
 /// What of the request is not its conversation: what another dialect cannot carry is refused
-/// (more stop sequences than `to` takes, MCP servers, a container, server tools); `top_k`,
-/// `thinking`, `service_tier` and `metadata` but its `user_id` are dropped.
+/// (more stop sequences than `to` takes, MCP servers, a container, server tools); `thinking`,
+/// `service_tier` and `metadata` but its `user_id` are dropped (`top_k` too, by the writers
+/// of dialects without it).
 pub fn head<'a>(req: &Obj<'a>, to: Api) -> Checked<Request<'a>> {
     let stops = req.arr("stop_sequences").unwrap_or_default();
     if stops.len() > max_stops(to) {
@@ -108,6 +109,7 @@ pub fn head<'a>(req: &Obj<'a>, to: Api) -> Checked<Request<'a>> {
         max_tokens: req.u64("max_tokens"),
         temperature: req.get("temperature"),
         top_p: req.get("top_p"),
+        top_k: req.get("top_k"),
         stops,
         tools,
         choice,
