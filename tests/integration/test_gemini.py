@@ -413,18 +413,21 @@ def test_an_entrys_effort_and_max_tokens_reach_gemini_in_its_generation_config(g
 def test_a_stream_opening_with_googles_error_falls_over_and_keeps_its_type(g):
     """Gemini may answer a stream 200 and send its error as the first event
     (`RESOURCE_EXHAUSTED`): the attempt falls over (docs/behaviour.md section 3, `overloaded`);
-    on the chain's last entry the caller's error has the type Google's status names."""
+    on the chain's last entry the caller's error has the type Google's status names (Envoy
+    1.36 holds no answer, so there only the type is checked: older-envoys.md)."""
     exhausted = {"error": {"code": 429, "message": "Resource has been exhausted.",
                            "status": "RESOURCE_EXHAUSTED"}}
     first = [f"data: {json.dumps(exhausted)}\r\n\r\n"]
-    g.mocks["gemini"].enqueue(status=200, stream=True, events=first)
     client = g.oai()
-    raw = client.chat.completions.with_raw_response.create(
-        model="gemini-first", messages=[{"role": "user", "content": "hi"}], stream=True)
-    assert raw.headers["x-llm-provider"] == "anthropic"
-    assert raw.headers["x-llm-attempts"] == "2"
-    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
-    assert text == "anthropic:0 anthropic:1 anthropic:2 "
+    held = harness.holds_answers()
+    if held:
+        g.mocks["gemini"].enqueue(status=200, stream=True, events=first)
+        raw = client.chat.completions.with_raw_response.create(
+            model="gemini-first", messages=[{"role": "user", "content": "hi"}], stream=True)
+        assert raw.headers["x-llm-provider"] == "anthropic"
+        assert raw.headers["x-llm-attempts"] == "2"
+        text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+        assert text == "anthropic:0 anthropic:1 anthropic:2 "
     # The chain's last entry: the caller's stream ends with Google's error, as a rate limit.
     g.mocks["gemini"].enqueue(status=200, stream=True, events=first)
     with pytest.raises(openai.APIError) as e:
@@ -433,4 +436,4 @@ def test_a_stream_opening_with_googles_error_falls_over_and_keeps_its_type(g):
     assert e.value.body["type"] == "rate_limit_error", e.value.body
     assert e.value.body["message"] == "Resource has been exhausted."
     assert [r["path"] for r in g.gemini_requests()] == [
-        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"] * 2
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"] * (1 + held)
