@@ -59,8 +59,8 @@ cd "$(dirname "$0")/.."
 # google-genai's snake-case media members read (rewrite/scanner.rs, gemini/caller.rs): +939,
 # 553,565.
 # Google's stream errors typed by their code (translate/common.rs ProviderError::of) and top_k
-# carried between Messages and Gemini (model.rs Request::top_k): +590 (552,626 -> 553,216,
-# both measured together on 179c9bf); CEILING 554,200 for both changes.
+# carried between Messages and Gemini (model.rs Request::top_k): 553,565 -> 554,151 (+586,
+# both together, on main at bc4d755).
 TARGET=418489
 CEILING=554200
 module=${1:-dist/llm_failover.wasm}
