@@ -61,8 +61,11 @@ cd "$(dirname "$0")/.."
 # Google's stream errors typed by their code (translate/common.rs ProviderError::of) and top_k
 # carried between Messages and Gemini (model.rs Request::top_k): 553,565 -> 554,151 (+586,
 # both together, on main at bc4d755).
+# Issue 30's stream usage asked for a caller that did not (ask_stream_usage: the ask in the one
+# body edit, usage::Unasked taking the usage chunk and the "usage":null members out of the
+# caller's stream): 554,151 -> 559,020 (+4,869) on main at 3a7f2fb; for the lead to decide.
 TARGET=418489
-CEILING=554200
+CEILING=559100
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -536,6 +536,7 @@ pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
         stream: p.stream,
         caller_api: p.caller_api,
         gather: p.gather,
+        ask_usage: p.ask_usage,
         slots: walk,
         limit: u8::try_from(p.limit()).unwrap_or(u8::MAX),
         context_window: &context_window,

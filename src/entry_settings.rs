@@ -68,11 +68,15 @@ pub struct EntrySettings {
     /// (`"stream": true`, and for Chat `stream_options.include_usage`) to be gathered
     /// (docs/behaviour.md section 5).
     pub stream: bool,
+    /// Not the entry's either: an OpenAI Chat stream whose caller did not ask for its usage
+    /// asks for it (`stream_options.include_usage: true`, merged with the caller's other
+    /// `stream_options`; docs/behaviour.md section 15).
+    pub usage: bool,
 }
 
 impl EntrySettings {
     pub fn is_empty(&self) -> bool {
-        self.effort.is_none() && self.max_tokens.is_none() && !self.stream
+        self.effort.is_none() && self.max_tokens.is_none() && !self.stream && !self.usage
     }
 }
 
@@ -100,6 +104,10 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
             replaced.push("stream_options");
             added.push(("stream_options", b"{\"include_usage\":true}".to_vec()));
         }
+    } else if settings.usage && dialect == Api::OpenAiChat {
+        let [options] = json::pick(body, [b"stream_options"]);
+        replaced.push("stream_options");
+        added.push(("stream_options", with_usage(options)));
     }
     if added.is_empty() {
         return None;
@@ -133,6 +141,24 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
     }
     out.push(b'}');
     Some(out)
+}
+
+/// The caller's `stream_options` (its value; empty when absent) asking for the usage too.
+fn with_usage(options: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(options.len() + 24);
+    out.push(b'{');
+    for (name, value) in json::members(options) {
+        if name != b"include_usage" {
+            separate(&mut out);
+            out.push(b'"');
+            out.extend_from_slice(name);
+            out.extend_from_slice(b"\":");
+            out.extend_from_slice(value);
+        }
+    }
+    separate(&mut out);
+    out.extend_from_slice(b"\"include_usage\":true}");
+    out
 }
 
 fn separate(out: &mut Vec<u8>) {
@@ -334,6 +360,7 @@ mod tests {
             effort,
             max_tokens: max,
             stream: false,
+            usage: false,
         };
         let out = apply(body.as_bytes(), dialect, &s).expect("edited");
         serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
@@ -431,6 +458,7 @@ mod tests {
             effort: Some(Effort::High),
             max_tokens: None,
             stream: false,
+            usage: false,
         };
         assert_eq!(apply(forced.as_bytes(), Api::AnthropicMessages, &s), None);
     }
@@ -499,6 +527,7 @@ mod tests {
             effort: Some(Effort::Low),
             max_tokens: None,
             stream: false,
+            usage: false,
         };
         for body in ["[1]", "{\"a\":1", "{\"a\":1} x", ""] {
             assert_eq!(apply(body.as_bytes(), Api::OpenAiChat, &s), None, "{body}");

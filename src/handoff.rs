@@ -73,6 +73,9 @@ pub struct PlanRecord<'a> {
     /// streamed from the provider (`stream` is set too) and its answer gathered into one JSON
     /// answer (docs/behaviour.md section 5).
     pub gather: bool,
+    /// An OpenAI Chat stream whose caller did not ask for its usage: a same-API attempt asks
+    /// for it and takes the usage chunk out of the caller's stream (docs/behaviour.md 15).
+    pub ask_usage: bool,
     pub slots: &'a [Slot],
     /// Attempts Envoy may make (`Plan::attempt_limit`); 0 means `slots.len()`.
     pub limit: u8,
@@ -91,6 +94,7 @@ const MESSAGES_CALLER: u8 = 8;
 const RESPONSES_CALLER: u8 = CHAT_CALLER | MESSAGES_CALLER;
 /// A Gemini native caller.
 const GEMINI_CALLER: u8 = 32;
+const ASK_USAGE: u8 = 64;
 
 fn api_flag(api: Option<Api>) -> u8 {
     match api {
@@ -130,6 +134,7 @@ impl PlanRecord<'_> {
                 | u8::from(self.stream) << 1
                 | api_flag(self.caller_api)
                 | if self.gather { GATHER } else { 0 }
+                | if self.ask_usage { ASK_USAGE } else { 0 }
         );
         for (i, s) in self.slots.iter().enumerate() {
             if i > 0 {
@@ -167,6 +172,7 @@ pub struct PlanText {
     stream: bool,
     caller_api: Option<Api>,
     gather: bool,
+    ask_usage: bool,
     limit: u8,
     /// Parsed once: every callback of the attempt reads them.
     slots: [Slot; MAX_CHAIN_LEN],
@@ -191,6 +197,8 @@ pub struct PlanView<'a> {
     pub caller_api: Option<Api>,
     /// See [`PlanRecord::gather`].
     pub gather: bool,
+    /// See [`PlanRecord::ask_usage`].
+    pub ask_usage: bool,
     limit: u8,
     slots: &'a [Slot],
     context_window: &'a str,
@@ -247,7 +255,7 @@ impl PlanText {
             f if f.len() <= 2 => u8::from_str_radix(f, 16).ok()?,
             _ => return None,
         };
-        if flags & !(GATHER | GEMINI_CALLER | 15) != 0 {
+        if flags & !(GATHER | GEMINI_CALLER | ASK_USAGE | 15) != 0 {
             return None;
         }
         let caller_api = match flags & (CHAT_CALLER | MESSAGES_CALLER | GEMINI_CALLER) {
@@ -294,6 +302,7 @@ impl PlanText {
             stream: flags & 2 != 0,
             caller_api,
             gather: flags & GATHER != 0,
+            ask_usage: flags & ASK_USAGE != 0,
             limit,
             slots: parsed,
             slot_count,
@@ -317,6 +326,7 @@ impl PlanText {
             stream: self.stream,
             caller_api: self.caller_api,
             gather: self.gather,
+            ask_usage: self.ask_usage,
             limit: self.limit,
             slots: self
                 .slots
@@ -488,6 +498,7 @@ mod tests {
             stream: false,
             caller_api: None,
             gather: false,
+            ask_usage: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -564,6 +575,7 @@ mod tests {
             stream: true,
             caller_api: None,
             gather: false,
+            ask_usage: false,
             slots: &slots,
             limit: 5,
             context_window: &[4.into(), 5.into()],
@@ -596,6 +608,7 @@ mod tests {
             stream: true,
             caller_api: None,
             gather: false,
+            ask_usage: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -645,6 +658,7 @@ mod tests {
             stream: false,
             caller_api: None,
             gather: false,
+            ask_usage: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -665,7 +679,8 @@ mod tests {
         };
         assert!(PlanText::decode(with_line(5, "3")).is_some());
         assert!(PlanText::decode(with_line(5, "13")).is_some_and(|p| p.view().gather));
-        assert_eq!(PlanText::decode(with_line(5, "43")), None);
+        assert!(PlanText::decode(with_line(5, "43")).is_some_and(|p| p.view().ask_usage));
+        assert_eq!(PlanText::decode(with_line(5, "83")), None);
         // A Gemini caller has its own bit, never with another caller's.
         let gemini = PlanText::decode(with_line(5, "23"));
         assert_eq!(gemini.map(|p| p.view().caller_api), Some(Some(Api::Gemini)));

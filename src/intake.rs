@@ -249,6 +249,11 @@ impl RequestBody<'_> {
         self.path_stream || self.scan.as_ref().is_some_and(|s| s.stream)
     }
 
+    /// The caller asked for its stream's usage (`stream_options.include_usage: true`).
+    pub fn stream_usage(&self) -> bool {
+        self.scan.as_ref().is_some_and(|s| s.stream_usage)
+    }
+
     /// What the body carries that some chain entries cannot take (behaviour.md 2.4).
     pub fn content(&self) -> Content {
         self.scan.as_ref().map(|s| s.content).unwrap_or_default()
@@ -353,6 +358,8 @@ pub struct Published<'a> {
     pub stream: bool,
     /// Each attempt is streamed from the provider and gathered ([`gathers`]).
     pub gather: bool,
+    /// Same-API attempts ask the stream's usage for the caller ([`asks_usage`]).
+    pub ask_usage: bool,
     pub start_ms: u64,
     pub body_len: usize,
     pub path: &'a str,
@@ -375,6 +382,17 @@ pub fn gathers(config: &Config, api: Option<Api>, stream: bool, body: &[u8]) -> 
         && crate::translate::assemble::streamable(body)
 }
 
+/// Whether each same-API attempt of an OpenAI Chat stream whose caller did not ask for its
+/// usage asks the provider for it, and takes the usage chunk out of the caller's stream
+/// (`ask_stream_usage`, docs/behaviour.md section 15). A translated attempt gets its usage from
+/// its provider anyway.
+pub fn asks_usage(config: &Config, api: Option<Api>, request: &RequestBody<'_>) -> bool {
+    config.ask_stream_usage
+        && api == Some(Api::OpenAiChat)
+        && request.stream()
+        && !request.stream_usage()
+}
+
 impl<'a> Published<'a> {
     pub fn record(&self, config: &Config) -> PlanRecord<'a> {
         // The limit is written only where it may exceed the planned slots.
@@ -390,6 +408,7 @@ impl<'a> Published<'a> {
             log_started: !self.plan.skipped.is_empty(),
             stream: self.stream || self.gather,
             gather: self.gather,
+            ask_usage: self.ask_usage,
             caller_api: self.api.filter(|_| self.crosses_apis(config)),
             slots: &self.plan.slots,
             limit: lists.map_or(0, |l| u8::try_from(l).unwrap_or(u8::MAX)),

@@ -95,6 +95,8 @@ pub struct BodyScan {
     pub fallbacks: Option<Span>,
     /// The top-level `stream` member is the literal `true` (the caller asked for SSE).
     pub stream: bool,
+    /// The top-level `stream_options` asks for the stream's usage (`"include_usage": true`).
+    pub stream_usage: bool,
     /// What the request carries that not every chain entry can take (behaviour.md 2.4).
     pub content: Content,
 }
@@ -246,6 +248,12 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
                 Member::Stream => {
                     s.value()?;
                     scan.stream = body.get(value_start..s.i) == Some(b"true");
+                }
+                Member::StreamOptions => {
+                    s.value()?;
+                    let value = body.get(value_start..s.i).unwrap_or_default();
+                    let [usage] = crate::translate::json::pick(value, [b"include_usage"]);
+                    scan.stream_usage = usage == b"true";
                 }
                 Member::Tools => {
                     s.value()?;
@@ -423,6 +431,8 @@ enum Member {
     /// `previous_response_id`, `conversation` (Responses API), `cachedContent` (Gemini's
     /// stored context cache): state a provider keeps.
     ProviderState,
+    /// `stream_options` (OpenAI Chat: `include_usage`).
+    StreamOptions,
     Other,
 }
 
@@ -430,10 +440,11 @@ impl Member {
     /// Classifies a member name by its raw bytes (between the quotes); decodes it only when it
     /// contains escapes.
     fn of(raw: &[u8], escaped: bool) -> Member {
-        const NAMED: [(&str, Member); 9] = [
+        const NAMED: [(&str, Member); 10] = [
             ("model", Member::Model),
             ("fallbacks", Member::Fallbacks),
             ("stream", Member::Stream),
+            ("stream_options", Member::StreamOptions),
             ("tools", Member::Tools),
             ("functions", Member::Tools),
             ("previous_response_id", Member::ProviderState),

@@ -734,6 +734,196 @@ impl Lines {
     }
 }
 
+/// An OpenAI Chat stream the filter asked usage of (`stream_options.include_usage`) for a
+/// caller that did not (docs/behaviour.md section 15): gives the caller the bytes it would have
+/// got without asking, as they pass. Asked, OpenAI adds `"usage":null` to every chunk and a
+/// last chunk with `choices: []` and the usage; this takes the member out of every chunk and
+/// leaves the usage chunk out (with its blank line), after [`Reader`] read it from the same
+/// bytes. A line a chunk boundary cuts waits for its end (held back from the caller).
+#[derive(Debug, Default)]
+pub struct Unasked {
+    /// The start of a line the last chunk cut.
+    carry: Vec<u8>,
+    /// The usage chunk was left out: its blank line goes too.
+    dropped: bool,
+}
+
+impl Unasked {
+    /// The caller's bytes for the next `chunk` of the provider's stream (`end`: the last);
+    /// `None`: the chunk goes as it is (no usage member in it, no line cut).
+    #[inline(never)]
+    pub fn push(&mut self, chunk: &[u8], end: bool) -> Option<Vec<u8>> {
+        const KEY: &[u8] = b"\"usage\"";
+        let whole = chunk.last().map_or(true, |&b| b == b'\n') || end;
+        if self.carry.is_empty() && !self.dropped && whole && find_key(KEY, chunk, 0).is_none() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(chunk.len() + self.carry.len());
+        let mut rest = chunk;
+        while let Some(at) = find_byte(b'\n', rest) {
+            let (line, after) = rest.split_at(at + 1);
+            if self.carry.is_empty() {
+                self.line(line, &mut out);
+            } else {
+                let mut joined = std::mem::take(&mut self.carry);
+                joined.extend_from_slice(line);
+                self.line(&joined, &mut out);
+            }
+            rest = after;
+        }
+        if end {
+            let mut last = std::mem::take(&mut self.carry);
+            last.extend_from_slice(rest);
+            self.line(&last, &mut out);
+        } else if self.carry.len() + rest.len() > MAX_LINE {
+            // Too long to be a usage chunk: it goes on as it is.
+            out.append(&mut self.carry);
+            out.extend_from_slice(rest);
+        } else {
+            self.carry.extend_from_slice(rest);
+        }
+        Some(out)
+    }
+
+    /// One line, its line end included.
+    fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
+        const KEY: &[u8] = b"\"usage\"";
+        let text = line.strip_suffix(b"\n").unwrap_or(line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if std::mem::take(&mut self.dropped) && text.is_empty() {
+            return; // the left-out chunk's blank line
+        }
+        if !text.starts_with(b"data:") || find_key(KEY, text, 0).is_none() {
+            out.extend_from_slice(line);
+        } else if usage_member(KEY, text).is_some() && no_choices(text) {
+            // The usage chunk (its `choices` empty): the caller did not ask for it.
+            self.dropped = true;
+        } else {
+            // `"usage":null` (as OpenAI writes it, or with spaces): the member and its comma go.
+            match null_usage_member(line) {
+                Some(span) => {
+                    out.extend_from_slice(line.get(..span.start).unwrap_or_default());
+                    out.extend_from_slice(line.get(span.end..).unwrap_or_default());
+                }
+                None => out.extend_from_slice(line),
+            }
+        }
+    }
+}
+
+/// A `data:` line's chunk has `choices` and it is empty (OpenAI's usage chunk). A chunk with a
+/// usage object beside its choices, or without any, is the provider's own: it goes on.
+fn no_choices(text: &[u8]) -> bool {
+    use crate::translate::json;
+    let [choices] = json::pick(text.get(5..).unwrap_or_default(), [b"choices"]);
+    choices.first() == Some(&b'[') && json::elements(choices).next().is_none()
+}
+
+/// Where `,"usage":null` (or `"usage":null,` when first) is in a chunk's line, spaces allowed.
+fn null_usage_member(line: &[u8]) -> Option<std::ops::Range<usize>> {
+    let at = find_key(b"\"usage\"", line, 0)?;
+    let ws = |i: usize| line.get(i).is_some_and(u8::is_ascii_whitespace);
+    let mut end = at + b"\"usage\"".len();
+    while ws(end) {
+        end += 1;
+    }
+    if line.get(end) != Some(&b':') {
+        return None;
+    }
+    end += 1;
+    while ws(end) {
+        end += 1;
+    }
+    if line.get(end..end + 4) != Some(b"null") {
+        return None;
+    }
+    end += 4;
+    // A comma before it (a later member), else after it (the first member).
+    let mut start = at;
+    while start > 0 && ws(start - 1) {
+        start -= 1;
+    }
+    if start > 0 && line.get(start - 1) == Some(&b',') {
+        return Some(start - 1..end);
+    }
+    while ws(end) {
+        end += 1;
+    }
+    (line.get(end) == Some(&b',')).then_some(at..end + 1)
+}
+
+#[cfg(test)]
+mod unasked_tests {
+    use super::*;
+
+    fn filter(stream: &str, cuts: &[usize]) -> String {
+        let bytes = stream.as_bytes();
+        let mut f = Unasked::default();
+        let mut out = Vec::new();
+        let mut last = 0;
+        for &cut in cuts.iter().chain([&bytes.len()]) {
+            let cut = cut.clamp(last, bytes.len());
+            let chunk = &bytes[last..cut];
+            match f.push(chunk, cut == bytes.len()) {
+                Some(o) => out.extend_from_slice(&o),
+                None => out.extend_from_slice(chunk),
+            }
+            last = cut;
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    const ASKED: &str = concat!(
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a \\\"usage\\\":null\"}}],\"usage\":null}\n\n",
+        "data: {\"usage\": null, \"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12}}\n\n",
+        "data: [DONE]\n\n"
+    );
+    const UNASKED: &str = concat!(
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a \\\"usage\\\":null\"}}]}\n\n",
+        "data: { \"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+
+    #[test]
+    fn the_caller_gets_the_stream_it_would_have_got_without_asking() {
+        for cut in 0..=ASKED.len() {
+            assert_eq!(filter(ASKED, &[cut]), UNASKED, "cut at {cut}");
+        }
+        let crlf = ASKED.replace('\n', "\r\n");
+        assert_eq!(filter(&crlf, &[40, 41, 200]), UNASKED.replace('\n', "\r\n"));
+        // Usage read from the same bytes still counts it.
+        let mut r = Reader::new(Dialect::OpenAiChat, true);
+        r.push(ASKED.as_bytes());
+        assert_eq!(r.finish().map(|u| u.output), Some(12));
+        // A stream without usage passes unchanged, and whole chunks without it untouched.
+        let plain = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
+        assert_eq!(filter(plain, &[5]), plain);
+        // A usage object the provider sends with its choices, or in a chunk without any, is
+        // its own: it goes on as it is.
+        let own = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"error\":0}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        assert_eq!(filter(own, &[30]), own);
+        assert_eq!(Unasked::default().push(plain.as_bytes(), false), None);
+    }
+
+    // Host only: proptest is not built for wasm32.
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
+        #[test]
+        fn any_chunk_boundaries_give_the_unasked_stream(
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+        ) {
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            proptest::prop_assert_eq!(filter(ASKED, &cuts), UNASKED);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

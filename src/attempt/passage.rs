@@ -56,6 +56,9 @@ pub struct Passage {
     /// The usage of an answer that goes to the caller, read from the provider's own bytes as
     /// they pass (docs/behaviour.md section 15).
     usage: Option<usage::Reader>,
+    /// The attempt asked the stream's usage for a caller that did not (docs/behaviour.md 15):
+    /// what the provider added for it is taken out before the caller gets it.
+    unasked: Option<usage::Unasked>,
 }
 
 /// An AWS event stream turned into SSE as it passes. While the answer is held (its first event
@@ -196,6 +199,11 @@ impl Passage {
             messages_caller,
         });
         self.hold = hold(config, a, head, end_of_stream);
+        self.unasked = (a.plan.ask_usage
+            && a.translation.is_none()
+            && head.status == 200
+            && self.event_stream)
+            .then(usage::Unasked::default);
         unframe
     }
 
@@ -243,7 +251,10 @@ impl Passage {
         settle: Settle<'_>,
     ) -> Step {
         let plain = self.hold.is_none() && self.answer.is_none() && self.gather.is_none();
-        let read_nothing = self.watch.is_none() && self.unframe.is_none() && self.usage.is_none();
+        let read_nothing = self.watch.is_none()
+            && self.unframe.is_none()
+            && self.usage.is_none()
+            && self.unasked.is_none();
         if plain && read_nothing && !self.replaced {
             // The answer as it is, its usage not read: nothing to read.
             self.held = body_size;
@@ -290,7 +301,7 @@ impl Passage {
             )
         };
         if !pause && !gathering {
-            self.read_passing(&mut buf);
+            self.read_passing(&mut buf, end);
         }
         let end_event = if pause {
             None
@@ -342,7 +353,7 @@ impl Passage {
             let decided = self.decide_held(hold, &mut buf, true, created, settle);
             if !decided.0 && !gathering {
                 // An untranslated answer held to its end goes on now, all of it.
-                self.read_passing(&mut buf);
+                self.read_passing(&mut buf, true);
             }
             decided
         } else if self.gather.is_some() {
@@ -375,7 +386,7 @@ impl Passage {
         if self.held > 0 {
             // (Nothing happens unless the answer is translated.)
             self.translate_answer(&mut buf, self.held, false, created);
-            self.read_passing(&mut buf);
+            self.read_passing(&mut buf, false);
         }
         // Resumed, Envoy sends the buffer on: nothing is kept for the end any more.
         if let Some(Answering::Stream { kept, .. }) = &mut self.answer {
@@ -397,21 +408,27 @@ impl Passage {
 
     /// What of the buffer (`held` bytes) goes on to the caller as the provider wrote it (not
     /// translated, not replaced) is read for its usage: a JSON answer's last bytes only, a
-    /// stream's all (kept in `buf` for the end watch: still one read).
-    fn read_passing(&mut self, buf: &mut Buffer<'_>) {
+    /// stream's all (kept in `buf` for the end watch: still one read). A stream whose usage
+    /// was asked for the caller then loses what was added for it (`end`: its last chunk).
+    fn read_passing(&mut self, buf: &mut Buffer<'_>, end: bool) {
         let size = self.held;
         let passes = size > 0 && self.answer.is_none() && !self.replaced;
-        let Some(u) = self.usage.as_mut().filter(|_| passes) else {
-            return;
-        };
-        let from = u.wanted(size);
-        if from > 0 {
-            u.skip();
+        if let Some(u) = self.usage.as_mut().filter(|_| passes) {
+            let from = u.wanted(size);
+            if from > 0 {
+                u.skip();
+            }
+            match &buf.bytes {
+                Some(bytes) => u.push(bytes.get(from..).unwrap_or_default()),
+                None if self.event_stream => u.push(buf.get(size)),
+                None => u.push_owned((buf.read)(from, size - from)),
+            }
         }
-        match &buf.bytes {
-            Some(bytes) => u.push(bytes.get(from..).unwrap_or_default()),
-            None if self.event_stream => u.push(buf.get(size)),
-            None => u.push_owned((buf.read)(from, size - from)),
+        if let Some(f) = self.unasked.as_mut().filter(|_| passes || end) {
+            if let Some(out) = f.push(buf.get(size), end) {
+                self.held = out.len();
+                buf.set(out);
+            }
         }
     }
 

@@ -255,6 +255,8 @@ pub type SettingsEdit = (Api, EntrySettings);
 pub fn settings_edit(a: &Attempt<'_, '_>) -> Option<SettingsEdit> {
     let settings = EntrySettings {
         stream: a.plan.gather,
+        // A translated attempt's provider reports its usage anyway (the translator asks).
+        usage: a.plan.ask_usage && a.translation.is_none(),
         ..a.entry.settings
     };
     if settings.is_empty() {

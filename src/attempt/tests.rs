@@ -24,6 +24,7 @@ fn plan(slots: &[Slot]) -> PlanText {
         stream: false,
         caller_api: None,
         gather: false,
+        ask_usage: false,
         slots,
         limit: 0,
         context_window: &[],
@@ -244,6 +245,7 @@ fn streamed_plan() -> PlanText {
         stream: true,
         caller_api: None,
         gather: false,
+        ask_usage: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -365,6 +367,7 @@ fn an_empty_or_unreadable_200_is_a_server_error() {
         stream: false,
         caller_api: None,
         gather: false,
+        ask_usage: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -432,6 +435,7 @@ fn limited_plan(slots: &[Slot], limit: u8) -> PlanText {
         stream: true,
         caller_api: None,
         gather: false,
+        ask_usage: false,
         slots,
         limit,
         context_window: &[],
@@ -594,6 +598,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
         stream: false,
         caller_api: Some(Api::OpenAiChat),
         gather: false,
+        ask_usage: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -608,6 +613,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
         effort: Some(crate::entry_settings::Effort::Low),
         max_tokens: None,
         stream: false,
+        usage: false,
     };
     // No model to rewrite: the settings alone hold the body.
     let edit = WholeEdit {

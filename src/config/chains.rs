@@ -357,6 +357,7 @@ fn settings(e: &RawChainEntry, field: &str, at: &mut At) -> EntrySettings {
         effort,
         max_tokens: e.max_tokens.filter(|&m| m > 0),
         stream: false,
+        usage: false,
     }
 }
 

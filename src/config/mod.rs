@@ -94,6 +94,7 @@ impl Config {
             hold_answers: raw.hold_answers,
             body_limit: raw.body_limit,
             log_models: raw.log_models,
+            ask_stream_usage: raw.ask_stream_usage,
             providers,
             chains,
             breaker,

@@ -279,6 +279,9 @@ pub struct Config {
     pub body_limit: Option<u64>,
     /// Write the models into filter state ([`super::RawConfig::log_models`]).
     pub log_models: bool,
+    /// Ask an OpenAI Chat stream's usage for a caller that did not
+    /// ([`super::RawConfig::ask_stream_usage`]).
+    pub ask_stream_usage: bool,
     pub providers: Vec<Provider>,
     pub chains: Vec<Chain>,
     pub breaker: BreakerPolicy,

@@ -59,6 +59,11 @@ pub struct RawConfig {
     /// (docs/observability.md); off, the request pays nothing for it.
     #[serde(default)]
     pub log_models: bool,
+    /// An OpenAI Chat stream whose caller did not ask for its usage: a same-API attempt asks
+    /// the provider for it and takes the usage chunk out of the caller's stream, so its tokens
+    /// count (docs/behaviour.md section 15); `false` sends such requests as they are.
+    #[serde(default = "RawConfig::default_ask_stream_usage")]
+    pub ask_stream_usage: bool,
     pub providers: Vec<RawProvider>,
     pub chains: Vec<RawChain>,
     #[serde(default)]
@@ -93,6 +98,10 @@ pub struct RawConfig {
 impl RawConfig {
     #[inline]
     fn default_hold_answers() -> bool {
+        true
+    }
+    #[inline]
+    fn default_ask_stream_usage() -> bool {
         true
     }
     #[inline]

@@ -306,6 +306,7 @@ impl<H: Host> Downstream<H> {
             plan: &plan,
             stream: request.stream(),
             gather,
+            ask_usage: intake::asks_usage(&config, facts.api, &request),
             start_ms: now.0,
             body_len,
             path: &self.path,

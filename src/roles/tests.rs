@@ -1798,3 +1798,59 @@ fn a_streams_usage_counts_when_its_last_chunk_passes_by_body_or_trailers() {
 
 #[cfg(not(target_arch = "wasm32"))]
 mod bedrock_cost;
+
+/// docs/behaviour.md section 15: an OpenAI Chat stream whose caller did not ask for its usage
+/// is asked for it (`stream_options` merged), counted, and the caller gets the stream it would
+/// have got without asking, byte for byte (the usage chunk and the `"usage":null` members out,
+/// whatever the chunk boundaries).
+#[test]
+fn an_unasked_streams_usage_is_asked_for_counted_and_taken_out() {
+    let asked = vec![
+        "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n",
+        "data: {\"id\":\"c\",\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\ndata: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"compl",
+        "etion_tokens\":2}}\n\ndata: [DONE]\n\n",
+    ];
+    let unasked = "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"id\":\"c\",\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let stream = || {
+        Provider::Chunks(
+            vec![("content-type", "text/event-stream")],
+            asked.clone(),
+            Ending::Body,
+        )
+    };
+    for (body, sent) in [
+        (
+            r#"{"model":"gpt-4o","stream":true,"messages":[]}"#,
+            r#"{"model":"gpt-4o","stream":true,"messages":[],"stream_options":{"include_usage":true}}"#,
+        ),
+        (
+            r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":false},"messages":[]}"#,
+            r#"{"model":"gpt-4o","stream":true,"messages":[],"stream_options":{"include_obfuscation":false,"include_usage":true}}"#,
+        ),
+    ] {
+        let gw = Gateway::new(THREE);
+        let r = gw.request(&[], body, &[stream()]);
+        assert_eq!(r.status, 200);
+        assert_eq!(String::from_utf8_lossy(&r.sent[0].body), sent);
+        assert_eq!(String::from_utf8_lossy(&r.body), unasked);
+        assert_eq!(gw.tokens("a", "other"), [7, 2, 0]);
+    }
+    // The caller asked: its request and its stream as they are.
+    let gw = Gateway::new(THREE);
+    let body =
+        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"messages":[]}"#;
+    let r = gw.request(&[], body, &[stream()]);
+    assert_eq!(String::from_utf8_lossy(&r.sent[0].body), body);
+    assert_eq!(String::from_utf8_lossy(&r.body), asked.concat());
+    assert_eq!(gw.tokens("a", "other"), [7, 2, 0]);
+    // Turned off: sent as it is (the provider then reports no usage: nothing counts).
+    let off = THREE.replace(
+        "\"status_path\"",
+        "\"ask_stream_usage\": false, \"status_path\"",
+    );
+    let gw = Gateway::new(&off);
+    let body = r#"{"model":"gpt-4o","stream":true,"messages":[]}"#;
+    let r = gw.request(&[], body, &[stream()]);
+    assert_eq!(String::from_utf8_lossy(&r.sent[0].body), body);
+    assert_eq!(String::from_utf8_lossy(&r.body), asked.concat());
+}

@@ -23,9 +23,9 @@ cache tokens included, Anthropic's in each of its three event shapes, some strea
 sent once the whole answer was sent. p3 speaks Anthropic Messages, so its answers reach the
 Chat callers translated. What counts (docs/behaviour.md section 15): an answer the caller got
 whole and successfully (a complete JSON answer, a stream to its ``[DONE]``); failed attempts,
-answers cut mid-way and a Chat stream that carries no usage (its request did not ask
-``stream_options.include_usage``) count nothing. Half the stream callers ask for usage, half
-do not. Some stream callers go away after the first content chunk of an answer that is still
+answers cut mid-way count nothing. Half the stream callers ask for usage, half do not (the
+gateway asks for them, ``ask_stream_usage``, and their streams count too: the mock's record
+says what it sent). Some stream callers go away after the first content chunk of an answer that is still
 being sent (its mock sends a chunk a second, chosen by the caller's ``x-mock-behaviour``): its
 last chunk never passes the filter, so it counts nothing.
 Prints a table; exits 1 on any violation. Run it with scripts/soak.sh.
