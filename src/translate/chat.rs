@@ -472,3 +472,8 @@ impl State {
         }
     }
 }
+
+mod caller;
+pub use caller::*;
+#[cfg(test)]
+mod messages_stream_tests;

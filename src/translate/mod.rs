@@ -25,8 +25,6 @@ pub mod model;
 pub mod responses;
 pub(crate) mod sse;
 
-use sse::Pair as _;
-
 /// An API (wire dialect) a caller calls or a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Api {
@@ -363,20 +361,19 @@ pub struct StreamContext {
 /// Whether an OpenAI Chat caller's request body asks for usage in its stream
 /// (`"stream_options": {"include_usage": true}`). For [`StreamContext::include_usage`].
 pub fn wants_stream_usage(body: &[u8]) -> bool {
-    chat_to_messages::stream::wants_usage(body)
+    chat::wants_usage(body)
 }
 
 /// A provider's event stream translated to the caller's, event by event, whatever the chunk
 /// boundaries (state carried across events and chunks).
 #[derive(Debug)]
 pub enum StreamTranslator {
-    /// An Anthropic Messages stream to an OpenAI Chat caller.
-    MessagesToChat(sse::Translator<chat_to_messages::stream::State>),
     /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
     /// the model.
     ToResponses(Box<responses::Stream>),
-    /// A Gemini or OpenAI Responses stream to an OpenAI Chat caller, through the model.
-    ToChat(Box<(responses::Decoder, chat_to_messages::stream::State)>),
+    /// An Anthropic Messages, Gemini or OpenAI Responses stream to an OpenAI Chat caller,
+    /// through the model.
+    ToChat(Box<(responses::Decoder, chat::Encoder)>),
     /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
     ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
     /// An OpenAI Chat or Gemini stream to an Anthropic Messages caller, through the model.
@@ -387,13 +384,10 @@ impl StreamTranslator {
     /// `None` when the two APIs are the same (nothing to translate).
     pub fn new(provider: Api, caller: Api, cx: StreamContext) -> Option<StreamTranslator> {
         match (provider, caller) {
-            (Api::AnthropicMessages, Api::OpenAiChat) => Some(StreamTranslator::MessagesToChat(
-                sse::Translator::of(chat_to_messages::stream::State::new(cx)),
-            )),
-            (Api::Gemini | Api::OpenAiResponses, Api::OpenAiChat) => {
+            (Api::AnthropicMessages | Api::Gemini | Api::OpenAiResponses, Api::OpenAiChat) => {
                 Some(StreamTranslator::ToChat(Box::new((
                     responses::Decoder::new(provider),
-                    chat_to_messages::stream::State::new(cx),
+                    chat::Encoder::new(cx),
                 ))))
             }
             (Api::AnthropicMessages | Api::OpenAiChat | Api::OpenAiResponses, Api::Gemini) => {
@@ -426,10 +420,6 @@ impl StreamTranslator {
     /// are kept where the end can still be added to them.
     pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
         let (ended, owed, messages_caller) = match self {
-            StreamTranslator::MessagesToChat(t) => {
-                t.push(chunk, end, out);
-                (t.ended(), t.owes_end(), false)
-            }
             StreamTranslator::ToChat(pair) => {
                 let (decoder, t) = &mut **pair;
                 decoder.push(chunk, end, &mut |e| t.on(e, out));
@@ -478,7 +468,6 @@ impl StreamTranslator {
     /// own error event already ended it.
     pub fn finished(&self) -> bool {
         match self {
-            StreamTranslator::MessagesToChat(t) => t.finished(),
             StreamTranslator::ToChat(pair) => pair.1.finished(),
             StreamTranslator::ToGemini(pair) => pair.1.finished,
             StreamTranslator::ToMessages(pair) => pair.1.finished,

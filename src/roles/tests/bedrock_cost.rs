@@ -115,3 +115,75 @@ fn translated_messages_on_chat_cost() {
         }
     }
 }
+
+const MESSAGES_PROVIDER: &str = r#"{
+    "providers": [{"name": "claude", "cluster": "ca", "api": "anthropic"}],
+    "chains": [{"name": "gpt", "models": ["gpt-*"],
+        "providers": [{"provider": "claude", "model": "claude-x"}]}]
+}"#;
+
+/// Not a test: what an OpenAI Chat caller served by an Anthropic Messages provider costs
+/// through both roles (ignored; run by hand, as [`translated_bedrock_cost`]): its request
+/// (about 1 KB) translated to Messages, the answer back to Chat, as JSON and as a stream of 13
+/// events (`LLM_FAILOVER_BENCH_KIND=json` or `stream`: only that one).
+///   cargo test --release -p llm-failover --lib translated_chat_on_messages_cost -- --ignored
+#[test]
+#[ignore]
+fn translated_chat_on_messages_cost() {
+    let n: usize = std::env::var("LLM_FAILOVER_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let gw = Gateway::new(MESSAGES_PROVIDER);
+    let text = "word ".repeat(180);
+    let messages = format!(
+        r#""messages":[{{"role":"system","content":"be brief"}},{{"role":"user","content":"{text}"}}]"#
+    );
+    let json_body = format!(r#"{{"model":"gpt-4o","max_tokens":64,{messages}}}"#);
+    let stream_body = format!(
+        r#"{{"model":"gpt-4o","stream":true,"stream_options":{{"include_usage":true}},"max_tokens":64,{messages}}}"#
+    );
+    let ev = |name: &str, data: &str| format!("event: {name}\ndata: {data}\n\n");
+    let mut stream = ev(
+        "message_start",
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+    );
+    stream += &ev(
+        "content_block_start",
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+    );
+    for _ in 0..8 {
+        stream += &ev(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello there, "}}"#,
+        );
+    }
+    stream += &ev(
+        "content_block_stop",
+        r#"{"type":"content_block_stop","index":0}"#,
+    );
+    stream += &ev(
+        "message_delta",
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":9}}"#,
+    );
+    stream += &ev("message_stop", r#"{"type":"message_stop"}"#);
+    let stream: &'static str = Box::leak(stream.into_boxed_str());
+    let json = || Provider::Answer(200, vec![("content-type", "application/json")], ANSWER);
+    let sse = || Provider::Answer(200, vec![("content-type", "text/event-stream")], stream);
+    let kind = std::env::var("LLM_FAILOVER_BENCH_KIND").unwrap_or_default();
+    for _ in 0..n {
+        if kind != "stream" {
+            let r = gw.request(&[], &json_body, &[json()]);
+            assert_eq!(r.status, 200);
+            assert!(std::str::from_utf8(&r.body)
+                .unwrap()
+                .contains("chat.completion"));
+        }
+        if kind != "json" {
+            let r = gw.request(&[], &stream_body, &[sse()]);
+            assert!(std::str::from_utf8(&r.body)
+                .unwrap()
+                .ends_with("data: [DONE]\n\n"));
+        }
+    }
+}

@@ -13,8 +13,6 @@ use super::messages::{self, image, tool_input, valid_id};
 use super::model::{Choice, Part as Block, Request, Role, Tool};
 use super::{RequestContext, Untranslatable};
 
-pub mod stream;
-
 #[cfg(test)]
 mod tests;
 

@@ -1,9 +1,14 @@
-//! Anthropic streams translated for an OpenAI caller: the edges (usage asked or not, events cut
-//! across chunks, errors, streams cut short). The reference streams are fixtures
-//! (src/translate/fixtures/chat-to-messages/*-stream/, run by translate/fixtures.rs, which
-//! also feeds them in every chunking).
+//! Anthropic streams translated for an OpenAI caller (the Messages decoder, Chat's encoder):
+//! the edges (usage asked or not, events cut across chunks, errors, streams cut short). The
+//! reference streams are fixtures (src/translate/fixtures/chat-to-messages/*-stream/, run by
+//! translate/fixtures.rs, which also feeds them in every chunking).
 
 use super::*;
+use crate::translate::{Api, StreamContext, StreamTranslator};
+
+fn translator(cx: StreamContext) -> StreamTranslator {
+    StreamTranslator::new(Api::AnthropicMessages, Api::OpenAiChat, cx).unwrap()
+}
 
 const CX: StreamContext = StreamContext {
     created: 1_700_000_000,
@@ -11,7 +16,7 @@ const CX: StreamContext = StreamContext {
 };
 
 /// The reference's basic text stream (with its `ping`).
-const TEXT: &str = include_str!("../../fixtures/chat-to-messages/text-stream/stream.sse");
+const TEXT: &str = include_str!("../fixtures/chat-to-messages/text-stream/stream.sse");
 
 const HEAD: &str = r#"data: {"id":"msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY","object":"chat.completion.chunk","created":1700000000,"model":"claude-sonnet-4-5","#;
 
@@ -41,7 +46,7 @@ fn usage_written(head: &str, prompt: u64, completion: u64, cached: u64, written:
 const DONE: &str = "data: [DONE]\n\n";
 
 fn translate(cx: StreamContext, chunks: &[&[u8]]) -> (String, bool) {
-    let mut t = Translator::new(cx);
+    let mut t = translator(cx);
     let mut out = Vec::new();
     for (i, chunk) in chunks.iter().enumerate() {
         t.push(chunk, i + 1 == chunks.len(), &mut out);
@@ -86,8 +91,7 @@ fn no_usage_chunk_unless_the_caller_asked() {
 
 /// Prompt caching: input and cache tokens in `message_start`, updated with the output in
 /// `message_delta` (as Anthropic does when a server tool ran).
-const CACHED: &str =
-    include_str!("../../fixtures/chat-to-messages/cached-tokens-stream/stream.sse");
+const CACHED: &str = include_str!("../fixtures/chat-to-messages/cached-tokens-stream/stream.sse");
 
 /// envoyproxy/ai-gateway#2290 and #2352: input and cache tokens dropped from a translated
 /// stream. Here `prompt_tokens` counts every input token (30 + 188,086 read from the cache),
@@ -173,21 +177,14 @@ fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_e
     assert!(out.contains(&finish(HEAD, "stop")), "{out}");
     assert!(out.ends_with(DONE), "{out}");
     // Chunk by chunk the end is owed from the stop reason on, written at the end.
-    let mut t = Translator::new(CX);
+    let mut t = translator(CX);
     let mut out = Vec::new();
-    t.push(no_stop.as_bytes(), false, &mut out);
-    assert!(t.owes_end() && !t.finished());
-    t.push(b"", true, &mut out);
-    assert!(t.finished() && !t.owes_end());
+    assert!(t.push(no_stop.as_bytes(), false, &mut out) && !t.finished());
+    assert!(!t.push(b"", true, &mut out) && t.finished());
     assert!(out.ends_with(DONE.as_bytes()));
     // Cut before it: not finished, and the caller's client must raise on an error frame.
     let cut = &TEXT[..TEXT.find("event: message_delta").unwrap()];
-    let mut t = crate::translate::StreamTranslator::new(
-        crate::translate::Api::AnthropicMessages,
-        crate::translate::Api::OpenAiChat,
-        CX,
-    )
-    .unwrap();
+    let mut t = translator(CX);
     let mut out = Vec::new();
     assert!(
         !t.push(cut.as_bytes(), false, &mut out),
