@@ -3,11 +3,10 @@
 //! is streamed from the provider, and the caller gets one JSON answer in its API). The stream's
 //! events, as each dialect's decoder reads them ([`super::chat::Decoder`],
 //! [`super::messages::Decoder`]), are collected into an owned [`Collected`]; [`whole`] writes it
-//! as the caller's API's JSON answer: Chat's own writer ([`chat_answer`]), Messages through the
-//! Chat-to-Messages answer translation, Responses through `responses::answer`.
+//! as the caller's API's JSON answer by that dialect's writer (`chat::write_answer`,
+//! `messages::write_answer`, `responses::answer`, `gemini::write_answer`).
 
 use super::common::Usage;
-use super::json::Out;
 use super::model::{Answer, Block, Event, Output, Stop};
 use super::Api;
 use std::borrow::Cow;
@@ -41,7 +40,7 @@ pub struct Collected {
 }
 
 /// The contents of a JSON string written `"..."` (escapes kept, so pieces concatenate).
-fn inner(json_string: &[u8]) -> &str {
+pub(crate) fn inner(json_string: &[u8]) -> &str {
     let contents = json_string
         .strip_prefix(b"\"")
         .and_then(|s| s.strip_suffix(b"\""))
@@ -149,76 +148,6 @@ impl Collected {
     }
 }
 
-/// A Chat completion (`object: chat.completion`) of `answer`: its texts joined as the
-/// message's content, its calls as `tool_calls`, usage with cached tokens.
-pub fn chat_answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
-    let mut out = Out::with_capacity(256);
-    out.open();
-    out.key("id")
-        .raw(answer.id.unwrap_or("\"chatcmpl-gateway\""));
-    out.key("object").raw("\"chat.completion\"");
-    out.key("created").num(created);
-    out.key("model").raw(answer.model.unwrap_or("\"\""));
-    out.key("choices").open_arr().open();
-    out.key("index").num(0);
-    out.key("message").open();
-    out.key("role").raw("\"assistant\"");
-    let texts: Vec<&str> = (answer.output.iter())
-        .filter_map(|o| match o {
-            Output::Text(t) => Some(*t),
-            Output::ToolCall { .. } => None,
-        })
-        .collect();
-    if texts.is_empty() {
-        out.key("content").null();
-    } else {
-        let mut joined = String::from("\"");
-        for t in &texts {
-            joined.push_str(inner(t.as_bytes()));
-        }
-        joined.push('"');
-        out.key("content").raw(&joined);
-    }
-    let calls: Vec<&Output<'_>> = (answer.output.iter())
-        .filter(|o| matches!(o, Output::ToolCall { .. }))
-        .collect();
-    if !calls.is_empty() {
-        out.key("tool_calls").open_arr();
-        for call in calls {
-            if let Output::ToolCall {
-                id,
-                name,
-                arguments,
-            } = call
-            {
-                out.open();
-                out.key("id").raw(id);
-                out.key("type").raw("\"function\"");
-                out.key("function").open();
-                out.key("name").raw(name);
-                out.key("arguments").raw(arguments);
-                out.close().close();
-            }
-        }
-        out.close_arr();
-    }
-    out.close();
-    out.key("finish_reason").str(answer.stop.finish_reason());
-    out.close().close_arr();
-    let u = answer.usage;
-    out.key("usage").open();
-    out.key("prompt_tokens").num(u.prompt_tokens());
-    out.key("completion_tokens").num(u.output);
-    out.key("total_tokens")
-        .num(u.prompt_tokens().saturating_add(u.output));
-    out.key("prompt_tokens_details").open();
-    out.key("cached_tokens").num(u.cache_read);
-    out.close();
-    out.close();
-    out.close();
-    out.0
-}
-
 /// A caller's whole answer in `caller`'s API from a stream gathered into `c` (`created`: Unix
 /// seconds, for OpenAI's answers). `None` when the stream did not end with its answer's end
 /// (cut short, or an error event): the attempt failed.
@@ -232,11 +161,8 @@ pub fn whole(caller: Api, c: &mut Collected, created: u64) -> Option<Vec<u8>> {
 /// An answer read into the model, written as `caller`'s JSON answer.
 pub fn write(caller: Api, answer: &Answer<'_>, created: u64) -> Vec<u8> {
     match caller {
-        Api::OpenAiChat => chat_answer(answer, created),
-        Api::AnthropicMessages => {
-            let chat = chat_answer(answer, created);
-            super::messages_to_chat::response(200, &chat).unwrap_or(chat)
-        }
+        Api::OpenAiChat => super::chat::write_answer(answer, created, false),
+        Api::AnthropicMessages => super::messages::write_answer(answer),
         Api::OpenAiResponses => super::responses::answer(answer, created),
         Api::Gemini => super::gemini::write_answer(answer),
     }

@@ -308,7 +308,9 @@ fn usage_of(usage: &Obj<'_>) -> Usage {
     )
 }
 
-/// A Chat answer read into the model (`None`: not a Chat answer).
+/// A Chat answer read into the model (`None`: not a Chat answer): its content (a string, or
+/// the texts of content parts, as some OpenAI-compatible servers send), then its refusal (the
+/// answer's stop then a refusal), then its tool calls.
 pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
     let answer = Obj::parse_bytes(body)?;
     let choices = answer.arr("choices")?;
@@ -318,12 +320,18 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
         .unwrap_or_default();
     let message = choice.obj("message").unwrap_or_default();
     let mut output = Vec::new();
-    let content = message.raw_str("content").filter(|t| *t != json::EMPTY);
-    output.extend(
-        content
-            .or_else(|| message.raw_str("refusal"))
-            .map(Output::Text),
-    );
+    let content = message.get("content").unwrap_or_default();
+    match json::raw_str(content) {
+        Some(text) if text != json::EMPTY => output.push(Output::Text(text)),
+        Some(_) => {}
+        None => {
+            let parts = json::arr(content).unwrap_or_default().into_iter();
+            let texts = parts.filter_map(|p| json::obj(p)?.raw_str("text"));
+            output.extend(texts.map(Output::Text));
+        }
+    }
+    let refusal = message.raw_str("refusal").filter(|r| *r != json::EMPTY);
+    output.extend(refusal.map(Output::Text));
     for call in message.arr("tool_calls").unwrap_or_default() {
         let call = json::obj(call).unwrap_or_default();
         let f = call.obj("function").unwrap_or_default();
@@ -338,7 +346,10 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
         id: answer.raw_str("id"),
         model: answer.raw_str("model"),
         output,
-        stop: stop(reason.as_bytes()),
+        stop: match refusal {
+            Some(_) => Stop::Refusal,
+            None => stop(reason.as_bytes()),
+        },
         usage: usage_of(&answer.obj("usage").unwrap_or_default()),
     })
 }
@@ -477,3 +488,5 @@ mod caller;
 pub use caller::*;
 #[cfg(test)]
 mod messages_stream_tests;
+#[cfg(test)]
+mod messages_tests;

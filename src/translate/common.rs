@@ -1,33 +1,9 @@
-//! What both translation directions (and both stream translators) share: the stop-reason
-//! tables, usage with cached tokens, tool ids valid on both sides, error types by status,
-//! error bodies in each API's shape, and data URIs.
+//! What the dialects share: usage with cached tokens, tool ids valid on both sides, error types
+//! by status, error bodies in each API's shape, and data URIs.
 
 use std::borrow::Cow;
 
 use super::json::{Obj, Out};
-
-/// OpenAI's `finish_reason` for an Anthropic `stop_reason`. `refusal` (Anthropic's classifiers
-/// stopped the answer) is OpenAI's `content_filter`; `pause_turn` (a server tool paused a long
-/// turn) has no OpenAI meaning and ends the turn like `end_turn`.
-pub fn finish_reason(stop_reason: &str) -> &'static str {
-    match stop_reason {
-        "max_tokens" | "model_context_window_exceeded" => "length",
-        "tool_use" => "tool_calls",
-        "refusal" => "content_filter",
-        _ => "stop",
-    }
-}
-
-/// Anthropic's `stop_reason` for an OpenAI `finish_reason`. OpenAI does not say whether a stop
-/// sequence matched (`stop` covers both), so `stop_sequence` is never reported.
-pub fn stop_reason(finish_reason: &str) -> &'static str {
-    match finish_reason {
-        "length" => "max_tokens",
-        "tool_calls" | "function_call" => "tool_use",
-        "content_filter" => "refusal",
-        _ => "end_turn",
-    }
-}
 
 /// Token usage, counted the Anthropic way: `input` excludes the cached tokens, which are
 /// counted apart (read from the cache, written to it). OpenAI's `prompt_tokens` includes
@@ -212,24 +188,6 @@ pub fn data_uri(media_type: &str, data: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stop_reasons_map_both_ways() {
-        for (anthropic, openai) in [
-            ("end_turn", "stop"),
-            ("max_tokens", "length"),
-            ("tool_use", "tool_calls"),
-            ("refusal", "content_filter"),
-        ] {
-            assert_eq!(finish_reason(anthropic), openai);
-            assert_eq!(stop_reason(openai), anthropic);
-        }
-        assert_eq!(finish_reason("stop_sequence"), "stop");
-        assert_eq!(finish_reason("pause_turn"), "stop");
-        assert_eq!(finish_reason("model_context_window_exceeded"), "length");
-        assert_eq!(stop_reason("function_call"), "tool_use");
-        assert_eq!(stop_reason("something_new"), "end_turn");
-    }
 
     #[test]
     fn openai_prompt_tokens_include_the_cached_ones() {

@@ -430,3 +430,5 @@ mod caller;
 pub use caller::*;
 #[cfg(test)]
 mod chat_stream_tests;
+#[cfg(test)]
+mod chat_tests;

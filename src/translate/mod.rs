@@ -1,26 +1,24 @@
 //! Translation between the APIs callers and providers speak (docs/behaviour.md section 13): OpenAI Chat
-//! Completions and Anthropic Messages, both directions, as pure functions over bytes. The
-//! upstream role applies what they return; nothing here knows of proxy-wasm.
+//! Completions, Anthropic Messages, OpenAI Responses and Gemini's native API, any to any, as
+//! pure functions over bytes. The upstream role applies what they return; nothing here knows of
+//! proxy-wasm.
 //!
-//! One module per direction, named caller API `_to_` provider API:
-//! * [`chat_to_messages`]: an OpenAI Chat Completions caller served by an Anthropic Messages
-//!   provider (its request translated to Messages, the answer, errors and stream back to Chat);
-//! * [`messages_to_chat`]: an Anthropic Messages caller served by an OpenAI Chat provider (its
-//!   whole answers: its request and stream go through the model, [`messages::to_chat`],
-//!   [`messages::Encoder`]).
+//! One module per dialect, reading and writing against one internal model ([`model`]): each
+//! reads its caller's request into it and writes the model's answers, stream events and errors
+//! in its shape ([`chat`], [`messages`], [`responses`], [`gemini`], their `caller` parts), and
+//! writes a provider's request from it and reads that provider's answers and streams into it.
+//! No pair of dialects has code of its own.
 //!
 //! Same-API attempts never reach this module (behaviour.md 13: they pay nothing for it).
 
 pub mod assemble;
 pub mod chat;
-pub mod chat_to_messages;
 pub mod common;
 #[cfg(test)]
 mod fixtures;
 pub mod gemini;
 pub(crate) mod json;
 pub mod messages;
-pub mod messages_to_chat;
 pub mod model;
 pub mod responses;
 pub(crate) mod sse;
@@ -161,16 +159,16 @@ pub fn request(
     cx: &RequestContext<'_>,
 ) -> Result<Vec<u8>, Untranslatable> {
     match (from, to) {
-        (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::request(body, cx),
+        (Api::OpenAiChat, Api::AnthropicMessages) => chat::to_messages(body, cx),
         (Api::AnthropicMessages, Api::OpenAiChat) => messages::to_chat(body, cx),
         (Api::OpenAiResponses, Api::AnthropicMessages) => responses::to_messages(body, cx),
         (Api::OpenAiResponses, Api::OpenAiChat) => responses::to_chat(body, cx),
-        (Api::OpenAiChat, Api::Gemini) => chat_to_messages::to_gemini(body),
+        (Api::OpenAiChat, Api::Gemini) => chat::to_gemini(body),
         (Api::OpenAiResponses, Api::Gemini) => responses::to_gemini(body),
         (Api::Gemini, Api::OpenAiChat) => gemini::to_chat(body, cx),
         (Api::Gemini, Api::AnthropicMessages) => gemini::to_messages(body, cx),
         (Api::AnthropicMessages, Api::Gemini) => messages::to_gemini(body),
-        (Api::OpenAiChat, Api::OpenAiResponses) => chat_to_messages::to_responses(body, cx),
+        (Api::OpenAiChat, Api::OpenAiResponses) => chat::to_responses(body, cx),
         (Api::Gemini, Api::OpenAiResponses) => gemini::to_responses(body, cx),
         (Api::AnthropicMessages, Api::OpenAiResponses) => messages::to_responses(body, cx),
         _ => Ok(body.to_vec()),
@@ -181,11 +179,10 @@ pub fn request(
 /// [`request`], without building the body): checked when planning, for cross-API entries only.
 pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
     match (from, to) {
-        (Api::OpenAiChat, Api::AnthropicMessages) => chat_to_messages::check(body),
+        (Api::OpenAiChat, Api::AnthropicMessages | Api::Gemini) => chat::check(body),
         (Api::OpenAiResponses, Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini) => {
             responses::check(body)
         }
-        (Api::OpenAiChat, Api::Gemini) => chat_to_messages::check(body),
         (Api::Gemini, Api::OpenAiChat | Api::AnthropicMessages) => gemini::check(body),
         (Api::AnthropicMessages, to @ (Api::OpenAiChat | Api::Gemini)) => messages::check(body, to),
         // The writer refuses what Responses cannot carry (stop sequences): the request is
@@ -218,10 +215,9 @@ pub struct Translated {
 /// the time an OpenAI answer reports (Anthropic's answers carry none).
 pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u64) -> Translated {
     let translated = match (provider, caller) {
-        (Api::AnthropicMessages, Api::OpenAiChat) => {
-            chat_to_messages::response(status, body, created)
+        (Api::AnthropicMessages, Api::OpenAiChat) | (Api::OpenAiChat, Api::AnthropicMessages) => {
+            from_chat_or_messages(provider, caller, status, body, created)
         }
-        (Api::OpenAiChat, Api::AnthropicMessages) => messages_to_chat::response(status, body),
         (Api::Gemini, caller) => from_gemini(caller, status, body, created),
         (provider, Api::Gemini) => gemini::from(provider, status, body),
         (Api::OpenAiResponses, caller) => from_responses(caller, status, body, created),
@@ -240,15 +236,42 @@ pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u
     }
 }
 
+/// A Messages answer for a Chat caller, or a Chat answer for a Messages caller, through the
+/// model: read by the provider's dialect, written by the caller's (a Chat completion with
+/// `"logprobs": null`, as the Chat caller's answers from Messages always had it).
+#[inline(never)]
+fn from_chat_or_messages(
+    provider: Api,
+    caller: Api,
+    status: u16,
+    body: &[u8],
+    created: u64,
+) -> Result<Vec<u8>, Vec<u8>> {
+    if !(200..300).contains(&status) {
+        return Ok(caller_error(caller, status, body));
+    }
+    match responses::read(provider, body) {
+        Some(answer) if caller == Api::OpenAiChat => Ok(chat::write_answer(&answer, created, true)),
+        Some(answer) => Ok(messages::write_answer(&answer)),
+        None => Err(unreadable(provider, caller)),
+    }
+}
+
+/// A provider's error answer in a Chat or Messages caller's shape, its message (and for OpenAI's
+/// shape its type) kept.
+fn caller_error(caller: Api, status: u16, body: &[u8]) -> Vec<u8> {
+    match caller {
+        Api::AnthropicMessages => messages::error(status, body),
+        _ => chat::error(status, body),
+    }
+}
+
 /// A Gemini answer (or Google's error) for a caller of another API, through the model: read
 /// into its events, gathered, and written as the caller's answer.
 #[inline(never)]
 fn from_gemini(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
     if !(200..300).contains(&status) {
-        return match caller {
-            Api::AnthropicMessages => messages_to_chat::response(status, body),
-            _ => Ok(chat_to_messages::error(status, body)),
-        };
+        return Ok(caller_error(caller, status, body));
     }
     let mut c = assemble::Collected::default();
     let read = gemini::answer(body, &mut |e| c.on(e));
@@ -264,13 +287,10 @@ fn from_gemini(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Ve
 #[inline(never)]
 fn from_responses(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
     if !(200..300).contains(&status) {
-        if caller == Api::AnthropicMessages {
-            return messages_to_chat::response(status, body);
-        }
-        if json::pick(body, [b"error"])[0].starts_with(b"{") {
+        if caller != Api::AnthropicMessages && json::pick(body, [b"error"])[0].starts_with(b"{") {
             return Ok(body.to_vec());
         }
-        return Ok(chat_to_messages::error(status, body));
+        return Ok(caller_error(caller, status, body));
     }
     match responses::provider::answer(body) {
         Some(answer) => Ok(assemble::write(caller, &answer, created)),
@@ -283,21 +303,27 @@ fn from_responses(caller: Api, status: u16, body: &[u8], created: u64) -> Result
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
     match (provider, caller) {
         (_, Api::Gemini) => gemini::unreadable(),
-        (Api::Gemini, Api::AnthropicMessages) => {
-            messages_to_chat::anthropic_error(502, GEMINI_UNREADABLE)
-        }
+        (Api::Gemini, Api::AnthropicMessages) => messages::anthropic_error(502, GEMINI_UNREADABLE),
         (Api::Gemini, _) => common::openai_error_body("api_error", None, GEMINI_UNREADABLE),
         (Api::OpenAiResponses, Api::AnthropicMessages) => {
-            messages_to_chat::anthropic_error(502, RESPONSES_UNREADABLE)
+            messages::anthropic_error(502, RESPONSES_UNREADABLE)
         }
         (Api::OpenAiResponses, _) => {
             common::openai_error_body("api_error", None, RESPONSES_UNREADABLE)
         }
         (provider, Api::OpenAiResponses) => responses::unreadable(provider),
-        (Api::AnthropicMessages, _) => chat_to_messages::unreadable(),
-        (Api::OpenAiChat, _) => messages_to_chat::unreadable(),
+        (Api::AnthropicMessages, _) => {
+            common::openai_error_body("api_error", None, MESSAGES_UNREADABLE)
+        }
+        (Api::OpenAiChat, _) => common::anthropic_error_body("api_error", CHAT_UNREADABLE),
     }
 }
+
+pub(crate) const MESSAGES_UNREADABLE: &str =
+    "The provider's answer is not an Anthropic Messages answer and could not be translated.";
+
+pub(crate) const CHAT_UNREADABLE: &str =
+    "The provider's answer is not an OpenAI Chat Completions answer and could not be translated.";
 
 const RESPONSES_UNREADABLE: &str =
     "The provider's answer is not an OpenAI Responses answer and could not be translated.";
@@ -338,10 +364,10 @@ pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
 pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) -> Vec<u8> {
     match api {
         Api::OpenAiChat | Api::OpenAiResponses => {
-            chat_to_messages::openai_error(kind, code, message)
+            common::openai_error_body(kind, Some(code), message)
         }
         Api::Gemini => gemini::error_body(status, message, Some(code)),
-        Api::AnthropicMessages => messages_to_chat::anthropic_error(status, message),
+        Api::AnthropicMessages => messages::anthropic_error(status, message),
     }
 }
 

@@ -109,7 +109,7 @@ fn head<'a>(req: &Obj<'a>) -> Checked<Request<'a>> {
 /// `tool_choice` (a named function: `{type: function, name}`) and `parallel_tool_calls: false`
 /// in the model's terms.
 fn tool_choice<'a>(req: &Obj<'a>) -> Checked<Option<Choice<'a>>> {
-    super::chat_to_messages::tool_choice_named(req, |c| c.raw_str("name"))
+    super::chat::tool_choice_named(req, |c| c.raw_str("name"))
 }
 
 /// Passes each part of the conversation to `push`, with its role: `instructions` first, then
@@ -402,7 +402,7 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
 /// error body, the provider's message and type kept.
 pub fn from(provider: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
     if !(200..300).contains(&status) {
-        return Ok(super::chat_to_messages::error(status, body));
+        return Ok(super::chat::error(status, body));
     }
     match read(provider, body) {
         Some(a) => Ok(answer(&a, created)),
@@ -423,12 +423,10 @@ pub fn read(provider: Api, body: &[u8]) -> Option<Answer<'_>> {
 /// The error a Responses caller gets for a `2xx` answer that is none of its provider's API.
 pub fn unreadable(provider: Api) -> Vec<u8> {
     match provider {
-        Api::OpenAiChat => super::common::openai_error_body(
-            "api_error",
-            None,
-            "The provider's answer is not an OpenAI Chat Completions answer and could not be translated.",
-        ),
-        _ => super::chat_to_messages::unreadable(),
+        Api::OpenAiChat => {
+            super::common::openai_error_body("api_error", None, super::CHAT_UNREADABLE)
+        }
+        _ => super::common::openai_error_body("api_error", None, super::MESSAGES_UNREADABLE),
     }
 }
 

@@ -248,6 +248,60 @@ fn tool_result<'a>(block: &Obj<'a>) -> Checked<Part<'a>> {
     })
 }
 
+/// The model's answer as a Messages answer: its texts joined in one text block (none when they
+/// are empty), each tool call a `tool_use` block (its id made valid, arguments that are no
+/// object, cut short by the output limit, an empty input), usage with cache reads and writes.
+pub fn write_answer(answer: &Answer<'_>) -> Vec<u8> {
+    let mut out = Out::with_capacity(512);
+    out.raw(r#"{"id":"#).raw(answer.id.unwrap_or(EMPTY));
+    out.raw(r#""type":"message","role":"assistant","model":"#);
+    out.raw(answer.model.unwrap_or(EMPTY)).raw(r#""content":["#);
+    let (texts, _) = chat::joined(answer);
+    if texts.len() > 2 {
+        out.raw(r#"{"type":"text","text":"#).raw(&texts).close();
+    }
+    for output in &answer.output {
+        if let Output::ToolCall {
+            id,
+            name,
+            arguments,
+        } = output
+        {
+            let id = json::unescape(id).unwrap_or_default();
+            let arguments = json::unescape(arguments).unwrap_or_default();
+            let input = tool_input(arguments).unwrap_or(Cow::Borrowed("{}"));
+            out.raw(r#"{"type":"tool_use","id":"#)
+                .str(&common::tool_id(&id));
+            out.key("name").raw(name).key("input").raw(input.trim());
+            out.close();
+        }
+    }
+    out.close_arr().key("stop_reason").raw("\"");
+    out.0.extend_from_slice(stop_reason(answer.stop));
+    out.0.push(b'"');
+    let u = &answer.usage;
+    out.raw(r#""stop_sequence":null,"usage":{"input_tokens":"#)
+        .num(u.input);
+    out.key("cache_creation_input_tokens").num(u.cache_creation);
+    out.key("cache_read_input_tokens").num(u.cache_read);
+    out.key("output_tokens").num(u.output).close();
+    out.close();
+    out.0
+}
+
+/// A provider's error answer in Anthropic's shape: its message, its `error.type` following the
+/// status.
+pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
+    let error = common::provider_error(body);
+    let message = common::error_message(status, error.as_ref(), body);
+    anthropic_error(status, &message)
+}
+
+/// Anthropic's error shape; its `error.type` follows the status.
+pub fn anthropic_error(status: u16, message: &str) -> Vec<u8> {
+    common::anthropic_error_body(common::error_type(status), message)
+}
+
 /// Anthropic's `stop_reason` for the model's stop.
 fn stop_reason(stop: Stop) -> &'static [u8] {
     match stop {

@@ -1,5 +1,6 @@
-//! The edges of the Messages -> Chat translation: each tool choice, what Chat cannot carry,
-//! stop reasons and refusals, errors of other shapes. The reference payloads are fixtures
+//! The edges of a Messages caller on a Chat provider (the Messages reader, Chat's writer; Chat's
+//! answer reader, the Messages answer writer): each tool choice, what Chat cannot carry, stop
+//! reasons and refusals, errors of other shapes. The reference payloads are fixtures
 //! (src/translate/fixtures/messages-to-chat/, run by translate/fixtures.rs).
 
 use serde_json::{json, Value};
@@ -15,9 +16,19 @@ fn check(body: &[u8]) -> Result<(), Untranslatable> {
     messages::check(body, Api::OpenAiChat)
 }
 
-/// The body the caller gets, an answer or not (whether it is one: [`super::response`]).
+/// What the caller gets for the provider's answer: `Err` when a 2xx body is no answer.
+fn translated(status: u16, body: &[u8]) -> Result<Vec<u8>, Vec<u8>> {
+    let out = crate::translate::response(Api::OpenAiChat, Api::AnthropicMessages, status, body, 0);
+    if out.unreadable {
+        Err(out.body)
+    } else {
+        Ok(out.body)
+    }
+}
+
+/// The body the caller gets, an answer or not (whether it is one: [`translated`]).
 fn response(status: u16, body: &[u8]) -> Vec<u8> {
-    super::response(status, body).unwrap_or_else(|error| error)
+    translated(status, body).unwrap_or_else(|error| error)
 }
 
 const CX: RequestContext<'static> = RequestContext {
@@ -283,11 +294,11 @@ fn errors_not_in_openais_shape_and_2xx_bodies_that_are_no_answer() {
     );
     // A 2xx body that is no Chat completion: unreadable, the error to give instead.
     for not_an_answer in [&b"[]"[..], br#"{"hello": "world"}"#, b"", b"<html></html>"] {
-        let error = super::response(200, not_an_answer).expect_err("not an answer");
+        let error = translated(200, not_an_answer).expect_err("not an answer");
         let out: Value = serde_json::from_slice(&error).unwrap();
         assert_eq!(out["error"]["type"], "api_error");
     }
-    assert!(super::response(502, b"upstream connect error").is_ok());
+    assert!(translated(502, b"upstream connect error").is_ok());
 }
 
 #[test]

@@ -1,14 +1,40 @@
-//! The edges of the Chat -> Messages translation: each tool choice, what Messages cannot carry,
+//! The edges of a Chat caller on a Messages provider (Chat's reader, the Messages writer; the
+//! Messages answer reader, Chat's answer writer): each tool choice, what Messages cannot carry,
 //! stop reasons, errors of other shapes, a round trip. The reference payloads are fixtures
 //! (src/translate/fixtures/chat-to-messages/, run by translate/fixtures.rs).
 
 use serde_json::{json, Value};
 
 use super::*;
+use crate::translate::{Api, RequestContext, Untranslatable};
 
-/// The body the caller gets, an answer or not (whether it is one: [`super::response`]).
+fn request(body: &[u8], cx: &RequestContext<'_>) -> core::result::Result<Vec<u8>, Untranslatable> {
+    to_messages(body, cx)
+}
+
+/// What the caller gets for the provider's answer: `Err` when a 2xx body is no answer.
+fn translated(status: u16, body: &[u8], created: u64) -> core::result::Result<Vec<u8>, Vec<u8>> {
+    let out = crate::translate::response(
+        Api::AnthropicMessages,
+        Api::OpenAiChat,
+        status,
+        body,
+        created,
+    );
+    if out.unreadable {
+        Err(out.body)
+    } else {
+        Ok(out.body)
+    }
+}
+
+/// The body the caller gets, an answer or not (whether it is one: [`translated`]).
 fn response(status: u16, body: &[u8], created: u64) -> Vec<u8> {
-    super::response(status, body, created).unwrap_or_else(|error| error)
+    translated(status, body, created).unwrap_or_else(|error| error)
+}
+
+fn openai_error(kind: &str, code: &str, message: &str) -> Vec<u8> {
+    crate::translate::error_body(Api::OpenAiChat, 503, kind, code, message)
 }
 
 const CX: RequestContext<'static> = RequestContext {
@@ -300,12 +326,12 @@ fn errors_not_in_anthropics_shape_and_2xx_bodies_that_are_no_answer() {
         b"[1]",
         b"<html></html>",
     ] {
-        let error = super::response(200, not_an_answer, 0).expect_err("not an answer");
+        let error = translated(200, not_an_answer, 0).expect_err("not an answer");
         let out: Value = serde_json::from_slice(&error).unwrap();
         assert_eq!(out["error"]["type"], "api_error");
     }
     // Errors are translated, never unreadable.
-    assert!(super::response(503, b"<html></html>", 0).is_ok());
+    assert!(translated(503, b"<html></html>", 0).is_ok());
 }
 
 #[test]
@@ -462,8 +488,7 @@ mod round_trip {
 
 #[test]
 fn an_empty_or_escaped_answer() {
-    let out: Value =
-        serde_json::from_slice(&super::response(200, b"", 7).expect_err("empty")).unwrap();
+    let out: Value = serde_json::from_slice(&translated(200, b"", 7).expect_err("empty")).unwrap();
     assert_eq!(out["error"]["type"], "api_error");
     // Escapes are kept as written where a string is copied, and joined texts escaped anew.
     let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"a \"q\"\n"},{"type":"text","text":"\u00e9\/"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2,"cache_read_input_tokens":null}}"#;
