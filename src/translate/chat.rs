@@ -2,8 +2,9 @@
 //! request written from the model ([`Conversation`], [`request`]), a whole answer read into it
 //! ([`answer`]) and a stream of chunks read into its events ([`Decoder`]).
 //!
-//! The Responses caller (`responses`) writes its requests for Chat-only providers through
-//! here (Gemini's OpenAI endpoint, Azure OpenAI's deployments API).
+//! Every other caller dialect writes its requests for Chat providers through here (Gemini's
+//! OpenAI endpoint, Azure OpenAI's deployments API, vLLM...). Chat as a caller dialect is
+//! `caller.rs`.
 
 use std::borrow::Cow;
 

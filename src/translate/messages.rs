@@ -2,8 +2,9 @@
 //! written from the model ([`Conversation`], [`request`]), a whole answer read into it
 //! ([`answer`]) and a stream read into its events ([`Decoder`]).
 //!
-//! The Chat Completions caller (`chat_to_messages`) and the Responses caller (`responses`)
-//! both write their requests through here.
+//! The Chat Completions, Responses and Gemini callers write their requests through here (also
+//! for Claude on Bedrock and Vertex AI, whose envelopes wrap these bytes). Messages as a caller
+//! dialect is `caller.rs`.
 
 use std::borrow::Cow;
 
