@@ -64,8 +64,12 @@ cd "$(dirname "$0")/.."
 # Issue 30's stream usage asked for a caller that did not (ask_stream_usage: the ask in the one
 # body edit, usage::Unasked taking the usage chunk and the "usage":null members out of the
 # caller's stream): 554,151 -> 559,020 (+4,869) on main at 3a7f2fb; for the lead to decide.
+# The last pair modules gone (chat_to_messages, messages_to_chat: a Chat caller's Messages
+# streams, requests and answers and a Messages caller's Chat answers through the model, the
+# sse::Pair translator with them): 552,626 -> 543,183 on 179c9bf's source (-9,443), 544,698 on
+# main at 3a7f2fb, 549,566 on main at d480e61 (ask_stream_usage), and CEILING just above it.
 TARGET=418489
-CEILING=559100
+CEILING=549600
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"
