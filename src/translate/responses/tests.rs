@@ -281,6 +281,45 @@ fn a_chat_answer_with_a_tool_call_is_a_response_with_a_function_call_item() {
         .contains("Chat Completions answer"));
 }
 
+/// Chat's answer reader: content parts (some OpenAI-compatible servers send them) and a refusal
+/// beside the content are text (they were dropped before Chat's reader served every caller).
+#[test]
+fn a_chat_answers_content_parts_and_refusal_are_its_text() {
+    let texts = |body: &str| {
+        let out = translate::response(
+            Api::OpenAiChat,
+            Api::OpenAiResponses,
+            200,
+            body.as_bytes(),
+            1,
+        );
+        assert!(!out.unreadable);
+        let v: serde_json::Value = serde_json::from_slice(&out.body).expect("valid JSON");
+        let items = v["output"].as_array().unwrap().clone();
+        let texts: Vec<String> = items
+            .iter()
+            .map(|i| i["content"][0]["text"].as_str().unwrap().to_owned())
+            .collect();
+        (texts, v["incomplete_details"]["reason"].clone())
+    };
+    let parts = r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":[{"type":"text","text":"a\n"},{"type":"text","text":"b"}]},"finish_reason":"stop"}]}"#;
+    assert_eq!(
+        texts(parts),
+        (
+            vec!["a\n".to_owned(), "b".to_owned()],
+            serde_json::Value::Null
+        )
+    );
+    let refusal = r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Well.","refusal":"I can't."},"finish_reason":"stop"}]}"#;
+    assert_eq!(
+        texts(refusal),
+        (
+            vec!["Well.".to_owned(), "I can't.".to_owned()],
+            serde_json::json!("content_filter")
+        )
+    );
+}
+
 #[test]
 fn a_chat_stream_with_a_tool_call_is_responses_typed_events() {
     let out = translate_chat_stream(&[
