@@ -161,8 +161,17 @@ impl<'a> Iterator for Elements<'a> {
 
 /// The values of the members `names` of the object `json`, as written, in one pass (empty
 /// where absent; a repeated member counts by its last occurrence; names compared as written).
+/// (A shell over [`pick_into`], so one walk serves every `N`.)
+#[inline]
 pub fn pick<'a, const N: usize>(json: &'a [u8], names: [&[u8]; N]) -> [&'a [u8]; N] {
     let mut found = [&b""[..]; N];
+    pick_into(json, &names, &mut found);
+    found
+}
+
+/// [`pick`]'s walk: `found[i]` is the value of the member `names[i]`.
+#[inline(never)]
+fn pick_into<'a>(json: &'a [u8], names: &[&[u8]], found: &mut [&'a [u8]]) {
     for (name, value) in members(json) {
         if let Some(slot) = names
             .iter()
@@ -172,7 +181,6 @@ pub fn pick<'a, const N: usize>(json: &'a [u8], names: [&[u8]; N]) -> [&'a [u8];
             *slot = value;
         }
     }
-    found
 }
 
 /// The members of a JSON object, their values unread: each name as written between its
