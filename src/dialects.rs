@@ -567,7 +567,8 @@ pub const STREAM_TAIL: usize = 1024;
 /// Whether a stream's last bytes (`tail`, at most [`STREAM_TAIL`]) hold its final event:
 /// `[DONE]`, Anthropic's `message_stop` (or a `stop_reason`), the Responses API's
 /// `response.completed` / `.incomplete` / `.failed`, an error event, or a chunk with a
-/// `finish_reason`. A stream that ended without one was cut short (behaviour.md 5).
+/// `finish_reason` (Gemini's `finishReason`: its stream has no end marker). A stream that ended
+/// without one was cut short (behaviour.md 5).
 pub fn stream_complete(tail: &[u8]) -> bool {
     [
         &b"[DONE]"[..],
@@ -582,6 +583,7 @@ pub fn stream_complete(tail: &[u8]) -> bool {
     .any(|marker| find(tail, marker).is_some())
         || has_text(tail, b"\"finish_reason\"")
         || has_text(tail, b"\"stop_reason\"")
+        || has_text(tail, b"\"finishReason\"")
 }
 
 /// What ends a stream honestly at its end (behaviour.md 5), the one place this is decided for

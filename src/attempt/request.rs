@@ -241,8 +241,13 @@ pub fn provider_path<'a>(
         (None, Some(endpoint), _) => {
             Some(Cow::Owned(format!("{}{endpoint}", prefix.unwrap_or(""))))
         }
-        (None, None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{caller_path}"))),
-        (None, None, None) => None,
+        // The caller's API as it is: a Gemini caller's model is in its path, so the entry's is
+        // written there (as `model` is in the others' bodies).
+        (None, None, _) => match (translate::gemini::with_model(caller_path, model), prefix) {
+            (Some(path), _) => Some(Cow::Owned(format!("{}{path}", prefix.unwrap_or("")))),
+            (None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{caller_path}"))),
+            (None, None) => None,
+        },
     }
 }
 

@@ -691,6 +691,40 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
 }
 
 #[test]
+fn a_gemini_callers_path_names_the_entrys_model_on_a_provider_without_api() {
+    let c = load(
+        r#"{"providers":[{"name":"g"},{"name":"p","path_prefix":"/gw"}],
+        "chains":[{"name":"c","providers":["g","p"]}]}"#,
+    )
+    .unwrap();
+    let path = |i: usize, p, model| {
+        crate::attempt::provider_path(&c.providers[i], None, p, model, false)
+            .map(std::borrow::Cow::into_owned)
+    };
+    let stream = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse";
+    assert_eq!(
+        path(0, stream, "gemini-2.5-pro").as_deref(),
+        Some("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse")
+    );
+    assert_eq!(
+        path(
+            1,
+            "/v1/models/gemini-2.5-flash:generateContent",
+            "models/gemini-3-pro"
+        )
+        .as_deref(),
+        Some("/gw/v1/models/gemini-3-pro:generateContent")
+    );
+    // The path's own model, another API's path: as they are (with the prefix).
+    assert_eq!(path(0, stream, "gemini-2.5-flash"), None);
+    assert_eq!(path(0, "/v1/chat/completions", "gemini-2.5-pro"), None);
+    assert_eq!(
+        path(1, "/v1/chat/completions", "x").as_deref(),
+        Some("/gw/v1/chat/completions")
+    );
+}
+
+#[test]
 fn api_openai_responses_is_a_provider_that_speaks_only_responses() {
     use crate::translate::Api;
     let c = load(

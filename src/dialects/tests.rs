@@ -430,6 +430,14 @@ fn a_streams_end_is_complete_with_its_final_event_only() {
         b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"x\"}}\n\n"
     ));
     assert!(stream_complete(b"event: response.completed\ndata: {}\n\n"));
+    // Gemini's stream ends after the chunk with its finishReason (no end marker).
+    let gemini =
+        r#"data: {"candidates":[{"content":{"parts":[{"text":"x"}],"role":"model"},"index":0}]}"#;
+    assert!(!stream_complete(format!("{gemini}\r\n\r\n").as_bytes()));
+    let last = gemini.replace(r#""index":0"#, r#""index":0,"finishReason": "STOP""#);
+    assert!(stream_complete(
+        format!("{gemini}\r\n\r\n{last}\r\n\r\n").as_bytes()
+    ));
     // The error events this filter writes end a stream in each caller's dialect.
     for messages in [true, false] {
         let event = cut_stream_event(messages);

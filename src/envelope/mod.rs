@@ -235,7 +235,7 @@ impl Envelope {
 /// percent-encoded (`:` in Bedrock's model ids becomes `%3A`, as AWS's SDKs send it), `@`
 /// kept where asked (Vertex's `model@version`); a segment of dots is encoded whole, so a
 /// model name can never climb out of its place in the path.
-fn push_segment(path: &mut String, text: &str, keep_at: bool) {
+pub fn push_segment(path: &mut String, text: &str, keep_at: bool) {
     let dots = !text.is_empty() && text.bytes().all(|b| b == b'.');
     for b in text.bytes() {
         let plain = b.is_ascii_alphanumeric()

@@ -30,6 +30,8 @@ providers:
      credential: {header: x-goog-api-key, value: gm-key}}
   - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
      credential: {header: x-api-key, value: sk-ant}}
+  - {name: any-api, endpoint: "127.0.0.1:${GEMINI_PORT}",     # no api: the caller's API
+     credential: {header: x-goog-api-key, value: gm-key}}
 chains:
   - name: gpt
     models: ["gpt-*"]
@@ -55,6 +57,9 @@ chains:
     models: ["gemini-first"]
     providers: [{provider: gemini, model: gemini-2.5-flash},
                 {provider: anthropic, model: claude-sonnet-4-5}]
+  - name: alias                   # a google-genai app's alias on a provider without api
+    models: ["gemini-alias"]
+    providers: [{provider: any-api, model: gemini-2.5-pro}]
   - name: claude                  # an Anthropic app: Anthropic, then Gemini
     models: ["claude-*"]
     providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
@@ -437,3 +442,23 @@ def test_a_stream_opening_with_googles_error_falls_over_and_keeps_its_type(g):
     assert e.value.body["message"] == "Resource has been exhausted."
     assert [r["path"] for r in g.gemini_requests()] == [
         "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"] * (1 + held)
+
+
+def test_a_google_genai_app_on_a_provider_without_api_gets_the_entrys_model_in_its_path(g):
+    """A provider that declares no `api` takes the caller's API as it is: for a google-genai
+    app the chain entry's model is written into the path (the model of Gemini's API), JSON and
+    streamed, the caller's method and query kept."""
+    client = g.genai()
+    r = client.models.generate_content(model="gemini-alias", contents="hi")
+    assert r.text == "Hello from gemini (model gemini-2.5-pro)"
+    assert r.sdk_http_response.headers["x-llm-provider"] == "any-api"
+    # Streamed, here and on an `api: gemini_native` provider: a whole stream ends as Gemini
+    # ended it (its last chunk has the finishReason, no end marker follows).
+    for model in ("gemini-alias", "gemini-2.5-flash"):
+        chunks = list(client.models.generate_content_stream(model=model, contents="hi"))
+        assert "".join(c.text or "" for c in chunks) == "gemini:0 gemini:1 gemini:2 "
+        assert chunks[-1].candidates[0].finish_reason == "STOP"
+    assert [x["path"] for x in g.gemini_requests()] == [
+        "/v1beta/models/gemini-2.5-pro:generateContent",
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"]

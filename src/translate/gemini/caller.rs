@@ -20,6 +20,23 @@ pub fn path_model(path: &str) -> Option<(&str, bool)> {
     (!model.is_empty() && !model.contains('/')).then_some((model, stream))
 }
 
+/// A Gemini caller's `path` naming `model` instead of its own (the rest kept: version,
+/// method, query); `None` when it names that model already or is not Gemini's endpoint.
+pub fn with_model(path: &str, model: &str) -> Option<String> {
+    let (now, _) = path_model(path)?;
+    let model = model.strip_prefix("models/").unwrap_or(model);
+    if now == model {
+        return None;
+    }
+    let end = path.split_once('?').map_or(path, |(p, _)| p).rfind(':')?;
+    let (head, tail) = (path.get(..end - now.len())?, path.get(end..)?);
+    let mut out = String::with_capacity(path.len() + model.len());
+    out.push_str(head);
+    crate::envelope::push_segment(&mut out, model, true);
+    out.push_str(tail);
+    Some(out)
+}
+
 /// Whether the request can be served by a provider of another dialect.
 pub fn check(body: &[u8]) -> Checked<()> {
     let req = parse(body)?;
