@@ -100,14 +100,13 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
     if settings.stream && dialect != Api::Gemini {
         replaced.push("stream");
         added.push(("stream", b"true".to_vec()));
-        if dialect == Api::OpenAiChat {
-            replaced.push("stream_options");
-            added.push(("stream_options", b"{\"include_usage\":true}".to_vec()));
-        }
-    } else if settings.usage && dialect == Api::OpenAiChat {
-        let [options] = json::pick(body, [b"stream_options"]);
+    }
+    if (settings.stream || settings.usage) && dialect == Api::OpenAiChat {
+        // The caller's other stream_options stay.
+        let mut options = open_without(member(body, "stream_options"), &["include_usage"]);
+        json::put(&mut options, &[b"\"include_usage\":true"]);
         replaced.push("stream_options");
-        added.push(("stream_options", with_usage(options)));
+        added.push(("stream_options", close(options)));
     }
     if added.is_empty() {
         return None;
@@ -141,24 +140,6 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
     }
     out.push(b'}');
     Some(out)
-}
-
-/// The caller's `stream_options` (its value; empty when absent) asking for the usage too.
-fn with_usage(options: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(options.len() + 24);
-    out.push(b'{');
-    for (name, value) in json::members(options) {
-        if name != b"include_usage" {
-            separate(&mut out);
-            out.push(b'"');
-            out.extend_from_slice(name);
-            out.extend_from_slice(b"\":");
-            out.extend_from_slice(value);
-        }
-    }
-    separate(&mut out);
-    out.extend_from_slice(b"\"include_usage\":true}");
-    out
 }
 
 fn separate(out: &mut Vec<u8>) {

@@ -758,29 +758,32 @@ impl Unasked {
         if self.carry.is_empty() && !self.dropped && whole && find_key(KEY, chunk, 0).is_none() {
             return None;
         }
-        let mut out = Vec::with_capacity(chunk.len() + self.carry.len());
-        let mut rest = chunk;
-        while let Some(at) = find_byte(b'\n', rest) {
-            let (line, after) = rest.split_at(at + 1);
-            if self.carry.is_empty() {
-                self.line(line, &mut out);
-            } else {
-                let mut joined = std::mem::take(&mut self.carry);
-                joined.extend_from_slice(line);
-                self.line(&joined, &mut out);
-            }
-            rest = after;
-        }
-        if end {
-            let mut last = std::mem::take(&mut self.carry);
-            last.extend_from_slice(rest);
-            self.line(&last, &mut out);
-        } else if self.carry.len() + rest.len() > MAX_LINE {
-            // Too long to be a usage chunk: it goes on as it is.
-            out.append(&mut self.carry);
-            out.extend_from_slice(rest);
+        let joined;
+        let bytes = if self.carry.is_empty() {
+            chunk
         } else {
-            self.carry.extend_from_slice(rest);
+            self.carry.extend_from_slice(chunk);
+            joined = std::mem::take(&mut self.carry);
+            &joined[..]
+        };
+        // The line the chunk's end cuts waits for its end (one too long to be a usage chunk
+        // goes on as it is).
+        let mut lines = bytes;
+        if !end {
+            let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1);
+            if let Some((head, tail)) = bytes.split_at_checked(cut) {
+                if tail.len() <= MAX_LINE {
+                    self.carry = tail.to_vec();
+                    lines = head;
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(lines.len());
+        while !lines.is_empty() {
+            let n = find_byte(b'\n', lines).map_or(lines.len(), |n| n + 1);
+            let (line, rest) = lines.split_at(n);
+            self.line(line, &mut out);
+            lines = rest;
         }
         Some(out)
     }
