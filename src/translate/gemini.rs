@@ -17,6 +17,10 @@ use super::{chat, field, messages, parse, Api, RequestContext, Untranslatable};
 #[cfg(test)]
 mod tests;
 
+/// What separates a tool call's id from the `thoughtSignature` it carries (the convention
+/// LiteLLM uses too): `call_1__thought__Ci4B...`.
+pub const SIGNATURE: &str = "__thought__";
+
 /// The conversation as Gemini writes it: `systemInstruction`'s parts, and `contents` (one
 /// turn per run of parts of one role, `user` or `model`).
 pub struct Conversation<'a> {
@@ -80,6 +84,10 @@ impl<'a> Conversation<'a> {
             Part::ToolCall { id, name, input } => {
                 out.raw(r#"{"functionCall":{"name":"#).raw(name);
                 out.key("args").raw(input.trim()).close();
+                // The signature Gemini gave the call, in the id it gave the caller.
+                if let Some((_, signature)) = id.split_once(SIGNATURE) {
+                    out.key("thoughtSignature").str(signature);
+                }
                 self.calls.push((id.clone(), name));
             }
             Part::ToolResult {
@@ -335,7 +343,10 @@ impl State {
         if let Some(candidate) = elements(candidates).next() {
             let [content, finish] = pick(candidate, [b"content", b"finishReason"]);
             for part in elements(pick(content, [b"parts"])[0]) {
-                let [text, call, thought] = pick(part, [b"text", b"functionCall", b"thought"]);
+                let [text, call, thought, signature] = pick(
+                    part,
+                    [b"text", b"functionCall", b"thought", b"thoughtSignature"],
+                );
                 if thought == b"true" {
                     continue;
                 }
@@ -350,7 +361,7 @@ impl State {
                         text: text.0,
                     });
                 } else if call.starts_with(b"{") {
-                    self.call(call, id, on);
+                    self.call(call, signature, id, on);
                 }
             }
             reason = RawStr::of(finish).map(|r| r.inner());
@@ -371,18 +382,44 @@ impl State {
     }
 
     /// A function call (whole in one part): a block of its own. Gemini's calls have no id
-    /// unless it gives one: one is made of the answer's id and the call's number.
+    /// unless it gives one: one is made of the answer's id and the call's number. The part's
+    /// `thoughtSignature` (Gemini 3 wants it back with the call) travels in the id the caller
+    /// gets, after [`SIGNATURE`], in base64url (valid in every dialect's ids; Google's JSON
+    /// parser takes base64url for bytes).
     #[inline(never)]
-    fn call(&mut self, call: &[u8], response_id: &[u8], on: &mut dyn FnMut(Event<'_>)) {
+    fn call(
+        &mut self,
+        call: &[u8],
+        signature: &[u8],
+        response_id: &[u8],
+        on: &mut dyn FnMut(Event<'_>),
+    ) {
         let [name, args, id] = pick(call, [b"name", b"args", b"id"]);
+        let signature = RawStr::of(signature).map_or(&b""[..], RawStr::inner);
         let mut made = Vec::new();
         let id = match RawStr::of(id) {
-            Some(id) => id.0,
-            None => {
-                let answer = std::str::from_utf8(RawStr(response_id).inner()).unwrap_or_default();
-                let (answer, k) = (common::tool_id(answer), Digits::of(self.calls));
-                let parts = [&b"\"call_"[..], answer.as_bytes(), b"_", k.get(), b"\""];
-                put(&mut made, &parts);
+            Some(id) if signature.is_empty() => id.0,
+            given => {
+                made.push(b'"');
+                match given {
+                    Some(id) => made.extend_from_slice(id.inner()),
+                    None => {
+                        let answer = RawStr(response_id).inner();
+                        let answer =
+                            common::tool_id(std::str::from_utf8(answer).unwrap_or_default());
+                        let k = Digits::of(self.calls);
+                        put(&mut made, &[b"call_", answer.as_bytes(), b"_", k.get()]);
+                    }
+                }
+                if !signature.is_empty() {
+                    made.extend_from_slice(SIGNATURE.as_bytes());
+                    made.extend(signature.iter().filter(|&&b| b != b'=').map(|&b| match b {
+                        b'+' => b'-',
+                        b'/' => b'_',
+                        b => b,
+                    }));
+                }
+                made.push(b'"');
                 &made
             }
         };

@@ -14,6 +14,8 @@
   ``functionCall``, ``functionResponse`` (and ``thought`` / ``thoughtSignature``), a
   ``functionResponse`` turn must come right after the ``functionCall`` turn it answers, with the
   same names, and a declaration takes ``parameters`` or ``parametersJsonSchema``, not both.
+* As Gemini 3: a call answered with a ``thoughtSignature`` (a ``tool_calls`` entry's
+  ``signature``) that comes back in a model turn without that signature is refused.
 
 Errors are Google's ``{"error": {"code", "message", "status"}}``. The answer's ``modelVersion``
 is the model in the path.
@@ -99,6 +101,14 @@ def problem(body: bytes) -> str | None:
                 return bad
             if "functionResponse" in p:
                 answered.append(p["functionResponse"]["name"])
+            call = p.get("functionCall")
+            signed = call and SIGNED.get((call["name"], json.dumps(call.get("args", {}),
+                                                                     sort_keys=True)))
+            if signed and _signature(p.get("thoughtSignature", "")) != _signature(signed):
+                return ("Function call is missing a thought_signature in functionCall parts. "
+                        "This is required for tools to work correctly, and missing "
+                        "thought_signature may lead to degraded model performance. "
+                        f"Additional data, function call `{call['name']}` , position {i}.")
         if answered and (c["role"] != "user" or sorted(answered) != sorted(calls or [])):
             return ("Please ensure that function response turn comes immediately after a "
                     "function call turn. And the number of function response parts should be "
@@ -179,10 +189,24 @@ def check(cloud: dict, path: str, headers: list, body: bytes):
     return cloud_mock.Accepted("gemini", urllib.parse.unquote(m.group(1)), stream)
 
 
+# The thoughtSignature each signed call was answered with ({(name, args JSON): signature}):
+# Gemini 3 refuses a conversation that sends such a call back without it.
+SIGNED: dict = {}
+
+
+def _signature(s: str) -> str:
+    """A signature's bytes as one spelling (Google's parser takes base64 and base64url)."""
+    return s.replace("-", "+").replace("_", "/").rstrip("=")
+
+
 def _call_part(call: dict) -> dict:
     args = call.get("arguments", {})
-    return {"functionCall": {"name": call["name"],
-                             "args": json.loads(args) if isinstance(args, str) else args}}
+    args = json.loads(args) if isinstance(args, str) else args
+    part = {"functionCall": {"name": call["name"], "args": args}}
+    if call.get("signature"):
+        part["thoughtSignature"] = call["signature"]
+        SIGNED[(call["name"], json.dumps(args, sort_keys=True))] = call["signature"]
+    return part
 
 
 def usage(b: dict) -> dict:

@@ -105,7 +105,7 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
                             ``messages``), an unknown item or part type, a
                             ``function_call_output`` answering no call, a tool
                             not written flat. The record's ``rejected`` says why
-``tool_calls``              ``[{"id"?, "name", "arguments"?}]``: the answer calls
+``tool_calls``              ``[{"id"?, "name", "arguments"?, "signature"?}]``: the answer calls
                             these tools in the path's API (JSON: OpenAI
                             ``tool_calls`` / Anthropic ``tool_use`` blocks; SSE:
                             each call's arguments cut in three deltas); no text
@@ -297,8 +297,9 @@ def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
     if calls is not None:
         if not isinstance(calls, list) or not all(
                 isinstance(c, dict) and isinstance(c.get("name"), str)
-                and set(c) <= {"id", "name", "arguments"} for c in calls):
-            raise BehaviourError("tool_calls must be a list of {id?, name, arguments?}")
+                and set(c) <= {"id", "name", "arguments", "signature"} for c in calls):
+            raise BehaviourError(
+                "tool_calls must be a list of {id?, name, arguments?, signature? (Gemini)}")
     if "usage" in b and not isinstance(b["usage"], dict):
         raise BehaviourError("usage must be an object")
     if b.get("usage_events", "start") not in USAGE_EVENTS:

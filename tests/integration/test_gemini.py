@@ -462,3 +462,24 @@ def test_a_google_genai_app_on_a_provider_without_api_gets_the_entrys_model_in_i
         "/v1beta/models/gemini-2.5-pro:generateContent",
         "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
         "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"]
+
+
+def test_a_chat_tool_round_trip_through_gemini_keeps_its_thought_signature(g):
+    """Gemini 3 signs a function call (`thoughtSignature`) and refuses the next turn when that
+    call comes back without it (the mock does too): the signature travels in the tool call id
+    the chat app gets (`<id>__thought__<signature>`, base64url) and goes back on the call."""
+    client = g.oai()
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Lima"},
+                                           "signature": "Ci4B/0e+Kb6="}])
+    messages = [{"role": "user", "content": "Weather in Lima?"}]
+    first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]
+    assert call.id.endswith("__thought__Ci4B_0e-Kb6"), call.id
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "21 C"}]
+    second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "Hello from gemini (model gemini-2.5-flash)"
+    turns = json.loads(g.gemini_requests()[1]["body"])["contents"]
+    assert turns[1]["parts"] == [{"functionCall": {"name": "get_weather", "args": {"city": "Lima"}},
+                                  "thoughtSignature": "Ci4B_0e-Kb6"}]
+    assert turns[2]["parts"][0]["functionResponse"]["name"] == "get_weather"

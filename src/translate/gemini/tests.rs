@@ -315,3 +315,41 @@ fn a_google_genai_callers_snake_case_media_members_are_read() {
     );
     assert!(out.contains(r#""url":"https://x/y.png""#), "{out}");
 }
+
+#[test]
+fn a_calls_thought_signature_travels_in_its_id_and_goes_back_on_it() {
+    // Gemini 3 signs its calls and wants the signature back on them: the caller's id carries it
+    // (base64url, unpadded), and the call sent back to Gemini has it as its thoughtSignature.
+    let answer = br#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"f","args":{}},"thoughtSignature":"Ci4B/0e+Kb6="}]},"finishReason":"STOP"}],"responseId":"r1"}"#;
+    let out = translate::response(Api::Gemini, Api::OpenAiChat, 200, answer, 1).body;
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let id = v["choices"][0]["message"]["tool_calls"][0]["id"]
+        .as_str()
+        .unwrap();
+    assert_eq!(id, "call_r1_0__thought__Ci4B_0e-Kb6");
+    let chat = serde_json::json!({"model": "m", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": id, "content": "ok"}]});
+    let cx = translate::RequestContext {
+        model: "gemini-3-pro",
+        default_max_tokens: 4096,
+        stream: false,
+    };
+    let body = translate::request(
+        Api::OpenAiChat,
+        Api::Gemini,
+        chat.to_string().as_bytes(),
+        &cx,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    assert_eq!(
+        v["contents"][1]["parts"][0]["thoughtSignature"],
+        "Ci4B_0e-Kb6"
+    );
+    assert_eq!(
+        v["contents"][2]["parts"][0]["functionResponse"]["name"],
+        "f"
+    );
+}
