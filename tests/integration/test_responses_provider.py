@@ -47,6 +47,9 @@ chains:
   - name: azure
     models: ["azure-*"]
     providers: [openai, {provider: azure, model: gpt-5-pro}]
+  - name: effort                 # a per-entry effort, written as Responses' reasoning.effort
+    models: ["think-*"]
+    providers: [openai, {provider: responses, model: gpt-5-pro, effort: high}]
   - name: pro-first              # the Responses-only model first, OpenAI Chat after it
     models: ["o-*"]
     providers: [{provider: responses, model: gpt-5-pro}, {provider: openai, model: gpt-4o}]
@@ -257,3 +260,18 @@ def test_a_responses_app_reaches_it_as_it_is_and_azure_on_its_v1_path(r):
     assert chat.choices[0].message.content == "Hello from responses (model gpt-5-pro)"
     sent = r.sent(key="az-key", header="api-key")
     assert [s["path"] for s in sent] == ["/openai/v1/responses"]
+
+
+def test_an_entrys_effort_reaches_a_responses_provider_as_reasoning_effort(r):
+    """A chain entry's `effort: high` on an `api: openai_responses` provider: a translated chat
+    request and a Responses app's own request (same API) both arrive with
+    `reasoning.effort: high`."""
+    client = r.oai()
+    c = client.chat.completions.create(model="think-1", messages=[{"role": "user", "content": "Hi"}])
+    assert c.choices[0].message.content == "Hello from responses (model gpt-5-pro)"
+    got = client.responses.create(model="think-2", input="Hi", store=False,
+                                  reasoning={"effort": "low", "summary": "auto"})
+    assert got.output_text == "Hello from responses (model gpt-5-pro)"
+    sent = [json.loads(x["body"]) for x in r.sent()]
+    assert sent[0]["reasoning"] == {"effort": "high"}, sent[0]
+    assert sent[1]["reasoning"] == {"effort": "high", "summary": "auto"}, sent[1]
