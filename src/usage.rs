@@ -410,8 +410,10 @@ impl Reader {
 fn json_usage(dialect: Dialect, tail: &[u8]) -> Option<Fields> {
     let name = dialect.key();
     let mut end = tail.len();
-    while let Some(at) = tail.get(..end)?.iter().rposition(|&b| b == b'"') {
-        end = at;
+    // From the end, each place the key's rare fifth byte (`g`) is, then the key around it.
+    while let Some(g) = tail.get(..end)?.iter().rposition(|&b| b == b'g') {
+        end = g;
+        let at = g.checked_sub(KEY_G)?; // no key starts before the first byte
         if tail.get(at..at + name.len()) != Some(name) || at > 0 && tail.get(at - 1) == Some(&b'\\')
         {
             continue;
@@ -582,12 +584,10 @@ fn closes_the_document(s: &mut Scanner<'_>) -> bool {
 #[inline(never)]
 fn stream_line(dialect: Dialect, line: &[u8]) -> Option<Fields> {
     let data = line.strip_prefix(b"data:")?;
-    // OpenAI's and Gemini's usage member is the event's own: read in place when the event
-    // only closes after it (how they write it), without reading the rest of the event.
+    // OpenAI's and Gemini's usage member is the event's own, written last: read in place, as
+    // a JSON answer's is, without reading the rest of the event.
     if matches!(dialect, Dialect::OpenAiChat | Dialect::Gemini) {
-        if let Some(fields) =
-            usage_member(dialect.key(), data).and_then(|at| member_at(dialect, data, at))
-        {
+        if let Some(fields) = json_usage(dialect, data) {
             return Some(fields);
         }
     }
@@ -604,9 +604,7 @@ fn stream_line(dialect: Dialect, line: &[u8]) -> Option<Fields> {
 fn usage_member(key: &[u8], hay: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(at) = find_key(key, hay, from) {
-        let mut after = hay.get(at + key.len()..).unwrap_or_default().iter();
-        let mut next = || after.find(|b| !b.is_ascii_whitespace()).copied();
-        if next() == Some(b':') && next() == Some(b'{') {
+        if holds_object(hay.get(at + key.len()..).unwrap_or_default()) {
             return Some(at);
         }
         from = at + 1;
@@ -614,14 +612,23 @@ fn usage_member(key: &[u8], hay: &[u8]) -> Option<usize> {
     None
 }
 
+/// Whether what follows a member's name (`after`) makes it hold an object: `:` and `{`.
+fn holds_object(after: &[u8]) -> bool {
+    let mut after = after.iter();
+    let mut next = || after.find(|b| !b.is_ascii_whitespace()).copied();
+    next() == Some(b':') && next() == Some(b'{')
+}
+
+/// Where a usage key's (`"usage"`, `"usageMetadata"`) `g` is in it.
+const KEY_G: usize = 4;
+
 /// Where `key` (a usage key: `"usage"`, `"usageMetadata"`) next is in `hay`, from `from`: its
 /// rare fifth byte (`g`) is looked for eight bytes at a time ([`find_byte`]), then the key
 /// around it.
 fn find_key(key: &[u8], hay: &[u8], from: usize) -> Option<usize> {
-    const G: usize = 4; // `"usage`: the `g`
-    let mut i = from + G;
+    let mut i = from + KEY_G;
     while let Some(n) = find_byte(b'g', hay.get(i..)?) {
-        let at = i + n - G;
+        let at = i + n - KEY_G;
         if hay.get(at..at + key.len()) == Some(key) {
             return Some(at);
         }
@@ -685,30 +692,44 @@ impl Lines {
             self.skipping = false;
             rest = tail;
         }
-        let mut from = 0;
+        // `from`: where the search goes on; `done`: the end of the last line handed on.
+        let (mut from, mut done) = (0, 0);
         while let Some(at) = find_key(key, rest, from) {
-            let start = rest
-                .get(..at)
-                .and_then(|before| before.iter().rposition(|&b| b == b'\n'))
-                .map_or(0, |n| n + 1);
+            from = at + key.len();
+            if !holds_object(rest.get(from..).unwrap_or_default()) {
+                // `"usage":null`, in every chunk of an OpenAI stream that asked for usage (or
+                // a name the chunk's end cuts from its value: its line is carried whole, below).
+                continue;
+            }
+            // Its line starts after the last newline before it (searched forward from the
+            // last line handed on, eight bytes at a time).
+            let mut start = done;
+            while let Some(n) = rest
+                .get(start..at)
+                .and_then(|before| find_byte(b'\n', before))
+            {
+                start += n + 1;
+            }
             let Some(n) = rest.get(at..).and_then(|after| find_byte(b'\n', after)) else {
                 // Its line is cut by the chunk's end: it waits for the rest.
                 self.keep(rest.get(start..).unwrap_or_default());
                 return;
             };
-            Self::one(rest.get(start..=at + n).unwrap_or_default(), key, &mut line);
-            from = at + n + 1;
+            let l = rest.get(start..=at + n).unwrap_or_default();
+            if l.starts_with(b"data:") {
+                line(trim_line_end(l));
+            }
+            (from, done) = (at + n + 1, at + n + 1);
         }
         // The last line, when the chunk's end cuts it, waits for its end.
-        let rest = rest.get(from..).unwrap_or_default();
+        let rest = rest.get(done..).unwrap_or_default();
         let cut = rest.iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1);
         self.keep(rest.get(cut..).unwrap_or_default());
     }
 
     /// Hands on one whole line (its line end included) when it is worth reading.
     fn one(l: &[u8], key: &[u8], line: &mut impl FnMut(&[u8])) {
-        let l = l.strip_suffix(b"\n").unwrap_or(l);
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let l = trim_line_end(l);
         if l.starts_with(b"data:") && usage_member(key, l).is_some() {
             line(l);
         }
@@ -732,6 +753,12 @@ impl Lines {
         (!self.skipping && rest.starts_with(b"data:") && usage_member(key, rest).is_some())
             .then_some(rest)
     }
+}
+
+/// A line without its line end (`\n`, `\r\n`).
+fn trim_line_end(l: &[u8]) -> &[u8] {
+    let l = l.strip_suffix(b"\n").unwrap_or(l);
+    l.strip_suffix(b"\r").unwrap_or(l)
 }
 
 /// An OpenAI Chat stream the filter asked usage of (`stream_options.include_usage`) for a
@@ -791,8 +818,7 @@ impl Unasked {
     /// One line, its line end included.
     fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
         const KEY: &[u8] = b"\"usage\"";
-        let text = line.strip_suffix(b"\n").unwrap_or(line);
-        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        let text = trim_line_end(line);
         if std::mem::take(&mut self.dropped) && text.is_empty() {
             return; // the left-out chunk's blank line
         }

@@ -250,26 +250,20 @@ impl Passage {
         read: Read<'_>,
         settle: Settle<'_>,
     ) -> Step {
-        let plain = self.hold.is_none() && self.answer.is_none() && self.gather.is_none();
-        let read_nothing = self.watch.is_none()
-            && self.unframe.is_none()
-            && self.usage.is_none()
-            && self.unasked.is_none();
-        if plain && read_nothing && !self.replaced {
-            // The answer as it is, its usage not read: nothing to read.
-            self.held = body_size;
-            return Step {
-                pause: false,
-                head: None,
-                write: Write::Keep,
-            };
-        }
         let mut buf = Buffer {
             size: body_size,
             bytes: None,
             changed: false,
             read,
         };
+        let plain = self.hold.is_none() && self.answer.is_none() && self.gather.is_none();
+        if plain && self.watch.is_none() && self.unframe.is_none() && !self.replaced {
+            // The answer as it is: nothing to do but read its usage (when it is read, and
+            // take out what was asked for it).
+            self.held = body_size;
+            self.read_passing(&mut buf, end);
+            return buf.step(false, None);
+        }
         if self.replaced {
             buf.set(Vec::new());
             return buf.step(false, None);

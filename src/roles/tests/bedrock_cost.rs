@@ -187,3 +187,63 @@ fn translated_chat_on_messages_cost() {
         }
     }
 }
+
+/// The bench's answer (bench/module_bench.mjs): a Chat completion with its usage.
+const BENCH_ANSWER: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}"#;
+
+/// The bench's stream: three chunks, the last with the usage the request asked for.
+const BENCH_STREAM: [&str; 3] = [
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+    "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":1,\"total_tokens\":11}}\n\ndata: [DONE]\n\n",
+];
+
+/// Not a test: the same-API success path through both roles (ignored; run by hand, as
+/// [`translated_bedrock_cost`], under callgrind to see where the module's instructions go): an
+/// OpenAI Chat caller on an OpenAI provider, module_bench's answers, JSON and stream
+/// (`LLM_FAILOVER_BENCH_KIND=json` or `stream`: only that one).
+///   cargo test --release -p llm-failover --lib same_api_cost -- --ignored
+#[test]
+#[ignore]
+fn same_api_cost() {
+    let n: usize = std::env::var("LLM_FAILOVER_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let gw = Gateway::new(
+        r#"{"providers": [{"name": "primary", "cluster": "c1"}, {"name": "secondary", "cluster": "c2"}],
+            "chains": [{"name": "default", "providers": ["primary", "secondary"]}]}"#,
+    );
+    let text = "x".repeat(900);
+    let json_body = format!(
+        r#"{{"model":"gpt-4o-mini","temperature":0.2,"messages":[{{"role":"user","content":"{text}"}}]}}"#
+    );
+    let stream_body = format!(
+        r#"{{"model":"gpt-4o-mini","stream":true,"stream_options":{{"include_usage":true}},"messages":[{{"role":"user","content":"{text}"}}]}}"#
+    );
+    let json = || {
+        Provider::Answer(
+            200,
+            vec![("content-type", "application/json")],
+            BENCH_ANSWER,
+        )
+    };
+    let sse = || {
+        Provider::Chunks(
+            vec![("content-type", "text/event-stream")],
+            BENCH_STREAM.to_vec(),
+            Ending::Body,
+        )
+    };
+    let kind = std::env::var("LLM_FAILOVER_BENCH_KIND").unwrap_or_default();
+    for _ in 0..n {
+        if kind != "stream" {
+            let r = gw.request(&[], &json_body, &[json()]);
+            assert_eq!(r.status, 200);
+        }
+        if kind != "json" {
+            let r = gw.request(&[], &stream_body, &[sse()]);
+            assert_eq!(r.status, 200);
+        }
+    }
+}
