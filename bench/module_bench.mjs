@@ -15,7 +15,8 @@
 //   --budget N (the first provider gets a budget of N tokens a day)
 //   (sizes 1KB-stream and 50KB-stream: the same bodies asking for a stream with its usage,
 //   answered by a three-chunk event stream; the hostcall sequence Envoy 1.40 makes for a held
-//   stream, not checked against a trace log)
+//   stream, not checked against a trace log; 1KB-unasked and 50KB-unasked: a stream whose
+//   caller did not ask for its usage, answered with it only when the module asked for it)
 //   --trace ENVOY_TRACE_LOG (check the hostcall sequence against Envoy's wasm trace log from
 //   `scripts/bench.sh --profile`, then exit)
 //   (scripts/bench.sh --module-only [--compare B.wasm] runs this; default A is dist/llm_failover.wasm)
@@ -73,14 +74,15 @@ const ROOT_UPSTREAM = 1; // context ids as Envoy numbered them (the clusters' fi
 const ROOT_DOWNSTREAM = 2;
 
 // bench.py's request bodies: an OpenAI chat request padded to exactly 1 KiB or 50 KiB.
-function chatBody(size, stream) {
+function chatBody(size, stream, unasked) {
   const head = '{"model":"gpt-4o-mini","temperature":0.2,' +
-    (stream ? '"stream":true,"stream_options":{"include_usage":true},' : "") +
+    (unasked ? '"stream":true,' : stream ? '"stream":true,"stream_options":{"include_usage":true},' : "") +
     '"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"';
   const tail = '"}]}';
   return latin1Bytes(head + "x".repeat(size - head.length - tail.length) + tail);
 }
-const SIZES = { "1KB": 1024, "50KB": 50 * 1024, "1KB-stream": 1024, "50KB-stream": 50 * 1024 };
+const SIZES = { "1KB": 1024, "50KB": 50 * 1024, "1KB-stream": 1024, "50KB-stream": 50 * 1024,
+  "1KB-unasked": 1024, "50KB-unasked": 50 * 1024 };
 
 // The downstream request headers as Envoy handed them over (the profile's urllib client, through
 // Envoy's HTTP/1 codec, x-forwarded-proto and x-request-id added): 11 pairs, 380 bytes at 1 KB.
@@ -115,6 +117,16 @@ const STREAM_CHUNKS = [
   `data: ${STREAM_ID}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}\n\n`,
   `data: ${STREAM_ID}"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1,` +
     '"total_tokens":11}}\n\ndata: [DONE]\n\n',
+].map(latin1Bytes);
+// The same stream as OpenAI sends it to a request that did not ask for its usage (the
+// 1KB-unasked and 50KB-unasked answer when the module did not ask for it either): no
+// "usage":null, no usage chunk. A module that asked gets STREAM_CHUNKS and must give the
+// caller these bytes.
+const UNASKED_CHUNKS = [
+  `data: ${STREAM_ID}"choices":[{"index":0,"delta":{"role":"assistant","content":"ok"},` +
+    '"finish_reason":null}]}\n\n',
+  `data: ${STREAM_ID}"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n`,
+  "data: [DONE]\n\n",
 ].map(latin1Bytes);
 const LOG_LEVEL = 3; // warn: bench.py runs Envoy with -l warning
 
@@ -300,6 +312,15 @@ class Host {
       },
       proxy_set_buffer_bytes(type, start, len, ptr, size) {
         // Envoy: replace [start, start+len); at or past the end, append.
+        if (type === RESPONSE_BODY_BUF) { // a stream chunk rewritten (the unasked usage out)
+          const old = h.ctx.req.responseBody, data = h.bytes(ptr, size);
+          const s = Math.min(start, old.length), e = Math.min(old.length, start + len);
+          const b = new Uint8Array(s + data.length + old.length - e);
+          b.set(old.subarray(0, s)); b.set(data, s); b.set(old.subarray(e), s + data.length);
+          h.ctx.req.responseBody = b;
+          h.ctx.req.chunkWrites++;
+          return OK;
+        }
         const key = type === REQUEST_BODY ? "body" : null;
         if (!key) throw new Error(`set_buffer_bytes on buffer type ${type}`);
         const old = h.ctx.body, data = h.bytes(ptr, size);
@@ -437,6 +458,7 @@ class Host {
     const req = {
       properties: new Map(), cluster: null, attempts: 0, response: null, responseBody: null,
       localReply: null, routeCleared: 0, resumes: 0, bodyWrites: 0, upstreamRequest: null,
+      chunkWrites: 0, upstreamBody: null, delivered: [],
     };
     const down = { id: this.nextContext++, role: "downstream", req, body: null,
       request: body.headers.copy() };
@@ -459,10 +481,13 @@ class Host {
     const up = { id: this.nextContext++, role: "upstream", req, body: down.body, request: upHeaders };
     this.ctx = up;
     x.proxy_on_context_create(up.id, ROOT_UPSTREAM);
-    expect(x.proxy_on_request_headers(up.id, upHeaders.pairs.length, 0), CONTINUE, "upstream request headers");
+    // (A module that asks a stream's usage for its caller edits the body: it waits for it.)
+    const upHead = x.proxy_on_request_headers(up.id, upHeaders.pairs.length, 0);
+    if (!(body.unasked && upHead === STOP)) expect(upHead, CONTINUE, "upstream request headers");
     expect(x.proxy_on_request_body(up.id, up.body.length, 1), CONTINUE, "upstream request body");
     req.upstreamRequest = up.request;
-    if (body.stream) return this.streamAnswer(req, up, down);
+    req.upstreamBody = up.body;
+    if (body.stream) return this.streamAnswer(req, up, down, body);
     // The answer: headers through the upstream filter, then the downstream one (one map).
     req.response = RESPONSE.copy();
     req.responseBody = RESPONSE_BODY;
@@ -490,17 +515,21 @@ class Host {
 
 // The stream case's answer: the upstream role holds the headers until the first event is read
 // (its first body chunk), then every chunk passes both roles.
-Host.prototype.streamAnswer = function (req, up, down) {
+Host.prototype.streamAnswer = function (req, up, down, body) {
   const x = this.x;
   req.response = STREAM_RESPONSE.copy();
   expect(x.proxy_on_response_headers(up.id, req.response.pairs.length, 0), STOP, "upstream response headers (held)");
-  STREAM_CHUNKS.forEach((chunk, i) => {
+  // The provider streams the usage when the request it got asks for it (as OpenAI does).
+  const chunks = !body.unasked || asksUsage(req.upstreamBody) ? STREAM_CHUNKS : UNASKED_CHUNKS;
+  chunks.forEach((chunk, i) => {
     req.responseBody = chunk;
     this.ctx = up;
     expect(x.proxy_on_response_body(up.id, chunk.length, 0), CONTINUE, `upstream response body ${i}`);
     this.ctx = down;
     if (i === 0) expect(x.proxy_on_response_headers(down.id, req.response.pairs.length, 0), CONTINUE, "downstream response headers");
-    expect(x.proxy_on_response_body(down.id, chunk.length, 0), CONTINUE, `downstream response body ${i}`);
+    // What the upstream filter left of the chunk goes on (Envoy's filter chain).
+    expect(x.proxy_on_response_body(down.id, req.responseBody.length, 0), CONTINUE, `downstream response body ${i}`);
+    if (body.unasked) req.delivered.push(req.responseBody);
   });
   req.responseBody = new Uint8Array(0);
   this.ctx = up;
@@ -518,6 +547,15 @@ Host.prototype.streamAnswer = function (req, up, down) {
 };
 
 const RESPONSE = Headers.of(RESPONSE_HEADERS);
+const ASK = latin1Bytes('"include_usage":true');
+function asksUsage(body) {
+  outer: for (let i = 0; i + ASK.length <= body.length; i++) {
+    for (let j = 0; j < ASK.length; j++) if (body[i + j] !== ASK[j]) continue outer;
+    return true;
+  }
+  return false;
+}
+const UNASKED_TEXT = UNASKED_CHUNKS.map((c) => String.fromCharCode(...c)).join("");
 const STREAM_RESPONSE = Headers.of(STREAM_HEADERS);
 
 function expect(got, want, what) {
@@ -531,7 +569,13 @@ function checkSuccess(req, body) {
   if (req.localReply) problems.push(`a local reply was sent: ${req.localReply}`);
   if (req.cluster !== "primary") problems.push(`slot 1 is ${req.cluster}, not primary`);
   if (req.routeCleared !== 1) problems.push(`clear_route_cache called ${req.routeCleared} times`);
-  if (req.resumes || req.bodyWrites) problems.push("a resume or a body rewrite (not in the trace)");
+  // (A stream whose caller did not ask for its usage may be asked for it: one body edit, its
+  // chunks rewritten, and the caller must get exactly the stream it would have got.)
+  if (req.resumes || (req.bodyWrites && !body.unasked)) problems.push("a resume or a body rewrite (not in the trace)");
+  if (body.unasked) {
+    const got = req.delivered.map((c) => String.fromCharCode(...c)).join("");
+    if (got !== UNASKED_TEXT) problems.push(`the caller got ${JSON.stringify(got)}`);
+  }
   if (req.upstreamRequest.get("authorization") !== "Bearer sk-primary") {
     problems.push(`upstream authorization ${req.upstreamRequest.get("authorization")}`);
   }
@@ -627,7 +671,7 @@ function parseArgs(argv) {
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
     }
     else if (a === "-h" || a === "--help") {
-      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 19)
+      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 21)
         .map((l) => l.replace(/^\/\/ ?/, "")).join("\n"));
       process.exit(0);
     } else if (a.startsWith("--")) throw new Error(`unknown option ${a}`);
@@ -638,8 +682,9 @@ function parseArgs(argv) {
 }
 
 function makeBody(name) {
-  const stream = name.endsWith("-stream"), bytes = chatBody(SIZES[name], stream);
-  return { name, stream, bytes, headers: Headers.of(requestHeaders(bytes.length)) };
+  const unasked = name.endsWith("-unasked"), stream = unasked || name.endsWith("-stream");
+  const bytes = chatBody(SIZES[name], stream, unasked);
+  return { name, stream, unasked, bytes, headers: Headers.of(requestHeaders(bytes.length)) };
 }
 
 // Instructions per request, from valgrind (deterministic to about 0.03 %, whatever else the
