@@ -17,6 +17,8 @@
 //! the unit tests below hold each rule against such a body and against near misses.
 
 use crate::classify::{classify_status, Class};
+use crate::rewrite::{decoded_eq, unescape};
+use crate::translate::json;
 
 /// How many bytes of a failing answer are read before deciding (docs/behaviour.md section 3: 4 KiB).
 pub const BODY_PREFIX_LIMIT: usize = 4096;
@@ -698,93 +700,148 @@ fn field<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// Whether an SSE `data` payload is a JSON object with an `error` member, or whose `object` or
-/// `type` member is the string `"error"` (or `"response.failed"`). Read by [`ErrorProbe`] rather than into a
-/// `serde_json::Value`, whose tree builder would be the module's only use of it (about 8 KB).
+/// `type` member is the string `"error"` (or `"response.failed"`), as parsing it into a
+/// `serde_json::Value` judges it: every escape decoded, a repeated member counted by its last
+/// occurrence, and anything serde_json refuses is no error. Read with the translators' walker
+/// (`translate::json`), which validates as serde_json does but for three things
+/// [`serde_json_refuses`] checks: a serde_json reader here would be a second copy of its parser
+/// in the module beside the configuration's (about 4 KB).
 fn data_is_error(data: &[u8]) -> bool {
-    serde_json::from_slice::<ErrorProbe>(data).is_ok_and(|probe| probe.0)
+    let Some(object) = json::Obj::parse_bytes(data) else {
+        return false;
+    };
+    let is_error_text =
+        |value| json::str(value).is_some_and(|text| text == "error" || text == "response.failed");
+    let (mut error, mut object_is, mut type_is) = (false, false, false);
+    for &(name, value) in object.members() {
+        if decoded_eq(name, "error") {
+            error = true;
+        } else if decoded_eq(name, "object") {
+            object_is = is_error_text(value);
+        } else if decoded_eq(name, "type") {
+            type_is = is_error_text(value);
+        }
+    }
+    (error || object_is || type_is) && !serde_json_refuses(data)
 }
 
-/// A JSON object read member by member. It accepts and refuses exactly what parsing into a
-/// `serde_json::Value` does (every nested value is visited the same way, so the same nesting
-/// limit and number and string checks apply), and a repeated member counts by its last
-/// occurrence, as in a map.
-struct ErrorProbe(bool);
-
-/// Any JSON value, visited whole: whether it is the string `"error"`.
-struct IsErrorText(bool);
-
-impl<'de> serde::Deserialize<'de> for ErrorProbe {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> serde::de::Visitor<'de> for Members {
-            type Value = ErrorProbe;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<ErrorProbe, A::Error> {
-                let (mut error, mut object, mut kind) = (false, false, false);
-                while let Some(name) = map.next_key::<String>()? {
-                    let value = map.next_value::<IsErrorText>()?.0;
-                    match name.as_str() {
-                        "error" => error = true,
-                        "object" => object = value,
-                        "type" => kind = value,
-                        _ => {}
-                    }
+/// What serde_json (1.x, without its `float_roundtrip` feature) refuses in JSON text that the
+/// walker accepts (`text` is otherwise valid JSON): nesting 128 deep (the walker allows 512),
+/// an escape that is not a character (an unpaired surrogate, `"\ud800"`), and a number that
+/// its arithmetic takes beyond `f64` (`1e400`).
+#[inline(never)]
+fn serde_json_refuses(text: &[u8]) -> bool {
+    if text.contains(&b'\\')
+        && std::str::from_utf8(text).map_or(true, |t| unescape(t, |_| true).is_err())
+    {
+        return true;
+    }
+    let (mut depth, mut at) = (0u32, 0);
+    while let Some(&c) = text.get(at) {
+        match c {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth >= 128 {
+                    return true;
                 }
-                Ok(ErrorProbe(error || object || kind))
             }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' => {
+                at += 1;
+                while let Some(&c) = text.get(at).filter(|&&c| c != b'"') {
+                    at += if c == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let (len, out_of_range) = number_out_of_range(text.get(at..).unwrap_or_default());
+                if out_of_range {
+                    return true;
+                }
+                at += len.saturating_sub(1);
+            }
+            _ => {}
         }
-        d.deserialize_any(Members)
+        at += 1;
     }
+    false
 }
 
-impl<'de> serde::Deserialize<'de> for IsErrorText {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Any;
-        impl<'de> serde::de::Visitor<'de> for Any {
-            type Value = IsErrorText;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(false))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(false))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(false))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(false))
-            }
-            fn visit_unit<E>(self) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(false))
-            }
-            fn visit_str<E>(self, text: &str) -> Result<IsErrorText, E> {
-                Ok(IsErrorText(text == "error" || text == "response.failed"))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<IsErrorText, A::Error> {
-                while seq.next_element::<IsErrorText>()?.is_some() {}
-                Ok(IsErrorText(false))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<IsErrorText, A::Error> {
-                while map.next_entry::<IsErrorText, IsErrorText>()?.is_some() {}
-                Ok(IsErrorText(false))
+/// The valid JSON number that `text` starts with: its length, and whether serde_json's reader
+/// refuses it as out of range. Its steps: the digits accumulate into a `u64` significand until
+/// the next would overflow it (later integer digits count as powers of ten, later fraction
+/// digits are dropped), the exponent is added (a positive one past `i32` is out of range
+/// unless the significand is 0), and the significand as `f64` times the power of ten (from a
+/// table up to 1e308; beyond it, out of range unless 0) must not be infinite.
+fn number_out_of_range(text: &[u8]) -> (usize, bool) {
+    let digit = |at: usize| {
+        text.get(at)
+            .filter(|c| c.is_ascii_digit())
+            .map(|c| u64::from(c - b'0'))
+    };
+    let mut at = usize::from(text.first() == Some(&b'-'));
+    let (mut significand, mut exponent, mut full) = (0u64, 0i32, false);
+    while let Some(d) = digit(at) {
+        match significand.checked_mul(10).and_then(|s| s.checked_add(d)) {
+            Some(next) if !full => significand = next,
+            _ => {
+                full = true;
+                exponent = exponent.wrapping_add(1);
             }
         }
-        d.deserialize_any(Any)
+        at += 1;
     }
+    if text.get(at) == Some(&b'.') {
+        at += 1;
+        full = false;
+        while let Some(d) = digit(at) {
+            match significand.checked_mul(10).and_then(|s| s.checked_add(d)) {
+                Some(next) if !full => {
+                    significand = next;
+                    exponent = exponent.wrapping_sub(1);
+                }
+                _ => full = true,
+            }
+            at += 1;
+        }
+    } else if !matches!(text.get(at), Some(b'e' | b'E')) {
+        return (at, false); // an integer: a u64, an i64 or an f64, never out of range
+    }
+    if matches!(text.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        let positive = text.get(at) != Some(&b'-');
+        at += usize::from(matches!(text.get(at), Some(b'+' | b'-')));
+        let mut exp = Some(0i32);
+        while let Some(d) = digit(at) {
+            exp = exp
+                .and_then(|e| e.checked_mul(10))
+                .and_then(|e| e.checked_add(d as i32));
+            at += 1;
+        }
+        let Some(exp) = exp else {
+            return (at, significand != 0 && positive);
+        };
+        exponent = if positive {
+            exponent.saturating_add(exp)
+        } else {
+            exponent.saturating_sub(exp)
+        };
+    }
+    // serde_json's powers of ten from 1e289 on: below it no `u64` reaches infinity.
+    const POW10: [f64; 20] = [
+        1e289, 1e290, 1e291, 1e292, 1e293, 1e294, 1e295, 1e296, 1e297, 1e298, 1e299, 1e300, 1e301,
+        1e302, 1e303, 1e304, 1e305, 1e306, 1e307, 1e308,
+    ];
+    let out_of_range = match usize::try_from(exponent)
+        .ok()
+        .and_then(|e| e.checked_sub(289))
+    {
+        _ if significand == 0 => false,
+        Some(i) => POW10
+            .get(i)
+            .map_or(true, |pow| (significand as f64 * pow).is_infinite()),
+        None => false,
+    };
+    (at, out_of_range)
 }
 
 #[cfg(test)]

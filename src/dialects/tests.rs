@@ -319,12 +319,18 @@ fn error_payloads_are_judged_as_a_parsed_json_value_would_judge_them() {
         let Result::Ok(serde_json::Value::Object(object)) = serde_json::from_slice(data) else {
             return false;
         };
-        object.contains_key("error")
-            || object.get("object").and_then(|v| v.as_str()) == Some("error")
-            || object.get("type").and_then(|v| v.as_str()) == Some("error")
+        let is_error = |key| {
+            matches!(
+                object.get(key).and_then(|v| v.as_str()),
+                Some("error" | "response.failed")
+            )
+        };
+        object.contains_key("error") || is_error("object") || is_error("type")
     }
     let deep = format!("{{\"error\":{}1{}}}", "[".repeat(130), "]".repeat(130));
     let shallow = format!("{{\"error\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+    let at_limit = format!("{{\"error\":{}1{}}}", "[".repeat(127), "]".repeat(127));
+    let below_limit = format!("{{\"error\":{}{}}}", "{\"a\":".repeat(126), "}".repeat(126));
     let cases: Vec<&str> = vec![
         r#"{"error":{"message":"overloaded","type":"overloaded_error"}}"#,
         r#"{"error":null}"#,
@@ -347,13 +353,92 @@ fn error_payloads_are_judged_as_a_parsed_json_value_would_judge_them() {
         "",
         &deep,
         &shallow,
+        &at_limit,
+        &below_limit,
+        r#"{"type":"error","s":"\udc00"}"#,
+        r#"{"type":"error","s":"\ud800\u0041"}"#,
+        r#"{"type":"error","s":"\ud83d\ude00 \u00e9"}"#,
+        r#"{"type":"error","s":"\ud800","t":"\udc00"}"#,
+        r#"{"type":"e\u0072ror"}"#,
+        r#"{"\u0074ype":"response.failed"}"#,
+        r#"{"type":"error","s":"a \"[[[[\\"}"#,
     ];
-    for data in cases {
+    // Numbers at the edge of serde_json's range, each alone in an error object.
+    let numbers = [
+        "1e308",
+        "1e309",
+        "-1e309",
+        "1.7976931348623157e308",
+        "1.7976931348623158e308",
+        "1.7976931348623159e308",
+        "17976931348623157e292",
+        "17976931348623159e292",
+        "179769313486231570000e288",
+        "0.00000000000000000000001e331",
+        "1e-400",
+        "0e400",
+        "0.0e99999999999",
+        "1e99999999999",
+        "1e-99999999999",
+        "123456789012345678901234567890",
+        "18446744073709551615e289",
+        "18446744073709551616e289",
+        "18446744073709551615.9e288",
+        "1844674407370955161.5e290",
+        "1844674407370955161.59e289",
+        "99999999999999999999e288",
+        "9.9999999999999999999e307",
+        "-0.0",
+        "-18446744073709551616",
+        "1E+308",
+        "1e+2147483647",
+        "1e2147483648",
+        "0e2147483648",
+        "1e-2147483648",
+        "2e308",
+        "1.8e308",
+    ];
+    let numbers: Vec<String> = numbers
+        .iter()
+        .flat_map(|n| {
+            [
+                format!(r#"{{"type":"error","n":{n}}}"#),
+                format!(r#"{{"error":[{n},"x"]}}"#),
+            ]
+        })
+        .collect();
+    for data in cases.into_iter().chain(numbers.iter().map(String::as_str)) {
         assert_eq!(
             data_is_error(data.as_bytes()),
             by_value(data.as_bytes()),
             "{data}"
         );
+    }
+}
+
+/// Host only: proptest is not built for wasm32.
+#[cfg(not(target_arch = "wasm32"))]
+mod numbers {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Numbers near `f64`'s largest, of any length: out of range exactly when serde_json
+        /// finds them so.
+        #[test]
+        fn error_payloads_with_numbers_near_the_range_end_are_judged_as_serde_json_judges_them(
+            int in "-?(0|[1-9][0-9]{0,24})",
+            frac in "(\\.[0-9]{1,24})?",
+            exp in 250i32..330,
+            sign in prop::sample::select(vec!["e", "E", "e+", "e-"]),
+        ) {
+            let data = format!(r#"{{"type":"error","n":{int}{frac}{sign}{exp}}}"#);
+            let by_value = matches!(
+                serde_json::from_str::<serde_json::Value>(&data),
+                Result::Ok(serde_json::Value::Object(_))
+            );
+            prop_assert_eq!(data_is_error(data.as_bytes()), by_value, "{}", data);
+        }
     }
 }
 

@@ -271,6 +271,11 @@ impl<'a> Obj<'a> {
         self.0.is_empty()
     }
 
+    /// The members in order: each name as written between its quotes, and its value.
+    pub fn members(&self) -> &[(&'a str, Raw<'a>)] {
+        &self.0
+    }
+
     /// Whether a member is present (and not `null`).
     #[inline(never)]
     pub fn has(&self, key: &str) -> bool {
