@@ -86,8 +86,10 @@ cd "$(dirname "$0")/.."
 # answer's body callbacks past the passage): 543,183 -> 543,319 (+136) on main at 3836d8a.
 # dialects::data_is_error on the translators' walker (no second serde_json reader): 543,183 ->
 # 537,145 (-6,038) on main at 346aeea; 537,878 on main at fd66bda.
+# A Gemini topK written 40.0 (google-genai) sent to Messages as the integer 40 (json::integral):
+# +127, 538,005.
 TARGET=418489
-CEILING=537900
+CEILING=538100
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

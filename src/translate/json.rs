@@ -419,6 +419,17 @@ impl Digits {
     }
 }
 
+/// A number written with a zero fraction (`40.0`, as google-genai writes Gemini's integer
+/// `topK`) without it, for an API whose member is an integer; any other number as it is.
+pub fn integral(number: &str) -> &str {
+    match number.split_once('.') {
+        Some((whole, fraction)) if !whole.is_empty() && fraction.bytes().all(|b| b == b'0') => {
+            whole
+        }
+        _ => number,
+    }
+}
+
 /// Whether a JSON number is above 1 (read from its text: no float parsing).
 pub fn above_one(number: &str) -> bool {
     if number.starts_with('-') {
@@ -631,6 +642,16 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["a"], "q\"\\\n\r\t\u{1}\u{8}\u{c}é");
+    }
+
+    #[test]
+    fn a_zero_fraction_is_dropped_for_an_integer_member() {
+        for (n, out) in [("40.0", "40"), ("3.00", "3"), ("40", "40"), ("2.5", "2.5")] {
+            assert_eq!(integral(n), out, "{n}");
+        }
+        // Not a number's zero fraction: kept as written.
+        assert_eq!(integral(".0"), ".0");
+        assert_eq!(integral("1.0e2"), "1.0e2");
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub fn request(
         out.key("top_p").raw(top_p);
     }
     if let Some(top_k) = req.top_k {
-        out.key("top_k").raw(top_k);
+        out.key("top_k").raw(json::integral(top_k));
     }
     // Tools and tool_choice only together (Messages refuses a tool_choice without tools).
     if !req.tools.is_empty() {
