@@ -588,23 +588,7 @@ pub fn stream_complete(tail: &[u8]) -> bool {
         || has_text(tail, b"\"finishReason\"")
 }
 
-/// What ends a stream honestly at its end (behaviour.md 5), the one place this is decided for
-/// every stream the caller gets (watched as it is, or translated): nothing after a `complete`
-/// one; after one cut short, [`cut_stream_event`] in the caller's dialect.
-pub fn honest_end(complete: bool, messages_caller: bool) -> Option<&'static [u8]> {
-    (!complete).then(|| cut_stream_event(messages_caller))
-}
-
-/// The event that ends a stream cut short, in the caller's dialect, so its client raises an
-/// error instead of taking a truncated answer for a complete one (behaviour.md 5): Anthropic's
-/// `event: error` for Messages callers, an OpenAI-style error frame for the others.
-pub fn cut_stream_event(messages_caller: bool) -> &'static [u8] {
-    if messages_caller {
-        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream ended before its final event\"}}\n\n"
-    } else {
-        b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n"
-    }
-}
+pub use crate::translate::sse::{cut_stream_event, honest_end};
 
 /// The first complete SSE event of `bytes` and what follows it.
 fn next_event(bytes: &[u8]) -> Option<(&[u8], &[u8])> {

@@ -181,6 +181,8 @@ pub struct RequestBody<'b> {
     scan: Option<BodyScan>,
     /// A Gemini caller's path asks for a stream (`:streamGenerateContent`).
     path_stream: bool,
+    /// `stream_options.include_usage` is `true`.
+    stream_usage: bool,
 }
 
 /// What a request asks for: its body's, and for a Gemini caller its path's model and stream
@@ -221,6 +223,7 @@ pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
             model: Cow::Borrowed(""),
             scan: None,
             path_stream: false,
+            stream_usage: false,
         });
     }
     let scan = rewrite::scan_top_level(body).map_err(|e| Reply::invalid_body(&e.to_string()))?;
@@ -236,10 +239,14 @@ pub fn read_body(body: &[u8]) -> Result<RequestBody<'_>, Reply> {
             "the model name contains control characters",
         ));
     }
+    let options = scan.stream_options.and_then(|s| body.get(s.start..s.end));
+    let stream_usage =
+        options.is_some_and(|o| crate::translate::json::pick(o, [b"include_usage"]) == [b"true"]);
     Ok(RequestBody {
         model,
         scan: Some(scan),
         path_stream: false,
+        stream_usage,
     })
 }
 
@@ -251,7 +258,7 @@ impl RequestBody<'_> {
 
     /// The caller asked for its stream's usage (`stream_options.include_usage: true`).
     pub fn stream_usage(&self) -> bool {
-        self.scan.as_ref().is_some_and(|s| s.stream_usage)
+        self.stream_usage
     }
 
     /// What the body carries that some chain entries cannot take (behaviour.md 2.4).
@@ -452,6 +459,38 @@ impl<'a> Published<'a> {
 mod tests {
     use super::*;
     use crate::plan::Slot;
+
+    #[test]
+    fn a_callers_stream_usage_ask_is_its_top_level_stream_options_include_usage() {
+        let asks = |body: &str| read_body(body.as_bytes()).map(|r| r.stream_usage()).ok();
+        let head = r#"{"model":"m","stream":true"#;
+        assert_eq!(
+            asks(&format!(
+                r#"{head},"stream_options":{{"include_usage":true}}}}"#
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            asks(&format!(
+                r#"{head},"stream_options":{{"x":1, "include_usage" : true }}}}"#
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            asks(&format!(
+                r#"{head},"stream_options":{{"include_usage":false}}}}"#
+            )),
+            Some(false)
+        );
+        assert_eq!(asks(&format!("{head}}}")), Some(false));
+        // Only the top-level member.
+        assert_eq!(
+            asks(&format!(
+                r#"{head},"metadata":{{"stream_options":{{"include_usage":true}}}}}}"#
+            )),
+            Some(false)
+        );
+    }
 
     fn config(extra: &str) -> Config {
         let json = format!(

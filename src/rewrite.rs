@@ -95,8 +95,9 @@ pub struct BodyScan {
     pub fallbacks: Option<Span>,
     /// The top-level `stream` member is the literal `true` (the caller asked for SSE).
     pub stream: bool,
-    /// The top-level `stream_options` asks for the stream's usage (`"include_usage": true`).
-    pub stream_usage: bool,
+    /// The top-level `stream_options` value (whether it asks for the stream's usage is the
+    /// caller's to read: `intake::RequestBody::stream_usage`).
+    pub stream_options: Option<Span>,
     /// What the request carries that not every chain entry can take (behaviour.md 2.4).
     pub content: Content,
 }
@@ -251,9 +252,10 @@ pub fn scan_top_level(body: &[u8]) -> Result<BodyScan, BodyError> {
                 }
                 Member::StreamOptions => {
                     s.value()?;
-                    let value = body.get(value_start..s.i).unwrap_or_default();
-                    let [usage] = crate::translate::json::pick(value, [b"include_usage"]);
-                    scan.stream_usage = usage == b"true";
+                    scan.stream_options = Some(Span {
+                        start: value_start,
+                        end: s.i,
+                    });
                 }
                 Member::Tools => {
                     s.value()?;

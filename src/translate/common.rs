@@ -185,6 +185,28 @@ pub fn data_uri(media_type: &str, data: &str) -> String {
     uri
 }
 
+/// Appends `text` as one path segment: every byte but RFC 3986's unreserved characters
+/// percent-encoded (`:` in Bedrock's model ids becomes `%3A`, as AWS's SDKs send it), `@`
+/// kept where asked (Vertex's `model@version`); a segment of dots is encoded whole, so a
+/// model name can never climb out of its place in the path.
+pub fn push_segment(path: &mut String, text: &str, keep_at: bool) {
+    let dots = !text.is_empty() && text.bytes().all(|b| b == b'.');
+    for b in text.bytes() {
+        let plain = b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'_' | b'~')
+            || (b == b'.' && !dots)
+            || (b == b'@' && keep_at);
+        if plain {
+            path.push(char::from(b));
+        } else {
+            let hex = |n: u8| char::from_digit(u32::from(n), 16).map(|c| c.to_ascii_uppercase());
+            path.push('%');
+            path.extend(hex(b >> 4));
+            path.extend(hex(b & 15));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

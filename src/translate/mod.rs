@@ -480,9 +480,7 @@ impl StreamTranslator {
             }
         };
         if end {
-            out.extend_from_slice(
-                crate::dialects::honest_end(ended, messages_caller).unwrap_or_default(),
-            );
+            out.extend_from_slice(sse::honest_end(ended, messages_caller).unwrap_or_default());
         }
         owed
     }

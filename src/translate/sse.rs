@@ -109,6 +109,24 @@ impl Reader {
     }
 }
 
+/// What ends a stream honestly at its end (behaviour.md 5), the one place this is decided for
+/// every stream the caller gets (watched as it is, or translated): nothing after a `complete`
+/// one; after one cut short, [`cut_stream_event`] in the caller's dialect.
+pub fn honest_end(complete: bool, messages_caller: bool) -> Option<&'static [u8]> {
+    (!complete).then(|| cut_stream_event(messages_caller))
+}
+
+/// The event that ends a stream cut short, in the caller's dialect, so its client raises an
+/// error instead of taking a truncated answer for a complete one (behaviour.md 5): Anthropic's
+/// `event: error` for Messages callers, an OpenAI-style error frame for the others.
+pub fn cut_stream_event(messages_caller: bool) -> &'static [u8] {
+    if messages_caller {
+        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream ended before its final event\"}}\n\n"
+    } else {
+        b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,7 @@ pub fn with_model(path: &str, model: &str) -> Option<String> {
     let (head, tail) = (path.get(..end - now.len())?, path.get(end..)?);
     let mut out = String::with_capacity(path.len() + model.len());
     out.push_str(head);
-    crate::envelope::push_segment(&mut out, model, true);
+    crate::translate::common::push_segment(&mut out, model, true);
     out.push_str(tail);
     Some(out)
 }
