@@ -214,23 +214,14 @@ pub fn request(
     out.raw(r#"{"model":"#).str(cx.model);
     out.key("messages").open_arr().0.extend_from_slice(&turns.0);
     out.close_arr();
-    if let Some(max) = req.max_tokens {
+    common::Sampling {
         // Not max_tokens: OpenAI's reasoning models refuse it.
-        out.key("max_completion_tokens").num(max);
+        max_tokens: "max_completion_tokens",
+        top_p: "top_p",
+        top_k: None,
+        stop: Some("stop"),
     }
-    if let Some(t) = req.temperature {
-        out.key("temperature").raw(t);
-    }
-    if let Some(top_p) = req.top_p {
-        out.key("top_p").raw(top_p);
-    }
-    if !req.stops.is_empty() {
-        out.key("stop").open_arr();
-        for stop in &req.stops {
-            out.raw(stop);
-        }
-        out.close_arr();
-    }
+    .write(&mut out, req);
     write_tools(&mut out, &req.tools, req.choice.as_ref());
     if let Some(user) = req.user {
         out.key("user").raw(user);
@@ -382,25 +373,30 @@ impl Decoder {
     /// Reads the next chunk (`end`: the last), passing each event to `on`. A stream whose
     /// finish reason came is complete without `[DONE]`.
     pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
-        let state = &mut self.state;
-        let mut on_event = |e: sse::Event<'_>| {
-            if !state.done {
-                state.event(e, on);
-            }
-        };
-        self.sse.feed(chunk, &mut on_event);
-        if end {
-            self.sse.finish(&mut on_event);
-            if state.stopped && !state.done {
-                state.done = true;
-                on(Event::End);
-            }
-        }
+        self.sse.decode(&mut self.state, chunk, end, on);
+    }
+}
+
+impl sse::Decode for State {
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+    }
+
+    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+        self.read(e, on);
     }
 }
 
 impl State {
-    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+    fn read(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
         if e.data == b"[DONE]" {
             self.done = true;
             return on(Event::End);

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use super::json::{Obj, Out};
+use super::model::Request;
 
 /// Token usage, counted the Anthropic way: `input` excludes the cached tokens, which are
 /// counted apart (read from the cache, written to it). OpenAI's `prompt_tokens` includes
@@ -39,6 +40,41 @@ impl Usage {
     /// OpenAI's `total_tokens`.
     pub fn total_tokens(&self) -> u64 {
         self.prompt_tokens().saturating_add(self.output)
+    }
+}
+
+/// How a provider dialect names the sampling members it takes (`None`: it has no such member).
+pub struct Sampling {
+    pub max_tokens: &'static str,
+    pub top_p: &'static str,
+    pub top_k: Option<&'static str>,
+    pub stop: Option<&'static str>,
+}
+
+impl Sampling {
+    /// Writes the request's sampling members under this dialect's names, in this order: the
+    /// output limit, `temperature`, top-p, top-k, the stop sequences (Messages writes its own:
+    /// `max_tokens` is required there and its temperature scale differs).
+    pub fn write(&self, out: &mut Out, req: &Request<'_>) {
+        if let Some(max) = req.max_tokens {
+            out.key(self.max_tokens).num(max);
+        }
+        if let Some(t) = req.temperature {
+            out.key("temperature").raw(t);
+        }
+        if let Some(top_p) = req.top_p {
+            out.key(self.top_p).raw(top_p);
+        }
+        if let (Some(name), Some(top_k)) = (self.top_k, req.top_k) {
+            out.key(name).raw(top_k);
+        }
+        if let (Some(name), false) = (self.stop, req.stops.is_empty()) {
+            out.key(name).open_arr();
+            for stop in &req.stops {
+                out.raw(stop);
+            }
+            out.close_arr();
+        }
     }
 }
 

@@ -175,25 +175,13 @@ pub fn request(mut conversation: Conversation<'_>, req: &Request<'_>) -> Vec<u8>
         || !req.stops.is_empty();
     if config {
         out.key("generationConfig").open();
-        if let Some(max) = req.max_tokens {
-            out.key("maxOutputTokens").num(max);
+        common::Sampling {
+            max_tokens: "maxOutputTokens",
+            top_p: "topP",
+            top_k: Some("topK"),
+            stop: Some("stopSequences"),
         }
-        if let Some(t) = req.temperature {
-            out.key("temperature").raw(t);
-        }
-        if let Some(top_p) = req.top_p {
-            out.key("topP").raw(top_p);
-        }
-        if let Some(top_k) = req.top_k {
-            out.key("topK").raw(top_k);
-        }
-        if !req.stops.is_empty() {
-            out.key("stopSequences").open_arr();
-            for stop in &req.stops {
-                out.raw(stop);
-            }
-            out.close_arr();
-        }
+        .write(&mut out, req);
         out.close();
     }
     out.close();
@@ -295,20 +283,25 @@ impl Decoder {
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`.
     pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
-        let state = &mut self.state;
-        let mut on_event = |e: sse::Event<'_>| {
-            if !state.done {
-                state.chunk(e.data, on);
-            }
-        };
-        self.sse.feed(chunk, &mut on_event);
-        if end {
-            self.sse.finish(&mut on_event);
-            if state.stopped && !state.done {
-                state.done = true;
-                on(Event::End);
-            }
-        }
+        self.sse.decode(&mut self.state, chunk, end, on);
+    }
+}
+
+impl sse::Decode for State {
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+    }
+
+    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+        self.chunk(e.data, on);
     }
 }
 

@@ -250,6 +250,11 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
 #[derive(Debug, Default)]
 pub struct Decoder {
     sse: Reader,
+    state: State,
+}
+
+#[derive(Debug, Default)]
+struct State {
     usage: Usage,
     /// The content block indexes of the text and tool blocks (the others are not passed on).
     blocks: Vec<u64>,
@@ -262,32 +267,37 @@ pub struct Decoder {
 impl Decoder {
     /// The stop reason came.
     pub fn stopped(&self) -> bool {
-        self.stopped
+        self.state.stopped
     }
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`. A stream whose stop
     /// reason came is complete without `message_stop` (docs/behaviour.md, section 5).
     pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
-        let Decoder {
-            sse,
+        self.sse.decode(&mut self.state, chunk, end, on);
+    }
+}
+
+impl sse::Decode for State {
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+    }
+
+    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+        let State {
             usage,
             blocks,
             done,
             stopped,
         } = self;
-        let mut on_event = |e: sse::Event<'_>| {
-            if !*done {
-                decode(e, usage, blocks, done, stopped, on);
-            }
-        };
-        sse.feed(chunk, &mut on_event);
-        if end {
-            sse.finish(&mut on_event);
-            if *stopped && !*done {
-                *done = true;
-                on(Event::End);
-            }
-        }
+        decode(e, usage, blocks, done, stopped, on);
     }
 }
 

@@ -9,6 +9,8 @@
 //! module for every dialect's decoder (each one's own closure type would copy it, about 4 KB
 //! each).
 
+use super::model;
+
 /// One event: its `event:` name (empty when it had none) and its data lines joined by `\n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event<'a> {
@@ -30,7 +32,44 @@ pub struct Reader {
     after_cr: bool,
 }
 
+/// A provider dialect's stream state between events: what [`Reader::decode`] feeds.
+pub trait Decode {
+    /// Reads one event, passing the model's events it makes to `on`.
+    fn event(&mut self, e: Event<'_>, on: &mut dyn FnMut(model::Event<'_>));
+    /// The stream's end (or an error) came: nothing more is read.
+    fn done(&self) -> bool;
+    /// The stop reason came: a stream that ends without its end marker is still complete.
+    fn stopped(&self) -> bool;
+    /// Marks the stream done.
+    fn end(&mut self);
+}
+
 impl Reader {
+    /// Reads the next chunk of a provider's stream (`end`: the last) into `state`, passing the
+    /// model's events to `on`; a stream whose stop reason came is complete without its end
+    /// marker (docs/behaviour.md, section 5). One body for every dialect's decoder.
+    pub fn decode(
+        &mut self,
+        state: &mut dyn Decode,
+        chunk: &[u8],
+        end: bool,
+        on: &mut dyn FnMut(model::Event<'_>),
+    ) {
+        let mut on_event = |e: Event<'_>| {
+            if !state.done() {
+                state.event(e, on);
+            }
+        };
+        self.feed(chunk, &mut on_event);
+        if end {
+            self.finish(&mut on_event);
+            if state.stopped() && !state.done() {
+                state.end();
+                on(model::Event::End);
+            }
+        }
+    }
+
     /// Reads `chunk`, calling `on_event` for each event it completes, in order.
     pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(Event<'_>)) {
         let mut rest = chunk;

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::translate::common::Usage;
+use crate::translate::common::{Sampling, Usage};
 use crate::translate::json::{self, number, pick, Obj, Out, RawStr, EMPTY};
 use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
 use crate::translate::sse::{self, Reader};
@@ -134,15 +134,14 @@ pub fn request(
         out.key("instructions");
         json::put(&mut out.0, &[b"\"", &conversation.instructions, b"\""]);
     }
-    if let Some(max) = req.max_tokens {
-        out.key("max_output_tokens").num(max);
+    // Responses has no stop sequences (refused above).
+    Sampling {
+        max_tokens: "max_output_tokens",
+        top_p: "top_p",
+        top_k: None,
+        stop: None,
     }
-    if let Some(t) = req.temperature {
-        out.key("temperature").raw(t);
-    }
-    if let Some(top_p) = req.top_p {
-        out.key("top_p").raw(top_p);
-    }
+    .write(&mut out, req);
     if !req.tools.is_empty() {
         out.key("tools").open_arr();
         for tool in &req.tools {
@@ -282,22 +281,32 @@ impl Decoder {
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`.
     pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
-        let state = &mut self.state;
-        let mut on_event = |e: sse::Event<'_>| {
-            if !state.done {
-                state.event(e, on);
-            }
-        };
-        self.sse.feed(chunk, &mut on_event);
-        if end {
-            self.sse.finish(&mut on_event);
-        }
+        self.sse.decode(&mut self.state, chunk, end, on);
+    }
+}
+
+impl sse::Decode for State {
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    /// `response.completed` is the stop and the end at once.
+    fn stopped(&self) -> bool {
+        self.done
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+    }
+
+    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+        self.read(e, on);
     }
 }
 
 impl State {
     #[inline(never)]
-    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+    fn read(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
         let [kind, response, item, index, delta] = pick(
             e.data,
             [b"type", b"response", b"item", b"output_index", b"delta"],
