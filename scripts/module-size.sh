@@ -90,8 +90,10 @@ cd "$(dirname "$0")/.."
 # +127, 538,005.
 # One sampling-members writer (common::Sampling) and one stream-decoder body (sse::Decode) for
 # the provider dialects: 538,058 -> 536,840 (-1,218).
+# Gemini 3's placeholder thoughtSignature on a step's first call another vendor made, and call
+# ids sent to other vendors without the signature they carry: +387, 537,227 on f14e4d6.
 TARGET=418489
-CEILING=536900
+CEILING=537250
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -21,12 +21,27 @@ mod tests;
 /// LiteLLM uses too): `call_1__thought__Ci4B...`.
 pub const SIGNATURE: &str = "__thought__";
 
+/// A tool call id without the signature it carries after [`SIGNATURE`]: the id other vendors
+/// get (OpenAI takes at most 40 characters in Chat's ids, 64 in Responses', Anthropic 64), the
+/// same on a call and on its result.
+#[inline(never)]
+pub fn unsigned(id: &str) -> &str {
+    id.split_once(SIGNATURE).map_or(id, |(id, _)| id)
+}
+
+/// The `thoughtSignature` Google documents for a call Gemini did not make (another vendor's,
+/// or written by hand): Gemini 3 refuses a step of the current turn whose first `functionCall`
+/// part has no signature, and takes this one in its place.
+pub const NO_SIGNATURE: &str = "\"skip_thought_signature_validator\"";
+
 /// The conversation as Gemini writes it: `systemInstruction`'s parts, and `contents` (one
 /// turn per run of parts of one role, `user` or `model`).
 pub struct Conversation<'a> {
     system: Out,
     turns: Out,
     open: Option<Role>,
+    /// The open `model` turn (a step) has a `functionCall` part already.
+    called: bool,
     /// The function calls so far (their ids and names as JSON strings): a result names its
     /// function, which Chat and Messages give by the call's id only.
     calls: Vec<(Cow<'a, str>, &'a str)>,
@@ -38,6 +53,7 @@ impl<'a> Conversation<'a> {
             system: Out::default(),
             turns: Out::with_capacity(n),
             open: None,
+            called: false,
             calls: Vec::new(),
         }
     }
@@ -58,6 +74,7 @@ impl<'a> Conversation<'a> {
             };
             self.turns.raw(name);
             self.open = Some(role);
+            self.called = false;
         }
         self.write(role, part);
     }
@@ -84,10 +101,18 @@ impl<'a> Conversation<'a> {
             Part::ToolCall { id, name, input } => {
                 out.raw(r#"{"functionCall":{"name":"#).raw(name);
                 out.key("args").raw(input.trim()).close();
-                // The signature Gemini gave the call, in the id it gave the caller.
-                if let Some((_, signature)) = id.split_once(SIGNATURE) {
-                    out.key("thoughtSignature").str(signature);
+                // The signature Gemini gave the call, in the id it gave the caller; a step's
+                // first call without one (another vendor's) gets Google's placeholder.
+                match id.split_once(SIGNATURE) {
+                    Some((_, signature)) => {
+                        out.key("thoughtSignature").str(signature);
+                    }
+                    None if !self.called => {
+                        out.key("thoughtSignature").raw(NO_SIGNATURE);
+                    }
+                    None => {}
                 }
+                self.called = true;
                 self.calls.push((id.clone(), name));
             }
             Part::ToolResult {

@@ -182,7 +182,8 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
             }
         },
         Part::ToolCall { id, name, input } => {
-            out.raw(r#"{"type":"tool_use","id":"#).str(id);
+            out.raw(r#"{"type":"tool_use","id":"#)
+                .str(super::gemini::unsigned(id));
             out.key("name").raw(name).key("input").raw(input.trim());
         }
         Part::ToolResult {
@@ -190,7 +191,8 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
             content,
             blocks,
         } => {
-            out.raw(r#"{"type":"tool_result","tool_use_id":"#).str(id);
+            out.raw(r#"{"type":"tool_result","tool_use_id":"#)
+                .str(super::gemini::unsigned(id));
             match (content.as_slice(), blocks) {
                 ([], _) => {}
                 ([text], false) => {

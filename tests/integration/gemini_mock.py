@@ -15,7 +15,10 @@
   ``functionResponse`` turn must come right after the ``functionCall`` turn it answers, with the
   same names, and a declaration takes ``parameters`` or ``parametersJsonSchema``, not both.
 * As Gemini 3: a call answered with a ``thoughtSignature`` (a ``tool_calls`` entry's
-  ``signature``) that comes back in a model turn without that signature is refused.
+  ``signature``) that comes back in a model turn without that signature is refused, and so is
+  a step (a ``model`` turn) of the current turn (the turns after the last ``user`` turn with a
+  ``text`` part) whose first ``functionCall`` part has no ``thoughtSignature`` at all (Google's
+  placeholder ``skip_thought_signature_validator`` passes).
 
 Errors are Google's ``{"error": {"code", "message", "status"}}``. The answer's ``modelVersion``
 is the model in the path.
@@ -85,6 +88,9 @@ def problem(body: bytes) -> str | None:
     if not isinstance(contents, list) or not contents:
         return "* GenerateContentRequest.contents: contents is not specified"
     calls: list[str] | None = None
+    current = max((i for i, c in enumerate(contents) if isinstance(c, dict)
+                   and c.get("role") == "user" and isinstance(c.get("parts"), list)
+                   and any(isinstance(p, dict) and "text" in p for p in c["parts"])), default=0)
     for i, c in enumerate(contents):
         bad = _unknown(c, CONTENT, f"contents[{i}]")
         if bad:
@@ -114,6 +120,12 @@ def problem(body: bytes) -> str | None:
                     "function call turn. And the number of function response parts should be "
                     "equal to number of function call parts of the function call turn.")
         calls = [p["functionCall"]["name"] for p in parts if "functionCall" in p] or None
+        first = next((p for p in parts if "functionCall" in p), None)
+        if i > current and first is not None and not _get(first, "thoughtSignature"):
+            return (f"Function call is missing a thought_signature in functionCall parts. This "
+                    f"is required for tools to work correctly, and missing thought_signature "
+                    f"may lead to degraded model performance. Additional data, function call "
+                    f"`{first['functionCall']['name']}` , position {i}.")
     system = _get(doc, "systemInstruction")
     if system is not None:
         bad = _unknown(system, CONTENT, "system_instruction")

@@ -191,7 +191,8 @@ def test_an_openai_chat_app_falls_over_to_gemini_native_with_a_function_call(g):
     turns = json.loads(sent[1]["body"])["contents"]
     assert [t["role"] for t in turns] == ["user", "model", "user"]
     assert turns[1]["parts"] == [{"functionCall": {"name": "get_weather",
-                                                   "args": {"city": "Paris"}}}]
+                                                   "args": {"city": "Paris"}},
+                                  "thoughtSignature": "skip_thought_signature_validator"}]
     assert turns[2]["parts"] == [{"functionResponse": {
         "name": "get_weather", "response": {"result": "18 C, sunny"}}}]
     # Google's error (an input too long) reaches the caller as OpenAI's error.
@@ -296,7 +297,8 @@ def test_an_anthropic_app_falls_over_to_gemini_native_with_a_tool_round_trip(g):
     turns = json.loads(sent[1]["body"])["contents"]
     assert [t["role"] for t in turns] == ["user", "model", "user"]
     assert turns[1]["parts"][-1] == {"functionCall": {"name": "get_weather",
-                                                      "args": {"city": "Paris"}}}
+                                                      "args": {"city": "Paris"}},
+                                     "thoughtSignature": "skip_thought_signature_validator"}
     assert turns[2]["parts"] == [{"functionResponse": {
         "name": "get_weather", "response": {"result": "18 C, sunny"}}}]
 
@@ -483,3 +485,75 @@ def test_a_chat_tool_round_trip_through_gemini_keeps_its_thought_signature(g):
     assert turns[1]["parts"] == [{"functionCall": {"name": "get_weather", "args": {"city": "Lima"}},
                                   "thoughtSignature": "Ci4B_0e-Kb6"}]
     assert turns[2]["parts"][0]["functionResponse"]["name"] == "get_weather"
+
+
+def test_another_vendors_tool_call_reaches_gemini_3_with_googles_placeholder_signature(g):
+    """Gemini 3 refuses a step of the current turn whose first function call has no
+    signature (the mock does too); a call another vendor made has none, so it goes to Gemini
+    with the placeholder Google documents (`skip_thought_signature_validator`). A chat app whose
+    OpenAI primary made the call and whose Gemini fallback serves the next turn; a google-genai
+    app whose OpenAI fallback made the call, its history sent back to Gemini as it is."""
+    from google.genai import types
+    client = g.oai()
+    g.mocks["openai"].enqueue(tool_calls=[{"id": "call_7", "name": "get_weather",
+                                           "arguments": {"city": "Rome"}}])
+    messages = [{"role": "user", "content": "Weather in Rome?"}]
+    first = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS)
+    assert first.headers["x-llm-provider"] == "openai"
+    message = first.parse().choices[0].message
+    messages += [message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": "call_7", "content": "25 C"}]
+    second = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS)
+    assert second.headers["x-llm-provider"] == "gemini"
+    assert second.parse().choices[0].message.content == (
+        "Hello from gemini (model gemini-2.5-flash)")
+    turns = json.loads(g.gemini_requests()[0]["body"])["contents"]
+    assert turns[1]["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"
+    # A google-genai app: Gemini down, OpenAI makes the call; Gemini back for the next turn.
+    genai = g.genai()
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(
+            name="get_weather", parameters_json_schema=WEATHER)])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    g.mocks["gemini"].enqueue(status=503)
+    g.mocks["openai"].enqueue(tool_calls=[{"id": "call_8", "name": "get_weather",
+                                           "arguments": {"city": "Oslo"}}])
+    turn = [types.Content(role="user", parts=[types.Part(text="Weather in Oslo?")])]
+    r = genai.models.generate_content(model="gemini-2.5-flash", contents=turn, config=config)
+    assert r.sdk_http_response.headers["x-llm-provider"] == "openai"
+    turn += [r.candidates[0].content, types.Content(role="user", parts=[
+        types.Part.from_function_response(name="get_weather", response={"result": "3 C"})])]
+    r = genai.models.generate_content(model="gemini-2.5-flash", contents=turn, config=config)
+    assert r.sdk_http_response.headers["x-llm-provider"] == "gemini"
+    assert r.text == "Hello from gemini (model gemini-2.5-flash)"
+    sent = g.gemini_requests()
+    assert len(sent) == 3
+    turns = json.loads(sent[-1]["body"])["contents"]
+    assert turns[1]["parts"][0]["functionCall"]["name"] == "get_weather"
+    assert turns[1]["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"
+
+
+def test_a_gemini_call_id_reaches_another_vendor_without_its_signature(g):
+    """A signed Gemini call's id carries its signature (hundreds of characters from real
+    Gemini); OpenAI takes at most 40 characters in a call id, Anthropic ids are kept short too:
+    a translated request leaves the signature out, the same on the call and its result."""
+    signature = "Ci4B" + "x" * 200
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Bern"},
+                                           "signature": signature}])
+    client = g.oai()
+    messages = [{"role": "user", "content": "Weather in Bern?"}]
+    first = client.chat.completions.create(model="gemini-first", messages=messages, tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]
+    short, _, carried = call.id.partition("__thought__")
+    assert carried == signature, call.id
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "9 C"}]
+    g.mocks["gemini"].enqueue(status=503)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gemini-first", messages=messages, tools=TOOLS)
+    assert raw.headers["x-llm-provider"] == "anthropic"
+    turns = json.loads(g.accepted("anthropic")[-1]["body"])["messages"]
+    assert turns[1]["content"][-1]["id"] == short
+    assert turns[2]["content"][0]["tool_use_id"] == short

@@ -291,21 +291,28 @@ fn write_usage(out: &mut Out, u: &Usage) {
     out.close();
 }
 
-/// A function call's part: `arguments` (a JSON string of an object's text) as `args`.
-fn call_part(out: &mut Out, id: &str, name: &str, arguments: &str) {
+/// A function call's part: `arguments` (a JSON string of an object's text) as `args`; the
+/// answer's `first` call carries Google's placeholder signature ([`NO_SIGNATURE`]), so the
+/// app's history can go back to Gemini 3, which refuses a step whose first call has none.
+fn call_part(out: &mut Out, id: &str, name: &str, arguments: &str, first: bool) {
     let args = json::unescape(arguments).filter(|a| json::obj(a).is_some());
     out.raw(r#"{"functionCall":{"name":"#).raw(name).key("args");
     out.raw(args.as_deref().unwrap_or("{}"));
     if id.len() > 2 {
         out.key("id").raw(id);
     }
-    out.close().close();
+    out.close();
+    if first {
+        out.key("thoughtSignature").raw(NO_SIGNATURE);
+    }
+    out.close();
 }
 
 /// One `GenerateContentResponse` of the answer `a` (whole, or a stream's chunk).
 pub fn write_answer(a: &Answer<'_>) -> Vec<u8> {
     let mut out = Out::with_capacity(256);
     out.raw(r#"{"candidates":[{"content":{"parts":["#);
+    let mut first = true;
     for o in &a.output {
         match o {
             Output::Text(text) => {
@@ -315,7 +322,7 @@ pub fn write_answer(a: &Answer<'_>) -> Vec<u8> {
                 id,
                 name,
                 arguments,
-            } => call_part(&mut out, id, name, arguments),
+            } => call_part(&mut out, id, name, arguments, std::mem::take(&mut first)),
         }
     }
     out.close_arr().raw(r#""role":"model"}"#);
@@ -407,6 +414,8 @@ pub struct Encoder {
     calls: Vec<Call>,
     stop: Stop,
     usage: Usage,
+    /// A function call was written.
+    called: bool,
     pub finished: bool,
     pub failed: bool,
 }
@@ -466,7 +475,8 @@ impl Encoder {
                 put(&mut args, &[b"\"", &arguments, b"\""]);
                 let text = |v: &[u8]| std::str::from_utf8(v).unwrap_or(EMPTY).to_owned();
                 let (id, name, args) = (text(&id), text(&name), text(&args));
-                self.chunk(out, false, &|c| call_part(c, &id, &name, &args));
+                let first = !std::mem::replace(&mut self.called, true);
+                self.chunk(out, false, &|c| call_part(c, &id, &name, &args, first));
             }
             Event::BlockStart { .. } => {}
             Event::Stop(stop) => self.stop = stop,

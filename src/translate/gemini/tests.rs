@@ -353,3 +353,89 @@ fn a_calls_thought_signature_travels_in_its_id_and_goes_back_on_it() {
         "f"
     );
 }
+
+#[test]
+fn a_steps_first_call_without_a_signature_gets_googles_placeholder() {
+    // Gemini 3 refuses a step of the current turn whose first functionCall part has no
+    // signature: another vendor's calls get the placeholder Google documents, on each step's
+    // first call only; a signed call keeps its own signature.
+    let chat = serde_json::json!({"model": "m", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "1"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "2"},
+        {"role": "assistant", "tool_calls": [{"id": "c__thought__Ci4B", "type": "function",
+            "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c__thought__Ci4B", "content": "3"}]});
+    let cx = translate::RequestContext {
+        model: "gemini-3-pro",
+        default_max_tokens: 4096,
+        stream: false,
+    };
+    let body = translate::request(
+        Api::OpenAiChat,
+        Api::Gemini,
+        chat.to_string().as_bytes(),
+        &cx,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    let signatures = |turn: usize| -> Vec<serde_json::Value> {
+        let parts = v["contents"][turn]["parts"].as_array().unwrap();
+        parts
+            .iter()
+            .map(|p| p["thoughtSignature"].clone())
+            .collect()
+    };
+    let placeholder = serde_json::json!("skip_thought_signature_validator");
+    assert_eq!(
+        signatures(1),
+        [placeholder.clone(), serde_json::Value::Null]
+    );
+    assert_eq!(signatures(3), [serde_json::json!("Ci4B")]);
+    // A google-genai app's answer from another vendor: its first call has the placeholder, so
+    // the app's history can go back to Gemini 3 as it is.
+    let answer = br#"{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_a","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"call_b","type":"function","function":{"name":"g","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#;
+    let out = translate::response(Api::OpenAiChat, Api::Gemini, 200, answer, 1).body;
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let parts = v["candidates"][0]["content"]["parts"].as_array().unwrap();
+    assert_eq!(parts[0]["thoughtSignature"], placeholder);
+    assert_eq!(parts[1].get("thoughtSignature"), None);
+}
+
+#[test]
+fn a_signed_call_id_reaches_other_vendors_without_its_signature() {
+    // OpenAI takes at most 40 characters in a call id (64 in Responses), Anthropic 64: the
+    // signature a Gemini call's id carries is left out, the same on the call and its result.
+    let chat = serde_json::json!({"model": "m", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"id": "call_r1_0__thought__Ci4B_0e-Kb6",
+            "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_r1_0__thought__Ci4B_0e-Kb6", "content": "ok"}]});
+    let messages = serde_json::json!({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "tool_use",
+            "id": "call_r1_0__thought__Ci4B_0e-Kb6", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": "call_r1_0__thought__Ci4B_0e-Kb6", "content": "ok"}]}]});
+    let cx = translate::RequestContext {
+        model: "m",
+        default_max_tokens: 4096,
+        stream: false,
+    };
+    let pairs = [
+        (Api::OpenAiChat, &chat, Api::AnthropicMessages, 2),
+        (Api::OpenAiChat, &chat, Api::OpenAiResponses, 2),
+        (Api::AnthropicMessages, &messages, Api::OpenAiChat, 2),
+    ];
+    for (caller, body, provider, ids) in pairs {
+        let out = translate::request(caller, provider, body.to_string().as_bytes(), &cx).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            !out.contains("__thought__"),
+            "{caller:?} to {provider:?}: {out}"
+        );
+        assert_eq!(out.matches(r#""call_r1_0""#).count(), ids, "{out}");
+    }
+}

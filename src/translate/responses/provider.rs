@@ -11,7 +11,7 @@ use crate::translate::common::{Sampling, Usage};
 use crate::translate::json::{self, number, pick, Obj, Out, RawStr, EMPTY};
 use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
 use crate::translate::sse::{self, Reader};
-use crate::translate::{field, RequestContext, Untranslatable};
+use crate::translate::{field, gemini, RequestContext, Untranslatable};
 
 /// The conversation as Responses writes it: system parts joined as `instructions`, the rest as
 /// `input` items (one `message` per run of a role's text and images, each function call and
@@ -67,7 +67,8 @@ impl Conversation {
             Part::ToolCall { id, name, input } => {
                 self.close();
                 let out = &mut self.input;
-                out.raw(r#"{"type":"function_call","call_id":"#).str(id);
+                out.raw(r#"{"type":"function_call","call_id":"#)
+                    .str(gemini::unsigned(id));
                 out.key("name").raw(name);
                 out.key("arguments").str(input.trim()).close();
             }
@@ -75,7 +76,7 @@ impl Conversation {
                 self.close();
                 let out = &mut self.input;
                 out.raw(r#"{"type":"function_call_output","call_id":"#)
-                    .str(id);
+                    .str(gemini::unsigned(id));
                 out.key("output");
                 match content.as_slice() {
                     [] => {
