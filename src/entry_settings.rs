@@ -6,7 +6,7 @@
 //! | OpenAI Chat | `reasoning_effort` | `max_completion_tokens` (and `max_tokens` where the body has it) |
 //! | OpenAI Responses | `reasoning.effort` (the body's other `reasoning` members kept) | `max_output_tokens` |
 //! | Gemini native | `generationConfig.thinkingConfig.thinkingBudget` ([`Effort::budget_tokens`]; `includeThoughts` kept) | `generationConfig.maxOutputTokens` (the body's other `generationConfig` members kept) |
-//! | Anthropic Messages | `thinking: {type: enabled, budget_tokens}` ([`Effort::budget_tokens`]); `temperature`, `top_p`, `top_k` removed (Anthropic refuses them with thinking); none when `tool_choice` forces a tool (refused with thinking too) | `max_tokens`, raised by the budget when not above it |
+//! | Anthropic Messages | `thinking: {type: enabled, budget_tokens}` ([`Effort::budget_tokens`]); `temperature`, `top_p`, `top_k` removed (Anthropic refuses them with thinking); none when `tool_choice` forces a tool (refused with thinking too) or the last assistant turn called tools without a thinking block first (a tool loop begun without thinking) | `max_tokens`, raised by the budget when not above it |
 //!
 //! Only entries that set something pay for it: their body's top-level members are copied as
 //! written, those the settings replace left out and the settings' own appended. Entries
@@ -224,7 +224,9 @@ fn messages(
         .max_tokens
         .map(u64::from)
         .or_else(|| member(body, "max_tokens").and_then(json::number));
-    let thinking = s.effort.filter(|_| !forces_a_tool(body));
+    let thinking = s
+        .effort
+        .filter(|_| !forces_a_tool(body) && !calls_without_thinking(body));
     let Some(effort) = thinking else {
         let Some(max) = s.max_tokens else {
             return (&[], Vec::new());
@@ -330,6 +332,27 @@ fn forces_a_tool(body: &[u8]) -> bool {
     };
     let [kind] = json::pick(choice, [b"type"]);
     kind == b"\"any\"" || kind == b"\"tool\""
+}
+
+/// The conversation's last assistant turn called tools and does not start with a thinking
+/// block: a tool loop begun without thinking (by another vendor, or a caller's dialect that
+/// carries none back), which Anthropic refuses to continue with thinking ("Expected `thinking`
+/// or `redacted_thinking`, but found `tool_use`").
+fn calls_without_thinking(body: &[u8]) -> bool {
+    let mut last = None;
+    for m in json::elements(member(body, "messages").unwrap_or_default()) {
+        let [role, content] = json::pick(m, [b"role", b"content"]);
+        if role == b"\"assistant\"" {
+            last = Some(content);
+        }
+    }
+    let (mut calls, mut first) = (false, None);
+    for block in json::elements(last.unwrap_or_default()) {
+        let [kind] = json::pick(block, [b"type"]);
+        first = first.or(Some(kind));
+        calls |= kind == b"\"tool_use\"";
+    }
+    calls && !matches!(first, Some(b"\"thinking\"" | b"\"redacted_thinking\""))
 }
 
 #[cfg(test)]
@@ -442,6 +465,45 @@ mod tests {
             usage: false,
         };
         assert_eq!(apply(forced.as_bytes(), Api::AnthropicMessages, &s), None);
+    }
+
+    #[test]
+    fn a_tool_loop_begun_without_thinking_continues_without_it() {
+        let turns = |assistant: &str| {
+            format!(
+                r#"{{"max_tokens":64,"messages":[{{"role":"user","content":"hi"}},{{"role":"assistant","content":[{assistant}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":"1"}}]}}]}}"#
+            )
+        };
+        let call = r#"{"type":"tool_use","id":"t","name":"f","input":{}}"#;
+        // Calls without thinking first (another vendor's, or a Chat caller's): none asked.
+        for assistant in [
+            call.to_owned(),
+            format!(r#"{{"type":"text","text":"x"}},{call}"#),
+        ] {
+            let low = EntrySettings {
+                effort: Some(Effort::Low),
+                ..EntrySettings::default()
+            };
+            let body = turns(&assistant);
+            assert_eq!(
+                apply(body.as_bytes(), Api::AnthropicMessages, &low),
+                None,
+                "{assistant}"
+            );
+        }
+        // The turn's thinking came back (signed or redacted), or no tool was called: thinking.
+        for assistant in [
+            format!(r#"{{"type":"thinking","thinking":"t","signature":"s"}},{call}"#),
+            format!(r#"{{"type":"redacted_thinking","data":"d"}},{call}"#),
+            r#"{"type":"text","text":"x"}"#.to_owned(),
+        ] {
+            let body = turns(&assistant);
+            assert!(
+                edit(&body, Api::AnthropicMessages, Some(Effort::Low), None)
+                    .contains(r#""thinking":{"type":"enabled","budget_tokens":4000}"#),
+                "{assistant}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! `messages::write_answer`, `responses::answer`, `gemini::write_answer`).
 
 use super::common::Usage;
-use super::model::{Answer, Block, Event, Output, Stop};
+use super::model::{Answer, Block, Event, Output, Stop, Thinking};
 use super::Api;
 use std::borrow::Cow;
 
@@ -21,6 +21,12 @@ enum Piece {
         id: String,
         name: String,
         arguments: String,
+    },
+    /// Reasoning: its text and signature (or redacted data), as a call's members.
+    Thinking {
+        text: String,
+        signature: String,
+        redacted: bool,
     },
 }
 
@@ -72,6 +78,11 @@ impl Collected {
                         name: opened(name),
                         arguments: opened(b""),
                     },
+                    Block::Thinking { redacted } => Piece::Thinking {
+                        text: opened(b""),
+                        signature: opened(redacted),
+                        redacted: !redacted.is_empty(),
+                    },
                 };
                 self.pieces.push((index, piece));
             }
@@ -83,6 +94,20 @@ impl Collected {
             Event::Arguments { index, json } => {
                 if let Some(Piece::Call { arguments, .. }) = self.piece(index) {
                     arguments.push_str(inner(json));
+                }
+            }
+            Event::Thinking {
+                index,
+                text,
+                signature,
+            } => {
+                if let Some(Piece::Thinking {
+                    text: t,
+                    signature: s,
+                    ..
+                }) = self.piece(index)
+                {
+                    (if signature { s } else { t }).push_str(inner(text));
                 }
             }
             Event::BlockStop { .. } => {}
@@ -123,6 +148,12 @@ impl Collected {
                     close(name);
                     close(arguments);
                 }
+                Piece::Thinking {
+                    text, signature, ..
+                } => {
+                    close(text);
+                    close(signature);
+                }
             }
         }
         Answer {
@@ -140,6 +171,15 @@ impl Collected {
                         name,
                         arguments: Cow::Borrowed(arguments),
                     },
+                    Piece::Thinking {
+                        text,
+                        signature,
+                        redacted,
+                    } => Output::Thinking(Thinking {
+                        text: Cow::Borrowed(text),
+                        signature: Cow::Borrowed(signature),
+                        redacted: *redacted,
+                    }),
                 })
                 .collect(),
             stop: self.stop,

@@ -133,6 +133,8 @@ impl Conversation {
     /// Adds the next part of the conversation.
     pub fn push(&mut self, role: Role, part: &Part<'_>) {
         match part {
+            // Another vendor's reasoning: no Chat server can read it.
+            Part::Thinking(_) => {}
             // Instructions as a string, which every Chat server takes.
             Part::Text(text) if role == Role::System => {
                 self.close();

@@ -316,5 +316,29 @@ mod chunking {
             let chunks: Vec<&[u8]> = at.windows(2).map(|w| &bytes[w[0]..w[1]]).collect();
             prop_assert_eq!(case.stream(&chunks), case.stream(&[bytes]), "{}", case.name());
         }
+
+        /// Any chunking of a stream with thinking blocks (their text and signature deltas cut
+        /// anywhere) gives the same translation as the stream whole.
+        #[test]
+        fn any_chunking_of_a_thinking_stream_gives_the_same_translation(
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 1..24),
+        ) {
+            // A Chat caller is shown no thinking (docs/translation.md "Reasoning").
+            let thinking = streams().into_iter().filter(|(c, _)| {
+                c.name().contains("thinking") && c.caller != Api::OpenAiChat
+            });
+            for (case, stream) in thinking {
+                let mut at: Vec<usize> = cuts.iter().map(|i| i.index(stream.len() + 1)).collect();
+                at.push(0);
+                at.push(stream.len());
+                at.sort_unstable();
+                let chunks: Vec<&[u8]> = at.windows(2).map(|w| &stream[w[0]..w[1]]).collect();
+                let (whole, finished) = case.stream(&[&stream]);
+                let shown = |s: &[u8]| s.windows(14).any(|w| w == b"thinking_delta")
+                    || s.windows(17).any(|w| w == b"reasoning_summary");
+                prop_assert!(finished && shown(&whole), "{}: the thinking is shown", case.name());
+                prop_assert_eq!(case.stream(&chunks), (whole, finished), "{}", case.name());
+            }
+        }
     }
 }

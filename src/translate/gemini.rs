@@ -60,7 +60,8 @@ impl<'a> Conversation<'a> {
 
     /// Adds the next part of the conversation.
     pub fn push(&mut self, role: Role, part: &Part<'a>) {
-        if role == Role::System {
+        // Another vendor's reasoning: Gemini cannot read it.
+        if role == Role::System || matches!(part, Part::Thinking(_)) {
             return self.write(Role::System, part);
         }
         if self.open != Some(role) {
@@ -115,6 +116,7 @@ impl<'a> Conversation<'a> {
                 self.called = true;
                 self.calls.push((id.clone(), name));
             }
+            Part::Thinking(_) => return,
             Part::ToolResult {
                 id,
                 content,

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use super::common::{self, Usage};
 use super::json::{self, number, pick, Obj, Out, RawStr};
-use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
+use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Thinking};
 use super::sse::{self, Reader};
 use super::{RequestContext, Untranslatable};
 
@@ -207,12 +207,21 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
                 }
             }
         }
+        Part::Thinking(t) if t.redacted => {
+            out.raw(r#"{"type":"redacted_thinking","data":"#)
+                .raw(&t.signature);
+        }
+        Part::Thinking(t) => {
+            out.raw(r#"{"type":"thinking","thinking":"#).raw(&t.text);
+            out.key("signature").raw(&t.signature);
+        }
     }
     out.close();
 }
 
-/// A Messages answer read into the model (`None`: not a Messages answer). Thinking and
-/// server-tool blocks do not cross vendors.
+/// A Messages answer read into the model (`None`: not a Messages answer). Thinking blocks
+/// are read with their signature (a redacted one's data); server-tool blocks do not cross
+/// vendors.
 pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
     let answer = Obj::parse_bytes(body)?;
     let content = answer.arr("content")?;
@@ -229,6 +238,18 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
                     arguments: String::from_utf8(arguments.0)
                         .map_or(Cow::Borrowed("\"{}\""), Cow::Owned),
                 });
+            }
+            Some(kind @ ("thinking" | "redacted_thinking")) => {
+                let redacted = kind == "redacted_thinking";
+                let [text, signature] = match redacted {
+                    true => [None, block.raw_str("data")],
+                    false => [block.raw_str("thinking"), block.raw_str("signature")],
+                };
+                output.push(Output::Thinking(Thinking {
+                    text: Cow::Borrowed(text.unwrap_or(json::EMPTY)),
+                    signature: Cow::Borrowed(signature.unwrap_or(json::EMPTY)),
+                    redacted,
+                }));
             }
             _ => {}
         }
@@ -258,7 +279,8 @@ pub struct Decoder {
 #[derive(Debug, Default)]
 struct State {
     usage: Usage,
-    /// The content block indexes of the text and tool blocks (the others are not passed on).
+    /// The content block indexes of the text, tool and thinking blocks (the others are not
+    /// passed on).
     blocks: Vec<u64>,
     /// `message_stop` or an error came: nothing more is read.
     done: bool,
@@ -370,32 +392,42 @@ fn decode(
             on(Event::Start { id, model });
         }
         br#""content_block_start""# => {
-            let [kind, id, name] = pick(block, [b"type", b"id", b"name"]);
+            let [kind, id, name, data] = pick(block, [b"type", b"id", b"name", b"data"]);
             let block = match kind {
                 br#""text""# => Block::Text,
                 br#""tool_use""# => Block::ToolCall { id, name },
-                _ => return, // thinking, redacted thinking, server tools
+                br#""thinking""# => Block::Thinking { redacted: b"" },
+                br#""redacted_thinking""# => Block::Thinking { redacted: data },
+                _ => return, // server tools
             };
             blocks.push(index);
             on(Event::BlockStart { index, block });
         }
         br#""content_block_delta""# if blocks.contains(&index) => {
-            let [kind, text, json] = pick(delta, [b"type", b"text", b"partial_json"]);
-            match (kind, RawStr::of(text), RawStr::of(json)) {
-                (br#""text_delta""#, Some(text), _) if !text.is_empty() => {
-                    on(Event::Text {
-                        index,
-                        text: text.0,
-                    });
-                }
-                (br#""input_json_delta""#, _, Some(json)) if !json.is_empty() => {
-                    on(Event::Arguments {
-                        index,
-                        json: json.0,
-                    });
-                }
-                _ => {}
-            }
+            let [kind, text, json, thinking, signature] = pick(
+                delta,
+                [b"type", b"text", b"partial_json", b"thinking", b"signature"],
+            );
+            let (piece, which) = match kind {
+                br#""text_delta""# => (text, 0),
+                br#""input_json_delta""# => (json, 1),
+                br#""thinking_delta""# => (thinking, 2),
+                br#""signature_delta""# => (signature, 3),
+                _ => return,
+            };
+            let Some(piece) = RawStr::of(piece).filter(|p| !p.is_empty()) else {
+                return;
+            };
+            let text = piece.0;
+            on(match which {
+                0 => Event::Text { index, text },
+                1 => Event::Arguments { index, json: text },
+                _ => Event::Thinking {
+                    index,
+                    text,
+                    signature: which == 3,
+                },
+            });
         }
         br#""content_block_stop""# if blocks.contains(&index) => on(Event::BlockStop { index }),
         br#""message_delta""# => {

@@ -45,6 +45,21 @@ pub enum Part<'a> {
         /// The caller sent its result as a list of parts.
         blocks: bool,
     },
+    /// Reasoning the model showed in an earlier turn, sent back to the vendor that made it.
+    Thinking(Thinking<'a>),
+}
+
+/// Reasoning the model showed (Anthropic's thinking blocks, Responses' reasoning items), with
+/// what its vendor needs back to continue from it (docs/translation.md "Reasoning").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thinking<'a> {
+    /// Its text, a JSON string (`""` when redacted).
+    pub text: Cow<'a, str>,
+    /// Opaque to all but its vendor, a JSON string: Anthropic's `signature`, or a redacted
+    /// block's `data`.
+    pub signature: Cow<'a, str>,
+    /// Anthropic's `redacted_thinking` (`signature` is its `data`).
+    pub redacted: bool,
 }
 
 /// What of a request is not its conversation, as the model knows it.
@@ -146,6 +161,7 @@ pub enum Output<'a> {
         name: &'a str,
         arguments: Cow<'a, str>,
     },
+    Thinking(Thinking<'a>),
 }
 
 /// What a block of a streamed answer holds.
@@ -156,6 +172,11 @@ pub enum Block<'a> {
     ToolCall {
         id: &'a [u8],
         name: &'a [u8],
+    },
+    /// Reasoning (its text and signature come as [`Event::Thinking`]); a redacted block's
+    /// data as a JSON string (empty for one that is not redacted).
+    Thinking {
+        redacted: &'a [u8],
     },
 }
 
@@ -171,6 +192,12 @@ pub enum Event<'a> {
     Text { index: u64, text: &'a [u8] },
     /// More of a function call's arguments (a piece of JSON text, as a JSON string).
     Arguments { index: u64, json: &'a [u8] },
+    /// More of a thinking block: its text, or (`signature`) its signature, a JSON string.
+    Thinking {
+        index: u64,
+        text: &'a [u8],
+        signature: bool,
+    },
     /// Block `index` is complete.
     BlockStop { index: u64 },
     /// Why the answer stopped.

@@ -6,9 +6,12 @@
 
 use super::common::Usage;
 use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
-use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool};
+use super::model::{
+    Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool,
+};
 use super::{chat, gemini, messages, Api};
 use super::{RequestContext, Untranslatable};
+use std::borrow::Cow;
 
 pub mod provider;
 #[cfg(test)]
@@ -146,8 +149,9 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> 
 }
 
 /// One input item: a message (with or without `type: message`), a function call or its
-/// output; reasoning items are dropped (another vendor cannot read them); references to items
-/// a provider stored, and built-in tools' calls, cannot be sent elsewhere.
+/// output; a reasoning item of ours ([`ours`]) is the thinking it came from, any other is
+/// dropped (another vendor cannot read it); references to items a provider stored, and
+/// built-in tools' calls, cannot be sent elsewhere.
 fn item<'a>(item: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
     match item.tag("type") {
         None | Some("message") => message(item, push),
@@ -191,10 +195,62 @@ fn item<'a>(item: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()>
             );
             Ok(())
         }
-        Some("reasoning") => Ok(()),
+        Some("reasoning") => {
+            if let Some(thinking) = ours(item) {
+                push(Role::Assistant, Part::Thinking(thinking));
+            }
+            Ok(())
+        }
         Some("item_reference") => Err(field("input.item_reference")),
         Some(_) => Err(field("input.type")),
     }
+}
+
+/// The `encrypted_content` prefixes of the reasoning items written from Anthropic's thinking
+/// blocks (docs/translation.md "Reasoning"): the signature, or a redacted block's data, follows.
+const SIGNED: &str = "llm-failover:anthropic:";
+const REDACTED: &str = "llm-failover:anthropic-redacted:";
+
+/// The thinking block a reasoning item of ours was written from: its summary's text and the
+/// signature (or redacted data) after our prefix.
+fn ours<'a>(item: &Obj<'a>) -> Option<Thinking<'a>> {
+    let content = item.raw_str("encrypted_content")?.get(1..)?;
+    let (rest, redacted) = match content.strip_prefix(SIGNED) {
+        Some(rest) => (rest, false),
+        None => (content.strip_prefix(REDACTED)?, true),
+    };
+    let mut signature = String::with_capacity(rest.len() + 1);
+    signature.push('"');
+    signature.push_str(rest);
+    let summary = item.arr("summary").unwrap_or_default();
+    let text = summary.first().and_then(|p| json::obj(p)?.raw_str("text"));
+    Some(Thinking {
+        text: Cow::Borrowed(text.unwrap_or(EMPTY)),
+        signature: Cow::Owned(signature),
+        redacted,
+    })
+}
+
+/// A reasoning output item (`text`: its summary's, a JSON string; `signature`: the contents
+/// of Anthropic's signature or redacted data, after our prefix in `encrypted_content`).
+fn reasoning_item(out: &mut Vec<u8>, id: &[u8], text: &[u8], signature: &[u8], redacted: bool) {
+    put(
+        out,
+        &[br#"{"id":"#, id, br#","type":"reasoning","summary":["#],
+    );
+    if !redacted {
+        put(out, &[br#"{"type":"summary_text","text":"#, text, b"}"]);
+    }
+    let prefix = if redacted { REDACTED } else { SIGNED };
+    put(
+        out,
+        &[
+            br#"],"encrypted_content":""#,
+            prefix.as_bytes(),
+            signature,
+            b"\"}",
+        ],
+    );
 }
 
 fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
@@ -342,9 +398,10 @@ fn call_item(out: &mut Vec<u8>, call_id: &[u8], name: &[u8], arguments: &[u8], s
     );
 }
 
-/// A message item's id: `msg_` and the provider's answer id, numbered after the first.
-fn message_id(out: &mut Vec<u8>, answer_id: &[u8], k: usize) {
-    derived_id(out, b"msg_", answer_id);
+/// A message (`msg_`) or reasoning (`rs_`) item's id: the prefix and the provider's answer id,
+/// numbered after the first.
+fn item_id(out: &mut Vec<u8>, prefix: &[u8], answer_id: &[u8], k: usize) {
+    derived_id(out, prefix, answer_id);
     if k > 0 {
         out.pop();
         put(out, &[b"_", Digits::of(k as u64).get(), b"\""]);
@@ -369,9 +426,15 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
         }
         match output {
             Output::Text(text) => {
-                let mut item_id = Vec::with_capacity(id.len() + 4);
-                message_id(&mut item_id, id, k);
-                message_item(&mut out, &item_id, b"completed", Some(text.as_bytes()));
+                let mut msg = Vec::with_capacity(id.len() + 4);
+                item_id(&mut msg, b"msg_", id, k);
+                message_item(&mut out, &msg, b"completed", Some(text.as_bytes()));
+            }
+            Output::Thinking(t) => {
+                let mut rs = Vec::with_capacity(id.len() + 4);
+                item_id(&mut rs, b"rs_", id, k);
+                let signature = RawStr(t.signature.as_bytes()).inner();
+                reasoning_item(&mut out, &rs, t.text.as_bytes(), signature, t.redacted);
             }
             Output::ToolCall {
                 id,
@@ -444,7 +507,57 @@ struct Item {
     call: Option<(Vec<u8>, Vec<u8>)>,
     /// The text or arguments so far, escapes as written (between the quotes).
     text: Vec<u8>,
+    /// A reasoning item's signature (or redacted data) so far, as `text`, and whether it is
+    /// redacted; `None` for the others.
+    signature: Option<(Vec<u8>, bool)>,
 }
+
+impl Item {
+    /// How its text streams: a message's, a reasoning item's summary; `None` for a function
+    /// call's arguments and a redacted reasoning item (no text).
+    fn texts(&self) -> Option<&'static Texts> {
+        match (&self.call, &self.signature) {
+            (None, None) => Some(&MESSAGE),
+            (None, Some((_, false))) => Some(&SUMMARY),
+            _ => None,
+        }
+    }
+}
+
+/// The events and members of a message's text and of a reasoning item's summary, which
+/// stream alike.
+struct Texts {
+    delta: &'static [u8],
+    done: &'static [u8],
+    part_added: &'static [u8],
+    part_done: &'static [u8],
+    /// The text's index member.
+    index: &'static [u8],
+    /// The part's members up to its text.
+    part: &'static [u8],
+    /// What a delta and the done event end with.
+    tail: &'static [u8],
+}
+
+const MESSAGE: Texts = Texts {
+    delta: b"response.output_text.delta",
+    done: b"response.output_text.done",
+    part_added: b"response.content_part.added",
+    part_done: b"response.content_part.done",
+    index: br#","content_index":0"#,
+    part: br#","part":{"type":"output_text","annotations":[],"text":"#,
+    tail: br#","logprobs":[]"#,
+};
+
+const SUMMARY: Texts = Texts {
+    delta: b"response.reasoning_summary_text.delta",
+    done: b"response.reasoning_summary_text.done",
+    part_added: b"response.reasoning_summary_part.added",
+    part_done: b"response.reasoning_summary_part.done",
+    index: br#","summary_index":0"#,
+    part: br#","part":{"type":"summary_text","text":"#,
+    tail: b"",
+};
 
 /// The model's stream events written as the Responses API's typed events, each `event: <type>`
 /// and `data: {"type": <type>, "sequence_number": n, ...}`, in OpenAI's order.
@@ -529,8 +642,13 @@ impl Encoder {
                 self.block_start(index, block, out);
             }
             Event::Text { index, text } | Event::Arguments { index, json: text } => {
-                self.delta(index, text, out);
+                self.delta(index, text, false, out);
             }
+            Event::Thinking {
+                index,
+                text,
+                signature,
+            } => self.delta(index, text, signature, out),
             Event::BlockStop { index } => self.block_stop(index, out),
             Event::Stop(stop) => self.stop = stop,
             Event::Usage(usage) => self.usage = usage,
@@ -568,9 +686,16 @@ impl Encoder {
         let k = self.items.len();
         let index = self.output_index(k);
         let mut id = Vec::with_capacity(self.id.len() + 8);
+        let mut signature = None;
         let call = match kind {
             Block::Text => {
-                message_id(&mut id, &self.id, k);
+                item_id(&mut id, b"msg_", &self.id, k);
+                None
+            }
+            Block::Thinking { redacted } => {
+                item_id(&mut id, b"rs_", &self.id, k);
+                let redacted = RawStr::of(redacted).map(RawStr::inner);
+                signature = Some((redacted.unwrap_or_default().to_vec(), redacted.is_some()));
                 None
             }
             Block::ToolCall { id: call_id, name } => {
@@ -583,72 +708,71 @@ impl Encoder {
         };
         self.open(out, b"response.output_item.added");
         put(out, &[br#""output_index":"#, index.get(), br#","item":"#]);
-        match &call {
-            None => message_item(out, &id, b"in_progress", None),
-            Some((call_id, name)) => {
+        match (&call, &signature) {
+            (Some((call_id, name)), _) => {
                 call_item(out, call_id, name, EMPTY.as_bytes(), b"in_progress")
             }
+            (None, Some(_)) => put(
+                out,
+                &[br#"{"id":"#, &id, br#","type":"reasoning","summary":[]}"#],
+            ),
+            (None, None) => message_item(out, &id, b"in_progress", None),
         }
         out.extend_from_slice(b"}\n\n");
-        if call.is_none() {
-            self.open(out, b"response.content_part.added");
-            self.part_members(out, &id, index.get());
-            out.extend_from_slice(br#","part":{"type":"output_text","annotations":[],"text":""}}"#);
-            out.extend_from_slice(b"\n\n");
-        }
-        self.items.push(Item {
+        let item = Item {
             block,
             id,
             call,
             text: Vec::new(),
-        });
+            signature,
+        };
+        if let Some(texts) = item.texts() {
+            self.open(out, texts.part_added);
+            self.part_members(out, &item.id, index.get(), texts.index);
+            put(out, &[texts.part, b"\"\"}}\n\n"]);
+        }
+        self.items.push(item);
     }
 
-    /// `"item_id":…,"output_index":…` and, for text, `,"content_index":0`.
-    fn part_members(&self, out: &mut Vec<u8>, id: &[u8], index: &[u8]) {
+    /// `"item_id":…,"output_index":…` and the text's index (`texts.index`).
+    fn part_members(&self, out: &mut Vec<u8>, id: &[u8], index: &[u8], texts: &[u8]) {
         put(
             out,
-            &[
-                br#""item_id":"#,
-                id,
-                br#","output_index":"#,
-                index,
-                br#","content_index":0"#,
-            ],
+            &[br#""item_id":"#, id, br#","output_index":"#, index, texts],
         );
     }
 
-    fn delta(&mut self, block: u64, text: &[u8], out: &mut Vec<u8>) {
+    /// More text, arguments or (`signature`) a thinking block's signature, which is kept for
+    /// the item's end.
+    fn delta(&mut self, block: u64, text: &[u8], signature: bool, out: &mut Vec<u8>) {
         let Some(k) = self.items.iter().position(|i| i.block == block) else {
             return;
         };
         let index = self.output_index(k);
-        let (kind, text_event): (&[u8], bool) = match self.items.get(k).map(|i| i.call.is_none()) {
-            Some(true) => (b"response.output_text.delta", true),
-            _ => (b"response.function_call_arguments.delta", false),
-        };
-        self.open(out, kind);
         let Some(item) = self.items.get_mut(k) else {
             return;
         };
+        match &mut item.signature {
+            Some((signed, false)) if signature => {
+                return signed.extend_from_slice(RawStr(text).inner());
+            }
+            Some((_, true)) => return,
+            _ if signature => return,
+            _ => {}
+        }
         item.text.extend_from_slice(RawStr(text).inner());
-        put(
-            out,
-            &[
-                br#""item_id":"#,
-                &item.id,
-                br#","output_index":"#,
-                index.get(),
-            ],
-        );
-        if text_event {
-            out.extend_from_slice(br#","content_index":0"#);
+        let texts = item.texts();
+        let kind = texts.map_or(b"response.function_call_arguments.delta".as_slice(), |t| {
+            t.delta
+        });
+        let id = std::mem::take(&mut item.id);
+        self.open(out, kind);
+        let (members, tail) = texts.map_or((b"".as_slice(), b"".as_slice()), |t| (t.index, t.tail));
+        self.part_members(out, &id, index.get(), members);
+        put(out, &[br#","delta":"#, text, tail, b"}\n\n"]);
+        if let Some(item) = self.items.get_mut(k) {
+            item.id = id;
         }
-        put(out, &[br#","delta":"#, text]);
-        if text_event {
-            out.extend_from_slice(br#","logprobs":[]"#);
-        }
-        out.extend_from_slice(b"}\n\n");
     }
 
     fn block_stop(&mut self, block: u64, out: &mut Vec<u8>) {
@@ -658,46 +782,31 @@ impl Encoder {
         let Some(item) = self.items.get_mut(k) else {
             return;
         };
+        let texts = item.texts();
         let id = std::mem::take(&mut item.id);
         let call = item.call.take();
+        let signature = item.signature.take();
         let mut text = Vec::with_capacity(item.text.len() + 2);
         put(&mut text, &[b"\"", &item.text, b"\""]);
         let index = self.output_index(k);
         let mut done = Vec::with_capacity(text.len() + 128);
-        match &call {
-            None => {
-                self.open(out, b"response.output_text.done");
-                self.part_members(out, &id, index.get());
-                put(
-                    out,
-                    &[br#","text":"#, &text, br#","logprobs":[]}"#, b"\n\n"],
-                );
-                self.open(out, b"response.content_part.done");
-                self.part_members(out, &id, index.get());
-                put(
-                    out,
-                    &[
-                        br#","part":{"type":"output_text","annotations":[],"text":"#,
-                        &text,
-                        b"}}\n\n",
-                    ],
-                );
-                message_item(&mut done, &id, b"completed", Some(&text));
+        if let Some(t) = texts {
+            self.open(out, t.done);
+            self.part_members(out, &id, index.get(), t.index);
+            put(out, &[br#","text":"#, &text, t.tail, b"}\n\n"]);
+            self.open(out, t.part_done);
+            self.part_members(out, &id, index.get(), t.index);
+            put(out, &[t.part, &text, b"}}\n\n"]);
+        }
+        match (&call, signature) {
+            (_, Some((signature, redacted))) => {
+                reasoning_item(&mut done, &id, &text, &signature, redacted);
             }
-            Some((call_id, name)) => {
+            (None, None) => message_item(&mut done, &id, b"completed", Some(&text)),
+            (Some((call_id, name)), None) => {
                 self.open(out, b"response.function_call_arguments.done");
-                put(
-                    out,
-                    &[
-                        br#""item_id":"#,
-                        &id,
-                        br#","output_index":"#,
-                        index.get(),
-                        br#","arguments":"#,
-                        &text,
-                        b"}\n\n",
-                    ],
-                );
+                self.part_members(out, &id, index.get(), b"");
+                put(out, &[br#","arguments":"#, &text, b"}\n\n"]);
                 call_item(&mut done, call_id, name, &text, b"completed");
             }
         }

@@ -13,6 +13,8 @@ trimmed to what a translation can get wrong; they are no substitute for the real
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from typing import Any
@@ -103,6 +105,9 @@ def _messages(doc: dict) -> tuple[str, str] | None:
                 doc["tool_choice"].get("type") in ("any", "tool"):
             return ("tool_choice", "Thinking may not be enabled when tool_choice forces tool "
                                    "use.")
+        bad = _tool_loop_without_thinking(doc.get("messages"))
+        if bad:
+            return bad
     tc = doc.get("tool_choice")
     if tc is not None and not (isinstance(tc, dict)
                                and tc.get("type") in ("auto", "any", "tool", "none")):
@@ -159,6 +164,33 @@ def _messages(doc: dict) -> tuple[str, str] | None:
     return None
 
 
+def signature(thinking: str) -> str:
+    """The signature the mock gives a thinking block of this text (base64, as Anthropic's),
+    and takes back only with that text."""
+    return base64.b64encode(hashlib.sha256(thinking.encode()).digest()).decode()
+
+
+def _tool_loop_without_thinking(msgs: Any) -> tuple[str, str] | None:
+    """With thinking enabled, Anthropic continues a tool loop only from an assistant turn that
+    starts with its thinking block (its docs, "Extended thinking with tool use")."""
+    last = [(i, m) for i, m in enumerate(msgs or []) if isinstance(m, dict)
+            and m.get("role") == "assistant" and isinstance(m.get("content"), list)]
+    if not last:
+        return None
+    i, m = last[-1]
+    blocks = [b for b in m["content"] if isinstance(b, dict)]
+    if not any(b.get("type") == "tool_use" for b in blocks):
+        return None
+    first = blocks[0].get("type") if blocks else None
+    if first in ("thinking", "redacted_thinking"):
+        return None
+    return (f"messages.{i}.content.0.type", f"messages.{i}.content.0.type: Expected "
+            f"`thinking` or `redacted_thinking`, but found `{first}`. When `thinking` is "
+            "enabled, a final `assistant` message must start with a thinking block (preceeding "
+            "the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include "
+            "thinking blocks from previous turns.")
+
+
 def _messages_block(b: Any, where: str, role: str) -> tuple[str, str] | None:
     if not isinstance(b, dict) or b.get("type") not in MESSAGES_BLOCKS:
         tag = b.get("type") if isinstance(b, dict) else None
@@ -167,6 +199,13 @@ def _messages_block(b: Any, where: str, role: str) -> tuple[str, str] | None:
     kind = b["type"]
     if kind == "text" and not isinstance(b.get("text"), str):
         return (f"{where}.text", f"{where}.text.text: Field required")
+    if kind == "thinking":
+        if role != "assistant" or not isinstance(b.get("thinking"), str):
+            return (where, f"{where}.thinking: thinking blocks are the assistant's")
+        if b.get("signature") != signature(b["thinking"]):
+            return (f"{where}.signature", f"{where}: Invalid `signature` in `thinking` block")
+    if kind == "redacted_thinking" and not isinstance(b.get("data"), str):
+        return (f"{where}.data", f"{where}.redacted_thinking.data: Field required")
     if kind == "image":
         src = b.get("source")
         ok = isinstance(src, dict) and (

@@ -110,6 +110,9 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
                             ``tool_calls`` / Anthropic ``tool_use`` blocks; SSE:
                             each call's arguments cut in three deltas); no text
                             unless ``content`` or ``chunks`` is given
+``thinking``                Messages: the answer starts with a thinking block of
+                            this text, signed (``mock_api_rules.signature``;
+                            SSE: two ``thinking_delta`` and a ``signature_delta``)
 ``usage``                   the answer's usage object, in the path's API's own
                             field names (cache tokens included). OpenAI streams
                             carry it in a last chunk only when the request asks
@@ -201,7 +204,7 @@ BEHAVIOUR_FIELDS = {
     "action", "stream", "chunks", "first_chunk_delay_ms", "chunk_interval_ms",
     "abort_after_chunks", "abort", "close_connection", "times", "events", "preset",
     "strict", "tool_calls", "usage", "usage_events", "stop_reason", "chunk_bytes",
-    "trailers",
+    "trailers", "thinking",
 }
 USAGE_EVENTS = {"start", "delta", "both"}
 ACTIONS = {"respond", "hang", "close", "reset"}
@@ -302,6 +305,8 @@ def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
                 "tool_calls must be a list of {id?, name, arguments?, signature? (Gemini)}")
     if "usage" in b and not isinstance(b["usage"], dict):
         raise BehaviourError("usage must be an object")
+    if "thinking" in b and not isinstance(b["thinking"], str):
+        raise BehaviourError("thinking must be a string")
     if b.get("usage_events", "start") not in USAGE_EVENTS:
         raise BehaviourError(f"usage_events must be one of {sorted(USAGE_EVENTS)}")
     if "stop_reason" in b and not isinstance(b["stop_reason"], str):
@@ -991,6 +996,9 @@ class MockProvider:
         content = b.get("content", None if calls else text)
         if api == "messages":
             blocks = [] if content is None else [{"type": "text", "text": content}]
+            if "thinking" in b:
+                blocks.insert(0, {"type": "thinking", "thinking": b["thinking"],
+                                  "signature": mock_api_rules.signature(b["thinking"])})
             blocks += [{"type": "tool_use", "id": _call_id(c, k, "toolu_mock_"),
                         "name": c["name"], "input": _arguments_object(c)}
                        for k, c in enumerate(calls)]
@@ -1284,10 +1292,20 @@ def _messages_stream(name: str, rid: int, model: Any, texts: list[str], calls: l
     def block_stop(i: int) -> bytes:
         return _sse("content_block_stop", {"type": "content_block_stop", "index": i})
 
-    events = [block_delta(0, {"type": "text_delta", "text": t}) for t in texts]
+    thinking = b.get("thinking")
+    base = 0 if thinking is None else 1  # the text's block index
+    events = [block_delta(base, {"type": "text_delta", "text": t}) for t in texts]
     if events:
-        events[0] = block_start(0, {"type": "text", "text": ""}) + events[0]
-    first_tool = 1 if texts else 0
+        events[0] = block_start(base, {"type": "text", "text": ""}) + events[0]
+    if thinking is not None:
+        half = len(thinking) // 2
+        events[:0] = [block_start(0, {"type": "thinking", "thinking": "", "signature": ""})
+                      + block_delta(0, {"type": "thinking_delta", "thinking": thinking[:half]}),
+                      block_delta(0, {"type": "thinking_delta", "thinking": thinking[half:]}),
+                      block_delta(0, {"type": "signature_delta",
+                                      "signature": mock_api_rules.signature(thinking)})
+                      + block_stop(0)]
+    first_tool = base + (1 if texts else 0)
     for k, call in enumerate(calls):
         i = first_tool + k
         pieces = [block_delta(i, {"type": "input_json_delta", "partial_json": p})
@@ -1295,11 +1313,11 @@ def _messages_stream(name: str, rid: int, model: Any, texts: list[str], calls: l
         pieces[0] = block_start(i, {"type": "tool_use", "id": _call_id(call, k, "toolu_mock_"),
                                     "name": call["name"], "input": {}}) + pieces[0]
         if k == 0 and texts:
-            pieces[0] = block_stop(0) + pieces[0]
+            pieces[0] = block_stop(base) + pieces[0]
         pieces[-1] += block_stop(i)
         events += pieces
     stop = b.get("stop_reason", "tool_use" if calls else "end_turn")
-    trailer = ([] if calls else [block_stop(0)]) + [
+    trailer = ([] if calls else [block_stop(base)]) + [
         _sse("message_delta", {"type": "message_delta",
                                "delta": {"stop_reason": stop, "stop_sequence": None},
                                "usage": delta_usage}),

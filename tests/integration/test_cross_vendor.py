@@ -87,6 +87,9 @@ chains:
     models: ["rx-*"]
     providers: [openai, {provider: anthropic, model: claude-sonnet-4-5},
                 {provider: gemini, model: gemini-2.5-flash}]
+  - name: think                   # OpenAI, then Claude with thinking on
+    models: ["rt-*"]
+    providers: [openai, {provider: anthropic, model: claude-sonnet-4-5, effort: low}]
   - name: resp-claude             # a Responses app: OpenAI, then Anthropic
     models: ["rc-*"]
     providers: [openai, {provider: anthropic, model: claude-sonnet-4-5}]
@@ -423,6 +426,66 @@ def test_openai_responses_tool_round_trip_through_an_anthropic_fallback(xv, stre
                                                "name": "get_weather", "input": {"city": "Paris"}}]
     assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_01A",
                                                "content": "18C, sunny"}]
+
+
+THOUGHT = 'The user wants "Paris" weather.\nCall get_weather.'
+THINKING_TOOL = {"strict": True, "thinking": THOUGHT, "tool_calls": [
+    {"id": "toolu_01A", "name": "get_weather", "arguments": {"city": "Paris"}}]}
+
+
+def test_a_thinking_claude_fallback_keeps_its_thinking_across_a_tool_loop(xv):
+    """Claude with thinking on (the entry's `effort`) behind an OpenAI outage: a Responses app
+    gets Claude's thinking as a reasoning item (its summary the thinking, the signature in
+    `encrypted_content`), JSON and streamed, and sends it back with the tool's result, which
+    reaches Anthropic as the signed thinking block it requires before the `tool_use` (the
+    strict mock refuses a tool loop without it, as Anthropic does). A Chat app's tool loop,
+    whose dialect carries no thinking back, continues without thinking instead of a 400."""
+    import mock_api_rules
+    xv.openai.set_default(status=503, strict=True)
+    answer = {"strict": True, "content": "It is 18 degrees in Paris.", "chunks": 2}
+    xv.anthropic.enqueue(THINKING_TOOL, THINKING_TOOL, answer, answer, THINKING_TOOL, answer)
+    xv.start()
+    c = xv.oai()
+    kw = dict(model="rt-4o", tools=RESPONSES_TOOLS)
+    items = [{"role": "user", "content": "Weather in Paris?"}]
+    r = c.responses.create(input=items, **kw)
+    with c.responses.stream(input=items, **kw) as s:
+        events = list(s)
+        streamed = s.get_final_response()
+    summary = [e.type for e in events if "reasoning" in e.type]
+    assert summary == ["response.reasoning_summary_part.added"] + \
+        ["response.reasoning_summary_text.delta"] * 2 + \
+        ["response.reasoning_summary_text.done", "response.reasoning_summary_part.done"]
+    assert "".join(e.delta for e in events if e.type.endswith("summary_text.delta")) == THOUGHT
+    for got in (r, streamed):
+        assert [o.type for o in got.output] == ["reasoning", "function_call"]
+        reasoning = got.output[0]
+        assert [p.text for p in reasoning.summary] == [THOUGHT]
+        assert reasoning.encrypted_content == \
+            "llm-failover:anthropic:" + mock_api_rules.signature(THOUGHT)
+        more = [o.model_dump(exclude_none=True) for o in got.output] + [
+            {"type": "function_call_output", "call_id": "toolu_01A", "output": "18C, sunny"}]
+        assert c.responses.create(input=items + more, **kw).output_text == \
+            "It is 18 degrees in Paris."
+    chat = c.chat.completions.create(model="rt-4o", tools=OPENAI_TOOLS, messages=[
+        {"role": "user", "content": "Weather in Paris?"}])
+    (call,) = chat.choices[0].message.tool_calls
+    chat = c.chat.completions.create(model="rt-4o", tools=OPENAI_TOOLS, messages=[
+        {"role": "user", "content": "Weather in Paris?"},
+        chat.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "18C, sunny"}])
+    assert chat.choices[0].message.content == "It is 18 degrees in Paris."
+    sent = [anthropic_side(rec) for rec in accepted(xv.anthropic)]
+    signed = {"type": "thinking", "thinking": THOUGHT,
+              "signature": mock_api_rules.signature(THOUGHT)}
+    for turn in (sent[2], sent[3]):
+        assert turn["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+        assert turn["messages"][1]["content"] == [signed, {
+            "type": "tool_use", "id": "toolu_01A", "name": "get_weather",
+            "input": {"city": "Paris"}}]
+    assert sent[4]["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+    assert "thinking" not in sent[5] and sent[5]["messages"][1]["content"][0]["type"] == \
+        "tool_use"
 
 
 def test_an_endpoint_without_translation_skips_entries_of_another_api(xv):
@@ -1098,6 +1161,48 @@ def test_an_agents_sdk_agent_with_a_function_tool_through_an_anthropic_fallback(
         "type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}
     assert sent["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_01",
                                                "content": "18C, sunny"}]
+
+
+def test_an_agents_sdk_tool_loop_on_a_thinking_claude_fallback(xv):
+    """The Agents SDK's two turns (run and run_streamed) on Claude with thinking on: the SDK
+    sends Claude's reasoning item back with the tool's output, and Anthropic gets the signed
+    thinking block before its `tool_use` (the strict mock refuses the turn without it)."""
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"  # traffic only to 127.0.0.1
+    import asyncio
+    import mock_api_rules
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    set_tracing_disabled(True)
+    xv.openai.set_default(status=503, strict=True)
+    answer = {"strict": True, "content": "It is 18 degrees in Paris.", "chunks": 2}
+    xv.anthropic.enqueue(THINKING_TOOL, answer, THINKING_TOOL, answer)
+    gw = xv.start()
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "18C, sunny"
+
+    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="gw-key", max_retries=0)
+    agent = Agent(name="weather", instructions="Answer with the tool.", tools=[get_weather],
+                  model=OpenAIResponsesModel(model="rt-4o", openai_client=client))
+
+    async def both():
+        result = await Runner.run(agent, "What is the weather in Paris?")
+        run = Runner.run_streamed(agent, "What is the weather in Paris?")
+        [event async for event in run.stream_events()]
+        return result, run
+
+    result, run = asyncio.run(both())
+    assert result.final_output == "It is 18 degrees in Paris."
+    assert run.final_output == "anthropic:0 anthropic:1 "
+    reasoning = [i for i in result.new_items if i.type == "reasoning_item"]
+    assert [p.text for p in reasoning[0].raw_item.summary] == [THOUGHT]
+    sent = [anthropic_side(rec) for rec in accepted(xv.anthropic)]
+    for turn in (sent[1], sent[3]):
+        assert turn["thinking"] == {"type": "enabled", "budget_tokens": 4000}
+        assert turn["messages"][1]["content"][0] == {
+            "type": "thinking", "thinking": THOUGHT,
+            "signature": mock_api_rules.signature(THOUGHT)}
 
 
 def test_the_responses_example_runs_through_an_anthropic_fallback(xv):

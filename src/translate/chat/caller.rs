@@ -379,6 +379,7 @@ pub(crate) fn joined(answer: &Answer<'_>) -> (String, bool) {
         match output {
             Output::Text(text) => texts.push_str(assemble::inner(text.as_bytes())),
             Output::ToolCall { .. } => calls = true,
+            Output::Thinking(_) => {}
         }
     }
     texts.push('"');
@@ -480,7 +481,7 @@ impl Encoder {
             Event::Usage(usage) => self.usage = usage,
             Event::End => self.end(out),
             Event::Error { kind, message } => self.fail(kind, message, out),
-            Event::BlockStart { .. } | Event::BlockStop { .. } => {}
+            Event::BlockStart { .. } | Event::BlockStop { .. } | Event::Thinking { .. } => {}
         }
     }
 

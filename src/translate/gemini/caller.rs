@@ -323,6 +323,7 @@ pub fn write_answer(a: &Answer<'_>) -> Vec<u8> {
                 name,
                 arguments,
             } => call_part(&mut out, id, name, arguments, std::mem::take(&mut first)),
+            Output::Thinking(_) => {}
         }
     }
     out.close_arr().raw(r#""role":"model"}"#);
@@ -478,7 +479,7 @@ impl Encoder {
                 let first = !std::mem::replace(&mut self.called, true);
                 self.chunk(out, false, &|c| call_part(c, &id, &name, &args, first));
             }
-            Event::BlockStart { .. } => {}
+            Event::BlockStart { .. } | Event::Thinking { .. } => {}
             Event::Stop(stop) => self.stop = stop,
             Event::Usage(usage) => self.usage = usage,
             Event::End => {

@@ -383,6 +383,12 @@ impl Encoder {
         }
         match e {
             Event::Start { id, model } => self.start(id, model, out),
+            // No provider of another dialect gives Anthropic's signatures.
+            Event::BlockStart {
+                block: Block::Thinking { .. },
+                ..
+            }
+            | Event::Thinking { .. } => {}
             Event::BlockStart { index, block } => {
                 self.block_start(index, block, out);
             }
@@ -495,6 +501,7 @@ impl Encoder {
                 );
                 event(out, b"content_block_start", &[&data]);
             }
+            Block::Thinking { .. } => {}
         }
         block
     }

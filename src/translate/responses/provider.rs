@@ -43,6 +43,8 @@ impl Conversation {
     #[inline(never)]
     pub fn push(&mut self, role: Role, part: &Part<'_>) {
         match part {
+            // Anthropic's reasoning: OpenAI cannot read it.
+            Part::Thinking(_) => {}
             Part::Text(text) if role == Role::System => {
                 if !self.instructions.is_empty() {
                     self.instructions.extend_from_slice(b"\\n\\n");

@@ -421,3 +421,81 @@ fn a_responses_stream_incomplete_or_failing_ends_the_chat_stream_as_it_should() 
     let v: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "content_filter", "{v}");
 }
+
+#[test]
+fn only_a_reasoning_item_of_ours_is_a_thinking_block_again() {
+    fn item(json: &str) -> Option<Thinking<'_>> {
+        ours(&json::Obj::parse(json).unwrap())
+    }
+    let signed = item(
+        r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"Think \"twice\"."}],"encrypted_content":"llm-failover:anthropic:EqQB+/x="}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (&*signed.text, &*signed.signature, signed.redacted),
+        (r#""Think \"twice\".""#, r#""EqQB+/x=""#, false)
+    );
+    let redacted = item(
+        r#"{"type":"reasoning","summary":[],"encrypted_content":"llm-failover:anthropic-redacted:EmwK"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (&*redacted.text, &*redacted.signature, redacted.redacted),
+        ("\"\"", "\"EmwK\"", true)
+    );
+    // OpenAI's own reasoning (or none of its content) is no thinking block.
+    for other in [
+        r#"{"type":"reasoning","summary":[],"encrypted_content":"gAAAAABo"}"#,
+        r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"x"}]}"#,
+        r#"{"type":"reasoning","summary":[],"encrypted_content":null}"#,
+    ] {
+        assert_eq!(item(other), None, "{other}");
+    }
+}
+
+#[test]
+fn thinking_reaches_messages_before_the_calls_and_no_other_dialect() {
+    let body = br#"{"model":"m","input":[{"role":"user","content":"hi"},{"type":"reasoning","summary":[{"type":"summary_text","text":"t"}],"encrypted_content":"llm-failover:anthropic:S"},{"type":"reasoning","summary":[],"encrypted_content":"gAAA"},{"type":"function_call","call_id":"toolu_1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"toolu_1","output":"1"}]}"#;
+    let cx = RequestContext {
+        model: "claude",
+        default_max_tokens: 64,
+        stream: false,
+    };
+    let sent = to_messages(body, &cx).unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&sent).unwrap();
+    assert_eq!(
+        sent["messages"][1]["content"],
+        serde_json::json!([
+            {"type": "thinking", "thinking": "t", "signature": "S"},
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+        ])
+    );
+    for to in [Api::OpenAiChat, Api::Gemini] {
+        let other = translate::request(Api::OpenAiResponses, to, body, &cx).unwrap_or_default();
+        let other = String::from_utf8(other).unwrap();
+        assert!(
+            !other.contains("thinking") && !other.contains("\"S\""),
+            "{to:?}: {other}"
+        );
+        assert!(!other.contains("gAAA"), "{to:?}: {other}");
+    }
+}
+
+#[test]
+fn a_gathered_thinking_stream_is_the_answer_with_its_reasoning_items() {
+    // A stream gathered for a caller that asked for JSON gives what the JSON answer gives.
+    let stream = fixture("responses-to-messages/thinking-stream/stream.sse");
+    let whole = translate::assemble::stream_to_answer(
+        Api::AnthropicMessages,
+        Api::OpenAiResponses,
+        &[stream.as_bytes()],
+        1,
+    )
+    .unwrap();
+    let whole: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+    let streamed = fixture("responses-to-messages/thinking-stream/stream.out.sse");
+    let last = streamed.lines().rfind(|l| l.starts_with("data: ")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(&last[6..]).unwrap();
+    assert_eq!(whole["output"], last["response"]["output"]);
+    assert_eq!(whole["output"][0]["type"], "reasoning");
+}
