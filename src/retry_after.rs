@@ -6,7 +6,6 @@
 //! Delays are rounded up to the next millisecond (coming back early is the worse mistake).
 
 use crate::duration::parse_decimal_ns;
-use std::time::UNIX_EPOCH;
 
 /// Values at or above this are read as Unix epoch seconds, not as a number of seconds from now
 /// (1e9 s is September 2001; nobody asks to wait 31 years).
@@ -158,10 +157,102 @@ fn parse_go_duration_ns(s: &str) -> Option<u128> {
     Some(total)
 }
 
+/// An HTTP-date (RFC 9110 5.6.7) as Unix epoch milliseconds, in the three forms a recipient
+/// must accept: IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), RFC 850
+/// (`Sunday, 06-Nov-94 08:49:37 GMT`; years 70-99 are 19xx, 00-69 20xx) and asctime
+/// (`Sun Nov  6 08:49:37 1994`). Read as the `httpdate` crate reads them (the tests hold it to
+/// that crate, its oracle): years 1970-9999, a real day of the month, the weekday the date's.
+/// Its own few lines instead of the crate, which took 5 KB of the module for this one parse
+/// (docs/internals.md "Dependencies").
 fn parse_http_date_ms(s: &str) -> Option<u64> {
-    let at = httpdate::parse_http_date(s).ok()?;
-    let since = at.duration_since(UNIX_EPOCH).ok()?;
-    u64::try_from(since.as_millis()).ok()
+    let b = s.as_bytes();
+    if !b.is_ascii() {
+        return None;
+    }
+    let at = |i: usize| b.get(i).copied().unwrap_or_default();
+    let (weekday, date, time) = if b.len() == 29 && b.get(3..5) == Some(b", ") {
+        // IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`.
+        if at(7) != b' ' || at(11) != b' ' || at(16) != b' ' || b.get(25..) != Some(b" GMT") {
+            return None;
+        }
+        let date = (digits(b, 12, 4)?, month(b, 8)?, digits(b, 5, 2)?);
+        (b.get(..3)?, date, 17)
+    } else if b.len() == 24 {
+        // asctime: `Sun Nov  6 08:49:37 1994`.
+        if at(3) != b' ' || at(7) != b' ' || at(10) != b' ' || at(19) != b' ' {
+            return None;
+        }
+        let day = match at(8) {
+            b' ' => digits(b, 9, 1)?,
+            _ => digits(b, 8, 2)?,
+        };
+        (b.get(..3)?, (digits(b, 20, 4)?, month(b, 4)?, day), 11)
+    } else {
+        // RFC 850: `Sunday, 06-Nov-94 08:49:37 GMT` (the byte after the year unchecked, as
+        // httpdate leaves it).
+        let name = WEEKDAYS.iter().find(|d| {
+            b.strip_prefix(d.as_bytes())
+                .is_some_and(|r| r.starts_with(b", ") && r.len() == 24)
+        })?;
+        let r = b.get(name.len() + 2..)?;
+        if r.get(2) != Some(&b'-') || r.get(6) != Some(&b'-') || r.get(18..) != Some(b" GMT") {
+            return None;
+        }
+        let yy = digits(r, 7, 2)?;
+        let year = yy + if yy < 70 { 2000 } else { 1900 };
+        let date = (year, month(r, 3)?, digits(r, 0, 2)?);
+        (name.as_bytes().get(..3)?, date, name.len() + 12)
+    };
+    let (year, month, day) = date;
+    let (hour, minute, second) = (
+        digits(b, time, 2)?,
+        digits(b, time + 3, 2)?,
+        digits(b, time + 6, 2)?,
+    );
+    if at(time + 2) != b':' || at(time + 5) != b':' || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    if !(1970..=9999).contains(&year) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    // 1970-01-01 was a Thursday (index 3 from Monday).
+    let named = WEEKDAYS
+        .iter()
+        .position(|d| d.as_bytes().get(..3) == Some(weekday))?;
+    if usize::try_from((days + 3).rem_euclid(7)).ok()? != named {
+        return None;
+    }
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
+    u64::try_from(secs).ok()?.checked_mul(1000)
+}
+
+/// The weekdays' names from Monday, as RFC 850 dates write them (IMF-fixdate and asctime write
+/// their first three letters).
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// `len` ASCII digits at `from`, as a number.
+fn digits(b: &[u8], from: usize, len: usize) -> Option<i64> {
+    let part = b.get(from..from.checked_add(len)?)?;
+    part.iter().try_fold(0i64, |n, &c| {
+        c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
+    })
+}
+
+/// The month (1-12) whose three-letter English name is at `from` (`Jan` ... `Dec`).
+fn month(b: &[u8], from: usize) -> Option<i64> {
+    let name = b.get(from..from + 3)?;
+    let names = b"JanFebMarAprMayJunJulAugSepOctNovDec";
+    let index = names.chunks(3).position(|m| m == name)?;
+    i64::try_from(index + 1).ok()
 }
 
 /// RFC 3339 date-time (`YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`; `t`/space separators and a
@@ -494,12 +585,116 @@ mod proptests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The oracle: the httpdate crate's reading, in Unix epoch milliseconds.
+    fn httpdate_ms(s: &str) -> Option<u64> {
+        let at = httpdate::parse_http_date(s).ok()?;
+        let since = at.duration_since(std::time::UNIX_EPOCH).ok()?;
+        u64::try_from(since.as_millis()).ok()
+    }
+
+    /// The edges, each as the oracle reads it: the first and last instants, two-digit years
+    /// either side of 70, leap days, a day written with one digit, and near misses.
+    #[test]
+    fn http_date_edges_read_as_httpdate_reads_them() {
+        for date in [
+            "Thu, 01 Jan 1970 00:00:00 GMT",
+            "Wed, 31 Dec 1969 23:59:59 GMT",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+            "Thursday, 01-Jan-70 00:00:00 GMT",
+            "Tuesday, 31-Dec-69 23:59:59 GMT",
+            "Wednesday, 31-Dec-69 23:59:59 GMT",
+            "Saturday, 01-Jan-00 00:00:00 GMT",
+            "Tue, 29 Feb 2000 12:00:00 GMT",
+            "Thu, 29 Feb 2001 12:00:00 GMT",
+            "Thu, 29 Feb 2100 12:00:00 GMT",
+            "Mon, 01 Mar 2100 12:00:00 GMT",
+            "Sun Nov  6 08:49:37 1994",
+            "Sun Nov 06 08:49:37 1994",
+            "Sun Nov 6  08:49:37 1994",
+            "Sun Nov  0 08:49:37 1994",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sunday, 06-Nov-94x08:49:37 GMT",
+            "Sunday,06-Nov-94 08:49:37 GMT ",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 06 Nov 1994 08:49:60 GMT",
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "sun, 06 nov 1994 08:49:37 GMT",
+            "Sun, 6 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT\u{e9}",
+        ] {
+            assert_eq!(parse_http_date_ms(date), httpdate_ms(date), "{date:?}");
+        }
+    }
+
     proptest! {
         #[test]
         fn parsers_never_panic(s in ".{0,40}", now in any::<u64>()) {
             let _ = parse_retry_after(&s, now);
             let _ = parse_retry_after_ms(&s);
             let _ = parse_rate_limit_reset(&s, now);
+        }
+
+        /// The HTTP-date parser reads what the httpdate crate reads, and nothing else: real
+        /// instants (1970-9999, written by httpdate) in the three forms, with one field put
+        /// out of place or range (the weekday wrong, 31 Feb, a 60th second, years either side
+        /// of 1970 and 9999), and near misses (a byte changed).
+        #[test]
+        fn http_dates_read_as_httpdate_reads_them(
+            secs in prop_oneof![
+                0..253_402_300_800u64,
+                0..3_200_000_000u64, // 1970-2071, the RFC 850 years
+                253_402_200_000..253_402_300_800u64,
+            ],
+            form in 0..3usize,
+            tweak in proptest::option::of((0..7usize, 0..10_001u32)),
+            edit in proptest::option::of((0..32usize, proptest::char::range(' ', '~'))),
+        ) {
+            const DAYS: [&str; 8] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Xyz"];
+            const MONTHS: [&str; 13] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                "Dec", "Foo",
+            ];
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            // `Sun, 06 Nov 1994 08:49:37 GMT`, taken apart.
+            let imf = httpdate::fmt_http_date(at);
+            let field = |from: usize, to: usize| imf.get(from..to).unwrap_or_default();
+            let number = |from, to| field(from, to).parse::<u32>().unwrap_or_default();
+            let mut weekday = DAYS.iter().position(|d| *d == field(0, 3)).unwrap_or(7);
+            let mut month = MONTHS.iter().position(|m| *m == field(8, 11)).unwrap_or(12);
+            let (mut day, mut year) = (number(5, 7), number(12, 16));
+            let (mut hour, mut minute, mut second) = (number(17, 19), number(20, 22), number(23, 25));
+            match tweak {
+                Some((0, v)) => weekday = v as usize % 8,
+                Some((1, v)) => day = v % 33,
+                Some((2, v)) => month = v as usize % 13,
+                Some((3, v)) => year = if v < 5000 { 1960 + v % 20 } else { 9990 + v % 11 },
+                Some((4, v)) => hour = v % 25,
+                Some((5, v)) => minute = v % 61,
+                Some((_, v)) => second = v % 61,
+                None => {}
+            }
+            let (d, m) = (DAYS[weekday], MONTHS[month]);
+            let full = WEEKDAYS.get(weekday).copied().unwrap_or("Xyzday");
+            let time = format!("{hour:02}:{minute:02}:{second:02}");
+            let mut date = match form {
+                0 => format!("{d}, {day:02} {m} {year:04} {time} GMT"),
+                1 => format!("{full}, {day:02}-{m}-{:02} {time} GMT", year % 100),
+                _ => format!("{d} {m} {day:>2} {time} {year:04}"),
+            };
+            // A near miss: one byte replaced.
+            if let Some((at, c)) = edit.filter(|&(at, _)| at < date.len()) {
+                date.replace_range(at..=at, c.encode_utf8(&mut [0; 4]));
+            }
+            let date = date.trim(); // as the callers trim
+            prop_assert_eq!(parse_http_date_ms(date), httpdate_ms(date), "{:?}", date);
+        }
+
+        #[test]
+        fn http_dates_of_any_text_read_as_httpdate_reads_them(
+            s in "[A-Za-z0-9 ,:-]{20,32}|.{0,40}",
+        ) {
+            let s = s.trim();
+            prop_assert_eq!(parse_http_date_ms(s), httpdate_ms(s), "{:?}", s);
         }
 
         #[test]
