@@ -77,12 +77,12 @@ struct Gathering {
     bytes: Vec<u8>,
 }
 
-/// A watched stream's last bytes, and whether its caller speaks Anthropic Messages (the error
-/// event of a stream cut short is then theirs).
+/// A watched stream's last bytes, and its caller's API (the error event of a stream cut short
+/// is in its dialect).
 #[derive(Debug)]
 struct Watch {
     tail: Vec<u8>,
-    messages_caller: bool,
+    caller: Api,
 }
 
 /// A translated attempt's answer on its way to the caller.
@@ -194,9 +194,9 @@ impl Passage {
         let watched = (a.translation.is_none() && self.gather.is_none())
             .then(|| watch_end(a, head))
             .flatten();
-        self.watch = watched.map(|messages_caller| Watch {
+        self.watch = watched.map(|caller| Watch {
             tail: Vec::new(),
-            messages_caller,
+            caller,
         });
         self.hold = hold(config, a, head, end_of_stream);
         self.unasked = (a.plan.ask_usage
@@ -579,6 +579,6 @@ impl Passage {
             return None;
         }
         let w = self.watch.take()?;
-        dialects::honest_end(dialects::stream_complete(&w.tail), w.messages_caller)
+        dialects::honest_end(dialects::stream_complete(&w.tail), w.caller)
     }
 }

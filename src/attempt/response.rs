@@ -233,14 +233,13 @@ impl<'m> ResponseHead<'m> {
 }
 
 /// Whether the end of attempt `a`'s answer is watched for its final event (behaviour.md 5: a stream
-/// cut short must not look complete): a streamed request's `200` event stream. `Some(true)`
-/// when the caller speaks Anthropic Messages (the error event is then theirs).
-pub fn watch_end(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<bool> {
+/// cut short must not look complete): a streamed request's `200` event stream, with the API its
+/// caller speaks (the error event of a stream cut short is in its dialect; Chat's for an
+/// endpoint no translation knows).
+pub fn watch_end(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<Api> {
     let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
-    (a.plan.stream && head.status == 200 && event_stream).then(|| {
-        let path = a.plan.path.split('?').next().unwrap_or_default();
-        path.ends_with("/messages")
-    })
+    (a.plan.stream && head.status == 200 && event_stream)
+        .then(|| Api::of_path(a.plan.path).unwrap_or_default())
 }
 
 /// Whether to hold an answer to read the start of its body. A streamed request's `200` event

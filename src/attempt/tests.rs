@@ -566,7 +566,10 @@ fn the_end_of_a_streamed_answer_is_watched_in_the_callers_dialect() {
     let p = limited_plan(&SLOTS, 3);
     let a = resolve(&c, p.view(), 1).expect("attempt 1");
     let sse = map(&[(":status", "200"), ("content-type", "text/event-stream")]);
-    assert_eq!(watch_end(&a, &ResponseHead::read(&sse, false)), Some(true));
+    assert_eq!(
+        watch_end(&a, &ResponseHead::read(&sse, false)),
+        Some(Api::AnthropicMessages)
+    );
     let json = map(&[(":status", "200"), ("content-type", "application/json")]);
     assert_eq!(watch_end(&a, &ResponseHead::read(&json, false)), None);
     let q = plan(&SLOTS);

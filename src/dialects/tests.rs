@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::classify::Class::*;
+use crate::translate::Api;
 
 fn is(status: u16, body: &str) -> Class {
     refine(status, body.as_bytes())
@@ -524,8 +525,8 @@ fn a_streams_end_is_complete_with_its_final_event_only() {
         format!("{gemini}\r\n\r\n{last}\r\n\r\n").as_bytes()
     ));
     // The error events this filter writes end a stream in each caller's dialect.
-    for messages in [true, false] {
-        let event = cut_stream_event(messages);
+    for caller in [Api::AnthropicMessages, Api::OpenAiChat, Api::Gemini] {
+        let event = cut_stream_event(caller);
         assert!(stream_complete(event));
         assert_eq!(first_event(event, false), StreamStart::Error(Overloaded));
     }

@@ -445,25 +445,19 @@ impl StreamTranslator {
     /// stream's end (whichever callback brings it) writes it, so until then the caller's bytes
     /// are kept where the end can still be added to them.
     pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
-        let (ended, owed, messages_caller) = match self {
+        let (ended, owed, caller) = match self {
             StreamTranslator::ToChat(pair) => {
                 let (decoder, t) = &mut **pair;
                 decoder.push(chunk, end, &mut |e| t.on(e, out));
-                (t.ended(), t.owes_end(), false)
+                (t.ended(), t.owes_end(), Api::OpenAiChat)
             }
             StreamTranslator::ToGemini(pair) => {
                 let (decoder, encoder) = &mut **pair;
                 if !encoder.finished && !encoder.failed {
                     decoder.push(chunk, end, &mut |e| encoder.event(e, out));
                 }
-                if end && !encoder.finished {
-                    encoder.fail(
-                        502,
-                        "the provider's stream ended before its final event",
-                        out,
-                    );
-                }
-                return decoder.stopped() && !encoder.finished && !encoder.failed;
+                let ended = encoder.finished || encoder.failed;
+                (ended, decoder.stopped() && !ended, Api::Gemini)
             }
             StreamTranslator::ToMessages(pair) => {
                 let (decoder, encoder) = &mut **pair;
@@ -471,7 +465,7 @@ impl StreamTranslator {
                     decoder.push(chunk, end, &mut |e| encoder.event(e, out));
                 }
                 let ended = encoder.finished || encoder.failed;
-                (ended, decoder.stopped() && !ended, true)
+                (ended, decoder.stopped() && !ended, Api::AnthropicMessages)
             }
             // Its translator ends a stream cut short itself, in the Responses dialect.
             StreamTranslator::ToResponses(t) => {
@@ -480,7 +474,7 @@ impl StreamTranslator {
             }
         };
         if end {
-            out.extend_from_slice(sse::honest_end(ended, messages_caller).unwrap_or_default());
+            out.extend_from_slice(sse::honest_end(ended, caller).unwrap_or_default());
         }
         owed
     }

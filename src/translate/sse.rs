@@ -9,7 +9,7 @@
 //! module for every dialect's decoder (each one's own closure type would copy it, about 4 KB
 //! each).
 
-use super::model;
+use super::{model, Api};
 
 /// One event: its `event:` name (empty when it had none) and its data lines joined by `\n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,18 +151,19 @@ impl Reader {
 /// What ends a stream honestly at its end (behaviour.md 5), the one place this is decided for
 /// every stream the caller gets (watched as it is, or translated): nothing after a `complete`
 /// one; after one cut short, [`cut_stream_event`] in the caller's dialect.
-pub fn honest_end(complete: bool, messages_caller: bool) -> Option<&'static [u8]> {
-    (!complete).then(|| cut_stream_event(messages_caller))
+pub fn honest_end(complete: bool, caller: Api) -> Option<&'static [u8]> {
+    (!complete).then(|| cut_stream_event(caller))
 }
 
 /// The event that ends a stream cut short, in the caller's dialect, so its client raises an
 /// error instead of taking a truncated answer for a complete one (behaviour.md 5): Anthropic's
-/// `event: error` for Messages callers, an OpenAI-style error frame for the others.
-pub fn cut_stream_event(messages_caller: bool) -> &'static [u8] {
-    if messages_caller {
-        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream ended before its final event\"}}\n\n"
-    } else {
-        b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n"
+/// `event: error` for Messages callers, Google's error as a chunk for Gemini callers
+/// (google-genai raises its `ServerError`), an OpenAI-style error frame for the others.
+pub fn cut_stream_event(caller: Api) -> &'static [u8] {
+    match caller {
+        Api::AnthropicMessages => b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream ended before its final event\"}}\n\n",
+        Api::Gemini => b"data: {\"error\":{\"code\":502,\"message\":\"the provider's stream ended before its final event\",\"status\":\"INTERNAL\"}}\r\n\r\n",
+        _ => b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n",
     }
 }
 

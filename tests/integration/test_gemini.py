@@ -345,10 +345,13 @@ def test_a_google_genai_app_falls_over_from_gemini_to_openai_with_a_function_cal
     text = "".join(c.text or "" for c in client.models.generate_content_stream(
         model="gemini-2.5-flash", contents="hi"))
     assert text == "openai:0 openai:1 openai:2 "
-    g.mocks["openai"].enqueue(chunks=3, abort_after_chunks=2, abort="close")
+    half = {"id": "c1", "object": "chat.completion.chunk", "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": {"content": "half"}}]}
+    g.mocks["openai"].enqueue(status=200, stream=True, events=[f"data: {json.dumps(half)}\n\n"])
     from google.genai import errors
-    with pytest.raises((errors.APIError, Exception)):
+    with pytest.raises(errors.ServerError) as e:
         list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"))
+    assert (e.value.code, e.value.status) == (502, "INTERNAL")
     # The gateway's own reply in Google's shape: a model no chain serves.
     with pytest.raises(errors.ClientError) as e:
         client.models.generate_content(model="gemini-nope", contents="hi")
@@ -557,3 +560,21 @@ def test_a_gemini_call_id_reaches_another_vendor_without_its_signature(g):
     turns = json.loads(g.accepted("anthropic")[-1]["body"])["messages"]
     assert turns[1]["content"][-1]["id"] == short
     assert turns[2]["content"][0]["tool_use_id"] == short
+
+
+def test_a_google_genai_stream_cut_short_on_gemini_raises_googles_error(g):
+    """A google-genai app's stream served by Gemini itself (same API, watched as it passes) and
+    cut short ends with Google's error as a chunk: the SDK raises its ServerError (an OpenAI
+    error frame made it fail with a TypeError)."""
+    from google.genai import errors
+    client = g.genai()
+    half = {"candidates": [{"content": {"parts": [{"text": "half"}], "role": "model"},
+                            "index": 0}], "modelVersion": "gemini-2.5-flash"}
+    g.mocks["gemini"].enqueue(status=200, stream=True,
+                              events=[f"data: {json.dumps(half)}\r\n\r\n"])
+    with pytest.raises(errors.ServerError) as e:
+        list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"))
+    assert (e.value.code, e.value.status) == (502, "INTERNAL")
+    assert "ended before its final event" in e.value.message
+    assert [r["path"] for r in g.gemini_requests()] == [
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"]

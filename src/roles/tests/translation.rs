@@ -361,7 +361,12 @@ fn a_translated_stream_cut_short_ends_with_an_error_event_in_the_callers_dialect
     assert!(text.contains("Hi there"), "{text}");
     assert!(!text.contains("message_stop"), "{text}");
     assert!(
-        text.ends_with(std::str::from_utf8(crate::dialects::cut_stream_event(true)).unwrap()),
+        text.ends_with(
+            std::str::from_utf8(crate::dialects::cut_stream_event(
+                crate::translate::Api::AnthropicMessages
+            ))
+            .unwrap()
+        ),
         "{text}"
     );
 }

@@ -195,7 +195,12 @@ fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_e
     assert!(!t.finished());
     assert!(!out.contains("[DONE]"));
     assert!(
-        out.ends_with(std::str::from_utf8(crate::dialects::cut_stream_event(false)).unwrap()),
+        out.ends_with(
+            std::str::from_utf8(crate::dialects::cut_stream_event(
+                crate::translate::Api::OpenAiChat
+            ))
+            .unwrap()
+        ),
         "{out}"
     );
     // The provider's own error event ended it: no second one.

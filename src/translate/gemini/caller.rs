@@ -338,18 +338,38 @@ pub fn write_answer(a: &Answer<'_>) -> Vec<u8> {
     out.0
 }
 
-/// Google's status name for an HTTP status.
+/// The HTTP statuses Google answers errors with, its status name for each and the error type
+/// the other dialects give it ([`common::error_type`]): one table for a Gemini caller's error
+/// answers (their status names) and its stream errors (another dialect's error type: their
+/// status and name).
+pub(crate) static STATUSES: [(u16, &str, &str); 8] = [
+    (400, "INVALID_ARGUMENT", "invalid_request_error"),
+    (401, "UNAUTHENTICATED", "authentication_error"),
+    (403, "PERMISSION_DENIED", "permission_error"),
+    (404, "NOT_FOUND", "not_found_error"),
+    (429, "RESOURCE_EXHAUSTED", "rate_limit_error"),
+    (500, "INTERNAL", "api_error"),
+    (503, "UNAVAILABLE", "overloaded_error"),
+    (504, "DEADLINE_EXCEEDED", "timeout_error"),
+];
+
+/// Google's status name for an HTTP status (`413` and `422` are invalid arguments, Anthropic's
+/// `529` unavailable, the other statuses internal errors).
 fn status_name(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        429 => "RESOURCE_EXHAUSTED",
-        503 | 529 => "UNAVAILABLE",
-        504 => "DEADLINE_EXCEEDED",
-        _ => "INTERNAL",
-    }
+    let status = match status {
+        413 | 422 => 400,
+        529 => 503,
+        s => s,
+    };
+    (STATUSES.iter().find(|row| row.0 == status)).map_or("INTERNAL", |row| row.1)
+}
+
+/// The HTTP status of a provider's stream error for a Gemini caller: the one of its error type
+/// read as Anthropic's ([`messages::error_type`]: OpenAI's `rate_limit_exceeded` is a rate
+/// limit, `server_error` and the unknown an `api_error`).
+fn error_status(kind: Option<&str>) -> u16 {
+    let kind = messages::error_type(kind);
+    (STATUSES.iter().find(|row| row.2 == kind)).map_or(500, |row| row.0)
 }
 
 /// Google's error body, `{"error": {"code", "message", "status"}}`, and with the gateway's
@@ -489,13 +509,8 @@ impl Encoder {
                 });
             }
             Event::Error { kind, message } => {
-                let status = match kind {
-                    Some("rate_limit_error") => 429,
-                    Some("overloaded_error") => 503,
-                    _ => 500,
-                };
                 self.fail(
-                    status,
+                    error_status(kind),
                     message.unwrap_or("The provider's stream reported an error."),
                     out,
                 );

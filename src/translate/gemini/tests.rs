@@ -316,6 +316,22 @@ fn a_google_genai_callers_snake_case_media_members_are_read() {
     assert!(out.contains(r#""url":"https://x/y.png""#), "{out}");
 }
 
+/// A Chat request translated to Gemini, as JSON.
+fn chat_to_gemini(chat: &serde_json::Value) -> serde_json::Value {
+    let cx = translate::RequestContext {
+        model: "gemini-3-pro",
+        default_max_tokens: 4096,
+        stream: false,
+    };
+    let body = translate::request(
+        Api::OpenAiChat,
+        Api::Gemini,
+        chat.to_string().as_bytes(),
+        &cx,
+    );
+    serde_json::from_slice(&body.unwrap()).unwrap()
+}
+
 #[test]
 fn a_calls_thought_signature_travels_in_its_id_and_goes_back_on_it() {
     // Gemini 3 signs its calls and wants the signature back on them: the caller's id carries it
@@ -332,18 +348,7 @@ fn a_calls_thought_signature_travels_in_its_id_and_goes_back_on_it() {
         {"role": "assistant", "tool_calls": [{"id": id, "type": "function",
             "function": {"name": "f", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": id, "content": "ok"}]});
-    let cx = translate::RequestContext {
-        model: "gemini-3-pro",
-        default_max_tokens: 4096,
-        stream: false,
-    };
-    let body = translate::request(
-        Api::OpenAiChat,
-        Api::Gemini,
-        chat.to_string().as_bytes(),
-        &cx,
-    );
-    let v: serde_json::Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    let v = chat_to_gemini(&chat);
     assert_eq!(
         v["contents"][1]["parts"][0]["thoughtSignature"],
         "Ci4B_0e-Kb6"
@@ -369,18 +374,7 @@ fn a_steps_first_call_without_a_signature_gets_googles_placeholder() {
         {"role": "assistant", "tool_calls": [{"id": "c__thought__Ci4B", "type": "function",
             "function": {"name": "f", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c__thought__Ci4B", "content": "3"}]});
-    let cx = translate::RequestContext {
-        model: "gemini-3-pro",
-        default_max_tokens: 4096,
-        stream: false,
-    };
-    let body = translate::request(
-        Api::OpenAiChat,
-        Api::Gemini,
-        chat.to_string().as_bytes(),
-        &cx,
-    );
-    let v: serde_json::Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    let v = chat_to_gemini(&chat);
     let signatures = |turn: usize| -> Vec<serde_json::Value> {
         let parts = v["contents"][turn]["parts"].as_array().unwrap();
         parts
@@ -437,5 +431,73 @@ fn a_signed_call_id_reaches_other_vendors_without_its_signature() {
             "{caller:?} to {provider:?}: {out}"
         );
         assert_eq!(out.matches(r#""call_r1_0""#).count(), ids, "{out}");
+    }
+}
+
+#[test]
+fn a_gemini_callers_errors_have_every_status_googles_body_carries() {
+    // One table for a Gemini caller's errors: an error answer's status names its Google
+    // status, and a provider's stream error (another dialect's error type) gets the status and
+    // name of that type, the same as the answer would.
+    let v = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+    for (code, status, kind) in [
+        (400, "INVALID_ARGUMENT", "invalid_request_error"),
+        (401, "UNAUTHENTICATED", "authentication_error"),
+        (403, "PERMISSION_DENIED", "permission_error"),
+        (404, "NOT_FOUND", "not_found_error"),
+        (429, "RESOURCE_EXHAUSTED", "rate_limit_error"),
+        (500, "INTERNAL", "api_error"),
+        (503, "UNAVAILABLE", "overloaded_error"),
+        (504, "DEADLINE_EXCEEDED", "timeout_error"),
+    ] {
+        let body = format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"no"}}}}"#);
+        let e = v(&translate::response(
+            Api::AnthropicMessages,
+            Api::Gemini,
+            code,
+            body.as_bytes(),
+            0,
+        )
+        .body);
+        assert_eq!(
+            (e["error"]["code"].as_u64(), e["error"]["status"].as_str()),
+            (Some(code.into()), Some(status))
+        );
+        let event = format!("event: error\ndata: {body}\n\n");
+        let mut t = StreamTranslator::new(
+            Api::AnthropicMessages,
+            Api::Gemini,
+            StreamContext::default(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        t.push(event.as_bytes(), true, &mut out);
+        let out = String::from_utf8(out).unwrap();
+        let e = v(out.trim().strip_prefix("data: ").unwrap().as_bytes());
+        assert_eq!(
+            (e["error"]["code"].as_u64(), e["error"]["status"].as_str()),
+            (Some(code.into()), Some(status)),
+            "{kind}: {out}"
+        );
+        assert_eq!(e["error"]["message"], "no");
+    }
+    // The table's error types are the ones the other dialects give each status.
+    for (status, _, kind) in &super::STATUSES {
+        assert_eq!(crate::translate::common::error_type(*status), *kind);
+    }
+    // OpenAI's words for a rate limit, and an error type no table names.
+    for (kind, code) in [
+        ("rate_limit_exceeded", 429),
+        ("server_error", 500),
+        ("odd", 500),
+    ] {
+        let chunk = format!(r#"data: {{"error":{{"message":"no","type":"{kind}"}}}}"#);
+        let mut t =
+            StreamTranslator::new(Api::OpenAiChat, Api::Gemini, StreamContext::default()).unwrap();
+        let mut out = Vec::new();
+        t.push(format!("{chunk}\n\n").as_bytes(), true, &mut out);
+        let out = String::from_utf8(out).unwrap();
+        let e = v(out.trim().strip_prefix("data: ").unwrap().as_bytes());
+        assert_eq!(e["error"]["code"], code, "{kind}: {out}");
     }
 }

@@ -313,7 +313,8 @@ fn stop_reason(stop: Stop) -> &'static [u8] {
 }
 
 /// Anthropic's `error.type` for a provider's error type (OpenAI's or Anthropic's): the names
-/// both APIs use are kept, the rest (`server_error`, none) is `api_error`.
+/// both APIs use (and Anthropic's `timeout_error`) are kept, the rest (`server_error`, none) is
+/// `api_error`.
 pub fn error_type(kind: Option<&str>) -> &'static str {
     match kind {
         Some("invalid_request_error") => "invalid_request_error",
@@ -324,6 +325,7 @@ pub fn error_type(kind: Option<&str>) -> &'static str {
             "rate_limit_error"
         }
         Some("overloaded_error") => "overloaded_error",
+        Some("timeout_error") => "timeout_error",
         _ => "api_error",
     }
 }
