@@ -7,6 +7,9 @@
   carries ``finishReason`` and ``usageMetadata``). A stream without ``alt=sse`` is refused (the
   real API then answers a JSON array, which no SDK reading SSE takes).
 * The key must be ``x-goog-api-key: KEY`` (or ``?key=KEY``), as Google AI takes it.
+* With ``project``, ``region`` and ``token`` in the cloud, Vertex AI's path for Google's models
+  is served too, ``/v1/projects/{project}/locations/{region}/publishers/google/models/{model}:
+  generateContent`` (``:streamGenerateContent?alt=sse``), with ``authorization: Bearer TOKEN``.
 * The body is checked as Google's JSON parser checks it: an unknown member anywhere is
   ``400 INVALID_ARGUMENT "Invalid JSON payload received. Unknown name ..."`` (``model`` and
   ``stream`` included: both belong in the path), ``contents`` must be non-empty with roles
@@ -31,6 +34,9 @@ import urllib.parse
 from typing import Any
 
 _PATH = re.compile(r"^/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)$")
+# Vertex AI's path for Google's models: /v1/projects/{p}/locations/{l}/publishers/google/...
+_VERTEX = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/publishers/google/models/"
+                     r"([^/:]+):(generateContent|streamGenerateContent)$")
 
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
           404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
@@ -183,6 +189,22 @@ def check(cloud: dict, path: str, headers: list, body: bytes):
     import cloud_mock
     p, _, query = path.partition("?")
     q = urllib.parse.parse_qs(query)
+    vertex = _VERTEX.match(p)
+    if vertex and cloud.get("project"):
+        # Vertex AI (``project``, ``region``, ``token`` in the cloud): an OAuth bearer token.
+        if (vertex.group(1), vertex.group(2)) != (cloud["project"], cloud["region"]):
+            return cloud_mock.Refused(404, f"not this project's path: {path}",
+                                      error(404, f"Publisher model not found: {p}"))
+        if cloud_mock._header(headers, "authorization") != f"Bearer {cloud['token']}":
+            return cloud_mock.Refused(401, "wrong or missing bearer token", error(
+                401, "Request had invalid authentication credentials."))
+        stream = vertex.group(4) == "streamGenerateContent"
+        if stream and q.get("alt") != ["sse"]:
+            return cloud_mock.Refused(400, "a stream without alt=sse", error(400, "alt=sse expected"))
+        bad = problem(body)
+        if bad:
+            return cloud_mock.Refused(400, bad, error(400, bad))
+        return cloud_mock.Accepted("gemini", urllib.parse.unquote(vertex.group(3)), stream)
     m = _PATH.match(p)
     if not m:
         return cloud_mock.Refused(404, f"not a generateContent path: {path}",

@@ -30,6 +30,9 @@ providers:
      credential: {header: x-goog-api-key, value: gm-key}}
   - {name: anthropic, endpoint: "127.0.0.1:${ANTHROPIC_PORT}", api: anthropic,
      credential: {header: x-api-key, value: sk-ant}}
+  - {name: vertex-gemini, endpoint: "127.0.0.1:${GEMINI_PORT}", api: gemini_native,
+     project: p1, region: us-central1,
+     credential: {header: authorization, prefix: "Bearer ", value: ya29.vx}}
   - {name: any-api, endpoint: "127.0.0.1:${GEMINI_PORT}",     # no api: the caller's API
      credential: {header: x-goog-api-key, value: gm-key}}
 chains:
@@ -60,11 +63,15 @@ chains:
   - name: alias                   # a google-genai app's alias on a provider without api
     models: ["gemini-alias"]
     providers: [{provider: any-api, model: gemini-2.5-pro}]
+  - name: vertex                  # a chat app: OpenAI, then Gemini on Vertex AI
+    models: ["vx-*"]
+    providers: [openai, {provider: vertex-gemini, model: gemini-2.5-flash}]
   - name: claude                  # an Anthropic app: Anthropic, then Gemini
     models: ["claude-*"]
     providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
 """
-GEMINI = {"kind": "gemini", "api_key": "gm-key"}
+GEMINI = {"kind": "gemini", "api_key": "gm-key", "project": "p1", "region": "us-central1",
+          "token": "ya29.vx"}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
            "additionalProperties": False}
 TOOLS = [{"type": "function", "function": {
@@ -578,3 +585,24 @@ def test_a_google_genai_stream_cut_short_on_gemini_raises_googles_error(g):
     assert "ended before its final event" in e.value.message
     assert [r["path"] for r in g.gemini_requests()] == [
         "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"]
+
+
+def test_a_chat_app_falls_over_to_gemini_native_on_vertex_ai(g):
+    """An `api: gemini_native` entry with Vertex's `project` and `region`: the request goes to
+    Vertex's path for Google's models with the entry's bearer token, JSON and streamed."""
+    client = g.oai()
+    raw = client.chat.completions.with_raw_response.create(
+        model="vx-4o", messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-llm-provider"] == "vertex-gemini"
+    assert raw.parse().choices[0].message.content == "Hello from gemini (model gemini-2.5-flash)"
+    chunks = list(client.chat.completions.create(
+        model="vx-4o", messages=[{"role": "user", "content": "hi"}], stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "gemini:0 gemini:1 gemini:2 "
+    recs = g.mocks["gemini"].requests()
+    assert [r["rejected"] for r in recs if r["rejected"]] == []
+    base = "/v1/projects/p1/locations/us-central1/publishers/google/models/gemini-2.5-flash"
+    assert [r["path"] for r in recs] == [base + ":generateContent",
+                                         base + ":streamGenerateContent?alt=sse"]
+    for r in recs:
+        assert [v for k, v in r["headers"] if k.lower() == "authorization"] == ["Bearer ya29.vx"]
