@@ -254,4 +254,4 @@ fn byte_offset(json: &[u8], line: usize, column: usize) -> usize {
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod tests;
+pub(super) mod tests;

@@ -1,8 +1,13 @@
 //! What users write: the serde model of the plugin configuration (JSON in Envoy, YAML in the
 //! `llm-failover` CLI). Validation into [`super::Config`] lives in the sibling modules.
+//!
+//! `RawConfig`'s `Deserialize` is written in [`read`] (one reader of a table of the sections'
+//! fields, what serde's derive gave byte for byte, in less code): a field added here is added
+//! to its section's table there, with its default. Every section refuses unknown fields.
 
-use crate::duration::serde_duration;
 use serde::Deserialize;
+
+mod read;
 use std::collections::BTreeMap;
 
 /// Which half of the filter a plugin instance is (docs/internals.md "How attempts are carried", router mode).
@@ -38,60 +43,44 @@ fn default_any_model() -> Vec<String> {
     vec!["*".to_string()]
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RawConfig {
-    #[serde(default)]
     pub role: Role,
-    #[serde(default)]
     pub routing: Routing,
     /// Set by the renderer, false for Envoy 1.36: the upstream role may hold a failing answer
     /// (or a stream's first event) to read its body before deciding (behaviour.md 3). Envoy 1.36.4
     /// crashes when an attempt whose answer an upstream filter held is retried.
-    #[serde(default = "RawConfig::default_hold_answers")]
     pub hold_answers: bool,
     /// Set by the renderer for Envoy 1.36-1.38: the largest request body, which the downstream
     /// role answers `413` above (there Envoy's own limit is twice it; docs/older-envoys.md).
-    #[serde(default)]
     pub body_limit: Option<u64>,
     /// Set by the renderer with `--otel-collector`: the downstream role writes the request's
     /// and the answer's model into filter state for the OpenTelemetry access log
     /// (docs/observability.md); off, the request pays nothing for it.
-    #[serde(default)]
     pub log_models: bool,
     /// An OpenAI Chat stream whose caller did not ask for its usage: a same-API attempt asks
     /// the provider for it and takes the usage chunk out of the caller's stream, so its tokens
     /// count (docs/behaviour.md section 15); `false` sends such requests as they are.
-    #[serde(default = "RawConfig::default_ask_stream_usage")]
     pub ask_stream_usage: bool,
     pub providers: Vec<RawProvider>,
     pub chains: Vec<RawChain>,
-    #[serde(default)]
     pub breaker: RawBreaker,
-    #[serde(default)]
     pub dead_marks: RawDeadMarks,
-    #[serde(default)]
     pub timeouts: RawTimeouts,
     /// Request header that limits a request to its first provider when set to "off".
-    #[serde(default = "RawConfig::default_opt_out_header")]
     pub opt_out_header: String,
     /// Request header naming the caller (set by an authentication filter that runs before
     /// this one), checked against each provider's `callers`.
-    #[serde(default)]
     pub caller_header: Option<String>,
     /// The caller's own gateway credential headers: removed from every attempt.
-    #[serde(default = "RawConfig::default_gateway_credential_headers")]
     pub gateway_credential_headers: Vec<String>,
     /// Path answered by the filter itself with the providers' health (off when absent).
-    #[serde(default)]
     pub status_path: Option<String>,
     /// Path answered by the filter itself with the models the chains serve (OpenAI's
     /// `GET /v1/models`, and `/{id}` below it); `""` turns it off.
-    #[serde(default = "RawConfig::default_models_path")]
     pub models_path: String,
     /// Path answered `200 serving` by the filter itself, no key needed, contacting no provider
     /// (a liveness check for load balancers; docs/behaviour.md section 10); `""` turns it off.
-    #[serde(default = "RawConfig::default_liveness_path")]
     pub liveness_path: String,
 }
 
@@ -125,145 +114,107 @@ impl RawConfig {
 /// `gateway_credential_headers` when the configuration sets none.
 pub const DEFAULT_GATEWAY_CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RawProvider {
     pub name: String,
     /// Envoy cluster that reaches this provider; defaults to `name`.
-    #[serde(default)]
     pub cluster: Option<String>,
     /// Models this provider serves (exact names, `prefix*`, or `*`).
-    #[serde(default = "default_any_model")]
     pub models: Vec<String>,
-    #[serde(default)]
     pub credential: Option<RawCredential>,
     /// Extra headers set on every attempt to this provider (e.g. `anthropic-version`).
-    #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// `:authority` for attempts to this provider.
-    #[serde(default)]
     pub authority: Option<String>,
     /// Prepended to the request path for this provider (e.g. "/openai").
-    #[serde(default)]
     pub path_prefix: Option<String>,
     /// Callers allowed to use this provider; empty means everyone.
-    #[serde(default)]
     pub callers: Vec<String>,
-    #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// Caller headers this provider receives besides the default list (names or `prefix*`),
     /// or `all`.
-    #[serde(default)]
     pub forward_headers: Option<RawForward>,
     /// The API this provider speaks (`openai` or `anthropic`): a caller of the other API is
     /// translated for it (behaviour.md 13). Unset: whatever the caller speaks, never translated.
-    #[serde(default)]
     pub api: Option<String>,
     /// `max_tokens` written into a request translated for an Anthropic provider when the
     /// caller set none (Messages requires it).
-    #[serde(default)]
     pub max_tokens: Option<u32>,
     /// Where it keeps the data it is sent (`us`, `eu`, `apac`, `global`), for chains with
     /// `same_residency`. Unset: a cloud's region decides (Bedrock, Vertex AI), else unknown.
-    #[serde(default)]
     pub residency: Option<String>,
     /// At most this many tokens per window (docs/behaviour.md section 15): spent, the provider
     /// is skipped (`budget_exhausted`) until the window rolls over.
-    #[serde(default)]
     pub budget: Option<RawBudget>,
 }
 
 /// `budget: {tokens: 2000000, window: 24h}`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RawBudget {
     pub tokens: u64,
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub window: u64,
 }
 
 /// `forward_headers`: a list of extra names, or the word `all`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum RawForward {
     Names(Vec<String>),
     Word(String),
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RawCredential {
     /// Header that carries the key, e.g. `authorization`, `x-api-key`, `api-key`.
     pub header: String,
     /// The value itself (fine for tests; prefer `env` in production).
-    #[serde(default)]
     pub value: Option<String>,
     /// Environment variable holding the key (pass it to the VM with
     /// `vm_config.environment_variables.host_env_keys`).
-    #[serde(default)]
     pub env: Option<String>,
     /// Put before the key, e.g. "Bearer ".
-    #[serde(default)]
     pub prefix: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RawChain {
     pub name: String,
     /// Requested models this chain serves (exact, `prefix*`, `*`).
-    #[serde(default = "default_any_model")]
     pub models: Vec<String>,
     /// Envoy route names this chain is for; empty means every route.
-    #[serde(default)]
     pub routes: Vec<String>,
     /// Request paths this chain is for (exact, `prefix*`, `*`; the query is ignored); empty
     /// means every path.
-    #[serde(default)]
     pub paths: Vec<String>,
     /// Callers (values of `caller_header`) this chain is for; empty means every caller. A
     /// chain naming the caller wins over one that names nobody, whatever their order.
-    #[serde(default)]
     pub callers: Vec<String>,
-    #[serde(deserialize_with = "entries")]
     pub providers: Vec<RawChainEntry>,
-    #[serde(default = "default_attempts")]
     pub max_attempts: u32,
     /// Classes (`"server_error"`) and statuses (`429`, `"5xx"`) that move to the next provider.
-    #[serde(default)]
     pub fallback_on: Option<Vec<RawTrigger>>,
     /// Put providers with an open breaker or a dead mark last instead of dropping them.
-    #[serde(default)]
     pub try_last: bool,
     /// When every attempt failed: answer `503 fallbacks_exhausted` instead of the last error.
-    #[serde(default)]
     pub fallbacks_exhausted: bool,
     /// Larger-context entries: a `context_window_exceeded` answer continues the walk here
     /// instead of at the next provider (behaviour.md 3).
-    #[serde(default, deserialize_with = "entries")]
     pub context_window: Vec<RawChainEntry>,
     /// Entries for a `content_filtered` answer; without them that answer goes to the caller.
-    #[serde(default, deserialize_with = "entries")]
     pub content_policy: Vec<RawChainEntry>,
     /// Retry a failed attempt once on the same provider before moving on (behaviour.md 5):
     /// `{back_off, max_retry_after}`, `{}` for the defaults. (An object only: an untagged
     /// `true | {...}` would cost the module about 5 KB of serde's buffering.)
-    #[serde(default)]
     pub retry_in_place: Option<RawRetrySettings>,
     /// Send a request only to entries whose provider has the residency of its first entry's
     /// (an unknown residency never matches).
-    #[serde(default)]
     pub same_residency: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone)]
 pub struct RawRetrySettings {
     /// Wait before retrying a connection error, server error or overload.
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub back_off: u64,
     /// A 429 is retried in place only when its `Retry-After` asks for no more than this.
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub max_retry_after: u64,
 }
 
@@ -278,24 +229,19 @@ impl Default for RawRetrySettings {
 }
 
 /// One chain entry: `provider` (a provider's name, which is all a bare string entry says), the
-/// model it is sent (`None`: the caller's) and what that model takes. Read by [`entries`]: a
+/// model it is sent (`None`: the caller's) and what that model takes. Read by `read::Entry`: a
 /// string or a mapping of exactly these fields, so a misspelt field (`modle`) or a bad value
 /// inside the entry is refused naming that field, never read as "no model".
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RawChainEntry {
     pub provider: String,
-    #[serde(default)]
     pub model: Option<String>,
     /// What this entry's model takes (behaviour.md 2.4); unknown = capable.
-    #[serde(default)]
     pub capabilities: Option<RawCapabilities>,
     /// The reasoning effort this entry's requests are sent with (`minimal`, `low`, `medium`,
     /// `high`), in its provider's dialect (`entry_settings`).
-    #[serde(default)]
     pub effort: Option<String>,
     /// The `max_tokens` this entry's requests are sent with, in its provider's dialect.
-    #[serde(default)]
     pub max_tokens: Option<u32>,
 }
 
@@ -303,76 +249,26 @@ pub struct RawChainEntry {
 pub(super) const ENTRY_EXPECTED: &str =
     "a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}";
 
-/// A chain's list of entries (`providers`, `context_window`, `content_policy`): each a provider's
-/// name or a [`RawChainEntry`] mapping. Not an untagged enum: serde would buffer each entry and
-/// answer every problem inside one with "data did not match any variant".
-#[inline]
-fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>, D::Error> {
-    struct Entry(RawChainEntry);
-    impl<'de> Deserialize<'de> for Entry {
-        #[inline]
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(EntryVisitor).map(Entry)
-        }
-    }
-    struct EntryVisitor;
-    impl<'de> serde::de::Visitor<'de> for EntryVisitor {
-        type Value = RawChainEntry;
-        #[inline]
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str(ENTRY_EXPECTED)
-        }
-        #[inline]
-        fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<RawChainEntry, E> {
-            Ok(RawChainEntry {
-                provider: name.to_string(),
-                model: None,
-                capabilities: None,
-                effort: None,
-                max_tokens: None,
-            })
-        }
-        #[inline]
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            map: A,
-        ) -> Result<RawChainEntry, A::Error> {
-            RawChainEntry::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-        }
-    }
-    let list: Vec<Entry> = Deserialize::deserialize(d)?;
-    Ok(list.into_iter().map(|e| e.0).collect())
-}
-
 /// A chain entry's `capabilities`: what its model takes. An unset field means capable.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct RawCapabilities {
-    #[serde(default)]
     pub vision: Option<bool>,
-    #[serde(default)]
     pub tools: Option<bool>,
     /// The model's context window in tokens.
-    #[serde(default)]
     pub context_window: Option<u64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum RawTrigger {
     Status(i64),
     Name(String),
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone)]
 pub struct RawBreaker {
     pub failures: u32,
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub window: u64,
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub cooldown: u64,
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub max_cooldown: u64,
 }
 
@@ -388,15 +284,11 @@ impl Default for RawBreaker {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone)]
 pub struct RawDeadMarks {
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub model_not_found: u64,
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub setup_fault: u64,
     /// How long a spent quota marks the provider dead when the answer names no reset time.
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub quota_exhausted: u64,
 }
 
@@ -411,23 +303,17 @@ impl Default for RawDeadMarks {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone)]
 pub struct RawTimeouts {
     /// Time to response headers for one attempt (Envoy's `per_try_timeout`).
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub attempt: u64,
     /// No bytes for this long while waiting ends the attempt (`per_try_idle_timeout`); 0 = off.
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub stall: u64,
     /// Total time across attempts: no new attempt starts with less than `min_remaining` left.
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub budget: u64,
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub min_remaining: u64,
     /// A streamed attempt with no output this long after its start falls over as a timeout
     /// (behaviour.md 5); 0 = off.
-    #[serde(deserialize_with = "serde_duration::deserialize")]
     pub first_token: u64,
 }
 

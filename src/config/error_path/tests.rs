@@ -49,7 +49,7 @@ const WRONG: &[&str] = &[
 
 /// Every variant of `v` with one node changed: each value replaced by each of [`WRONG`], each
 /// member misspelt or left out.
-fn variants(v: &Value, out: &mut Vec<Value>) {
+pub(in crate::config) fn variants(v: &Value, out: &mut Vec<Value>) {
     fn walk(v: &Value, rebuild: &dyn Fn(Value) -> Value, out: &mut Vec<Value>) {
         for w in WRONG {
             out.push(rebuild(serde_json::from_str(w).unwrap()));
@@ -98,7 +98,7 @@ fn variants(v: &Value, out: &mut Vec<Value>) {
 
 /// Text variants: the text cut at every byte, and each byte left out, doubled, or followed by
 /// a stray `x`, `,`, `}` or `]`.
-fn broken_texts(text: &str, out: &mut Vec<Vec<u8>>) {
+pub(in crate::config) fn broken_texts(text: &str, out: &mut Vec<Vec<u8>>) {
     let b = text.as_bytes();
     for i in 0..b.len() {
         out.push(b[..i].to_vec());
