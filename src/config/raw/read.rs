@@ -395,27 +395,28 @@ impl<'de> Visitor<'de> for Struct {
     #[inline]
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<V, A::Error> {
         let shape = self.0;
-        let mut fields: Vec<Option<V>> = shape.tys.iter().map(|_| None).collect();
+        let mut fields: Vec<V> = shape.tys.iter().map(|_| V::Absent).collect();
+        // Bit `i`: field `i` was there (a `null` option too).
+        let mut seen = 0u32;
         while let Some(i) = map.next_key_seed(Field(shape))? {
             let (Some(slot), Some(ty), Some(name)) =
                 (fields.get_mut(i), shape.tys.get(i), shape.fields.get(i))
             else {
                 continue;
             };
-            if slot.is_some() {
+            let bit = 1 << (i & 31);
+            if seen & bit != 0 {
                 return Err(A::Error::duplicate_field(name));
             }
-            *slot = Some(map.next_value_seed(Seed(ty))?);
+            seen |= bit;
+            *slot = map.next_value_seed(Seed(ty))?;
         }
-        let mut out = Vec::with_capacity(fields.len());
-        for (i, (v, name)) in fields.into_iter().zip(shape.fields).enumerate() {
-            match v {
-                Some(v) => out.push(v),
-                None if shape.required(i) => return Err(A::Error::missing_field(name)),
-                None => out.push(V::Absent),
+        for (i, name) in shape.fields.iter().enumerate() {
+            if shape.required(i) && seen & 1 << (i & 31) == 0 {
+                return Err(A::Error::missing_field(name));
             }
         }
-        Ok(V::Obj(out))
+        Ok(V::Obj(fields))
     }
 }
 
@@ -702,14 +703,22 @@ impl V {
         }
     }
 
-    /// A section's `N` fields (absent: all absent; a bare chain entry: its provider).
+    /// A section's `N` fields (all absent when it is).
     #[inline]
     fn fields<const N: usize>(self) -> [V; N] {
-        let mut fields = match self {
-            V::Obj(fields) => fields.into_iter(),
-            _ => Vec::new().into_iter(),
-        };
-        std::array::from_fn(|_| fields.next().unwrap_or(V::Absent))
+        let mut fields = std::array::from_fn(|_| V::Absent);
+        self.fill(&mut fields);
+        fields
+    }
+
+    /// [`V::fields`] for every `N`.
+    #[inline(never)]
+    fn fill(self, out: &mut [V]) {
+        if let V::Obj(fields) = self {
+            for (slot, v) in out.iter_mut().zip(fields) {
+                *slot = v;
+            }
+        }
     }
 }
 
@@ -824,11 +833,11 @@ fn chain(v: V) -> RawChain {
 
 #[inline]
 fn entry(v: V) -> RawChainEntry {
-    let v = match v {
-        V::Str(name) => V::Obj(vec![V::Str(name)]),
-        v => v,
+    let [provider, model, capabilities, effort, max_tokens] = match v {
+        // A bare name: the provider, the rest absent.
+        V::Str(name) => [V::Str(name), V::Absent, V::Absent, V::Absent, V::Absent],
+        v => v.fields(),
     };
-    let [provider, model, capabilities, effort, max_tokens] = v.fields();
     RawChainEntry {
         provider: provider.str().unwrap_or_default(),
         model: model.str(),
