@@ -363,14 +363,13 @@ struct State {
     /// The open block: its index and, for a tool call, its Chat `index`.
     open: Option<(u64, Option<u64>)>,
     blocks: u64,
-    stopped: bool,
-    done: bool,
+    ends: sse::Ends,
 }
 
 impl Decoder {
     /// The finish reason came.
     pub fn stopped(&self) -> bool {
-        self.state.stopped
+        self.state.ends.stopped
     }
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`. A stream whose
@@ -381,16 +380,8 @@ impl Decoder {
 }
 
 impl sse::Decode for State {
-    fn done(&self) -> bool {
-        self.done
-    }
-
-    fn stopped(&self) -> bool {
-        self.stopped
-    }
-
-    fn end(&mut self) {
-        self.done = true;
+    fn ends(&mut self) -> &mut sse::Ends {
+        &mut self.ends
     }
 
     fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
@@ -401,7 +392,7 @@ impl sse::Decode for State {
 impl State {
     fn read(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
         if e.data == b"[DONE]" {
-            self.done = true;
+            self.ends.done = true;
             return on(Event::End);
         }
         let [id, model, choices, usage, error, object] = pick(
@@ -409,7 +400,7 @@ impl State {
             [b"id", b"model", b"choices", b"usage", b"error", b"object"],
         );
         if !matches!(error, b"" | b"null") || object == br#""error""# || e.name == b"error" {
-            self.done = true;
+            self.ends.done = true;
             let error = common::provider_error(e.data).unwrap_or_default();
             return on(Event::Error {
                 kind: error.kind.as_deref(),
@@ -457,7 +448,7 @@ impl State {
             }
             if let Some(reason) = RawStr::of(finish) {
                 self.stop_block(on);
-                self.stopped = true;
+                self.ends.stopped = true;
                 on(Event::Stop(stop(reason.inner())));
             }
         }

@@ -274,7 +274,7 @@ pub fn answer(body: &[u8], on: &mut dyn FnMut(Event<'_>)) -> bool {
     let mut state = State::default();
     state.chunk(body, on);
     state.stop_block(on);
-    if !state.stopped {
+    if !state.ends.stopped {
         on(Event::Stop(state.stop));
     }
     on(Event::End);
@@ -298,14 +298,13 @@ struct State {
     blocks: u64,
     calls: u64,
     stop: Stop,
-    stopped: bool,
-    done: bool,
+    ends: sse::Ends,
 }
 
 impl Decoder {
     /// The finish reason came.
     pub fn stopped(&self) -> bool {
-        self.state.stopped
+        self.state.ends.stopped
     }
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`.
@@ -315,16 +314,8 @@ impl Decoder {
 }
 
 impl sse::Decode for State {
-    fn done(&self) -> bool {
-        self.done
-    }
-
-    fn stopped(&self) -> bool {
-        self.stopped
-    }
-
-    fn end(&mut self) {
-        self.done = true;
+    fn ends(&mut self) -> &mut sse::Ends {
+        &mut self.ends
     }
 
     fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
@@ -349,7 +340,7 @@ impl State {
             ],
         );
         if error.starts_with(b"{") {
-            self.done = true;
+            self.ends.done = true;
             let error = common::provider_error(data).unwrap_or_default();
             return on(Event::Error {
                 kind: error.kind.as_deref(),
@@ -393,9 +384,9 @@ impl State {
         if usage.starts_with(b"{") {
             on(Event::Usage(usage_of(usage)));
         }
-        if let Some(reason) = reason.filter(|_| !self.stopped) {
+        if let Some(reason) = reason.filter(|_| !self.ends.stopped) {
             self.stop_block(on);
-            self.stopped = true;
+            self.ends.stopped = true;
             self.stop = stop(reason, self.calls > 0);
             on(Event::Stop(self.stop));
         }

@@ -282,16 +282,14 @@ struct State {
     /// The content block indexes of the text, tool and thinking blocks (the others are not
     /// passed on).
     blocks: Vec<u64>,
-    /// `message_stop` or an error came: nothing more is read.
-    done: bool,
-    /// The stop reason came.
-    stopped: bool,
+    /// `message_stop` or an error came: done.
+    ends: sse::Ends,
 }
 
 impl Decoder {
     /// The stop reason came.
     pub fn stopped(&self) -> bool {
-        self.state.stopped
+        self.state.ends.stopped
     }
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`. A stream whose stop
@@ -302,26 +300,17 @@ impl Decoder {
 }
 
 impl sse::Decode for State {
-    fn done(&self) -> bool {
-        self.done
-    }
-
-    fn stopped(&self) -> bool {
-        self.stopped
-    }
-
-    fn end(&mut self) {
-        self.done = true;
+    fn ends(&mut self) -> &mut sse::Ends {
+        &mut self.ends
     }
 
     fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
         let State {
             usage,
             blocks,
-            done,
-            stopped,
+            ends,
         } = self;
-        decode(e, usage, blocks, done, stopped, on);
+        decode(e, usage, blocks, &mut ends.done, &mut ends.stopped, on);
     }
 }
 

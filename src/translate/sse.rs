@@ -32,16 +32,20 @@ pub struct Reader {
     after_cr: bool,
 }
 
+/// Where a provider's stream stands: what every dialect's decoder keeps beside its own state.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ends {
+    /// The stop reason came: a stream that ends without its end marker is still complete.
+    pub stopped: bool,
+    /// The stream's end (or an error) came: nothing more is read.
+    pub done: bool,
+}
+
 /// A provider dialect's stream state between events: what [`Reader::decode`] feeds.
 pub trait Decode {
     /// Reads one event, passing the model's events it makes to `on`.
     fn event(&mut self, e: Event<'_>, on: &mut dyn FnMut(model::Event<'_>));
-    /// The stream's end (or an error) came: nothing more is read.
-    fn done(&self) -> bool;
-    /// The stop reason came: a stream that ends without its end marker is still complete.
-    fn stopped(&self) -> bool;
-    /// Marks the stream done.
-    fn end(&mut self);
+    fn ends(&mut self) -> &mut Ends;
 }
 
 impl Reader {
@@ -56,15 +60,16 @@ impl Reader {
         on: &mut dyn FnMut(model::Event<'_>),
     ) {
         let mut on_event = |e: Event<'_>| {
-            if !state.done() {
+            if !state.ends().done {
                 state.event(e, on);
             }
         };
         self.feed(chunk, &mut on_event);
         if end {
             self.finish(&mut on_event);
-            if state.stopped() && !state.done() {
-                state.end();
+            let ends = state.ends();
+            if ends.stopped && !ends.done {
+                ends.done = true;
                 on(model::Event::End);
             }
         }

@@ -273,13 +273,14 @@ struct State {
     /// The open output item: its index, whether it is a call, whether its arguments came.
     open: Option<(u64, bool, bool)>,
     called: bool,
-    done: bool,
+    /// `response.completed` (and an error) is the stop and the end at once: both are set.
+    ends: sse::Ends,
 }
 
 impl Decoder {
     /// The final event came (`response.completed` is the stop and the end at once).
     pub fn stopped(&self) -> bool {
-        self.state.done
+        self.state.ends.stopped
     }
 
     /// Reads the next chunk (`end`: the last), passing each event to `on`.
@@ -289,17 +290,8 @@ impl Decoder {
 }
 
 impl sse::Decode for State {
-    fn done(&self) -> bool {
-        self.done
-    }
-
-    /// `response.completed` is the stop and the end at once.
-    fn stopped(&self) -> bool {
-        self.done
-    }
-
-    fn end(&mut self) {
-        self.done = true;
+    fn ends(&mut self) -> &mut sse::Ends {
+        &mut self.ends
     }
 
     fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
@@ -373,7 +365,10 @@ impl State {
             b"response.completed" | b"response.incomplete" => {
                 self.start(response, on);
                 self.stop_block(on);
-                self.done = true;
+                self.ends = sse::Ends {
+                    stopped: true,
+                    done: true,
+                };
                 let [usage] = pick(response, [b"usage"]);
                 if usage.starts_with(b"{") {
                     on(Event::Usage(usage_of(usage)));
@@ -382,7 +377,11 @@ impl State {
                 on(Event::End);
             }
             b"response.failed" | b"error" => {
-                self.done = true;
+                // Nothing more is read (`stopped` as before: the encoder has failed anyway).
+                self.ends = sse::Ends {
+                    stopped: true,
+                    done: true,
+                };
                 failed(
                     if response.starts_with(b"{") {
                         response
