@@ -39,6 +39,7 @@ Environment variables
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import itertools
 import json as jsonlib
@@ -81,6 +82,9 @@ def _ephemeral_range() -> tuple[int, int]:
 
 _EPHEMERAL = _ephemeral_range()
 _rng = random.SystemRandom()
+# The ports this process handed out lately: a port is free until its Envoy binds it, so two
+# calls for one Envoy (its listener, admin and status ports) could otherwise get the same one.
+_handed: collections.deque[int] = collections.deque(maxlen=2000)
 
 
 def free_port() -> int:
@@ -101,11 +105,14 @@ def free_port() -> int:
         high = low + width
     for _ in range(200):
         port = _rng.randrange(low, high)
+        if port in _handed:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((HOST, port))
             except OSError:
                 continue
+            _handed.append(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))

@@ -194,3 +194,11 @@ def test_render_fails_loudly_without_cli(gateway, monkeypatch, tmp_path):
     (tmp_path / "x.failover.yaml").write_text("x: 1\n")
     with pytest.raises(HarnessError, match="CLI not found"):
         gateway.start(tmp_path / "x.failover.yaml")
+
+
+def test_free_port_never_hands_out_one_port_twice():
+    # One gateway takes three ports before its Envoy binds any of them (listener, admin,
+    # status): a port handed out and not yet bound is free again to the kernel, so without
+    # memory of what it handed out the harness gave two of them the same port now and then.
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
