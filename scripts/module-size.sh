@@ -103,6 +103,8 @@ cd "$(dirname "$0")/.."
 # RawConfig's Deserialize written once over a table of the sections (config/raw/read.rs) instead
 # of serde's derived visitors: 538,058 -> 517,630 (-20,428) on 2966fd4; with its second step
 # 536,840 -> 514,761 (-22,079) on f14e4d6, 537,374 -> 515,289 (-22,085) on main at 9629835.
+# The gathered thinking as a call's piece, thinking's text and signature borrowed: -232 on
+# 427bc4d (542,854 -> 542,622); 537,021 -> 536,789 on main at 618469a; 515,202 -> 514,974 on main at e2123d7.
 TARGET=418489
 CEILING=515300
 module=${1:-dist/llm_failover.wasm}

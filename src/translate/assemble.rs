@@ -17,16 +17,13 @@ use std::borrow::Cow;
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Text(String),
+    /// A call, or (`thinking`: whether redacted) reasoning, whose text and signature (or
+    /// redacted data) are its `id` and `name`.
     Call {
         id: String,
         name: String,
         arguments: String,
-    },
-    /// Reasoning: its text and signature (or redacted data), as a call's members.
-    Thinking {
-        text: String,
-        signature: String,
-        redacted: bool,
+        thinking: Option<bool>,
     },
 }
 
@@ -77,11 +74,13 @@ impl Collected {
                         id: opened(id),
                         name: opened(name),
                         arguments: opened(b""),
+                        thinking: None,
                     },
-                    Block::Thinking { redacted } => Piece::Thinking {
-                        text: opened(b""),
-                        signature: opened(redacted),
-                        redacted: !redacted.is_empty(),
+                    Block::Thinking { redacted } => Piece::Call {
+                        id: opened(b""),
+                        name: opened(redacted),
+                        arguments: opened(b""),
+                        thinking: Some(!redacted.is_empty()),
                     },
                 };
                 self.pieces.push((index, piece));
@@ -101,13 +100,14 @@ impl Collected {
                 text,
                 signature,
             } => {
-                if let Some(Piece::Thinking {
-                    text: t,
-                    signature: s,
+                if let Some(Piece::Call {
+                    id,
+                    name,
+                    thinking: Some(_),
                     ..
                 }) = self.piece(index)
                 {
-                    (if signature { s } else { t }).push_str(inner(text));
+                    (if signature { name } else { id }).push_str(inner(text));
                 }
             }
             Event::BlockStop { .. } => {}
@@ -143,16 +143,11 @@ impl Collected {
                     id,
                     name,
                     arguments,
+                    ..
                 } => {
                     close(id);
                     close(name);
                     close(arguments);
-                }
-                Piece::Thinking {
-                    text, signature, ..
-                } => {
-                    close(text);
-                    close(signature);
                 }
             }
         }
@@ -165,21 +160,23 @@ impl Collected {
                     Piece::Call {
                         id,
                         name,
+                        thinking: Some(redacted),
+                        ..
+                    } => Output::Thinking(Thinking {
+                        text: id,
+                        signature: inner(name.as_bytes()),
+                        redacted: *redacted,
+                    }),
+                    Piece::Call {
+                        id,
+                        name,
                         arguments,
+                        ..
                     } => Output::ToolCall {
                         id,
                         name,
                         arguments: Cow::Borrowed(arguments),
                     },
-                    Piece::Thinking {
-                        text,
-                        signature,
-                        redacted,
-                    } => Output::Thinking(Thinking {
-                        text: Cow::Borrowed(text),
-                        signature: Cow::Borrowed(signature),
-                        redacted: *redacted,
-                    }),
                 })
                 .collect(),
             stop: self.stop,

@@ -207,13 +207,15 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
                 }
             }
         }
-        Part::Thinking(t) if t.redacted => {
-            out.raw(r#"{"type":"redacted_thinking","data":"#)
-                .raw(&t.signature);
-        }
         Part::Thinking(t) => {
-            out.raw(r#"{"type":"thinking","thinking":"#).raw(&t.text);
-            out.key("signature").raw(&t.signature);
+            match t.redacted {
+                true => out.raw(r#"{"type":"redacted_thinking","data":""#),
+                false => out
+                    .raw(r#"{"type":"thinking","thinking":"#)
+                    .raw(t.text)
+                    .raw(r#""signature":""#),
+            };
+            json::put(&mut out.0, &[t.signature.as_bytes(), b"\""]);
         }
     }
     out.close();
@@ -246,8 +248,8 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
                     false => [block.raw_str("thinking"), block.raw_str("signature")],
                 };
                 output.push(Output::Thinking(Thinking {
-                    text: Cow::Borrowed(text.unwrap_or(json::EMPTY)),
-                    signature: Cow::Borrowed(signature.unwrap_or(json::EMPTY)),
+                    text: text.unwrap_or(json::EMPTY),
+                    signature: super::assemble::inner(signature.unwrap_or_default().as_bytes()),
                     redacted,
                 }));
             }

@@ -51,13 +51,13 @@ pub enum Part<'a> {
 
 /// Reasoning the model showed (Anthropic's thinking blocks, Responses' reasoning items), with
 /// what its vendor needs back to continue from it (docs/translation.md "Reasoning").
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thinking<'a> {
     /// Its text, a JSON string (`""` when redacted).
-    pub text: Cow<'a, str>,
-    /// Opaque to all but its vendor, a JSON string: Anthropic's `signature`, or a redacted
-    /// block's `data`.
-    pub signature: Cow<'a, str>,
+    pub text: &'a str,
+    /// Opaque to all but its vendor, a JSON string's contents (escapes as written):
+    /// Anthropic's `signature`, or a redacted block's `data`.
+    pub signature: &'a str,
     /// Anthropic's `redacted_thinking` (`signature` is its `data`).
     pub redacted: bool,
 }

@@ -11,7 +11,6 @@ use super::model::{
 };
 use super::{chat, gemini, messages, Api};
 use super::{RequestContext, Untranslatable};
-use std::borrow::Cow;
 
 pub mod provider;
 #[cfg(test)]
@@ -219,20 +218,18 @@ fn ours<'a>(item: &Obj<'a>) -> Option<Thinking<'a>> {
         Some(rest) => (rest, false),
         None => (content.strip_prefix(REDACTED)?, true),
     };
-    let mut signature = String::with_capacity(rest.len() + 1);
-    signature.push('"');
-    signature.push_str(rest);
     let summary = item.arr("summary").unwrap_or_default();
     let text = summary.first().and_then(|p| json::obj(p)?.raw_str("text"));
     Some(Thinking {
-        text: Cow::Borrowed(text.unwrap_or(EMPTY)),
-        signature: Cow::Owned(signature),
+        text: text.unwrap_or(EMPTY),
+        signature: rest.get(..rest.len().saturating_sub(1)).unwrap_or_default(),
         redacted,
     })
 }
 
 /// A reasoning output item (`text`: its summary's, a JSON string; `signature`: the contents
 /// of Anthropic's signature or redacted data, after our prefix in `encrypted_content`).
+#[inline(never)]
 fn reasoning_item(out: &mut Vec<u8>, id: &[u8], text: &[u8], signature: &[u8], redacted: bool) {
     put(
         out,
@@ -433,8 +430,8 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
             Output::Thinking(t) => {
                 let mut rs = Vec::with_capacity(id.len() + 4);
                 item_id(&mut rs, b"rs_", id, k);
-                let signature = RawStr(t.signature.as_bytes()).inner();
-                reasoning_item(&mut out, &rs, t.text.as_bytes(), signature, t.redacted);
+                let (text, signature) = (t.text.as_bytes(), t.signature.as_bytes());
+                reasoning_item(&mut out, &rs, text, signature, t.redacted);
             }
             Output::ToolCall {
                 id,

@@ -432,16 +432,16 @@ fn only_a_reasoning_item_of_ours_is_a_thinking_block_again() {
     )
     .unwrap();
     assert_eq!(
-        (&*signed.text, &*signed.signature, signed.redacted),
-        (r#""Think \"twice\".""#, r#""EqQB+/x=""#, false)
+        (signed.text, signed.signature, signed.redacted),
+        (r#""Think \"twice\".""#, "EqQB+/x=", false)
     );
     let redacted = item(
         r#"{"type":"reasoning","summary":[],"encrypted_content":"llm-failover:anthropic-redacted:EmwK"}"#,
     )
     .unwrap();
     assert_eq!(
-        (&*redacted.text, &*redacted.signature, redacted.redacted),
-        ("\"\"", "\"EmwK\"", true)
+        (redacted.text, redacted.signature, redacted.redacted),
+        ("\"\"", "EmwK", true)
     );
     // OpenAI's own reasoning (or none of its content) is no thinking block.
     for other in [
