@@ -6,8 +6,7 @@
 //! as the caller's API's JSON answer by that dialect's writer (`chat::write_answer`,
 //! `messages::write_answer`, `responses::answer`, `gemini::write_answer`).
 
-use super::common::Usage;
-use super::model::{Answer, Block, Event, Output, Stop, Thinking};
+use super::model::{Answer, Block, Event, Output, Stop, Thinking, Usage};
 use super::Api;
 use std::borrow::Cow;
 

@@ -1,47 +1,10 @@
-//! What the dialects share: usage with cached tokens, tool ids valid on both sides, error types
+//! What the dialects share: the sampling members, tool ids valid on both sides, error types
 //! by status, error bodies in each API's shape, and data URIs.
 
 use std::borrow::Cow;
 
 use super::json::{Obj, Out};
 use super::model::Request;
-
-/// Token usage, counted the Anthropic way: `input` excludes the cached tokens, which are
-/// counted apart (read from the cache, written to it). OpenAI's `prompt_tokens` includes
-/// them; its `prompt_tokens_details.cached_tokens` are the tokens read from the cache.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub input: u64,
-    pub output: u64,
-    pub cache_read: u64,
-    pub cache_creation: u64,
-}
-
-impl Usage {
-    /// From OpenAI's fields: `prompt_tokens` (cached included), `completion_tokens`,
-    /// `prompt_tokens_details.cached_tokens` and, when a gateway reported it,
-    /// `prompt_tokens_details.cache_creation_input_tokens`.
-    pub fn from_openai(prompt: u64, completion: u64, cached: u64, cache_creation: u64) -> Usage {
-        Usage {
-            input: prompt.saturating_sub(cached).saturating_sub(cache_creation),
-            output: completion,
-            cache_read: cached,
-            cache_creation,
-        }
-    }
-
-    /// OpenAI's `prompt_tokens`: every input token, cached or not.
-    pub fn prompt_tokens(&self) -> u64 {
-        self.input
-            .saturating_add(self.cache_read)
-            .saturating_add(self.cache_creation)
-    }
-
-    /// OpenAI's `total_tokens`.
-    pub fn total_tokens(&self) -> u64 {
-        self.prompt_tokens().saturating_add(self.output)
-    }
-}
 
 /// How a provider dialect names the sampling members it takes (`None`: it has no such member).
 pub struct Sampling {
@@ -246,31 +209,6 @@ pub fn push_segment(path: &mut String, text: &str, keep_at: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn openai_prompt_tokens_include_the_cached_ones() {
-        let u = Usage::from_openai(2006, 300, 1920, 0);
-        assert_eq!(
-            u,
-            Usage {
-                input: 86,
-                output: 300,
-                cache_read: 1920,
-                cache_creation: 0
-            }
-        );
-        assert_eq!((u.prompt_tokens(), u.total_tokens()), (2006, 2306));
-        let anthropic = Usage {
-            input: 10,
-            output: 5,
-            cache_read: 100,
-            cache_creation: 50,
-        };
-        assert_eq!(anthropic.prompt_tokens(), 160);
-        assert_eq!(Usage::from_openai(160, 5, 100, 50), anthropic);
-        // A provider reporting more cached than prompt tokens does not wrap around.
-        assert_eq!(Usage::from_openai(5, 1, 10, 0).input, 0);
-    }
 
     #[test]
     fn tool_ids_are_valid_on_both_sides_and_stable() {

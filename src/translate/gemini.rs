@@ -8,9 +8,9 @@
 
 use std::borrow::Cow;
 
-use super::common::{self, Usage};
+use super::common;
 use super::json::{self, elements, number, pick, put, Digits, Obj, Out, RawStr, EMPTY};
-use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool};
+use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool, Usage};
 use super::sse::{self, Reader};
 use super::{chat, field, messages, parse, Api, RequestContext, Untranslatable};
 

@@ -8,9 +8,9 @@
 
 use std::borrow::Cow;
 
-use super::common::{self, Usage};
+use super::common;
 use super::json::{self, number, pick, Obj, Out, RawStr};
-use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Thinking};
+use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Thinking, Usage};
 use super::sse::{self, Reader};
 use super::{RequestContext, Untranslatable};
 

@@ -4,10 +4,9 @@
 //! typed events ([`Encoder`]). Its errors are OpenAI's (`{"error": {...}}`).
 //! docs/translation.md has the field table.
 
-use super::common::Usage;
 use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
 use super::model::{
-    Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool,
+    Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool, Usage,
 };
 use super::{chat, gemini, messages, Api};
 use super::{RequestContext, Untranslatable};

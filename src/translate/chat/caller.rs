@@ -21,11 +21,11 @@
 //! Usage: OpenAI's `prompt_tokens` counts every input token, cached or not
 //! (`prompt_tokens_details.cached_tokens` the ones read from the cache).
 
-use crate::translate::common::{self, openai_error_body, Usage};
+use crate::translate::common::{self, openai_error_body};
 use crate::translate::json::{self, pick, put, Digits, Obj, Out, Raw, RawStr, EMPTY};
 use crate::translate::messages::{self, image, tool_input, valid_id};
 use crate::translate::model::{
-    Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool,
+    Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool, Usage,
 };
 use crate::translate::{assemble, gemini};
 use crate::translate::{field, parse, RequestContext, StreamContext, Untranslatable};

@@ -7,9 +7,9 @@
 
 use std::borrow::Cow;
 
-use crate::translate::common::{Sampling, Usage};
+use crate::translate::common::Sampling;
 use crate::translate::json::{self, number, pick, Obj, Out, RawStr, EMPTY};
-use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
+use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Usage};
 use crate::translate::sse::{self, Reader};
 use crate::translate::{field, gemini, RequestContext, Untranslatable};
 
