@@ -12,7 +12,8 @@
 //                                                     (deterministic; about 5 min for two modules)
 //   options: --requests N (100000 per run) --warmup N (20000) --runs R (5) --chunks C (20
 //   interleaved slices per run) --max-seconds S (60, per run) --sizes 1KB,50KB --verbose
-//   --budget N (the first provider gets a budget of N tokens a day)
+//   --budget N (the first provider gets a budget of N tokens a day) --no-ask (ask_stream_usage
+//   off)
 //   (sizes 1KB-stream and 50KB-stream: the same bodies asking for a stream with its usage,
 //   answered by a three-chunk event stream; the hostcall sequence Envoy 1.40 makes for a held
 //   stream, not checked against a trace log; 1KB-unasked and 50KB-unasked: a stream whose
@@ -63,9 +64,14 @@ const CONFIG_REST =
 // check per request: one more shared-data read in planning).
 const BUDGET_AT = process.argv.indexOf("--budget");
 const BUDGET = BUDGET_AT > 0 ? Number(process.argv[BUDGET_AT + 1]) : 0;
-const CONFIG_USED = BUDGET > 0
+const CONFIG_BUDGET = BUDGET > 0
   ? CONFIG_REST.replace('"value":"sk-primary"}}', `"value":"sk-primary"},"budget":{"tokens":${BUDGET},"window":"24h"}}`)
   : CONFIG_REST;
+// `--no-ask`: ask_stream_usage off (a stream whose caller did not ask for its usage is not
+// asked for it: the unasked sizes' cost of asking is the module's figure with it less without).
+const CONFIG_USED = process.argv.includes("--no-ask")
+  ? '"ask_stream_usage":false,' + CONFIG_BUDGET
+  : CONFIG_BUDGET;
 const CONFIG = {
   downstream: latin1Bytes('{"role":"downstream",' + CONFIG_USED),
   upstream: latin1Bytes('{"role":"upstream",' + CONFIG_USED),
@@ -548,12 +554,15 @@ Host.prototype.streamAnswer = function (req, up, down, body) {
 
 const RESPONSE = Headers.of(RESPONSE_HEADERS);
 const ASK = latin1Bytes('"include_usage":true');
+// The whole body is searched, wherever the ask is (at its start, its end or nowhere), so that
+// this host's own work is the same for every module: B-A stays the module's figure.
 function asksUsage(body) {
+  let found = false;
   outer: for (let i = 0; i + ASK.length <= body.length; i++) {
     for (let j = 0; j < ASK.length; j++) if (body[i + j] !== ASK[j]) continue outer;
-    return true;
+    found = true;
   }
-  return false;
+  return found;
 }
 const UNASKED_TEXT = UNASKED_CHUNKS.map((c) => String.fromCharCode(...c)).join("");
 const STREAM_RESPONSE = Headers.of(STREAM_HEADERS);
@@ -667,6 +676,7 @@ function parseArgs(argv) {
     else if (a === "--verbose") o.verbose = true;
     else if (a === "--just") o.just = Number(val());
     else if (a === "--budget") o.budget = val(); // read at load (BUDGET)
+    else if (a === "--no-ask") o.noAsk = true; // read at load (CONFIG_USED)
     else if (a === "--instructions") { // optionally followed by N1,N2
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
     }
@@ -696,7 +706,8 @@ function instructions(file, size, n1, n2) {
     const r = spawnSync("valgrind", ["--tool=cachegrind", "--cache-sim=no",
       "--cachegrind-out-file=/dev/null", process.execPath, "--predictable",
       fileURLToPath(import.meta.url), file, "--sizes", size, "--just", String(n),
-      ...(BUDGET > 0 ? ["--budget", String(BUDGET)] : [])],
+      ...(BUDGET > 0 ? ["--budget", String(BUDGET)] : []),
+      ...(process.argv.includes("--no-ask") ? ["--no-ask"] : [])],
     { encoding: "utf8", maxBuffer: 1 << 26 });
     const m = r.stderr?.match(/I\s+refs:\s+([\d,]+)/);
     if (r.status !== 0 || !m) throw new Error(`valgrind (${file}, ${n}): ${r.error || r.stderr?.slice(-2000)}`);

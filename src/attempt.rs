@@ -537,6 +537,7 @@ pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
         caller_api: p.caller_api,
         gather: p.gather,
         ask_usage: p.ask_usage,
+        stream_options: p.stream_options,
         slots: walk,
         limit: u8::try_from(p.limit()).unwrap_or(u8::MAX),
         context_window: &context_window,

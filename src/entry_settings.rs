@@ -72,6 +72,10 @@ pub struct EntrySettings {
     /// asks for it (`stream_options.include_usage: true`, merged with the caller's other
     /// `stream_options`; docs/behaviour.md section 15).
     pub usage: bool,
+    /// With `usage`: the body has a top-level `stream_options`, which the ask is merged into
+    /// (the body written member by member). Without one the ask is written as the body's first
+    /// member, the rest of the body as it is ([`ask_usage`]).
+    pub stream_options: bool,
 }
 
 impl EntrySettings {
@@ -88,6 +92,13 @@ const MESSAGES_MAX_TOKENS: u64 = 4_096;
 pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<u8>> {
     if settings.is_empty() {
         return None;
+    }
+    let usage_only = EntrySettings {
+        usage: true,
+        ..EntrySettings::default()
+    };
+    if dialect == Api::OpenAiChat && *settings == usage_only {
+        return ask_usage(body);
     }
     let (replaced, mut added): (&[&str], Vec<(&str, Vec<u8>)>) = match dialect {
         Api::OpenAiChat => chat(settings),
@@ -139,6 +150,31 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
         out.extend_from_slice(&value);
     }
     out.push(b'}');
+    Some(out)
+}
+
+/// `body` (a JSON object without a top-level `stream_options`: the request scan read it)
+/// asking for its stream's usage: `"stream_options":{"include_usage":true}` written as its
+/// first member, every other byte as it was (no walk of the body: one copy).
+fn ask_usage(body: &[u8]) -> Option<Vec<u8>> {
+    let start = body.trim_ascii_start();
+    let rest = start.strip_prefix(b"{")?;
+    let head = body.get(..body.len() - rest.len())?;
+    let comma: &[u8] = if rest.trim_ascii_start().starts_with(b"}") {
+        b""
+    } else {
+        b","
+    };
+    let mut out = Vec::new();
+    json::put(
+        &mut out,
+        &[
+            head,
+            br#""stream_options":{"include_usage":true}"#,
+            comma,
+            rest,
+        ],
+    );
     Some(out)
 }
 
@@ -365,6 +401,7 @@ mod tests {
             max_tokens: max,
             stream: false,
             usage: false,
+            stream_options: false,
         };
         let out = apply(body.as_bytes(), dialect, &s).expect("edited");
         serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
@@ -463,6 +500,7 @@ mod tests {
             max_tokens: None,
             stream: false,
             usage: false,
+            stream_options: false,
         };
         assert_eq!(apply(forced.as_bytes(), Api::AnthropicMessages, &s), None);
     }
@@ -555,6 +593,65 @@ mod tests {
         assert_eq!(messages, br#"{"max_tokens":5,"stream":true}"#);
     }
 
+    /// The usage ask for a caller that did not ask: written as the first member of a body
+    /// without `stream_options` (every other byte as it was), merged into the caller's own
+    /// `stream_options` when it has one (its other members kept, its `include_usage` replaced).
+    #[test]
+    fn an_unasked_streams_usage_ask_is_one_member_written_first_or_merged() {
+        let ask = |body: &str, stream_options: bool| {
+            let s = EntrySettings {
+                usage: true,
+                stream_options,
+                ..Default::default()
+            };
+            apply(body.as_bytes(), Api::OpenAiChat, &s).map(|b| String::from_utf8(b).unwrap())
+        };
+        let with = r#"{"stream_options":{"include_usage":true},"#;
+        for (body, sent) in [
+            (
+                r#"{"model":"m","stream":true, "messages" : [{"content":"a,b"}] }"#,
+                format!(
+                    r#"{with}"model":"m","stream":true, "messages" : [{{"content":"a,b"}}] }}"#
+                ),
+            ),
+            (
+                " \n{ \"stream\":true}\n",
+                format!(" \n{with} \"stream\":true}}\n"),
+            ),
+            (
+                " { } ",
+                r#" {"stream_options":{"include_usage":true} } "#.to_string(),
+            ),
+        ] {
+            assert_eq!(ask(body, false).as_deref(), Some(sent.as_str()), "{body}");
+        }
+        // Not an object (the request scan lets none through): sent as it is.
+        assert_eq!(ask("[{}]", false), None);
+        assert_eq!(ask("x{}", false), None);
+        // The caller's stream_options: include_usage false, other members, or both.
+        for (options, merged) in [
+            (r#"{"include_usage":false}"#, r#"{"include_usage":true}"#),
+            (
+                r#"{"include_obfuscation":false}"#,
+                r#"{"include_obfuscation":false,"include_usage":true}"#,
+            ),
+            (
+                r#"{ "include_usage" : false, "include_obfuscation":false }"#,
+                r#"{"include_obfuscation":false,"include_usage":true}"#,
+            ),
+            ("null", r#"{"include_usage":true}"#),
+        ] {
+            let body = format!(r#"{{"model":"m","stream_options":{options},"stream":true}}"#);
+            assert_eq!(
+                ask(&body, true).as_deref(),
+                Some(
+                    format!(r#"{{"model":"m","stream":true,"stream_options":{merged}}}"#).as_str()
+                ),
+                "{options}"
+            );
+        }
+    }
+
     #[test]
     fn escaped_names_count_and_other_bodies_are_left_alone() {
         assert_eq!(
@@ -571,6 +668,7 @@ mod tests {
             max_tokens: None,
             stream: false,
             usage: false,
+            stream_options: false,
         };
         for body in ["[1]", "{\"a\":1", "{\"a\":1} x", ""] {
             assert_eq!(apply(body.as_bytes(), Api::OpenAiChat, &s), None, "{body}");

@@ -76,6 +76,9 @@ pub struct PlanRecord<'a> {
     /// An OpenAI Chat stream whose caller did not ask for its usage: a same-API attempt asks
     /// for it and takes the usage chunk out of the caller's stream (docs/behaviour.md 15).
     pub ask_usage: bool,
+    /// The caller's body has a top-level `stream_options` member: the usage ask is merged
+    /// into it; without one, it is written as the body's first member (`entry_settings`).
+    pub stream_options: bool,
     pub slots: &'a [Slot],
     /// Attempts Envoy may make (`Plan::attempt_limit`); 0 means `slots.len()`.
     pub limit: u8,
@@ -95,6 +98,7 @@ const RESPONSES_CALLER: u8 = CHAT_CALLER | MESSAGES_CALLER;
 /// A Gemini native caller.
 const GEMINI_CALLER: u8 = 32;
 const ASK_USAGE: u8 = 64;
+const STREAM_OPTIONS: u8 = 128;
 
 fn api_flag(api: Option<Api>) -> u8 {
     match api {
@@ -135,6 +139,11 @@ impl PlanRecord<'_> {
                 | api_flag(self.caller_api)
                 | if self.gather { GATHER } else { 0 }
                 | if self.ask_usage { ASK_USAGE } else { 0 }
+                | if self.stream_options {
+                    STREAM_OPTIONS
+                } else {
+                    0
+                }
         );
         for (i, s) in self.slots.iter().enumerate() {
             if i > 0 {
@@ -173,6 +182,7 @@ pub struct PlanText {
     caller_api: Option<Api>,
     gather: bool,
     ask_usage: bool,
+    stream_options: bool,
     limit: u8,
     /// Parsed once: every callback of the attempt reads them.
     slots: [Slot; MAX_CHAIN_LEN],
@@ -199,6 +209,8 @@ pub struct PlanView<'a> {
     pub gather: bool,
     /// See [`PlanRecord::ask_usage`].
     pub ask_usage: bool,
+    /// See [`PlanRecord::stream_options`].
+    pub stream_options: bool,
     limit: u8,
     slots: &'a [Slot],
     context_window: &'a str,
@@ -255,9 +267,7 @@ impl PlanText {
             f if f.len() <= 2 => u8::from_str_radix(f, 16).ok()?,
             _ => return None,
         };
-        if flags & !(GATHER | GEMINI_CALLER | ASK_USAGE | 15) != 0 {
-            return None;
-        }
+        // (Every bit of the byte is a flag.)
         let caller_api = match flags & (CHAT_CALLER | MESSAGES_CALLER | GEMINI_CALLER) {
             0 => None,
             CHAT_CALLER => Some(Api::OpenAiChat),
@@ -303,6 +313,7 @@ impl PlanText {
             caller_api,
             gather: flags & GATHER != 0,
             ask_usage: flags & ASK_USAGE != 0,
+            stream_options: flags & STREAM_OPTIONS != 0,
             limit,
             slots: parsed,
             slot_count,
@@ -327,6 +338,7 @@ impl PlanText {
             caller_api: self.caller_api,
             gather: self.gather,
             ask_usage: self.ask_usage,
+            stream_options: self.stream_options,
             limit: self.limit,
             slots: self
                 .slots
@@ -499,6 +511,7 @@ mod tests {
             caller_api: None,
             gather: false,
             ask_usage: false,
+            stream_options: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -576,6 +589,7 @@ mod tests {
             caller_api: None,
             gather: false,
             ask_usage: false,
+            stream_options: false,
             slots: &slots,
             limit: 5,
             context_window: &[4.into(), 5.into()],
@@ -609,6 +623,7 @@ mod tests {
             caller_api: None,
             gather: false,
             ask_usage: false,
+            stream_options: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -659,6 +674,7 @@ mod tests {
             caller_api: None,
             gather: false,
             ask_usage: false,
+            stream_options: false,
             slots: &slots,
             limit: 0,
             context_window: &[],
@@ -680,7 +696,8 @@ mod tests {
         assert!(PlanText::decode(with_line(5, "3")).is_some());
         assert!(PlanText::decode(with_line(5, "13")).is_some_and(|p| p.view().gather));
         assert!(PlanText::decode(with_line(5, "43")).is_some_and(|p| p.view().ask_usage));
-        assert_eq!(PlanText::decode(with_line(5, "83")), None);
+        assert!(PlanText::decode(with_line(5, "c3")).is_some_and(|p| p.view().stream_options));
+        assert_eq!(PlanText::decode(with_line(5, "183")), None);
         // A Gemini caller has its own bit, never with another caller's.
         let gemini = PlanText::decode(with_line(5, "23"));
         assert_eq!(gemini.map(|p| p.view().caller_api), Some(Some(Api::Gemini)));

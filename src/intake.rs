@@ -199,6 +199,7 @@ pub fn read_request<'b>(path: &str, body: &'b [u8]) -> Result<RequestBody<'b>, R
 /// A Gemini caller's path without its `key=` query parameter (the caller's key for the
 /// gateway, which no provider may see, behaviour.md 7); `None` when it has none.
 pub fn without_key(path: &str) -> Option<String> {
+    crate::usage::find_byte(b'?', path.as_bytes())?; // no query: one cheap test
     let (base, query) = path.split_once('?')?;
     if !query.split('&').any(|p| p.starts_with("key=")) || Api::of_path(base) != Some(Api::Gemini) {
         return None;
@@ -259,6 +260,13 @@ impl RequestBody<'_> {
     /// The caller asked for its stream's usage (`stream_options.include_usage: true`).
     pub fn stream_usage(&self) -> bool {
         self.stream_usage
+    }
+
+    /// The body has a top-level `stream_options` member (whatever it holds).
+    pub fn has_stream_options(&self) -> bool {
+        self.scan
+            .as_ref()
+            .is_some_and(|s| s.stream_options.is_some())
     }
 
     /// What the body carries that some chain entries cannot take (behaviour.md 2.4).
@@ -367,6 +375,8 @@ pub struct Published<'a> {
     pub gather: bool,
     /// Same-API attempts ask the stream's usage for the caller ([`asks_usage`]).
     pub ask_usage: bool,
+    /// The body has a top-level `stream_options` ([`RequestBody::has_stream_options`]).
+    pub stream_options: bool,
     pub start_ms: u64,
     pub body_len: usize,
     pub path: &'a str,
@@ -416,6 +426,7 @@ impl<'a> Published<'a> {
             stream: self.stream || self.gather,
             gather: self.gather,
             ask_usage: self.ask_usage,
+            stream_options: self.stream_options,
             caller_api: self.api.filter(|_| self.crosses_apis(config)),
             slots: &self.plan.slots,
             limit: lists.map_or(0, |l| u8::try_from(l).unwrap_or(u8::MAX)),

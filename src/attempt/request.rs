@@ -262,6 +262,7 @@ pub fn settings_edit(a: &Attempt<'_, '_>) -> Option<SettingsEdit> {
         stream: a.plan.gather,
         // A translated attempt's provider reports its usage anyway (the translator asks).
         usage: a.plan.ask_usage && a.translation.is_none(),
+        stream_options: a.plan.stream_options,
         ..a.entry.settings
     };
     if settings.is_empty() {

@@ -25,6 +25,7 @@ fn plan(slots: &[Slot]) -> PlanText {
         caller_api: None,
         gather: false,
         ask_usage: false,
+        stream_options: false,
         slots,
         limit: 0,
         context_window: &[],
@@ -246,6 +247,7 @@ fn streamed_plan() -> PlanText {
         caller_api: None,
         gather: false,
         ask_usage: false,
+        stream_options: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -368,6 +370,7 @@ fn an_empty_or_unreadable_200_is_a_server_error() {
         caller_api: None,
         gather: false,
         ask_usage: false,
+        stream_options: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -436,6 +439,7 @@ fn limited_plan(slots: &[Slot], limit: u8) -> PlanText {
         caller_api: None,
         gather: false,
         ask_usage: false,
+        stream_options: false,
         slots,
         limit,
         context_window: &[],
@@ -602,6 +606,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
         caller_api: Some(Api::OpenAiChat),
         gather: false,
         ask_usage: false,
+        stream_options: false,
         slots: &SLOTS,
         limit: 0,
         context_window: &[],
@@ -617,6 +622,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
         max_tokens: None,
         stream: false,
         usage: false,
+        stream_options: false,
     };
     // No model to rewrite: the settings alone hold the body.
     let edit = WholeEdit {

@@ -358,6 +358,7 @@ fn settings(e: &RawChainEntry, field: &str, at: &mut At) -> EntrySettings {
         max_tokens: e.max_tokens.filter(|&m| m > 0),
         stream: false,
         usage: false,
+        stream_options: false,
     }
 }
 

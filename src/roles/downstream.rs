@@ -307,6 +307,7 @@ impl<H: Host> Downstream<H> {
             stream: request.stream(),
             gather,
             ask_usage: intake::asks_usage(&config, facts.api, &request),
+            stream_options: request.has_stream_options(),
             start_ms: now.0,
             body_len,
             path: &self.path,

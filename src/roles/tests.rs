@@ -1821,7 +1821,7 @@ fn an_unasked_streams_usage_is_asked_for_counted_and_taken_out() {
     for (body, sent) in [
         (
             r#"{"model":"gpt-4o","stream":true,"messages":[]}"#,
-            r#"{"model":"gpt-4o","stream":true,"messages":[],"stream_options":{"include_usage":true}}"#,
+            r#"{"stream_options":{"include_usage":true},"model":"gpt-4o","stream":true,"messages":[]}"#,
         ),
         (
             r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_obfuscation":false,"include_usage":false},"messages":[]}"#,
