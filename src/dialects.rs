@@ -376,11 +376,41 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+#[inline(never)]
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() {
+    let Some((&first, rest)) = needle.split_first() else {
         return Some(0);
+    };
+    // Its first byte, eight bytes at a time; then the rest of it there.
+    let mut from = 0;
+    while let Some(n) = crate::usage::find_byte(first, haystack.get(from..)?) {
+        let at = from + n;
+        if haystack.get(at + 1..at + needle.len()) == Some(rest) {
+            return Some(at);
+        }
+        from = at + 1;
     }
-    haystack.windows(needle.len()).position(|w| w == needle)
+    None
+}
+
+/// Whether `needle` is in `haystack`, searched from its end (where a stream's final event
+/// is): its last byte, eight bytes at a time, then the rest of it there.
+#[inline(never)]
+fn in_tail(haystack: &[u8], needle: &[u8]) -> bool {
+    let Some((&last, rest)) = needle.split_last() else {
+        return true;
+    };
+    let mut end = haystack.len();
+    while let Some(at) = haystack
+        .get(..end)
+        .and_then(|h| crate::usage::rfind_byte(last, h))
+    {
+        if at >= rest.len() && haystack.get(at - rest.len()..at) == Some(rest) {
+            return true;
+        }
+        end = at;
+    }
+    false
 }
 
 /// Spellings of an apostrophe in provider messages: typographic quotes raw and JSON-escaped.
@@ -582,7 +612,7 @@ pub fn stream_complete(tail: &[u8]) -> bool {
         b"\"error\"",
     ]
     .iter()
-    .any(|marker| find(tail, marker).is_some())
+    .any(|marker| in_tail(tail, marker))
         || has_text(tail, b"\"finish_reason\"")
         || has_text(tail, b"\"stop_reason\"")
         || has_text(tail, b"\"finishReason\"")

@@ -411,7 +411,7 @@ fn json_usage(dialect: Dialect, tail: &[u8]) -> Option<Fields> {
     let name = dialect.key();
     let mut end = tail.len();
     // From the end, each place the key's rare fifth byte (`g`) is, then the key around it.
-    while let Some(g) = tail.get(..end)?.iter().rposition(|&b| b == b'g') {
+    while let Some(g) = rfind_byte(b'g', tail.get(..end)?) {
         end = g;
         let at = g.checked_sub(KEY_G)?; // no key starts before the first byte
         if tail.get(at..at + name.len()) != Some(name) || at > 0 && tail.get(at - 1) == Some(&b'\\')
@@ -637,10 +637,31 @@ fn find_key(key: &[u8], hay: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+/// Where `byte` last is in `hay`: eight bytes at a time from its end (as [`find_byte`]), the
+/// rest one by one.
+#[inline(never)]
+pub(crate) fn rfind_byte(byte: u8, hay: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let pattern = ONES * u64::from(byte);
+    let mut words = hay.rchunks_exact(8);
+    let mut end = hay.len();
+    for chunk in words.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word) ^ pattern;
+        if w.wrapping_sub(ONES) & !w & HIGHS != 0 {
+            break;
+        }
+        end -= 8;
+    }
+    hay.get(..end)?.iter().rposition(|&b| b == byte)
+}
+
 /// Where `byte` first is in `hay`: eight bytes at a time (SWAR: a word's test is exact for
 /// "some byte of it matches"), the rest one by one.
 #[inline(never)]
-fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
+pub(crate) fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let pattern = ONES * u64::from(byte);
@@ -879,6 +900,29 @@ fn null_usage_member(line: &[u8]) -> Option<std::ops::Range<usize>> {
         end += 1;
     }
     (line.get(end) == Some(&b',')).then_some(at..end + 1)
+}
+
+#[cfg(test)]
+mod byte_tests {
+    use super::{find_byte, rfind_byte};
+
+    /// Eight bytes at a time finds what a byte-by-byte search finds, first and last, at every
+    /// offset and length (a word's edges, the rest after the last whole word).
+    #[test]
+    fn word_searches_find_what_a_byte_search_finds() {
+        let hay: Vec<u8> = (0..40u8)
+            .map(|i| b"ag\ng\"\xff"[usize::from(i % 7) % 6])
+            .collect();
+        for start in 0..hay.len() {
+            for end in start..=hay.len() {
+                let h = &hay[start..end];
+                for byte in [b'g', b'\n', b'"', 0xff, b'z', 0x7f, 0] {
+                    assert_eq!(find_byte(byte, h), h.iter().position(|&b| b == byte));
+                    assert_eq!(rfind_byte(byte, h), h.iter().rposition(|&b| b == byte));
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

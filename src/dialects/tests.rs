@@ -655,3 +655,29 @@ fn a_responses_stream_opening_with_response_failed_is_an_error() {
     let named = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"response.failed\"}\n\n";
     assert_eq!(first_event(named.as_bytes(), false), StreamStart::Healthy);
 }
+
+/// The stream tests' substring searches agree with a plain search of every window, wherever
+/// the needle is (first, last, cut by the end, absent, twice) and for every needle length.
+#[test]
+fn the_byte_searches_agree_with_a_plain_search() {
+    let hay = b"data: {\"choices\":[]}\n\n\r\n\r\nevent: message_stop\ndata: [DONE]\n\n[DONE";
+    let plain = |h: &[u8], n: &[u8]| h.windows(n.len()).position(|w| w == n);
+    for start in 0..hay.len() {
+        for len in 0..=12.min(hay.len() - start) {
+            let needle = &hay[start..start + len];
+            for h in [&hay[..], &hay[start..], &hay[..start]] {
+                let want = if needle.is_empty() {
+                    Some(0)
+                } else {
+                    plain(h, needle)
+                };
+                assert_eq!(find(h, needle), want, "{needle:?}");
+                assert_eq!(in_tail(h, needle), want.is_some(), "{needle:?}");
+            }
+        }
+    }
+    for absent in [&b"[DONE]]"[..], b"message_stop\"", b"\r\n\r\n\r", b"zz"] {
+        assert_eq!(find(hay, absent), None);
+        assert!(!in_tail(hay, absent));
+    }
+}
