@@ -107,8 +107,11 @@ cd "$(dirname "$0")/.."
 # 427bc4d (542,854 -> 542,622); 537,021 -> 536,789 on main at 618469a; 515,202 -> 514,974 on main at e2123d7.
 # The success path's byte searches eight bytes at a time and ask_stream_usage's ask written as
 # one member first (issue 30 figures): 514,974 -> 516,015 (+1,041) on main at 083076a.
+# A request not streamed gathered under first_token for Responses and Gemini callers too (the
+# Gemini path asking a stream, streamable's Gemini and Responses members): +707 (514,974 ->
+# 515,681 on main at 083076a), 516,015 -> 516,750 on main at 222bdbf.
 TARGET=418489
-CEILING=516100
+CEILING=516800
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -388,14 +388,14 @@ pub struct Published<'a> {
 
 /// Whether a request that did not ask for a stream is streamed from each provider and its
 /// answer gathered into one JSON answer (docs/behaviour.md section 5): with a first-token
-/// timeout, for Chat and Messages callers, where the upstream role may hold answers (not on
-/// Envoy 1.36), unless it asks for what a gathered answer would not
-/// carry (`translate::assemble::streamable`).
+/// timeout, for a caller of any of the four APIs (not embeddings or legacy completions), where
+/// the upstream role may hold answers (not on Envoy 1.36), unless it asks for what a gathered
+/// answer would not carry (`translate::assemble::streamable`).
 pub fn gathers(config: &Config, api: Option<Api>, stream: bool, body: &[u8]) -> bool {
     !stream
         && config.timeouts.first_token_ms > 0
         && config.hold_answers
-        && matches!(api, Some(Api::OpenAiChat | Api::AnthropicMessages))
+        && api.is_some()
         && crate::translate::assemble::streamable(body)
 }
 
@@ -509,6 +509,28 @@ mod tests {
             "chains":[{{"name":"main","providers":["a","b"]}}]}}"#
         );
         Config::from_json(json.as_bytes(), &|_| None).expect("valid config")
+    }
+
+    #[test]
+    fn a_request_of_any_of_the_four_apis_not_streamed_is_gathered_under_first_token() {
+        let on = config(r#""timeouts":{"first_token":"1s"},"#);
+        let body = br#"{"model":"m","input":"hi"}"#;
+        for api in [
+            Api::OpenAiChat,
+            Api::AnthropicMessages,
+            Api::OpenAiResponses,
+            Api::Gemini,
+        ] {
+            assert!(gathers(&on, Some(api), false, body), "{api:?}");
+            // A stream is a stream already; without the timeout nothing changes.
+            assert!(!gathers(&on, Some(api), true, body), "{api:?}");
+            assert!(!gathers(&config(""), Some(api), false, body), "{api:?}");
+        }
+        // Embeddings and legacy completions never are; what a gathered answer cannot carry
+        // goes as it is.
+        assert!(!gathers(&on, None, false, body));
+        let several = br#"{"contents":[],"generationConfig":{"candidateCount":3}}"#;
+        assert!(!gathers(&on, Some(Api::Gemini), false, several));
     }
 
     #[test]

@@ -242,8 +242,12 @@ pub fn provider_path<'a>(
             Some(Cow::Owned(format!("{}{endpoint}", prefix.unwrap_or(""))))
         }
         // The caller's API as it is: a Gemini caller's model is in its path, so the entry's is
-        // written there (as `model` is in the others' bodies).
-        (None, None, _) => match (translate::gemini::with_model(caller_path, model), prefix) {
+        // written there (as `model` is in the others' bodies), and so is a gathered attempt's
+        // stream.
+        (None, None, _) => match (
+            translate::gemini::with_model(caller_path, model, stream),
+            prefix,
+        ) {
             (Some(path), _) => Some(Cow::Owned(format!("{}{path}", prefix.unwrap_or("")))),
             (None, Some(prefix)) => Some(Cow::Owned(format!("{prefix}{caller_path}"))),
             (None, None) => None,

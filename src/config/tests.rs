@@ -725,6 +725,41 @@ fn a_gemini_callers_path_names_the_entrys_model_on_a_provider_without_api() {
 }
 
 #[test]
+fn a_gathered_gemini_callers_path_asks_for_a_stream_on_a_provider_without_api() {
+    // A `:generateContent` request gathered under a first-token timeout (behaviour.md 5) is
+    // sent as `:streamGenerateContent?alt=sse`, the caller's query after it.
+    let c = load(
+        r#"{"providers":[{"name":"g"},{"name":"p","path_prefix":"/gw"}],
+        "chains":[{"name":"c","providers":["g","p"]}]}"#,
+    )
+    .unwrap();
+    let path = |i: usize, p, model, stream| {
+        crate::attempt::provider_path(&c.providers[i], None, p, model, stream)
+            .map(std::borrow::Cow::into_owned)
+    };
+    let json = "/v1beta/models/gemini-2.5-flash:generateContent";
+    assert_eq!(
+        path(0, json, "gemini-2.5-flash", true).as_deref(),
+        Some("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse")
+    );
+    assert_eq!(
+        path(
+            1,
+            "/v1beta/models/gemini-2.5-flash:generateContent?x=1",
+            "gemini-2.5-pro",
+            true
+        )
+        .as_deref(),
+        Some("/gw/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&x=1")
+    );
+    // Not gathered: as it was.
+    assert_eq!(path(0, json, "gemini-2.5-flash", false), None);
+    // A stream already: as it is.
+    let stream = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse";
+    assert_eq!(path(0, stream, "gemini-2.5-flash", true), None);
+}
+
+#[test]
 fn api_openai_responses_is_a_provider_that_speaks_only_responses() {
     use crate::translate::Api;
     let c = load(

@@ -1,10 +1,11 @@
-//! A streamed answer gathered into one whole answer (work in progress for the first-token
-//! timeout of a request that did not ask for a stream, docs/behaviour.md section 5: the attempt
-//! is streamed from the provider, and the caller gets one JSON answer in its API). The stream's
-//! events, as each dialect's decoder reads them ([`super::chat::Decoder`],
-//! [`super::messages::Decoder`]), are collected into an owned [`Collected`]; [`whole`] writes it
-//! as the caller's API's JSON answer by that dialect's writer (`chat::write_answer`,
-//! `messages::write_answer`, `responses::answer`, `gemini::write_answer`).
+//! A streamed answer gathered into one whole answer (the first-token timeout of a request that
+//! did not ask for a stream, docs/behaviour.md section 5: the attempt is streamed from the
+//! provider, and the caller, of any of the four APIs, gets one JSON answer in its API). The
+//! stream's events, as its provider dialect's decoder reads them
+//! ([`super::responses::Decoder`] over the four), are collected into an owned [`Collected`];
+//! [`whole`] writes it as the caller's API's JSON answer by that dialect's writer
+//! (`chat::write_answer`, `messages::write_answer`, `responses::answer`,
+//! `gemini::write_answer`).
 
 use super::model::{Answer, Block, Event, Output, Stop, Thinking, Usage};
 use super::Api;
@@ -222,6 +223,9 @@ pub fn stream_to_answer(
 }
 
 #[cfg(test)]
+mod callers;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::{json, Value};
@@ -334,21 +338,50 @@ mod tests {
 }
 
 /// Whether a request that did not ask for a stream may be sent as one and its answer gathered
-/// (docs/behaviour.md section 5): not with several choices (`n` above 1), log probabilities
-/// (`logprobs: true`, `top_logprobs`) or audio output (`modalities` naming `audio`, an `audio`
-/// member), which a gathered answer would not carry.
+/// (docs/behaviour.md section 5): not with several choices (`n` above 1, Gemini's
+/// `generationConfig.candidateCount`), log probabilities (`logprobs: true`, `top_logprobs`,
+/// Gemini's `responseLogprobs`) or audio output (`modalities` naming `audio`, an `audio`
+/// member, Gemini's `responseModalities` naming `AUDIO`), which a gathered answer would not
+/// carry, nor a Responses request run in the `background` (answered at once, still queued).
 pub fn streamable(body: &[u8]) -> bool {
-    let [n, logprobs, top_logprobs, modalities, audio] = super::json::pick(
-        body,
-        [b"n", b"logprobs", b"top_logprobs", b"modalities", b"audio"],
+    let [n, logprobs, top_logprobs, modalities, audio, background, include, config] =
+        super::json::pick(
+            body,
+            [
+                b"n",
+                b"logprobs",
+                b"top_logprobs",
+                b"modalities",
+                b"audio",
+                b"background",
+                b"include",
+                b"generationConfig",
+            ],
+        );
+    let [count, gemini_logprobs, gemini_modalities] = super::json::pick(
+        config,
+        [
+            b"candidateCount",
+            b"responseLogprobs",
+            b"responseModalities",
+        ],
     );
-    let several = super::json::number(n).is_some_and(|n| n > 1);
-    let audio_out = !audio.is_empty() && audio != b"null"
-        || super::json::elements(modalities).any(|m| m == b"\"audio\"");
+    let several = [n, count]
+        .iter()
+        .any(|n| super::json::number(n).is_some_and(|n| n > 1));
     !several
-        && logprobs != b"true"
+        && !names(modalities, b"\"audio\"")
+        && !names(gemini_modalities, b"\"AUDIO\"")
+        && !names(include, b"\"message.output_text.logprobs\"")
+        && ![logprobs, gemini_logprobs, background].contains(&&b"true"[..])
         && (top_logprobs.is_empty() || top_logprobs == b"null")
-        && !audio_out
+        && (audio.is_empty() || audio == b"null")
+}
+
+/// Whether a list (as written) names a value: its text holds the value's JSON string.
+#[inline(never)]
+fn names(list: &[u8], name: &[u8]) -> bool {
+    list.windows(name.len()).any(|w| w == name)
 }
 
 #[cfg(test)]
@@ -361,12 +394,23 @@ mod streamable_tests {
         assert!(streamable(
             br#"{"model":"m","logprobs":false,"audio":null}"#
         ));
+        assert!(streamable(
+            br#"{"model":"m","input":"hi","background":false,"include":["reasoning.encrypted_content"]}"#
+        ));
+        assert!(streamable(
+            br#"{"contents":[],"generationConfig":{"candidateCount":1,"responseModalities":["TEXT"]}}"#
+        ));
         for body in [
             r#"{"model":"m","n":2}"#,
             r#"{"model":"m","logprobs":true}"#,
             r#"{"model":"m","top_logprobs":3}"#,
             r#"{"model":"m","modalities":["text","audio"]}"#,
             r#"{"model":"m","audio":{"voice":"alloy","format":"wav"}}"#,
+            r#"{"model":"m","input":"hi","background":true}"#,
+            r#"{"model":"m","input":"hi","include":["message.output_text.logprobs"]}"#,
+            r#"{"contents":[],"generationConfig":{"candidateCount":2}}"#,
+            r#"{"contents":[],"generationConfig":{"responseLogprobs":true}}"#,
+            r#"{"contents":[],"generationConfig":{"responseModalities":["TEXT","AUDIO"]}}"#,
         ] {
             assert!(!streamable(body.as_bytes()), "{body}");
         }

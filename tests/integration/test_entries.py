@@ -3,10 +3,12 @@ real Envoy: `same_residency` keeps a request's walk in its first entry's residen
 reason `residency` in metrics and the access log); an entry's `effort` and `max_tokens` reach
 its provider in that provider's dialect, and an entry without them gets the caller's bytes; with
 `timeouts.first_token`, a request that did not ask for a stream is streamed from each provider,
-cut as `timeout` when no output comes in time, and answered with one JSON answer.
+cut as `timeout` when no output comes in time, and answered with one JSON answer in the
+caller's API (Chat, Messages, an `openai` SDK Response, a `google-genai` GenerateContentResponse).
 
 One gateway for the module (counters are compared as differences), mocks in this process."""
 import json
+import time
 
 import pytest
 
@@ -133,17 +135,24 @@ providers:
   - {name: claude, endpoint: "127.0.0.1:${CLAUDE_PORT}", api: anthropic,
      credential: {header: x-api-key, value: sk-claude}}
   - {name: gpt, endpoint: "127.0.0.1:${GPT_PORT}", api: openai}
+  - {name: gem, endpoint: "127.0.0.1:${GEM_PORT}", api: gemini_native,
+     credential: {header: x-goog-api-key, value: gm-key}}
 chains:
   - {name: across, models: ["x-*"],
      providers: [slow, {provider: claude, model: claude-sonnet-4-5}]}
   - {name: back, models: ["claude-*"], providers: [{provider: gpt, model: gpt-4o}]}
+  - {name: google, models: ["gemini-2.5-flash"],
+     providers: [gem, {provider: gpt, model: gpt-4o}]}
+  - {name: to-google, models: ["gemini-back"],
+     providers: [{provider: gpt, model: gpt-4o}, {provider: gem, model: gemini-2.5-flash}]}
   - {name: main, providers: [slow, fast]}
 """
 
 
 @pytest.fixture(scope="module")
 def gathering(tmp_path_factory):
-    m = Module(tmp_path_factory.mktemp("gather"), GATHER, ("slow", "fast", "claude", "gpt"))
+    m = Module(tmp_path_factory.mktemp("gather"), GATHER,
+               ("slow", "fast", "claude", "gpt", "gem"))
     yield m
     m.stop()
 
@@ -213,3 +222,100 @@ def test_a_gathered_answer_crosses_apis_both_ways(gathering):
     answer = r.json()
     assert answer["type"] == "message", answer
     assert answer["content"][0]["text"] == "gpt:0 gpt:1 gpt:2 "
+
+
+@needs_hold
+def test_an_openai_responses_app_not_streamed_is_gathered_under_first_token(gathering):
+    """`client.responses.create` without `stream`: each attempt is sent as a stream, the primary
+    that gives no output within the first-token timeout is cut as `timeout`, and the SDK gets
+    one Response gathered from the fallback's stream: from Anthropic's events (translated, a
+    function call included) and from a same-API Responses stream."""
+    import openai
+    m = gathering
+    m.reset()
+    m.mocks["slow"].set_default(first_chunk_delay_ms=3000)
+    m.mocks["claude"].set_default(strict=True, chunks=2, tool_calls=[
+        {"id": "toolu_01A", "name": "get_weather", "arguments": {"city": "Paris"}}],
+        usage={"input_tokens": 9, "cache_read_input_tokens": 4, "output_tokens": 3})
+    c = openai.OpenAI(base_url=m.gw.url + "/v1", api_key="gw-key", max_retries=0, timeout=15)
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    started = time.monotonic()
+    raw = c.responses.with_raw_response.create(model="x-1", input="Weather in Paris?",
+                                               tools=tools)
+    took = time.monotonic() - started
+    r = raw.parse()
+    assert raw.headers["x-llm-provider"] == "claude", raw.headers
+    assert raw.headers["x-llm-fallback-reason"] == "timeout"
+    assert raw.headers["content-type"] == "application/json"
+    assert 0.9 < took < 2.5, f"{took:.2f}s: about the 1 s first-token timeout"
+    assert r.object == "response" and r.status == "completed", r
+    assert r.output_text == "claude:0 claude:1 "
+    (call,) = [o for o in r.output if o.type == "function_call"]
+    assert (call.call_id, call.name, json.loads(call.arguments)) == \
+        ("toolu_01A", "get_weather", {"city": "Paris"})
+    assert (r.usage.input_tokens, r.usage.output_tokens) == (13, 3), r.usage
+    assert r.usage.input_tokens_details.cached_tokens == 4
+    slow = json.loads(m.mocks["slow"].requests()[-1]["body"])
+    assert slow["stream"] is True and slow["input"] == "Weather in Paris?", slow
+    (sent,) = m.mocks["claude"].requests()
+    assert sent["rejected"] is None, sent["rejected"]
+    assert json.loads(sent["body"])["stream"] is True
+    # The same API on the fallback: its typed events gathered into one Response.
+    m.mocks["fast"].set_default(chunks=3, usage={
+        "input_tokens": 6, "output_tokens": 3, "total_tokens": 9,
+        "input_tokens_details": {"cached_tokens": 2},
+        "output_tokens_details": {"reasoning_tokens": 0}})
+    raw = c.responses.with_raw_response.create(model="gpt-4o", input="hi")
+    r = raw.parse()
+    assert raw.headers["x-llm-provider"] == "fast" and r.status == "completed", raw.headers
+    assert r.output_text == "fast:0 fast:1 fast:2 "
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (6, 3, 9)
+    assert r.usage.input_tokens_details.cached_tokens == 2
+    assert json.loads(m.mocks["fast"].requests()[-1]["body"])["stream"] is True
+
+
+@needs_hold
+def test_a_google_genai_app_not_streamed_is_gathered_under_first_token(gathering):
+    """google-genai's `generate_content`: each attempt asks for a stream (a Gemini provider
+    `:streamGenerateContent?alt=sse`, an OpenAI one `"stream": true`), the primary with no
+    output in time is cut as `timeout`, and the SDK gets one GenerateContentResponse gathered
+    from the fallback's stream, usage included, in both directions."""
+    from google import genai
+    from google.genai import types
+    import cloud_mock
+    m = gathering
+    m.reset()
+    if not hasattr(m.mocks["gem"], "server"):
+        pytest.skip("the Gemini mock runs in-process")
+    m.mocks["gem"].server.cloud = cloud_mock.validate({"kind": "gemini", "api_key": "gm-key"})
+    m.mocks["gem"].set_default(first_chunk_delay_ms=3000)
+    m.mocks["gpt"].set_default(chunks=2, usage={
+        "prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 3}})
+    client = genai.Client(api_key="gw-key", http_options=types.HttpOptions(
+        base_url=m.gw.url, api_version="v1beta", timeout=15_000,
+        retry_options=types.HttpRetryOptions(attempts=1)))
+    started = time.monotonic()
+    r = client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    took = time.monotonic() - started
+    assert 0.9 < took < 2.5, f"{took:.2f}s: about the 1 s first-token timeout"
+    assert r.text == "gpt:0 gpt:1 ", r
+    assert r.candidates[0].finish_reason == types.FinishReason.STOP
+    u = r.usage_metadata
+    assert (u.prompt_token_count, u.candidates_token_count, u.cached_content_token_count) == \
+        (8, 2, 3), u
+    (gem,) = m.mocks["gem"].requests()
+    assert gem["rejected"] is None, gem["rejected"]
+    assert gem["path"] == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    sent = json.loads(m.mocks["gpt"].requests()[-1]["body"])
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}, sent
+    # The other way: an OpenAI primary that stalls, a Gemini fallback's stream gathered.
+    m.mocks["gpt"].set_default(first_chunk_delay_ms=3000)
+    m.mocks["gem"].set_default(chunks=3)
+    r = client.models.generate_content(model="gemini-back", contents="hi")
+    assert r.text == "gem:0 gem:1 gem:2 ", r
+    assert r.usage_metadata.prompt_token_count is not None, r.usage_metadata
+    gem = m.mocks["gem"].requests()[-1]
+    assert gem["rejected"] is None, gem["rejected"]
+    assert gem["path"] == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"

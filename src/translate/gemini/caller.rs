@@ -22,20 +22,32 @@ pub fn path_model(path: &str) -> Option<(&str, bool)> {
     (!model.is_empty() && !model.contains('/')).then_some((model, stream))
 }
 
-/// A Gemini caller's `path` naming `model` instead of its own (the rest kept: version,
-/// method, query); `None` when it names that model already or is not Gemini's endpoint.
-pub fn with_model(path: &str, model: &str) -> Option<String> {
-    let (now, _) = path_model(path)?;
+/// A Gemini caller's `path` naming `model` instead of its own, and when `stream` asking for a
+/// stream (`:streamGenerateContent?alt=sse`, the caller's query after it) if it asked for none
+/// (a gathered attempt, docs/behaviour.md section 5); the rest kept (version, method, query).
+/// `None` when nothing changes or it is not Gemini's endpoint.
+pub fn with_model(path: &str, model: &str, stream: bool) -> Option<String> {
+    let (now, streams) = path_model(path)?;
     let model = model.strip_prefix("models/").unwrap_or(model);
-    if now == model {
+    let to_stream = stream && !streams;
+    if now == model && !to_stream {
         return None;
     }
-    let end = path.split_once('?').map_or(path, |(p, _)| p).rfind(':')?;
+    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
+    let end = bare.rfind(':')?;
     let (head, tail) = (path.get(..end - now.len())?, path.get(end..)?);
-    let mut out = String::with_capacity(path.len() + model.len());
+    let mut out = String::with_capacity(path.len() + model.len() + 32);
     out.push_str(head);
     crate::translate::common::push_segment(&mut out, model, true);
-    out.push_str(tail);
+    if to_stream {
+        out.push_str(":streamGenerateContent?alt=sse");
+        if !query.is_empty() {
+            out.push('&');
+            out.push_str(query);
+        }
+    } else {
+        out.push_str(tail);
+    }
     Some(out)
 }
 
