@@ -29,6 +29,9 @@ pub enum BodyEdit {
 pub struct WholeEdit {
     /// Translated for the provider's API first (behaviour.md 13).
     pub translate: Option<TranslateEdit>,
+    /// Or, same API: its tool call ids sent without the Gemini signatures they may carry
+    /// (behaviour.md 13; `translate::gemini::unsign_ids`).
+    pub unsign: bool,
     /// The entry's model written in (same API; a translation writes its own).
     pub model: Option<String>,
     /// The entry's request settings, in the dialect the provider gets (behaviour.md 7).
@@ -105,6 +108,9 @@ impl WholeEdit {
             })?;
             out = Some(translated);
         }
+        if self.unsign {
+            out = translate::gemini::unsign_ids(body).or(out);
+        }
         if let Some(model) = &self.model {
             let base = out.as_deref().unwrap_or(body);
             let scan = rewrite::scan_top_level(base).ok();
@@ -178,7 +184,14 @@ pub fn request_edits<'a>(
     // A translated attempt to an envelope's provider: translated, then put in the envelope
     // (the upstream role does both in one pause).
     let settings = settings_edit(a).filter(|_| has_body);
-    let whole = |w: WholeEdit| BodyEdit::Whole(WholeEdit { settings, ..w });
+    let unsign = has_body && unsigns(a);
+    let whole = |w: WholeEdit| {
+        BodyEdit::Whole(WholeEdit {
+            settings,
+            unsign,
+            ..w
+        })
+    };
     let body = match (a.translation, envelope, rewrite_to) {
         (Some(translation), _, _) if has_body => whole(WholeEdit {
             translate: Some(TranslateEdit {
@@ -199,7 +212,7 @@ pub fn request_edits<'a>(
             envelope: Some((envelope, None)),
             ..WholeEdit::default()
         }),
-        (_, _, model) if model.is_some() || settings.is_some() => whole(WholeEdit {
+        (_, _, model) if model.is_some() || settings.is_some() || unsign => whole(WholeEdit {
             model: model.map(str::to_string),
             ..WholeEdit::default()
         }),
@@ -215,6 +228,22 @@ pub fn request_edits<'a>(
         drop_max_retries: a.number == 1,
         body,
     }
+}
+
+/// Whether attempt `a` sends its caller's tool call ids without the Gemini signatures they
+/// may carry: a same-API attempt (a Chat, Messages or Responses caller's) to a provider that
+/// is not Gemini's, in a chain with a Gemini-native entry (the only ones that give a caller
+/// signed ids; decided when the configuration loads, `Chain::signs_calls`, so other chains'
+/// attempts never look). A Gemini-native provider takes the signatures back, and a
+/// translated request is written without them (behaviour.md 13).
+pub fn unsigns(a: &Attempt<'_, '_>) -> bool {
+    a.chain.signs_calls
+        && a.translation.is_none()
+        && a.provider.api != Some(Api::Gemini)
+        && matches!(
+            a.plan.caller_api,
+            Some(Api::OpenAiChat | Api::AnthropicMessages | Api::OpenAiResponses)
+        )
 }
 
 /// The `:path` an attempt to `provider` goes out on, for a caller's request on `caller_path`

@@ -719,3 +719,99 @@ fn a_deadline_acts_once_as_the_answer_stands() {
         Some(Ends::BudgetWaiting)
     );
 }
+
+#[test]
+fn a_same_api_attempt_in_a_chain_with_gemini_sends_its_tool_call_ids_unsigned() {
+    let json = r#"{"role":"upstream",
+        "providers":[{"name":"o","api":"openai"},{"name":"g","api":"gemini_native"},
+                     {"name":"c","api":"anthropic"}],
+        "chains":[{"name":"gpt","providers":["o",{"provider":"g","model":"gemini-3-pro"}]},
+                  {"name":"plain","providers":["o",{"provider":"c","model":"claude"}]}]}"#;
+    let c = Config::from_json(json.as_bytes(), &|_| None).expect("valid config");
+    assert_eq!(
+        c.chains.iter().map(|c| c.signs_calls).collect::<Vec<_>>(),
+        [true, false],
+        "decided once, when the configuration loads"
+    );
+    let record = |chain, caller_api, path| PlanRecord {
+        config: 0,
+        chain,
+        start_ms: 1_000,
+        body_len: 20,
+        log_started: false,
+        stream: false,
+        caller_api,
+        stream_options: false,
+        gather: false,
+        ask_usage: false,
+        slots: &SLOTS,
+        limit: 0,
+        context_window: &[],
+        content_policy: &[],
+        path,
+        authority: "gw",
+        model: "m",
+    };
+    let body = br#"{"model":"m","messages":[{"role":"user","content":"a__thought__b"},
+        {"role":"assistant","tool_calls":[{"id":"call_1__thought__Ci4B_0e-Kb6","type":"function",
+         "function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id" : "call_1__thought__Ci4B_0e-Kb6","content":"3"}]}"#;
+    let unsigned = br#"{"model":"m","messages":[{"role":"user","content":"a__thought__b"},
+        {"role":"assistant","tool_calls":[{"id":"call_1","type":"function",
+         "function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id" : "call_1","content":"3"}]}"#;
+    let chat = Some(Api::OpenAiChat);
+    let p = PlanText::decode(record(ChainId::FIRST, chat, "/v1/chat/completions").encode())
+        .expect("decodes");
+    // Same API to OpenAI: held whole, the ids sent unsigned (the text left alone).
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    assert!(first.translation.is_none() && request::unsigns(&first));
+    let edit = WholeEdit {
+        unsign: true,
+        ..WholeEdit::default()
+    };
+    assert_eq!(
+        request_edits(&c, &first, false).body,
+        BodyEdit::Whole(edit.clone())
+    );
+    let edited = edit.apply(&c, body).expect("no translation");
+    assert_eq!(edited.body.as_deref(), Some(&unsigned[..]));
+    assert_eq!(edited.len, unsigned.len());
+    // A body without signed ids goes as it is.
+    let plain = edit.apply(&c, unsigned).expect("no translation");
+    assert_eq!((plain.body, plain.len), (None, unsigned.len()));
+    // To Gemini (translated): the signature goes back on its call.
+    let second = resolve(&c, p.view(), 2).expect("attempt 2");
+    assert!(second.translation.is_some() && !request::unsigns(&second));
+    let BodyEdit::Whole(edit) = request_edits(&c, &second, false).body else {
+        panic!("translated whole")
+    };
+    assert!(!edit.unsign);
+    let sent = edit
+        .apply(&c, body)
+        .expect("translates")
+        .body
+        .expect("body");
+    let sent = String::from_utf8(sent).expect("utf-8");
+    assert!(
+        sent.contains(r#""thoughtSignature":"Ci4B_0e-Kb6""#),
+        "{sent}"
+    );
+    // A Responses caller's same-API attempt too; a chain without a Gemini entry never looks.
+    let responses = Some(Api::OpenAiResponses);
+    let p = PlanText::decode(record(ChainId::FIRST, responses, "/v1/responses").encode())
+        .expect("decodes");
+    assert!(request::unsigns(
+        &resolve(&c, p.view(), 1).expect("attempt 1")
+    ));
+    let p = PlanText::decode(record(ChainId::of(1), chat, "/v1/chat/completions").encode())
+        .expect("decodes");
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    assert!(!request::unsigns(&first));
+    assert_eq!(request_edits(&c, &first, false).body, BodyEdit::Keep);
+    // No body: nothing to edit.
+    let p = PlanText::decode(record(ChainId::FIRST, chat, "/v1/chat/completions").encode())
+        .expect("decodes");
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    assert_eq!(request_edits(&c, &first, true).body, BodyEdit::Keep);
+}

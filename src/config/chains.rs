@@ -13,6 +13,7 @@ use crate::entry_settings::{Effort, EntrySettings};
 use crate::envelope::Envelope;
 use crate::pattern::covers;
 use crate::residency::Residency;
+use crate::translate::Api;
 use std::collections::BTreeMap;
 
 /// Checks the list itself (reported before any provider's problems, as it always was).
@@ -147,6 +148,11 @@ fn validate_one(
     if !content_policy.is_empty() {
         fallback_on.add_class(Class::ContentFiltered);
     }
+    let signs_calls = entries.iter().any(|e| {
+        providers
+            .get(e.provider.index())
+            .is_some_and(|p| p.api == Some(Api::Gemini))
+    });
     Chain {
         name: c.name.clone(),
         models: c.models.iter().map(|m| ModelPattern::parse(m)).collect(),
@@ -166,6 +172,7 @@ fn validate_one(
         try_last: c.try_last,
         fallbacks_exhausted: c.fallbacks_exhausted,
         same_residency: c.same_residency,
+        signs_calls,
     }
 }
 

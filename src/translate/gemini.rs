@@ -29,6 +29,57 @@ pub fn unsigned(id: &str) -> &str {
     id.split_once(SIGNATURE).map_or(id, |(id, _)| id)
 }
 
+/// The body of a same-API attempt (a Chat, Messages or Responses request to a provider that is
+/// not Gemini's) with its tool call ids unsigned ([`unsigned`]): every string value of an `id`,
+/// `call_id`, `tool_call_id` or `tool_use_id` member that carries a [`SIGNATURE`] loses it
+/// (the call and its result alike, wherever they are); every other byte is copied. `None`
+/// when the body carries none (one search for [`SIGNATURE`] decides, without a walk). The
+/// body is JSON already checked (`rewrite::scan_top_level`): the walk only steps over strings.
+#[inline(never)]
+pub fn unsign_ids(body: &[u8]) -> Option<Vec<u8>> {
+    const IDS: [&[u8]; 4] = [
+        b"\"id\"",
+        b"\"call_id\"",
+        b"\"tool_call_id\"",
+        b"\"tool_use_id\"",
+    ];
+    signed(body)?;
+    let mut out = Vec::with_capacity(body.len());
+    // `id`: the last string was a member name of IDS, and its colon came (a string's escapes
+    // are stepped over two bytes at a time: no quote inside one ends it).
+    let (mut i, mut copied, mut id, mut last) = (0, 0, false, &b""[..]);
+    while let Some(&c) = body.get(i) {
+        i += 1;
+        match c {
+            b'"' => {
+                let start = i - 1;
+                while let Some(&c) = body.get(i) {
+                    i += if c == b'\\' { 2 } else { 1 };
+                    if c == b'"' {
+                        break;
+                    }
+                }
+                last = body.get(start..i).unwrap_or_default();
+                if let Some(cut) = signed(last).filter(|_| id) {
+                    put(&mut out, &[body.get(copied..start + cut)?]);
+                    copied = i - 1;
+                }
+                id = false;
+            }
+            b':' => id = IDS.contains(&last),
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => id = false,
+        }
+    }
+    put(&mut out, &[body.get(copied..).filter(|_| copied > 0)?]);
+    Some(out)
+}
+
+/// Where [`SIGNATURE`] is in `text`, if it is.
+fn signed(text: &[u8]) -> Option<usize> {
+    crate::dialects::find(text, SIGNATURE.as_bytes())
+}
+
 /// The `thoughtSignature` Google documents for a call Gemini did not make (another vendor's,
 /// or written by hand): Gemini 3 refuses a step of the current turn whose first `functionCall`
 /// part has no signature, and takes this one in its place.

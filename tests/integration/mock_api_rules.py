@@ -2,7 +2,8 @@
 
 Translation bugs show up as requests a real provider answers with 400: a Messages request
 without ``max_tokens``, an OpenAI field Anthropic does not know, a ``role: tool`` message sent to
-Anthropic, a tool id outside Anthropic's pattern, an Anthropic content block sent to OpenAI.
+Anthropic, a tool id outside Anthropic's pattern, a Chat tool call id over OpenAI's 40 characters
+(a Responses ``call_id`` over 64), an Anthropic content block sent to OpenAI.
 A Responses request (``responses``) is held to the Responses API reference: its own members
 only (a Chat-shaped body's ``messages`` is an unknown parameter), its item and part types, a
 ``function_call_output`` answering an earlier ``function_call``, function tools written flat.
@@ -310,10 +311,17 @@ def _chat(doc: dict) -> tuple[str, str] | None:
                     return (f"{w}.function.arguments", f"Invalid type for "
                             f"'{w}.function.arguments': expected a string, but got an object "
                             "instead.")
+                if len(call["id"]) > 40:
+                    return (f"{w}.id", _too_long(f"{w}.id", call["id"], 40))
                 calls.add(call["id"])
         elif content is None:
             return (f"{where}.content", f"Missing required parameter: '{where}.content'.")
     return None
+
+
+def _too_long(where: str, value: str, limit: int) -> str:
+    return (f"Invalid '{where}': string too long. Expected a string with maximum length "
+            f"{limit}, but got a string with length {len(value)} instead.")
 
 
 def _chat_part(part: Any, where: str) -> tuple[str, str] | None:
@@ -410,6 +418,8 @@ def _responses(doc: dict) -> tuple[str, str] | None:
             if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
                 return (f"{where}arguments", f"Missing required parameter: '{where}call_id', "
                                              "'name' and 'arguments' are strings.")
+            if len(item["call_id"]) > 64:
+                return (f"{where}call_id", _too_long(f"{where}call_id", item["call_id"], 64))
             calls.add(item["call_id"])
         elif kind == "function_call_output":
             if item.get("call_id") not in calls:

@@ -569,6 +569,51 @@ def test_a_gemini_call_id_reaches_another_vendor_without_its_signature(g):
     assert turns[2]["content"][0]["tool_use_id"] == short
 
 
+def test_a_signed_call_id_goes_back_same_api_to_openai_without_its_signature(g):
+    """A chat app's tool call made by its Gemini fallback (OpenAI down) carries Gemini's
+    signature in its id, far over the 40 characters OpenAI takes in a call id (the strict mock
+    refuses it as OpenAI does). The next turn, served same API by OpenAI back up, sends the id
+    unsigned on the call and its result alike; a Responses app's `call_id` the same (64)."""
+    signature = "Ci4B" + "x" * 200
+    client = g.oai()
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Bern"},
+                                           "signature": signature}])
+    messages = [{"role": "user", "content": "Weather in Bern?"}]
+    first = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS)
+    assert first.headers["x-llm-provider"] == "gemini"
+    message = first.parse().choices[0].message
+    signed = message.tool_calls[0].id
+    short, _, carried = signed.partition("__thought__")
+    assert carried == signature and len(signed) > 40, signed
+    messages += [message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": signed, "content": "9 C"}]
+    g.mocks["openai"].enqueue(status=200, strict=True)
+    second = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS)
+    assert second.headers["x-llm-provider"] == "openai"
+    assert second.parse().choices[0].message.content
+    sent = json.loads(g.accepted("openai")[-1]["body"])["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == short and sent[2]["tool_call_id"] == short
+    assert sent[0] == messages[0] and sent[1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    # A Responses app: the function call's call_id and its output's.
+    g.mocks["gemini"].enqueue(tool_calls=[{"name": "get_weather", "arguments": {"city": "Rome"},
+                                           "signature": signature}])
+    items = [{"role": "user", "content": "Weather in Rome?"}]
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
+    r = client.responses.create(model="gpt-4o", input=items, tools=tools)
+    call = next(o for o in r.output if o.type == "function_call")
+    assert "__thought__" in call.call_id and len(call.call_id) > 64, call.call_id
+    items += [call.model_dump(exclude_none=True),
+              {"type": "function_call_output", "call_id": call.call_id, "output": "25 C"}]
+    g.mocks["openai"].enqueue(status=200, strict=True)
+    raw = client.responses.with_raw_response.create(model="gpt-4o", input=items, tools=tools)
+    assert raw.headers["x-llm-provider"] == "openai"
+    sent = json.loads(g.accepted("openai")[-1]["body"])["input"]
+    unsigned = call.call_id.partition("__thought__")[0]
+    assert [i.get("call_id") for i in sent] == [None, unsigned, unsigned]
+
+
 def test_a_google_genai_stream_cut_short_on_gemini_raises_googles_error(g):
     """A google-genai app's stream served by Gemini itself (same API, watched as it passes) and
     cut short ends with Google's error as a chunk: the SDK raises its ServerError (an OpenAI

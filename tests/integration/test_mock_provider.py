@@ -373,6 +373,12 @@ def test_strict_anthropic_takes_a_valid_tool_round_trip(mock):
                          {"role": "tool", "tool_call_id": "t1", "content": "1"}]),
      "expected a string, but got an object"),
     (chat_body(stream_options={"include_usage": True}), "only allowed when 'stream' is enabled"),
+    (chat_body(messages=[{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": None, "tool_calls": [
+                             {"id": "call_1__thought__" + "A" * 24, "type": "function",
+                              "function": {"name": "f", "arguments": "{}"}}]}]),
+     "Invalid 'messages[1].tool_calls[0].id': string too long. Expected a string with maximum "
+     "length 40, but got a string with length 41 instead."),
 ])
 def test_strict_openai_refuses_anthropic_shapes(mock, body, says):
     mock.set_default(strict=True)

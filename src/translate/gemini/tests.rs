@@ -501,3 +501,43 @@ fn a_gemini_callers_errors_have_every_status_googles_body_carries() {
         assert_eq!(e["error"]["code"], code, "{kind}: {out}");
     }
 }
+
+#[test]
+fn a_same_api_body_loses_its_call_ids_signatures_and_nothing_else() {
+    use crate::translate::gemini::unsign_ids;
+    let unsign = |body: &str| unsign_ids(body.as_bytes()).map(|b| String::from_utf8(b).unwrap());
+    // Messages: the tool_use block's id and its result's; a text and a name that carry the
+    // marker stay as they are, and so does an "id" inside a string.
+    assert_eq!(
+        unsign(concat!(
+            r#"{"messages":[{"role":"assistant","content":[{"type":"text","text":"x__thought__y"},"#,
+            r#"{"type":"tool_use","id":"call_1__thought__Ci4B","name":"n__thought__","input":{"q":"s\"id\":\"q__thought__"}}]},"#,
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1__thought__Ci4B","content":"ok"}]}]}"#
+        ))
+        .as_deref(),
+        Some(concat!(
+            r#"{"messages":[{"role":"assistant","content":[{"type":"text","text":"x__thought__y"},"#,
+            r#"{"type":"tool_use","id":"call_1","name":"n__thought__","input":{"q":"s\"id\":\"q__thought__"}}]},"#,
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"ok"}]}]}"#
+        ))
+    );
+    // Responses: the function_call's call_id and its output's; an id that is not a string and
+    // an id without the marker are kept.
+    assert_eq!(
+        unsign(concat!(
+            r#"{"input":[{"type":"function_call","id":"fc_1","call_id":"c__thought__AB-_","name":"f","arguments":"{}"},"#,
+            r#"{"type":"function_call_output","call_id":"c__thought__AB-_","output":"3","x":{"id":7}}]}"#
+        ))
+        .as_deref(),
+        Some(concat!(
+            r#"{"input":[{"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"},"#,
+            r#"{"type":"function_call_output","call_id":"c","output":"3","x":{"id":7}}]}"#
+        ))
+    );
+    // Nothing signed: no copy.
+    assert_eq!(
+        unsign(r#"{"messages":[{"content":"a__thought__b"}]}"#),
+        None
+    );
+    assert_eq!(unsign(r#"{"messages":[]}"#), None);
+}
