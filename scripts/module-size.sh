@@ -110,11 +110,13 @@ cd "$(dirname "$0")/.."
 # A request not streamed gathered under first_token for Responses and Gemini callers too (the
 # Gemini path asking a stream, streamable's Gemini and Responses members): +707 (514,974 ->
 # 515,681 on main at 083076a), 516,015 -> 516,750 on main at 222bdbf.
+# Needles found by their first two bytes (usage::find_pair) and a usage object's numbers read
+# without a checked multiplication (issue 30 figures): 516,750 -> 517,176 (+426) on 67a6bf7.
 # Signed tool call ids cut from a same-API attempt's body in a chain with a gemini_native entry
 # (translate::gemini::unsign_ids, Chain::signs_calls): +885 (516,750 -> 517,635 on main at
 # 67a6bf7).
 TARGET=418489
-CEILING=517700
+CEILING=518100
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

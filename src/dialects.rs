@@ -379,14 +379,17 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 /// Where `needle` first occurs in `haystack`.
 #[inline(never)]
 pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    let Some((&first, rest)) = needle.split_first() else {
-        return Some(0);
+    let (&first, second, rest) = match needle {
+        [] => return Some(0),
+        [first] => return crate::usage::find_byte(*first, haystack),
+        [first, second, rest @ ..] => (first, *second, rest),
     };
-    // Its first byte, eight bytes at a time; then the rest of it there.
+    // Its first two bytes, eight places at a time (most needles are a quoted name: `"` alone
+    // is at every other member); then the rest of it there.
     let mut from = 0;
-    while let Some(n) = crate::usage::find_byte(first, haystack.get(from..)?) {
+    while let Some(n) = crate::usage::find_pair(first, second, haystack.get(from..)?) {
         let at = from + n;
-        if haystack.get(at + 1..at + needle.len()) == Some(rest) {
+        if haystack.get(at + 2..at + needle.len()) == Some(rest) {
             return Some(at);
         }
         from = at + 1;

@@ -525,7 +525,7 @@ fn flat_object<'a>(
             b'0'..=b'9' => {
                 let mut n: Option<u64> = Some(0);
                 while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
-                    n = n.and_then(|n| n.checked_mul(10)?.checked_add(u64::from(d - b'0')));
+                    n = n.and_then(|n| decimal(n, *d));
                     i += 1;
                 }
                 number = n;
@@ -537,6 +537,14 @@ fn flat_object<'a>(
         member(name, b.get(at..i)?, number);
     }
     None
+}
+
+/// `n` with the decimal digit `d` after it, `None` past `u64::MAX` (a comparison, not a
+/// checked multiplication: that is a 128-bit product in wasm).
+fn decimal(n: u64, d: u8) -> Option<u64> {
+    const MOST: u64 = u64::MAX / 10;
+    let d = u64::from(d - b'0');
+    (n < MOST || n == MOST && d <= u64::MAX % 10).then(|| n * 10 + d)
 }
 
 /// Whether what follows a member of the outermost object is only its later members, its
@@ -623,12 +631,12 @@ fn holds_object(after: &[u8]) -> bool {
 const KEY_G: usize = 4;
 
 /// Where `key` (a usage key: `"usage"`, `"usageMetadata"`) next is in `hay`, from `from`: its
-/// rare fifth byte (`g`) is looked for eight bytes at a time ([`find_byte`]), then the key
-/// around it.
+/// rare pair `ag` (fourth and fifth bytes) is looked for eight places at a time
+/// ([`find_pair`]), then the key around it.
 fn find_key(key: &[u8], hay: &[u8], from: usize) -> Option<usize> {
-    let mut i = from + KEY_G;
-    while let Some(n) = find_byte(b'g', hay.get(i..)?) {
-        let at = i + n - KEY_G;
+    let mut i = from + KEY_G - 1;
+    while let Some(n) = find_pair(b'a', b'g', hay.get(i..)?) {
+        let at = i + n + 1 - KEY_G;
         if hay.get(at..at + key.len()) == Some(key) {
             return Some(at);
         }
@@ -637,12 +645,56 @@ fn find_key(key: &[u8], hay: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `w` that may be zero: every zero byte's is set (a byte above
+/// a zero one may be flagged too, never a zero one missed).
+fn zeros(w: u64) -> u64 {
+    w.wrapping_sub(ONES) & !w & HIGHS
+}
+
+/// The eight bytes at the start of `b` (shorter: zeros after it) as one little-endian word.
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(bytes) = b.get(..8) {
+        w.copy_from_slice(bytes);
+    }
+    u64::from_le_bytes(w)
+}
+
+/// Where `a` followed by `b` first is in `hay`: eight places at a time (both bytes tested
+/// in one word each, as [`find_byte`] tests one, a place flagged then checked), the last
+/// ones one by one. A pair is rarer than either byte (`"e` against `"`, `\n\n` against
+/// `\n`), so far fewer places are checked than a search for its first byte stops at.
+#[inline(never)]
+pub(crate) fn find_pair(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    let (pa, pb) = (ONES * u64::from(a), ONES * u64::from(b));
+    let mut i = 0;
+    while let Some(w) = hay.get(i..i + 9) {
+        let mut m = zeros(word(w) ^ pa) & zeros(word(w.get(1..).unwrap_or_default()) ^ pb);
+        while m != 0 {
+            let at = i + (m.trailing_zeros() / 8) as usize;
+            if hay.get(at..at + 2) == Some(&[a, b]) {
+                return Some(at);
+            }
+            m &= m - 1;
+        }
+        i += 8;
+    }
+    while let Some(pair) = hay.get(i..i + 2) {
+        if pair == [a, b] {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Where `byte` last is in `hay`: eight bytes at a time from its end (as [`find_byte`]), the
 /// rest one by one.
 #[inline(never)]
 pub(crate) fn rfind_byte(byte: u8, hay: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     let pattern = ONES * u64::from(byte);
     let mut words = hay.rchunks_exact(8);
     let mut end = hay.len();
@@ -662,8 +714,6 @@ pub(crate) fn rfind_byte(byte: u8, hay: &[u8]) -> Option<usize> {
 /// "some byte of it matches"), the rest one by one.
 #[inline(never)]
 pub(crate) fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     let pattern = ONES * u64::from(byte);
     let mut words = hay.chunks_exact(8);
     let mut offset = 0;
@@ -904,7 +954,7 @@ fn null_usage_member(line: &[u8]) -> Option<std::ops::Range<usize>> {
 
 #[cfg(test)]
 mod byte_tests {
-    use super::{find_byte, rfind_byte};
+    use super::{find_byte, find_pair, rfind_byte};
 
     /// Eight bytes at a time finds what a byte-by-byte search finds, first and last, at every
     /// offset and length (a word's edges, the rest after the last whole word).
@@ -920,6 +970,53 @@ mod byte_tests {
                     assert_eq!(find_byte(byte, h), h.iter().position(|&b| b == byte));
                     assert_eq!(rfind_byte(byte, h), h.iter().rposition(|&b| b == byte));
                 }
+            }
+        }
+    }
+
+    /// A digit appended is the checked arithmetic's result, to `u64::MAX` and past it.
+    #[test]
+    fn a_decimal_digit_appended_is_checked_arithmetic() {
+        let most = u64::MAX / 10;
+        for n in [0, 1, 7, most - 1, most, most + 1, u64::MAX / 2, u64::MAX] {
+            for d in b'0'..=b'9' {
+                let checked = n
+                    .checked_mul(10)
+                    .and_then(|n| n.checked_add(u64::from(d - b'0')));
+                assert_eq!(super::decimal(n, d), checked, "{n} {d}");
+            }
+        }
+    }
+
+    /// The pair search finds what a place-by-place search finds, at every offset and length,
+    /// whatever bytes sit around the pair (the word test's false flags: a byte one above a
+    /// match's, 0x01 after a zero, a pair across two words).
+    #[test]
+    fn pair_searches_find_what_a_place_search_finds() {
+        let plain = |a: u8, b: u8, h: &[u8]| h.windows(2).position(|w| w == [a, b]);
+        let alphabets: [&[u8]; 3] = [b"ag\ng\"\xff", b"\"ee\"\x01\x00\x02", b"\n\n\r\x0b\x0a\x0b"];
+        for alphabet in alphabets {
+            let hay: Vec<u8> = (0..41usize)
+                .map(|i| alphabet[(i * 5 + i / 3) % alphabet.len()])
+                .collect();
+            for start in 0..hay.len() {
+                for end in start..=hay.len() {
+                    let h = &hay[start..end];
+                    for &a in alphabet {
+                        for &b in alphabet {
+                            assert_eq!(find_pair(a, b, h), plain(a, b, h), "{a} {b} {h:?}");
+                        }
+                    }
+                }
+            }
+        }
+        for len in 0..30 {
+            let mut hay = vec![b'"'; len];
+            assert_eq!(find_pair(b'"', b'e', &hay), None);
+            for at in 0..len.saturating_sub(1) {
+                hay.fill(b'"');
+                hay[at + 1] = b'e';
+                assert_eq!(find_pair(b'"', b'e', &hay), Some(at), "{len} {at}");
             }
         }
     }
