@@ -215,7 +215,7 @@ pub fn stream_to_answer(
 ) -> Option<Vec<u8>> {
     let mut c = Collected::default();
     let last = chunks.len().saturating_sub(1);
-    let mut d = super::responses::Decoder::new(provider);
+    let mut d = super::stream::Decoder::new(provider);
     for (i, chunk) in chunks.iter().enumerate() {
         d.push(chunk, i == last, &mut |e| c.on(e));
     }

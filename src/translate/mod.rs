@@ -22,6 +22,9 @@ pub mod messages;
 pub mod model;
 pub mod responses;
 pub(crate) mod sse;
+pub mod stream;
+
+pub use stream::StreamTranslator;
 
 /// An API (wire dialect) a caller calls or a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -214,87 +217,56 @@ pub struct Translated {
 /// back in the caller's error shape, even when they are not JSON). `created` (Unix seconds) is
 /// the time an OpenAI answer reports (Anthropic's answers carry none).
 pub fn response(provider: Api, caller: Api, status: u16, body: &[u8], created: u64) -> Translated {
-    let translated = match (provider, caller) {
-        (Api::AnthropicMessages, Api::OpenAiChat) | (Api::OpenAiChat, Api::AnthropicMessages) => {
-            from_chat_or_messages(provider, caller, status, body, created)
+    let (body, unreadable) = if provider == caller {
+        (body.to_vec(), false)
+    } else if !(200..300).contains(&status) {
+        (caller_error(provider, caller, status, body), false)
+    } else {
+        match answer(provider, caller, body, created) {
+            Some(answer) => (answer, false),
+            None => (self::unreadable(provider, caller), true),
         }
-        (Api::Gemini, caller) => from_gemini(caller, status, body, created),
-        (provider, Api::Gemini) => gemini::from(provider, status, body),
-        (Api::OpenAiResponses, caller) => from_responses(caller, status, body, created),
-        (provider, Api::OpenAiResponses) => responses::from(provider, status, body, created),
-        _ => Ok(body.to_vec()),
     };
-    match translated {
-        Ok(body) => Translated {
-            body,
-            unreadable: false,
-        },
-        Err(body) => Translated {
-            body,
-            unreadable: true,
-        },
-    }
+    Translated { body, unreadable }
 }
 
-/// A Messages answer for a Chat caller, or a Chat answer for a Messages caller, through the
-/// model: read by the provider's dialect, written by the caller's (a Chat completion with
-/// `"logprobs": null`, as the Chat caller's answers from Messages always had it).
+/// A provider's `2xx` answer read into the model by its dialect and written by the caller's
+/// (`None`: no answer of the provider's dialect). Gemini's answer is one stream chunk, read as
+/// its events and gathered.
 #[inline(never)]
-fn from_chat_or_messages(
-    provider: Api,
-    caller: Api,
-    status: u16,
-    body: &[u8],
-    created: u64,
-) -> Result<Vec<u8>, Vec<u8>> {
-    if !(200..300).contains(&status) {
-        return Ok(caller_error(caller, status, body));
-    }
-    match responses::read(provider, body) {
-        Some(answer) if caller == Api::OpenAiChat => Ok(chat::write_answer(&answer, created, true)),
-        Some(answer) => Ok(messages::write_answer(&answer)),
-        None => Err(unreadable(provider, caller)),
-    }
+fn answer(provider: Api, caller: Api, body: &[u8], created: u64) -> Option<Vec<u8>> {
+    let answer = match provider {
+        Api::Gemini => {
+            let mut c = assemble::Collected::default();
+            let read = gemini::answer(body, &mut |e| c.on(e));
+            return read
+                .then(|| assemble::whole(caller, &mut c, created))
+                .flatten();
+        }
+        Api::OpenAiChat => chat::answer(body),
+        Api::OpenAiResponses => responses::provider::answer(body),
+        Api::AnthropicMessages => messages::answer(body),
+    }?;
+    Some(match caller {
+        // A Chat caller's answers from Messages always had `"logprobs": null`.
+        Api::OpenAiChat => chat::write_answer(&answer, created, provider == Api::AnthropicMessages),
+        _ => assemble::write(caller, &answer, created),
+    })
 }
 
-/// A provider's error answer in a Chat or Messages caller's shape, its message (and for OpenAI's
-/// shape its type) kept.
-fn caller_error(caller: Api, status: u16, body: &[u8]) -> Vec<u8> {
+/// A provider's error answer in the caller's shape, its message (and for OpenAI's shape its
+/// type) kept; a Responses provider's OpenAI error body is a Chat caller's as it is.
+fn caller_error(provider: Api, caller: Api, status: u16, body: &[u8]) -> Vec<u8> {
     match caller {
         Api::AnthropicMessages => messages::error(status, body),
-        _ => chat::error(status, body),
-    }
-}
-
-/// A Gemini answer (or Google's error) for a caller of another API, through the model: read
-/// into its events, gathered, and written as the caller's answer.
-#[inline(never)]
-fn from_gemini(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
-    if !(200..300).contains(&status) {
-        return Ok(caller_error(caller, status, body));
-    }
-    let mut c = assemble::Collected::default();
-    let read = gemini::answer(body, &mut |e| c.on(e));
-    let answer = read
-        .then(|| assemble::whole(caller, &mut c, created))
-        .flatten();
-    answer.ok_or_else(|| unreadable(Api::Gemini, caller))
-}
-
-/// A Responses answer for a Chat Completions or Messages caller, through the model; OpenAI's
-/// error body is a Chat caller's as it is (the same shape), Anthropic's error for a Messages
-/// caller, anything else OpenAI's error.
-#[inline(never)]
-fn from_responses(caller: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
-    if !(200..300).contains(&status) {
-        if caller != Api::AnthropicMessages && json::pick(body, [b"error"])[0].starts_with(b"{") {
-            return Ok(body.to_vec());
+        Api::Gemini => gemini::error(status, body),
+        Api::OpenAiChat
+            if provider == Api::OpenAiResponses
+                && json::pick(body, [b"error"])[0].starts_with(b"{") =>
+        {
+            body.to_vec()
         }
-        return Ok(caller_error(caller, status, body));
-    }
-    match responses::provider::answer(body) {
-        Some(answer) => Ok(assemble::write(caller, &answer, created)),
-        None => Err(unreadable(Api::OpenAiResponses, caller)),
+        Api::OpenAiChat | Api::OpenAiResponses => chat::error(status, body),
     }
 }
 
@@ -311,7 +283,12 @@ pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
         (Api::OpenAiResponses, _) => {
             common::openai_error_body("api_error", None, RESPONSES_UNREADABLE)
         }
-        (provider, Api::OpenAiResponses) => responses::unreadable(provider),
+        (Api::OpenAiChat, Api::OpenAiResponses) => {
+            common::openai_error_body("api_error", None, CHAT_UNREADABLE)
+        }
+        (_, Api::OpenAiResponses) => {
+            common::openai_error_body("api_error", None, MESSAGES_UNREADABLE)
+        }
         (Api::AnthropicMessages, _) => {
             common::openai_error_body("api_error", None, MESSAGES_UNREADABLE)
         }
@@ -388,108 +365,4 @@ pub struct StreamContext {
 /// (`"stream_options": {"include_usage": true}`). For [`StreamContext::include_usage`].
 pub fn wants_stream_usage(body: &[u8]) -> bool {
     chat::wants_usage(body)
-}
-
-/// A provider's event stream translated to the caller's, event by event, whatever the chunk
-/// boundaries (state carried across events and chunks).
-#[derive(Debug)]
-pub enum StreamTranslator {
-    /// An Anthropic Messages or OpenAI Chat stream to an OpenAI Responses caller, through
-    /// the model.
-    ToResponses(Box<responses::Stream>),
-    /// An Anthropic Messages, Gemini or OpenAI Responses stream to an OpenAI Chat caller,
-    /// through the model.
-    ToChat(Box<(responses::Decoder, chat::Encoder)>),
-    /// An OpenAI Chat or Anthropic Messages stream to a Gemini caller, through the model.
-    ToGemini(Box<(responses::Decoder, gemini::Encoder)>),
-    /// An OpenAI Chat or Gemini stream to an Anthropic Messages caller, through the model.
-    ToMessages(Box<(responses::Decoder, messages::Encoder)>),
-}
-
-impl StreamTranslator {
-    /// `None` when the two APIs are the same (nothing to translate).
-    pub fn new(provider: Api, caller: Api, cx: StreamContext) -> Option<StreamTranslator> {
-        match (provider, caller) {
-            (Api::AnthropicMessages | Api::Gemini | Api::OpenAiResponses, Api::OpenAiChat) => {
-                Some(StreamTranslator::ToChat(Box::new((
-                    responses::Decoder::new(provider),
-                    chat::Encoder::new(cx),
-                ))))
-            }
-            (Api::AnthropicMessages | Api::OpenAiChat | Api::OpenAiResponses, Api::Gemini) => {
-                Some(StreamTranslator::ToGemini(Box::new((
-                    responses::Decoder::new(provider),
-                    gemini::Encoder::default(),
-                ))))
-            }
-            (Api::OpenAiChat | Api::Gemini | Api::OpenAiResponses, Api::AnthropicMessages) => {
-                Some(StreamTranslator::ToMessages(Box::new((
-                    responses::Decoder::new(provider),
-                    messages::Encoder::default(),
-                ))))
-            }
-            (Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini, Api::OpenAiResponses) => {
-                Some(StreamTranslator::ToResponses(Box::new(
-                    responses::Stream::new(provider, cx.created),
-                )))
-            }
-            _ => None,
-        }
-    }
-
-    /// Feeds the next chunk of the provider's stream (`end`: it was the last) and appends what
-    /// the caller gets to `out`: complete events only; a partial event waits for the next chunk.
-    /// A stream that ends before its final event (and not with the provider's own error event)
-    /// ends with an error event in the caller's dialect, so the caller's client raises
-    /// (behaviour.md 5). Returns whether the answer came whole but its end marker is still owed: the
-    /// stream's end (whichever callback brings it) writes it, so until then the caller's bytes
-    /// are kept where the end can still be added to them.
-    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) -> bool {
-        let (ended, owed, caller) = match self {
-            StreamTranslator::ToChat(pair) => {
-                let (decoder, t) = &mut **pair;
-                decoder.push(chunk, end, &mut |e| t.on(e, out));
-                (t.ended(), t.owes_end(), Api::OpenAiChat)
-            }
-            StreamTranslator::ToGemini(pair) => {
-                let (decoder, encoder) = &mut **pair;
-                if !encoder.finished && !encoder.failed {
-                    decoder.push(chunk, end, &mut |e| encoder.event(e, out));
-                }
-                let ended = encoder.finished || encoder.failed;
-                (ended, decoder.stopped() && !ended, Api::Gemini)
-            }
-            StreamTranslator::ToMessages(pair) => {
-                let (decoder, encoder) = &mut **pair;
-                if !encoder.finished && !encoder.failed {
-                    decoder.push(chunk, end, &mut |e| encoder.event(e, out));
-                }
-                let ended = encoder.finished || encoder.failed;
-                (ended, decoder.stopped() && !ended, Api::AnthropicMessages)
-            }
-            // Its translator ends a stream cut short itself, in the Responses dialect.
-            StreamTranslator::ToResponses(t) => {
-                t.push(chunk, end, out);
-                return t.owes_end();
-            }
-        };
-        if end {
-            out.extend_from_slice(sse::honest_end(ended, caller).unwrap_or_default());
-        }
-        owed
-    }
-
-    /// The provider's stream reached its final event (`message_stop`, or OpenAI's last chunk
-    /// with a `finish_reason` and `[DONE]`): the caller's end marker was written. At the end
-    /// (`push` with `end`), a stream whose answer came whole is finished; one cut short before
-    /// it gets an error event in the caller's dialect instead (behaviour.md 5), unless the provider's
-    /// own error event already ended it.
-    pub fn finished(&self) -> bool {
-        match self {
-            StreamTranslator::ToChat(pair) => pair.1.finished(),
-            StreamTranslator::ToGemini(pair) => pair.1.finished,
-            StreamTranslator::ToMessages(pair) => pair.1.finished,
-            StreamTranslator::ToResponses(t) => t.encoder.finished,
-        }
-    }
 }

@@ -8,7 +8,7 @@ use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
 use super::model::{
     Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool, Usage,
 };
-use super::{chat, gemini, messages, Api};
+use super::{chat, gemini, messages};
 use super::{RequestContext, Untranslatable};
 
 pub mod provider;
@@ -455,40 +455,6 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
     out
 }
 
-/// A provider's answer (or error) for the Responses caller: read by the provider's dialect
-/// (Messages or Chat), written as a Response. `Err`: a `2xx` body that is no answer of the
-/// provider's dialect, with the error the caller gets instead. An error answer is OpenAI's
-/// error body, the provider's message and type kept.
-pub fn from(provider: Api, status: u16, body: &[u8], created: u64) -> Result<Vec<u8>, Vec<u8>> {
-    if !(200..300).contains(&status) {
-        return Ok(super::chat::error(status, body));
-    }
-    match read(provider, body) {
-        Some(a) => Ok(answer(&a, created)),
-        None => Err(unreadable(provider)),
-    }
-}
-
-/// A provider's whole answer read into the model by its dialect (`None`: not an answer of it;
-/// Gemini's are read as events, `super::from_gemini`).
-pub fn read(provider: Api, body: &[u8]) -> Option<Answer<'_>> {
-    match provider {
-        Api::OpenAiChat => chat::answer(body),
-        Api::OpenAiResponses => provider::answer(body),
-        _ => messages::answer(body),
-    }
-}
-
-/// The error a Responses caller gets for a `2xx` answer that is none of its provider's API.
-pub fn unreadable(provider: Api) -> Vec<u8> {
-    match provider {
-        Api::OpenAiChat => {
-            super::common::openai_error_body("api_error", None, super::CHAT_UNREADABLE)
-        }
-        _ => super::common::openai_error_body("api_error", None, super::MESSAGES_UNREADABLE),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Streams.
 
@@ -838,86 +804,5 @@ impl Encoder {
         body.key("message").str(message).close().close();
         out.extend_from_slice(&body.0);
         out.extend_from_slice(b"\n\n");
-    }
-}
-
-/// A provider dialect's stream decoder into the model's events (the Responses and the Gemini
-/// callers' encoders take them).
-#[derive(Debug)]
-pub enum Decoder {
-    Messages(messages::Decoder),
-    Chat(chat::Decoder),
-    Gemini(gemini::Decoder),
-    Responses(provider::Decoder),
-}
-
-/// A provider's stream for a Responses caller: the provider dialect's decoder into the model's
-/// events, this dialect's encoder out of them.
-#[derive(Debug)]
-pub struct Stream {
-    decoder: Decoder,
-    pub encoder: Encoder,
-}
-
-impl Decoder {
-    pub fn new(provider: Api) -> Decoder {
-        match provider {
-            Api::OpenAiChat => Decoder::Chat(chat::Decoder::default()),
-            Api::Gemini => Decoder::Gemini(gemini::Decoder::default()),
-            Api::OpenAiResponses => Decoder::Responses(provider::Decoder::default()),
-            Api::AnthropicMessages => Decoder::Messages(messages::Decoder::default()),
-        }
-    }
-
-    #[inline(never)]
-    pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
-        match self {
-            Decoder::Messages(d) => d.push(chunk, end, on),
-            Decoder::Chat(d) => d.push(chunk, end, on),
-            Decoder::Gemini(d) => d.push(chunk, end, on),
-            Decoder::Responses(d) => d.push(chunk, end, on),
-        }
-    }
-
-    /// The stop reason came.
-    pub fn stopped(&self) -> bool {
-        match self {
-            Decoder::Messages(d) => d.stopped(),
-            Decoder::Chat(d) => d.stopped(),
-            Decoder::Gemini(d) => d.stopped(),
-            Decoder::Responses(d) => d.stopped(),
-        }
-    }
-}
-
-impl Stream {
-    pub fn new(provider: Api, created: u64) -> Stream {
-        Stream {
-            decoder: Decoder::new(provider),
-            encoder: Encoder::new(created),
-        }
-    }
-
-    /// Feeds the next chunk (`end`: the last) and appends the caller's events to `out`; a
-    /// stream that ends before its final event ends with an error event.
-    pub fn push(&mut self, chunk: &[u8], end: bool, out: &mut Vec<u8>) {
-        let encoder = &mut self.encoder;
-        if encoder.finished || encoder.failed {
-            return;
-        }
-        self.decoder
-            .push(chunk, end, &mut |e| encoder.event(e, out));
-        if end && !encoder.finished && !encoder.failed {
-            encoder.fail(
-                "server_error",
-                "the provider's stream ended before its final event",
-                out,
-            );
-        }
-    }
-
-    /// The stop reason came, the end not yet: the stream's end writes `response.completed`.
-    pub fn owes_end(&self) -> bool {
-        self.decoder.stopped() && !self.encoder.finished && !self.encoder.failed
     }
 }

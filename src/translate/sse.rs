@@ -160,6 +160,9 @@ pub fn honest_end(complete: bool, caller: Api) -> Option<&'static [u8]> {
     (!complete).then(|| cut_stream_event(caller))
 }
 
+/// What the error that ends a stream cut short says.
+pub const CUT_SHORT: &str = "the provider's stream ended before its final event";
+
 /// The event that ends a stream cut short, in the caller's dialect, so its client raises an
 /// error instead of taking a truncated answer for a complete one (behaviour.md 5): Anthropic's
 /// `event: error` for Messages callers, Google's error as a chunk for Gemini callers

@@ -440,11 +440,6 @@ impl Encoder {
         encoder
     }
 
-    /// The finish reason was written.
-    pub fn stopped(&self) -> bool {
-        self.finish_sent
-    }
-
     /// `[DONE]` was written.
     pub fn finished(&self) -> bool {
         self.finished
@@ -453,11 +448,6 @@ impl Encoder {
     /// The stream ended properly: `[DONE]`, or the provider's own error, written.
     pub fn ended(&self) -> bool {
         self.finished || self.failed
-    }
-
-    /// The stream's end owes the caller `[DONE]`: the finish reason came, the end not yet.
-    pub fn owes_end(&self) -> bool {
-        self.finish_sent && !self.ended()
     }
 
     /// One event of the model's stream (a provider dialect's decoder read it), written as

@@ -401,21 +401,15 @@ pub fn error_body(status: u16, message: &str, code: Option<&str>) -> Vec<u8> {
     out.0
 }
 
-/// A provider's answer (or error) for a Gemini caller: read by the provider's dialect, written
-/// as a `GenerateContentResponse`; an error answer is Google's error body, the provider's
-/// message kept. `Err`: a `2xx` body that is no answer of the provider's dialect.
-pub fn from(provider: Api, status: u16, body: &[u8]) -> Result<Vec<u8>, Vec<u8>> {
-    if !(200..300).contains(&status) {
-        let error = common::provider_error(body);
-        return Ok(error_body(
-            status,
-            &common::error_message(status, error.as_ref(), body),
-            None,
-        ));
-    }
-    super::super::responses::read(provider, body)
-        .map(|a| write_answer(&a))
-        .ok_or_else(unreadable)
+/// A provider's error answer for a Gemini caller: Google's error body, the provider's message
+/// kept.
+pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
+    let error = common::provider_error(body);
+    error_body(
+        status,
+        &common::error_message(status, error.as_ref(), body),
+        None,
+    )
 }
 
 /// The error a Gemini caller gets for a `2xx` answer that is none of its provider's API.

@@ -373,11 +373,6 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// The stop reason came.
-    pub fn stopped(&self) -> bool {
-        self.stop.is_some()
-    }
-
     /// Writes what the caller gets for one event of the provider's stream.
     pub fn event(&mut self, e: Event<'_>, out: &mut Vec<u8>) {
         if self.finished || self.failed {

@@ -95,7 +95,14 @@ fn stop_reasons_are_statuses() {
         let body = format!(
             r#"{{"id":"msg_1","model":"c","content":[{{"type":"text","text":"Hi"}}],"stop_reason":"{reason}","usage":{{"input_tokens":1,"output_tokens":2}}}}"#
         );
-        let out = from(Api::AnthropicMessages, 200, body.as_bytes(), 1).unwrap();
+        let out = translate::response(
+            Api::AnthropicMessages,
+            Api::OpenAiResponses,
+            200,
+            body.as_bytes(),
+            1,
+        )
+        .body;
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         (
             v["status"].as_str().unwrap().to_owned(),
@@ -117,13 +124,14 @@ fn stop_reasons_are_statuses() {
 
 #[test]
 fn a_messages_error_is_an_openai_error() {
-    let out = from(
+    let out = translate::response(
         Api::AnthropicMessages,
+        Api::OpenAiResponses,
         400,
         br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
         1,
     )
-    .unwrap();
+    .body;
     assert_eq!(
         std::str::from_utf8(&out).unwrap(),
         r#"{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error","param":null,"code":null}}"#
