@@ -248,7 +248,7 @@ def test_an_openai_responses_app_not_streamed_is_gathered_under_first_token(gath
     assert raw.headers["x-llm-provider"] == "claude", raw.headers
     assert raw.headers["x-llm-fallback-reason"] == "timeout"
     assert raw.headers["content-type"] == "application/json"
-    assert 0.9 < took < 2.5, f"{took:.2f}s: about the 1 s first-token timeout"
+    assert 0.9 < took < 3.0, f"{took:.2f}s: about the 1 s first-token timeout"
     assert r.object == "response" and r.status == "completed", r
     assert r.output_text == "claude:0 claude:1 "
     (call,) = [o for o in r.output if o.type == "function_call"]
@@ -299,7 +299,7 @@ def test_a_google_genai_app_not_streamed_is_gathered_under_first_token(gathering
     started = time.monotonic()
     r = client.models.generate_content(model="gemini-2.5-flash", contents="hi")
     took = time.monotonic() - started
-    assert 0.9 < took < 2.5, f"{took:.2f}s: about the 1 s first-token timeout"
+    assert 0.9 < took < 3.0, f"{took:.2f}s: about the 1 s first-token timeout"
     assert r.text == "gpt:0 gpt:1 ", r
     assert r.candidates[0].finish_reason == types.FinishReason.STOP
     u = r.usage_metadata

@@ -84,16 +84,60 @@ fn a_stream_gathered_for_a_responses_caller_is_its_streams_completed_response() 
 }
 
 #[test]
-fn a_responses_stream_gathered_for_a_responses_caller_keeps_its_text_status_and_usage() {
-    let stream = fixture("chat-to-responses/text-stream/stream.sse");
-    let answer = gathered(Api::OpenAiResponses, Api::OpenAiResponses, &stream);
-    let own = completed(&stream);
-    assert_eq!(answer["status"], "completed");
-    assert_eq!(answer["model"], own["model"]);
-    assert_eq!(answer["usage"], own["usage"], "{answer}");
-    let text = |r: &Value| r["output"][0]["content"][0]["text"].clone();
-    assert_eq!(text(&answer), text(&own));
-    assert_eq!(answer["output"][0]["type"], "message");
+fn a_responses_stream_gathered_for_a_responses_caller_keeps_its_output_status_and_usage() {
+    for dir in [
+        "chat-to-responses/text-stream",
+        "chat-to-responses/tool-call-stream",
+    ] {
+        let stream = fixture(&format!("{dir}/stream.sse"));
+        let answer = gathered(Api::OpenAiResponses, Api::OpenAiResponses, &stream);
+        let own = completed(&stream);
+        // The provider's response id, so a later `previous_response_id` names what it stored.
+        for member in ["id", "status", "model"] {
+            assert_eq!(answer[member], own[member], "{dir}: {member}");
+        }
+        // The model's usage has no reasoning tokens: `output_tokens_details` says 0.
+        for count in [
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "input_tokens_details",
+        ] {
+            assert_eq!(
+                answer["usage"][count], own["usage"][count],
+                "{dir}: {count}"
+            );
+        }
+        // Each item's text, or its call, as its `output_item.done` event had it (item ids are
+        // the gateway's, from the answer's id; a reasoning item that carries nothing, no
+        // summary and no encrypted content, is not kept).
+        let item = |i: &Value| {
+            json!([
+                i["type"],
+                i["content"][0]["text"],
+                i["call_id"],
+                i["name"],
+                i["arguments"]
+            ])
+        };
+        let done: Vec<Value> = (events(&stream).iter())
+            .filter(|e| e["type"] == "response.output_item.done")
+            .filter(|e| {
+                let i = &e["item"];
+                i["type"] != "reasoning"
+                    || i["summary"] != json!([])
+                    || !i["encrypted_content"].is_null()
+            })
+            .map(|e| item(&e["item"]))
+            .collect();
+        let got: Vec<Value> = answer["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(item)
+            .collect();
+        assert_eq!(got, done, "{dir}: {answer}");
+    }
 }
 
 /// What a Gemini caller's chunks add up to: the text (thoughts apart), the function calls, the
