@@ -2,7 +2,7 @@
 //! did not ask for a stream, docs/behaviour.md section 5: the attempt is streamed from the
 //! provider, and the caller, of any of the four APIs, gets one JSON answer in its API). The
 //! stream's events, as its provider dialect's decoder reads them
-//! ([`super::responses::Decoder`] over the four), are collected into an owned [`Collected`];
+//! ([`super::stream::Decoder`] over the four), are collected into an owned [`Collected`];
 //! [`whole`] writes it as the caller's API's JSON answer by that dialect's writer
 //! (`chat::write_answer`, `messages::write_answer`, `responses::answer`,
 //! `gemini::write_answer`).
