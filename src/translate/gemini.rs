@@ -12,7 +12,7 @@ use super::common;
 use super::json::{self, elements, number, pick, put, Digits, Obj, Out, RawStr, EMPTY};
 use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool, Usage};
 use super::sse::{self, Reader};
-use super::{chat, field, messages, parse, RequestContext, Untranslatable};
+use super::{field, messages, Untranslatable};
 
 #[cfg(test)]
 mod tests;

@@ -20,10 +20,12 @@ pub mod gemini;
 pub(crate) mod json;
 pub mod messages;
 pub mod model;
+mod request;
 pub mod responses;
 pub(crate) mod sse;
 pub mod stream;
 
+pub use request::{check, request};
 pub use stream::StreamTranslator;
 
 /// An API (wire dialect) a caller calls or a provider speaks.
@@ -151,55 +153,6 @@ pub(crate) fn field(name: &'static str) -> Untranslatable {
 /// A caller's body as a JSON object.
 pub(crate) fn parse(body: &[u8]) -> Result<json::Obj<'_>, Untranslatable> {
     json::Obj::parse_bytes(body).ok_or(Untranslatable::NotJson)
-}
-
-/// The request body to send to a provider speaking `to`, from a caller speaking `from`.
-#[inline(never)]
-pub fn request(
-    from: Api,
-    to: Api,
-    body: &[u8],
-    cx: &RequestContext<'_>,
-) -> Result<Vec<u8>, Untranslatable> {
-    match (from, to) {
-        (Api::OpenAiChat, Api::AnthropicMessages) => chat::to_messages(body, cx),
-        (Api::AnthropicMessages, Api::OpenAiChat) => messages::to_chat(body, cx),
-        (Api::OpenAiResponses, Api::AnthropicMessages) => responses::to_messages(body, cx),
-        (Api::OpenAiResponses, Api::OpenAiChat) => responses::to_chat(body, cx),
-        (Api::OpenAiChat, Api::Gemini) => chat::to_gemini(body),
-        (Api::OpenAiResponses, Api::Gemini) => responses::to_gemini(body),
-        (Api::Gemini, Api::OpenAiChat) => gemini::to_chat(body, cx),
-        (Api::Gemini, Api::AnthropicMessages) => gemini::to_messages(body, cx),
-        (Api::AnthropicMessages, Api::Gemini) => messages::to_gemini(body),
-        (Api::OpenAiChat, Api::OpenAiResponses) => chat::to_responses(body, cx),
-        (Api::Gemini, Api::OpenAiResponses) => gemini::to_responses(body, cx),
-        (Api::AnthropicMessages, Api::OpenAiResponses) => messages::to_responses(body, cx),
-        _ => Ok(body.to_vec()),
-    }
-}
-
-/// Whether a caller's request can be sent to a provider speaking `to` (the same rules as
-/// [`request`], without building the body): checked when planning, for cross-API entries only.
-pub fn check(from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
-    match (from, to) {
-        (Api::OpenAiChat, Api::AnthropicMessages | Api::Gemini) => chat::check(body),
-        (Api::OpenAiResponses, Api::AnthropicMessages | Api::OpenAiChat | Api::Gemini) => {
-            responses::check(body)
-        }
-        (Api::Gemini, Api::OpenAiChat | Api::AnthropicMessages) => gemini::check(body),
-        (Api::AnthropicMessages, to @ (Api::OpenAiChat | Api::Gemini)) => messages::check(body, to),
-        // The writer refuses what Responses cannot carry (stop sequences): the request is
-        // built, for cross-API entries only.
-        (_, Api::OpenAiResponses) => {
-            let cx = RequestContext {
-                model: "",
-                default_max_tokens: 0,
-                stream: false,
-            };
-            request(from, to, body, &cx).map(drop)
-        }
-        _ => Ok(()),
-    }
 }
 
 /// A whole answer translated for the caller ([`response`]).

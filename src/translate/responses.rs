@@ -1,15 +1,15 @@
 //! OpenAI's Responses API (`POST /v1/responses`) as a caller dialect of the internal model
-//! ([`super::model`]): its request read into the model ([`check`], [`to_messages`]), an answer
+//! ([`super::model`]): its request read into the model ([`read_request`]), an answer
 //! written from the model ([`answer`]), and the model's stream events written as Responses'
 //! typed events ([`Encoder`]). Its errors are OpenAI's (`{"error": {...}}`).
 //! docs/translation.md has the field table.
 
 use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
+use super::messages;
 use super::model::{
     Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool, Usage,
 };
-use super::{chat, gemini, messages};
-use super::{RequestContext, Untranslatable};
+use super::Untranslatable;
 
 pub mod provider;
 #[cfg(test)]
@@ -17,41 +17,17 @@ mod tests;
 
 type Checked<T> = core::result::Result<T, Untranslatable>;
 
-use super::{field, parse};
+use super::field;
 
-/// Whether the request can be served by a provider of another dialect (the rules of
-/// [`to_messages`], no body built).
-pub fn check(body: &[u8]) -> Checked<()> {
-    let req = parse(body)?;
-    head(&req)?;
-    walk(&req, &mut |_, _| ())
-}
-
-/// The Messages request for the caller's Responses request.
-pub fn to_messages(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req)?;
-    let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(messages::request(conversation, &head, cx))
-}
-
-/// The Chat Completions request for the caller's Responses request.
-pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req)?;
-    let mut conversation = chat::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(chat::request(conversation, &head, cx))
-}
-
-/// The Gemini `generateContent` request for the caller's Responses request.
-pub fn to_gemini(body: &[u8]) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req)?;
-    let mut conversation = gemini::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(gemini::request(conversation, &head))
+/// The caller's request read into the model (translate::request): its parts passed to `push`,
+/// the rest returned.
+pub fn read_request<'a>(
+    req: &Obj<'a>,
+    push: &mut dyn FnMut(Role, Part<'a>),
+) -> Checked<Request<'a>> {
+    let head = head(req)?;
+    walk(req, push)?;
+    Ok(head)
 }
 
 /// The request-wide members: what another dialect cannot carry is refused (dropping it would

@@ -1,11 +1,11 @@
 //! OpenAI Chat Completions as a caller dialect of the internal model ([`super::super::model`]):
-//! its request read into the model ([`check`], `head`, `walk`: the rules every provider
+//! its request read into the model ([`read_request`]: `head` and `walk`, the rules every provider
 //! dialect's writer gets the request by), the model's answer written as a Chat completion
 //! ([`write_answer`]) and its stream events as Chat chunks ([`Encoder`]). The provider side is
 //! [`super`]. docs/translation.md has the field tables.
 //!
-//! [`check`] and the writers run the same rules: `head` and `walk` decide, a writer writes
-//! what `walk` passes it and `check` drops it (no body is built).
+//! `translate::check` and the writers run the same rules: `head` and `walk` decide, a writer
+//! writes what `walk` passes it and `check` drops it (no body is built).
 //!
 //! | model event (Anthropic's, as its decoder reads them) | OpenAI chunk                  |
 //! |--------------------------------------|-------------------------------------------------------|
@@ -21,55 +21,23 @@
 //! Usage: OpenAI's `prompt_tokens` counts every input token, cached or not
 //! (`prompt_tokens_details.cached_tokens` the ones read from the cache).
 
+use crate::translate::assemble;
 use crate::translate::common::{self, openai_error_body};
 use crate::translate::json::{self, pick, put, Digits, Obj, Out, Raw, RawStr, EMPTY};
-use crate::translate::messages::{self, image, tool_input, valid_id};
+use crate::translate::messages::{image, tool_input, valid_id};
 use crate::translate::model::{
     Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool, Usage,
 };
-use crate::translate::{assemble, gemini};
-use crate::translate::{field, parse, RequestContext, StreamContext, Untranslatable};
+use crate::translate::{field, StreamContext, Untranslatable};
 
 type Result<T> = core::result::Result<T, Untranslatable>;
 
-/// Whether the request can go to a Messages provider (the rules of [`to_messages`], no body built).
-pub fn check(body: &[u8]) -> Result<()> {
-    let req = parse(body)?;
-    head(&req)?;
-    walk(&req, &mut |_, _| ())
-}
-
-/// The Messages request for the caller's Chat Completions request.
-pub fn to_messages(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
-    let req = parse(body)?;
-    // The tool results answering one assistant turn (OpenAI's `role: tool` messages) go in a
-    // single user turn, before the text of a user message that follows them.
-    let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
-    let rest = read(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(messages::request(conversation, &rest, cx))
-}
-
-/// The Gemini `generateContent` request for the caller's Chat Completions request (the same
-/// rules as [`to_messages`]).
-pub fn to_gemini(body: &[u8]) -> Result<Vec<u8>> {
-    let req = parse(body)?;
-    let mut conversation = gemini::Conversation::with_capacity(body.len() + 64);
-    let rest = read(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(gemini::request(conversation, &rest))
-}
-
-/// The Responses request for the caller's Chat Completions request (the same rules as
-/// [`to_messages`]; stop sequences, which Responses has none of, refused).
-pub fn to_responses(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>> {
-    let req = parse(body)?;
-    let mut conversation =
-        crate::translate::responses::provider::Conversation::with_capacity(body.len() + 64);
-    let rest = read(&req, &mut |role, part| conversation.push(role, &part))?;
-    crate::translate::responses::provider::request(conversation, &rest, cx)
-}
-
-/// The request read into the model: its parts passed to `push`, the rest returned.
-fn read<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Result<Request<'a>> {
+/// The caller's request read into the model (translate::request): its parts passed to `push`,
+/// the rest returned; what the other dialects cannot carry refused.
+pub fn read_request<'a>(
+    req: &Obj<'a>,
+    push: &mut dyn FnMut(Role, Part<'a>),
+) -> Result<Request<'a>> {
     let head = head(req)?;
     walk(req, push)?;
     Ok(Request {

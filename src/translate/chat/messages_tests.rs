@@ -5,11 +5,14 @@
 
 use serde_json::{json, Value};
 
-use super::*;
 use crate::translate::{Api, RequestContext, Untranslatable};
 
 fn request(body: &[u8], cx: &RequestContext<'_>) -> core::result::Result<Vec<u8>, Untranslatable> {
-    to_messages(body, cx)
+    crate::translate::request(Api::OpenAiChat, Api::AnthropicMessages, body, cx)
+}
+
+fn check(body: &[u8]) -> core::result::Result<(), Untranslatable> {
+    crate::translate::check(Api::OpenAiChat, Api::AnthropicMessages, body)
 }
 
 /// What the caller gets for the provider's answer: `Err` when a 2xx body is no answer.
@@ -471,7 +474,7 @@ mod round_trip {
             }
             let body = chat.to_string();
             let messages = request(body.as_bytes(), &CX).unwrap();
-            let back = crate::translate::messages::to_chat(&messages, &CX).unwrap();
+            let back = crate::translate::request(Api::AnthropicMessages, Api::OpenAiChat, &messages, &CX).unwrap();
             let back: Value = serde_json::from_slice(&back).unwrap();
             // A parallel_tool_calls: false with tool_choice none says nothing; without a
             // tool_choice it comes back with the default one, auto.

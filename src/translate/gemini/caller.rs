@@ -51,39 +51,16 @@ pub fn with_model(path: &str, model: &str, stream: bool) -> Option<String> {
     Some(out)
 }
 
-/// Whether the request can be served by a provider of another dialect.
-pub fn check(body: &[u8]) -> Checked<()> {
-    let req = parse(body)?;
-    head(&req, false)?;
-    walk(&req, &mut |_, _| ())
-}
-
-/// The Messages request for the caller's Gemini request.
-pub fn to_messages(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req, cx.stream)?;
-    let mut conversation = messages::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(messages::request(conversation, &head, cx))
-}
-
-/// The Chat Completions request for the caller's Gemini request.
-pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req, cx.stream)?;
-    let mut conversation = chat::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(chat::request(conversation, &head, cx))
-}
-
-/// The Responses request for the caller's Gemini request.
-pub fn to_responses(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req, cx.stream)?;
-    let mut conversation =
-        crate::translate::responses::provider::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    crate::translate::responses::provider::request(conversation, &head, cx)
+/// The caller's request read into the model (translate::request; `stream`: its path asks for
+/// a stream): its parts passed to `push`, the rest returned.
+pub fn read_request<'a>(
+    req: &Obj<'a>,
+    stream: bool,
+    push: &mut dyn FnMut(Role, Part<'a>),
+) -> Checked<Request<'a>> {
+    let head = head(req, stream)?;
+    walk(req, push)?;
+    Ok(head)
 }
 
 /// `generationConfig`, `tools` and `toolConfig`: what another dialect cannot carry is refused

@@ -1,12 +1,12 @@
 //! Anthropic Messages as a caller dialect of the internal model ([`super::super::model`]): its
-//! request read into the model ([`check`], [`head`], [`walk`]), and the model's stream events
+//! request read into the model ([`read_request`]: [`head`], [`walk`]), and the model's stream events
 //! written as Messages events ([`Encoder`]). The provider side is [`super`]; whole answers are
 //! written through `assemble::whole`. docs/translation.md has the field tables.
 
 use super::*;
 use crate::translate::json::{put, Digits, EMPTY};
 use crate::translate::model::{Choice, Tool};
-use crate::translate::{chat, field, gemini, parse, Api};
+use crate::translate::{chat, field, Api};
 
 type Checked<T> = Result<T, Untranslatable>;
 
@@ -19,42 +19,16 @@ fn max_stops(to: Api) -> usize {
     }
 }
 
-/// Whether the request can be served by a provider speaking `to` (the rules of the writers,
-/// no body built).
-pub fn check(body: &[u8], to: Api) -> Checked<()> {
-    let req = parse(body)?;
-    head(&req, to)?;
-    walk(&req, &mut |_, _| ())
-}
-
-/// The Chat Completions request for the caller's Messages request (strings where Chat takes
-/// them: [`chat::Conversation::compact`]).
-pub fn to_chat(body: &[u8], cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req, Api::OpenAiChat)?;
-    let mut conversation = chat::Conversation::compact(body.len() + 256);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(chat::request(conversation, &head, cx))
-}
-
-/// The Gemini `generateContent` request for the caller's Messages request.
-pub fn to_gemini(body: &[u8]) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req, Api::Gemini)?;
-    let mut conversation = gemini::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    Ok(gemini::request(conversation, &head))
-}
-
-/// The Responses request for the caller's Messages request (stop sequences, which Responses
-/// has none of, refused by its writer).
-pub fn to_responses(body: &[u8], cx: &crate::translate::RequestContext<'_>) -> Checked<Vec<u8>> {
-    let req = parse(body)?;
-    let head = head(&req, Api::OpenAiResponses)?;
-    let mut conversation =
-        crate::translate::responses::provider::Conversation::with_capacity(body.len() + 64);
-    walk(&req, &mut |role, part| conversation.push(role, &part))?;
-    crate::translate::responses::provider::request(conversation, &head, cx)
+/// The caller's request read into the model for a provider speaking `to`
+/// (translate::request): its parts passed to `push`, the rest returned.
+pub fn read_request<'a>(
+    req: &Obj<'a>,
+    to: Api,
+    push: &mut dyn FnMut(Role, Part<'a>),
+) -> Checked<Request<'a>> {
+    let head = head(req, to)?;
+    walk(req, push)?;
+    Ok(head)
 }
 
 /// What of the request is not its conversation: what another dialect cannot carry is refused
@@ -582,28 +556,34 @@ mod tests {
         for (start, member) in refused {
             let body = format!("{start}{user}}}");
             assert_eq!(
-                check(body.as_bytes(), Api::Gemini),
+                crate::translate::check(Api::AnthropicMessages, Api::Gemini, body.as_bytes()),
                 Err(field(member)),
                 "{body}"
             );
         }
         let five = format!(r#"{{"stop_sequences":["a","b","c","d","e"],{user}}}"#);
-        assert_eq!(check(five.as_bytes(), Api::Gemini), Ok(()));
         assert_eq!(
-            check(five.as_bytes(), Api::OpenAiChat),
+            crate::translate::check(Api::AnthropicMessages, Api::Gemini, five.as_bytes()),
+            Ok(())
+        );
+        assert_eq!(
+            crate::translate::check(Api::AnthropicMessages, Api::OpenAiChat, five.as_bytes()),
             Err(field("stop_sequences"))
         );
         let document = r#"{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]}]}"#;
         assert_eq!(
-            check(document.as_bytes(), Api::Gemini),
+            crate::translate::check(Api::AnthropicMessages, Api::Gemini, document.as_bytes()),
             Err(field("document"))
         );
         let prefill =
             r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{"}]}"#;
         assert_eq!(
-            check(prefill.as_bytes(), Api::Gemini),
+            crate::translate::check(Api::AnthropicMessages, Api::Gemini, prefill.as_bytes()),
             Err(field("messages"))
         );
-        assert_eq!(check(b"[]", Api::Gemini), Err(Untranslatable::NotJson));
+        assert_eq!(
+            crate::translate::check(Api::AnthropicMessages, Api::Gemini, b"[]"),
+            Err(Untranslatable::NotJson)
+        );
     }
 }

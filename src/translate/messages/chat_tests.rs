@@ -6,14 +6,14 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::translate::{messages, Api, RequestContext, Untranslatable};
+use crate::translate::{Api, RequestContext, Untranslatable};
 
 fn request(body: &[u8], cx: &RequestContext<'_>) -> Result<Vec<u8>, Untranslatable> {
-    messages::to_chat(body, cx)
+    crate::translate::request(Api::AnthropicMessages, Api::OpenAiChat, body, cx)
 }
 
 fn check(body: &[u8]) -> Result<(), Untranslatable> {
-    messages::check(body, Api::OpenAiChat)
+    crate::translate::check(Api::AnthropicMessages, Api::OpenAiChat, body)
 }
 
 /// What the caller gets for the provider's answer: `Err` when a 2xx body is no answer.

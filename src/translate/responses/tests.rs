@@ -4,7 +4,7 @@
 //! chunking by translate/fixtures.rs).
 
 use super::*;
-use crate::translate::{self, Api, StreamTranslator};
+use crate::translate::{self, Api, RequestContext, StreamTranslator};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/translate/fixtures/");
 
@@ -18,7 +18,14 @@ fn compact(json: &str) -> Vec<u8> {
 
 #[test]
 fn what_another_vendor_cannot_carry_is_refused() {
-    let refused = |body: &str| check(body.as_bytes()).err();
+    let refused = |body: &str| {
+        translate::check(
+            Api::OpenAiResponses,
+            Api::AnthropicMessages,
+            body.as_bytes(),
+        )
+        .err()
+    };
     let f = |name| Some(Untranslatable::Field(name));
     assert_eq!(
         refused(r#"{"input":"hi","previous_response_id":"resp_1"}"#),
@@ -469,7 +476,7 @@ fn thinking_reaches_messages_before_the_calls_and_no_other_dialect() {
         default_max_tokens: 64,
         stream: false,
     };
-    let sent = to_messages(body, &cx).unwrap();
+    let sent = translate::request(Api::OpenAiResponses, Api::AnthropicMessages, body, &cx).unwrap();
     let sent: serde_json::Value = serde_json::from_slice(&sent).unwrap();
     assert_eq!(
         sent["messages"][1]["content"],
