@@ -115,6 +115,9 @@ cd "$(dirname "$0")/.."
 # Signed tool call ids cut from a same-API attempt's body in a chain with a gemini_native entry
 # (translate::gemini::unsign_ids, Chain::signs_calls): +885 (516,750 -> 517,635 on main at
 # 67a6bf7).
+# Gemini's placeholder signature only on the current turn's steps of a model that checks
+# (translate::gemini::checks_signatures, Conversation's unsigned calls): +372 (518,061 ->
+# 518,433 on 344cc2c); 510,214 with it on main at d19f74d.
 TARGET=418489
 CEILING=518100
 module=${1:-dist/llm_failover.wasm}

@@ -85,6 +85,15 @@ fn signed(text: &[u8]) -> Option<usize> {
 /// part has no signature, and takes this one in its place.
 pub const NO_SIGNATURE: &str = "\"skip_thought_signature_validator\"";
 
+/// Whether Google checks the thought signatures of a request to `model`: Gemini 3's models and
+/// whatever comes after them do; the 1.x and 2.x generations never did. A name of neither (an
+/// alias such as `gemini-flash-latest`, a tuned model) counts as checked: a model that checks
+/// refuses a step without it, and it is what Google documents for a call it did not sign.
+pub fn checks_signatures(model: &str) -> bool {
+    let generation = model.strip_prefix("gemini-").and_then(|m| m.bytes().next());
+    !matches!(generation, Some(b'1' | b'2'))
+}
+
 /// The conversation as Gemini writes it: `systemInstruction`'s parts, and `contents` (one
 /// turn per run of parts of one role, `user` or `model`).
 pub struct Conversation<'a> {
@@ -96,6 +105,12 @@ pub struct Conversation<'a> {
     /// The function calls so far (their ids and names as JSON strings): a result names its
     /// function, which Chat and Messages give by the call's id only.
     calls: Vec<(Cow<'a, str>, &'a str)>,
+    /// Where the current turn starts in `turns`: at the last `user` text or image (Google's
+    /// "current turn": the steps since the user last wrote; a function's result begins none).
+    current: usize,
+    /// Where a step's first call without a signature ends in `turns`: a step of the current
+    /// turn gets Google's placeholder there ([`NO_SIGNATURE`], [`request`]).
+    unsigned: Vec<usize>,
 }
 
 impl<'a> Conversation<'a> {
@@ -106,6 +121,8 @@ impl<'a> Conversation<'a> {
             open: None,
             called: false,
             calls: Vec::new(),
+            current: 0,
+            unsigned: Vec::new(),
         }
     }
 
@@ -132,6 +149,9 @@ impl<'a> Conversation<'a> {
     }
 
     fn write(&mut self, role: Role, part: &Part<'a>) {
+        if role == Role::User && matches!(part, Part::Text(_) | Part::Image(_)) {
+            self.current = self.turns.0.len();
+        }
         let out = if role == Role::System {
             &mut self.system
         } else {
@@ -154,14 +174,12 @@ impl<'a> Conversation<'a> {
                 out.raw(r#"{"functionCall":{"name":"#).raw(name);
                 out.key("args").raw(input.trim()).close();
                 // The signature Gemini gave the call, in the id it gave the caller; a step's
-                // first call without one (another vendor's) gets Google's placeholder.
+                // first call without one (another vendor's) may need Google's placeholder.
                 match id.split_once(SIGNATURE) {
                     Some((_, signature)) => {
                         out.key("thoughtSignature").str(signature);
                     }
-                    None if !self.called => {
-                        out.key("thoughtSignature").raw(NO_SIGNATURE);
-                    }
+                    None if !self.called => self.unsigned.push(out.0.len()),
                     None => {}
                 }
                 self.called = true;
@@ -201,15 +219,34 @@ impl<'a> Conversation<'a> {
     }
 }
 
-/// The `generateContent` request: the conversation and the rest of the request (no `model`
-/// and no `stream`: both are in the path).
-pub fn request(mut conversation: Conversation<'_>, req: &Request<'_>) -> Vec<u8> {
+/// The `generateContent` request to `model`: the conversation and the rest of the request (no
+/// `model` and no `stream`: both are in the path). Google's placeholder signature goes on the
+/// first unsigned call of each step of the current turn only (the turns before it are not
+/// checked), and only for a model that checks ([`checks_signatures`]).
+pub fn request(mut conversation: Conversation<'_>, req: &Request<'_>, model: &str) -> Vec<u8> {
     let (system, turns) = (&conversation.system, &mut conversation.turns);
     if conversation.open.is_some() {
         turns.close_arr().close();
     }
     let mut out = Out::with_capacity(turns.0.len() + system.0.len() + 256);
-    out.raw(r#"{"contents":["#).0.extend_from_slice(&turns.0);
+    out.raw(r#"{"contents":["#);
+    let mut from = 0;
+    if checks_signatures(model) {
+        for &at in conversation
+            .unsigned
+            .iter()
+            .filter(|&&at| at > conversation.current)
+        {
+            let before = turns.0.get(from..at).unwrap_or_default();
+            put(
+                &mut out.0,
+                &[before, b",\"thoughtSignature\":", NO_SIGNATURE.as_bytes()],
+            );
+            from = at;
+        }
+    }
+    out.0
+        .extend_from_slice(turns.0.get(from..).unwrap_or_default());
     out.close_arr();
     if !system.0.is_empty() {
         out.raw(r#""systemInstruction":{"parts":["#)

@@ -98,7 +98,7 @@ impl<'a> Conversation<'a> {
         Ok(match self {
             Conversation::Messages(c) => messages::request(c, head, cx),
             Conversation::Chat(c) => chat::request(c, head, cx),
-            Conversation::Gemini(c) => gemini::request(c, head),
+            Conversation::Gemini(c) => gemini::request(c, head, cx.model),
             Conversation::Responses(c) => return responses::provider::request(c, head, cx),
         })
     }

@@ -18,10 +18,12 @@
   ``functionResponse`` turn must come right after the ``functionCall`` turn it answers, with the
   same names, and a declaration takes ``parameters`` or ``parametersJsonSchema``, not both.
 * As Gemini 3: a call answered with a ``thoughtSignature`` (a ``tool_calls`` entry's
-  ``signature``) that comes back in a model turn without that signature is refused, and so is
-  a step (a ``model`` turn) of the current turn (the turns after the last ``user`` turn with a
-  ``text`` part) whose first ``functionCall`` part has no ``thoughtSignature`` at all (Google's
-  placeholder ``skip_thought_signature_validator`` passes).
+  ``signature``) that comes back in a model turn without that signature is refused, and for a
+  model of Gemini 3 or later (the path's; not ``gemini-1*`` / ``gemini-2*``, which check no
+  signature) so is a step (a ``model`` turn) of the current turn (the turns after the last
+  ``user`` turn with a ``text``, ``inlineData`` or ``fileData`` part) whose first
+  ``functionCall`` part has no ``thoughtSignature`` at all (Google's placeholder
+  ``skip_thought_signature_validator`` passes).
 
 Errors are Google's ``{"error": {"code", "message", "status"}}``. The answer's ``modelVersion``
 is the model in the path.
@@ -81,8 +83,13 @@ def _get(doc: dict, name: str) -> Any:
     return doc.get(name, doc.get(snake))
 
 
-def problem(body: bytes) -> str | None:
-    """Why Gemini refuses this generateContent body (its own wording), or None."""
+def checks_signatures(model: str) -> bool:
+    """Whether Google checks the current turn's signatures for this model (Gemini 3 on)."""
+    return not model.startswith(("gemini-1", "gemini-2"))
+
+
+def problem(body: bytes, model: str = "gemini-3-pro-preview") -> str | None:
+    """Why Gemini refuses this generateContent body to `model` (its own wording), or None."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -96,7 +103,8 @@ def problem(body: bytes) -> str | None:
     calls: list[str] | None = None
     current = max((i for i, c in enumerate(contents) if isinstance(c, dict)
                    and c.get("role") == "user" and isinstance(c.get("parts"), list)
-                   and any(isinstance(p, dict) and "text" in p for p in c["parts"])), default=0)
+                   and any(isinstance(p, dict) and {"text", "inlineData", "fileData"} & set(p)
+                           for p in c["parts"])), default=0)
     for i, c in enumerate(contents):
         bad = _unknown(c, CONTENT, f"contents[{i}]")
         if bad:
@@ -127,7 +135,8 @@ def problem(body: bytes) -> str | None:
                     "equal to number of function call parts of the function call turn.")
         calls = [p["functionCall"]["name"] for p in parts if "functionCall" in p] or None
         first = next((p for p in parts if "functionCall" in p), None)
-        if i > current and first is not None and not _get(first, "thoughtSignature"):
+        if i > current and first is not None and not _get(first, "thoughtSignature") \
+                and checks_signatures(model):
             return (f"Function call is missing a thought_signature in functionCall parts. This "
                     f"is required for tools to work correctly, and missing thought_signature "
                     f"may lead to degraded model performance. Additional data, function call "
@@ -201,7 +210,7 @@ def check(cloud: dict, path: str, headers: list, body: bytes):
         stream = vertex.group(4) == "streamGenerateContent"
         if stream and q.get("alt") != ["sse"]:
             return cloud_mock.Refused(400, "a stream without alt=sse", error(400, "alt=sse expected"))
-        bad = problem(body)
+        bad = problem(body, urllib.parse.unquote(vertex.group(3)))
         if bad:
             return cloud_mock.Refused(400, bad, error(400, bad))
         return cloud_mock.Accepted("gemini", urllib.parse.unquote(vertex.group(3)), stream)
@@ -217,7 +226,7 @@ def check(cloud: dict, path: str, headers: list, body: bytes):
     stream = m.group(2) == "streamGenerateContent"
     if stream and q.get("alt") != ["sse"]:
         return cloud_mock.Refused(400, "a stream without alt=sse", error(400, "alt=sse expected"))
-    bad = problem(body)
+    bad = problem(body, urllib.parse.unquote(m.group(1)))
     if bad:
         return cloud_mock.Refused(400, bad, error(400, bad))
     return cloud_mock.Accepted("gemini", urllib.parse.unquote(m.group(1)), stream)

@@ -69,6 +69,12 @@ chains:
   - name: claude                  # an Anthropic app: Anthropic, then Gemini
     models: ["claude-*"]
     providers: [anthropic, {provider: gemini, model: gemini-2.5-flash}]
+  - name: g3                      # a chat app: OpenAI, then Gemini 3 (it checks signatures)
+    models: ["g3-*"]
+    providers: [openai, {provider: gemini, model: gemini-3-pro-preview}]
+  - name: flash3                  # a google-genai app: Gemini 3, then OpenAI
+    models: ["gemini-3-pro-preview"]
+    providers: [gemini, {provider: openai, model: gpt-4o}]
 """
 GEMINI = {"kind": "gemini", "api_key": "gm-key", "project": "p1", "region": "us-central1",
           "token": "ya29.vx"}
@@ -197,9 +203,9 @@ def test_an_openai_chat_app_falls_over_to_gemini_native_with_a_function_call(g):
     assert body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == WEATHER
     turns = json.loads(sent[1]["body"])["contents"]
     assert [t["role"] for t in turns] == ["user", "model", "user"]
+    # Gemini 2.5 checks no signature: the call goes without Google's placeholder.
     assert turns[1]["parts"] == [{"functionCall": {"name": "get_weather",
-                                                   "args": {"city": "Paris"}},
-                                  "thoughtSignature": "skip_thought_signature_validator"}]
+                                                   "args": {"city": "Paris"}}}]
     assert turns[2]["parts"] == [{"functionResponse": {
         "name": "get_weather", "response": {"result": "18 C, sunny"}}}]
     # Google's error (an input too long) reaches the caller as OpenAI's error.
@@ -304,8 +310,7 @@ def test_an_anthropic_app_falls_over_to_gemini_native_with_a_tool_round_trip(g):
     turns = json.loads(sent[1]["body"])["contents"]
     assert [t["role"] for t in turns] == ["user", "model", "user"]
     assert turns[1]["parts"][-1] == {"functionCall": {"name": "get_weather",
-                                                      "args": {"city": "Paris"}},
-                                     "thoughtSignature": "skip_thought_signature_validator"}
+                                                      "args": {"city": "Paris"}}}
     assert turns[2]["parts"] == [{"functionResponse": {
         "name": "get_weather", "response": {"result": "18 C, sunny"}}}]
 
@@ -498,29 +503,41 @@ def test_a_chat_tool_round_trip_through_gemini_keeps_its_thought_signature(g):
 
 
 def test_another_vendors_tool_call_reaches_gemini_3_with_googles_placeholder_signature(g):
-    """Gemini 3 refuses a step of the current turn whose first function call has no
-    signature (the mock does too); a call another vendor made has none, so it goes to Gemini
-    with the placeholder Google documents (`skip_thought_signature_validator`). A chat app whose
-    OpenAI primary made the call and whose Gemini fallback serves the next turn; a google-genai
-    app whose OpenAI fallback made the call, its history sent back to Gemini as it is."""
+    """Gemini 3 refuses a step of the current turn (the steps since the user last wrote) whose
+    first function call has no signature (the mock does too); a call another vendor made has
+    none, so it goes to Gemini 3 with the placeholder Google documents
+    (`skip_thought_signature_validator`), and only there: a call of an earlier turn goes
+    without it. A chat app whose OpenAI primary made the call and whose Gemini 3 fallback serves
+    the next turns; a google-genai app whose OpenAI fallback made the call, its history sent
+    back to Gemini 3 as it is."""
     from google.genai import types
     client = g.oai()
     g.mocks["openai"].enqueue(tool_calls=[{"id": "call_7", "name": "get_weather",
                                            "arguments": {"city": "Rome"}}])
     messages = [{"role": "user", "content": "Weather in Rome?"}]
     first = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=messages, tools=TOOLS)
+        model="g3-4o", messages=messages, tools=TOOLS)
     assert first.headers["x-llm-provider"] == "openai"
     message = first.parse().choices[0].message
     messages += [message.model_dump(exclude_none=True),
                  {"role": "tool", "tool_call_id": "call_7", "content": "25 C"}]
     second = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=messages, tools=TOOLS)
+        model="g3-4o", messages=messages, tools=TOOLS)
     assert second.headers["x-llm-provider"] == "gemini"
-    assert second.parse().choices[0].message.content == (
-        "Hello from gemini (model gemini-2.5-flash)")
+    answer = second.parse().choices[0].message.content
+    assert answer == "Hello from gemini (model gemini-3-pro-preview)"
     turns = json.loads(g.gemini_requests()[0]["body"])["contents"]
     assert turns[1]["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"
+    # The user writes again: that call is an earlier turn's now, which Google does not check.
+    messages += [{"role": "assistant", "content": answer},
+                 {"role": "user", "content": "And tomorrow?"}]
+    third = client.chat.completions.with_raw_response.create(
+        model="g3-4o", messages=messages, tools=TOOLS)
+    assert third.headers["x-llm-provider"] == "gemini"
+    turns = json.loads(g.gemini_requests()[1]["body"])["contents"]
+    assert [t["role"] for t in turns] == ["user", "model", "user", "model", "user"]
+    assert turns[1]["parts"] == [{"functionCall": {"name": "get_weather",
+                                                   "args": {"city": "Rome"}}}]
     # A google-genai app: Gemini down, OpenAI makes the call; Gemini back for the next turn.
     genai = g.genai()
     config = types.GenerateContentConfig(
@@ -530,16 +547,17 @@ def test_another_vendors_tool_call_reaches_gemini_3_with_googles_placeholder_sig
     g.mocks["gemini"].enqueue(status=503)
     g.mocks["openai"].enqueue(tool_calls=[{"id": "call_8", "name": "get_weather",
                                            "arguments": {"city": "Oslo"}}])
+    model = "gemini-3-pro-preview"
     turn = [types.Content(role="user", parts=[types.Part(text="Weather in Oslo?")])]
-    r = genai.models.generate_content(model="gemini-2.5-flash", contents=turn, config=config)
+    r = genai.models.generate_content(model=model, contents=turn, config=config)
     assert r.sdk_http_response.headers["x-llm-provider"] == "openai"
     turn += [r.candidates[0].content, types.Content(role="user", parts=[
         types.Part.from_function_response(name="get_weather", response={"result": "3 C"})])]
-    r = genai.models.generate_content(model="gemini-2.5-flash", contents=turn, config=config)
+    r = genai.models.generate_content(model=model, contents=turn, config=config)
     assert r.sdk_http_response.headers["x-llm-provider"] == "gemini"
-    assert r.text == "Hello from gemini (model gemini-2.5-flash)"
+    assert r.text == "Hello from gemini (model gemini-3-pro-preview)"
     sent = g.gemini_requests()
-    assert len(sent) == 3
+    assert len(sent) == 4
     turns = json.loads(sent[-1]["body"])["contents"]
     assert turns[1]["parts"][0]["functionCall"]["name"] == "get_weather"
     assert turns[1]["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"

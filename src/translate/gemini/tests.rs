@@ -541,3 +541,74 @@ fn a_same_api_body_loses_its_call_ids_signatures_and_nothing_else() {
     );
     assert_eq!(unsign(r#"{"messages":[]}"#), None);
 }
+
+#[test]
+fn the_placeholder_goes_only_on_the_current_turns_steps_of_a_model_that_checks() {
+    use crate::translate::gemini::checks_signatures;
+    // Gemini 3 and later check (Google's page names Gemini 4 too); 1.x and 2.x never did;
+    // an alias or a name of neither counts as checked.
+    for model in [
+        "gemini-3-pro-preview",
+        "gemini-3-flash",
+        "gemini-4-pro",
+        "gemini-flash-latest",
+    ] {
+        assert!(checks_signatures(model), "{model}");
+    }
+    for model in ["gemini-2.5-flash", "gemini-2.0-flash", "gemini-1.5-pro"] {
+        assert!(!checks_signatures(model), "{model}");
+    }
+    // A Messages app: its first turn's call (another vendor's) is answered with the user's
+    // next text in the same message, which starts the current turn; then one step.
+    let messages = serde_json::json!({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f",
+            "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+            "content": "1"}, {"type": "text", "text": "and now?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "sure"},
+            {"type": "tool_use", "id": "t2", "name": "f", "input": {}},
+            {"type": "tool_use", "id": "t3", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2",
+            "content": "2"}, {"type": "tool_result", "tool_use_id": "t3", "content": "3"}]}]});
+    let sent = |model| {
+        let cx = translate::RequestContext {
+            model,
+            default_max_tokens: 4096,
+            stream: false,
+        };
+        let body = messages.to_string();
+        let out = translate::request(Api::AnthropicMessages, Api::Gemini, body.as_bytes(), &cx);
+        let v: serde_json::Value = serde_json::from_slice(&out.unwrap()).unwrap();
+        let turns = v["contents"].as_array().unwrap().clone();
+        turns
+            .iter()
+            .map(|t| {
+                let parts = t["parts"].as_array().unwrap();
+                parts
+                    .iter()
+                    .map(|p| p["thoughtSignature"].clone())
+                    .collect()
+            })
+            .collect::<Vec<Vec<serde_json::Value>>>()
+    };
+    let (none, placeholder) = (
+        serde_json::Value::Null,
+        serde_json::json!("skip_thought_signature_validator"),
+    );
+    assert_eq!(
+        sent("gemini-3-pro-preview"),
+        [
+            vec![none.clone()],
+            vec![none.clone()],
+            vec![none.clone(), none.clone()],
+            vec![none.clone(), placeholder, none.clone()],
+            vec![none.clone(), none.clone()],
+        ]
+    );
+    // Gemini 2.5 checks nothing: no placeholder anywhere.
+    assert!(sent("gemini-2.5-flash")
+        .iter()
+        .flatten()
+        .all(|s| s.is_null()));
+}
