@@ -118,6 +118,9 @@ cd "$(dirname "$0")/.."
 # Gemini's placeholder signature only on the current turn's steps of a model that checks
 # (translate::gemini::checks_signatures, Conversation's unsigned calls): +372 (518,061 ->
 # 518,433 on 344cc2c); 510,214 with it on main at d19f74d.
+# A Responses provider's reasoning items to Messages callers as thinking blocks and back (JSON,
+# stream, gathered; `include` asked when the caller asks for thinking): +2,779 (510,214 ->
+# 512,993 on main at fad7780).
 TARGET=418489
 CEILING=518100
 module=${1:-dist/llm_failover.wasm}

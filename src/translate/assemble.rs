@@ -18,7 +18,7 @@ use std::borrow::Cow;
 enum Piece {
     Text(String),
     /// A call, or (`thinking`: whether redacted) reasoning, whose text and signature (or
-    /// redacted data) are its `id` and `name`.
+    /// redacted data) are its `id` and `name`, OpenAI's item id its `arguments`.
     Call {
         id: String,
         name: String,
@@ -76,10 +76,10 @@ impl Collected {
                         arguments: opened(b""),
                         thinking: None,
                     },
-                    Block::Thinking { redacted } => Piece::Call {
+                    Block::Thinking { redacted, item } => Piece::Call {
                         id: opened(b""),
                         name: opened(redacted),
-                        arguments: opened(b""),
+                        arguments: opened(item),
                         thinking: Some(!redacted.is_empty()),
                     },
                 };
@@ -160,12 +160,13 @@ impl Collected {
                     Piece::Call {
                         id,
                         name,
+                        arguments,
                         thinking: Some(redacted),
-                        ..
                     } => Output::Thinking(Thinking {
                         text: id,
                         signature: inner(name.as_bytes()),
                         redacted: *redacted,
+                        item: super::model::contents(arguments),
                     }),
                     Piece::Call {
                         id,

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use super::common;
 use super::json::{self, number, pick, Obj, Out, RawStr};
+use super::model::OPENAI_SIGNED;
 use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Thinking, Usage};
 use super::sse::{self, Reader};
 use super::{RequestContext, Untranslatable};
@@ -69,6 +70,9 @@ impl Conversation {
 
     /// Adds the next part of the conversation.
     pub fn push(&mut self, role: Role, part: &Part<'_>) {
+        if matches!(part, Part::Thinking(t) if t.goes_to() != super::Api::AnthropicMessages) {
+            return;
+        }
         if role == Role::System {
             return write_part(&mut self.system, part);
         }
@@ -165,7 +169,8 @@ pub fn request(
 }
 
 /// Writes a part as a Messages block (JSON fragments in one call each: every call is code in
-/// the module).
+/// the module); OpenAI's reasoning with its item and encrypted content in the signature
+/// ([`OPENAI_SIGNED`]), for a Messages caller.
 fn write_part(out: &mut Out, part: &Part<'_>) {
     match part {
         Part::Text(text) => {
@@ -208,13 +213,18 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
             }
         }
         Part::Thinking(t) => {
-            match t.redacted {
-                true => out.raw(r#"{"type":"redacted_thinking","data":""#),
-                false => out
-                    .raw(r#"{"type":"thinking","thinking":"#)
-                    .raw(t.text)
-                    .raw(r#""signature":""#),
-            };
+            if t.redacted {
+                out.raw(r#"{"type":"redacted_thinking","data":""#);
+            } else {
+                out.raw(r#"{"type":"thinking","thinking":"#).raw(t.text);
+                out.raw(r#""signature":""#);
+            }
+            if !t.item.is_empty() {
+                json::put(
+                    &mut out.0,
+                    &[OPENAI_SIGNED.as_bytes(), t.item.as_bytes(), b":"],
+                );
+            }
             json::put(&mut out.0, &[t.signature.as_bytes(), b"\""]);
         }
     }
@@ -251,6 +261,7 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
                     text: text.unwrap_or(json::EMPTY),
                     signature: super::assemble::inner(signature.unwrap_or_default().as_bytes()),
                     redacted,
+                    item: "",
                 }));
             }
             _ => {}
@@ -387,8 +398,14 @@ fn decode(
             let block = match kind {
                 br#""text""# => Block::Text,
                 br#""tool_use""# => Block::ToolCall { id, name },
-                br#""thinking""# => Block::Thinking { redacted: b"" },
-                br#""redacted_thinking""# => Block::Thinking { redacted: data },
+                br#""thinking""# => Block::Thinking {
+                    redacted: b"",
+                    item: b"",
+                },
+                br#""redacted_thinking""# => Block::Thinking {
+                    redacted: data,
+                    item: b"",
+                },
                 _ => return, // server tools
             };
             blocks.push(index);

@@ -47,17 +47,45 @@ pub enum Part<'a> {
     Thinking(Thinking<'a>),
 }
 
-/// Reasoning the model showed (Anthropic's thinking blocks, Responses' reasoning items), with
+/// Reasoning the model showed (Anthropic's thinking blocks, OpenAI's reasoning items), with
 /// what its vendor needs back to continue from it (docs/translation.md "Reasoning").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thinking<'a> {
-    /// Its text, a JSON string (`""` when redacted).
+    /// Its text, a JSON string (`""` when redacted; an OpenAI reasoning item's first summary
+    /// text).
     pub text: &'a str,
     /// Opaque to all but its vendor, a JSON string's contents (escapes as written):
-    /// Anthropic's `signature`, or a redacted block's `data`.
+    /// Anthropic's `signature`, a redacted block's `data`, or OpenAI's `encrypted_content`.
     pub signature: &'a str,
     /// Anthropic's `redacted_thinking` (`signature` is its `data`).
     pub redacted: bool,
+    /// OpenAI's reasoning item id (a JSON string's contents) when the reasoning is OpenAI's;
+    /// empty for Anthropic's.
+    pub item: &'a str,
+}
+
+/// The prefix of the `signature` a Messages caller gets for OpenAI's reasoning:
+/// `llm-failover:openai:<item id>:<encrypted_content>` (docs/translation.md "Reasoning").
+pub const OPENAI_SIGNED: &str = "llm-failover:openai:";
+
+/// A JSON string's contents (between its quotes; `""` for anything else).
+pub fn contents(json_string: &str) -> &str {
+    let inside = json_string
+        .strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'));
+    inside.unwrap_or_default()
+}
+
+impl Thinking<'_> {
+    /// The one provider dialect this reasoning goes back to, the one rule for every pair:
+    /// Anthropic's thinking to Messages providers (Anthropic, Bedrock, Vertex AI), OpenAI's
+    /// reasoning to Responses providers; the others' writers write neither.
+    pub fn goes_to(&self) -> super::Api {
+        match self.item.is_empty() {
+            true => super::Api::AnthropicMessages,
+            false => super::Api::OpenAiResponses,
+        }
+    }
 }
 
 /// What of a request is not its conversation, as the model knows it.
@@ -78,6 +106,8 @@ pub struct Request<'a> {
     /// The end user's id (a JSON string).
     pub user: Option<&'a str>,
     pub stream: Option<bool>,
+    /// The caller asked to be shown the model's reasoning (it sent Messages' `thinking`).
+    pub thinking: bool,
 }
 
 /// A function tool, its members as written.
@@ -172,9 +202,11 @@ pub enum Block<'a> {
         name: &'a [u8],
     },
     /// Reasoning (its text and signature come as [`Event::Thinking`]); a redacted block's
-    /// data as a JSON string (empty for one that is not redacted).
+    /// data as a JSON string (empty for one that is not redacted); OpenAI's item id as a JSON
+    /// string (empty for Anthropic's thinking).
     Thinking {
         redacted: &'a [u8],
+        item: &'a [u8],
     },
 }
 

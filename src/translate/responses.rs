@@ -80,6 +80,7 @@ fn head<'a>(req: &Obj<'a>) -> Checked<Request<'a>> {
             .raw_str("safety_identifier")
             .or_else(|| req.raw_str("user")),
         stream: req.bool("stream"),
+        thinking: false,
     })
 }
 
@@ -186,42 +187,65 @@ const SIGNED: &str = "llm-failover:anthropic:";
 const REDACTED: &str = "llm-failover:anthropic-redacted:";
 
 /// The thinking block a reasoning item of ours was written from: its summary's text and the
-/// signature (or redacted data) after our prefix.
+/// signature (or redacted data) after our prefix. OpenAI's own reasoning goes back to OpenAI
+/// only, as it is (the same API): no part here.
 fn ours<'a>(item: &Obj<'a>) -> Option<Thinking<'a>> {
     let content = item.raw_str("encrypted_content")?.get(1..)?;
     let (rest, redacted) = match content.strip_prefix(SIGNED) {
         Some(rest) => (rest, false),
         None => (content.strip_prefix(REDACTED)?, true),
     };
-    let summary = item.arr("summary").unwrap_or_default();
-    let text = summary.first().and_then(|p| json::obj(p)?.raw_str("text"));
     Some(Thinking {
-        text: text.unwrap_or(EMPTY),
+        text: summary(item),
         signature: rest.get(..rest.len().saturating_sub(1)).unwrap_or_default(),
         redacted,
+        item: "",
     })
 }
 
-/// A reasoning output item (`text`: its summary's, a JSON string; `signature`: the contents
-/// of Anthropic's signature or redacted data, after our prefix in `encrypted_content`).
+/// A reasoning item's first summary text (a JSON string, `""` when it has none).
+pub(crate) fn summary<'a>(item: &Obj<'a>) -> &'a str {
+    let summary = item.arr("summary").unwrap_or_default();
+    let text = summary.first().and_then(|p| json::obj(p)?.raw_str("text"));
+    text.unwrap_or(EMPTY)
+}
+
+/// A reasoning item written from the model's thinking: `id` (a JSON string) for Anthropic's,
+/// whose signature (or redacted data) follows our prefix in `encrypted_content`; OpenAI's
+/// keeps its own id and encrypted content (a gathered stream of a Responses provider, a
+/// Messages caller's thinking block going back to one).
+pub(crate) fn reasoning_item(out: &mut Vec<u8>, id: &[u8], t: &Thinking<'_>) {
+    let (item, sig) = (t.item.as_bytes(), t.signature.as_bytes());
+    reasoning(out, id, item, t.text.as_bytes(), sig, t.redacted);
+}
+
+/// [`reasoning_item`]'s writer (`text` a JSON string; `sig`: the signature's, data's or
+/// encrypted content's contents).
 #[inline(never)]
-fn reasoning_item(out: &mut Vec<u8>, id: &[u8], text: &[u8], signature: &[u8], redacted: bool) {
-    put(
-        out,
-        &[br#"{"id":"#, id, br#","type":"reasoning","summary":["#],
-    );
-    if !redacted {
-        put(out, &[br#"{"type":"summary_text","text":"#, text, b"}"]);
-    }
-    let prefix = if redacted { REDACTED } else { SIGNED };
+fn reasoning(out: &mut Vec<u8>, id: &[u8], item: &[u8], text: &[u8], sig: &[u8], redacted: bool) {
+    let (prefix, quote) = match (item, redacted) {
+        ([], false) => (SIGNED, &b""[..]),
+        ([], true) => (REDACTED, &b""[..]),
+        _ => ("", &b"\""[..]),
+    };
     put(
         out,
         &[
-            br#"],"encrypted_content":""#,
-            prefix.as_bytes(),
-            signature,
-            b"\"}",
+            br#"{"id":"#,
+            quote,
+            id,
+            item,
+            quote,
+            br#","type":"reasoning","summary":"#,
         ],
+    );
+    match text == EMPTY.as_bytes() {
+        true => put(out, &[b"[]"]),
+        false => put(out, &[br#"[{"type":"summary_text","text":"#, text, b"}]"]),
+    }
+    put(
+        out,
+        &[br#","encrypted_content":""#, prefix.as_bytes(), sig, b"\"}"],
     );
 }
 
@@ -403,10 +427,12 @@ pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
                 message_item(&mut out, &msg, b"completed", Some(text.as_bytes()));
             }
             Output::Thinking(t) => {
+                // OpenAI's own (a gathered stream of a Responses provider) keeps its id.
                 let mut rs = Vec::with_capacity(id.len() + 4);
-                item_id(&mut rs, b"rs_", id, k);
-                let (text, signature) = (t.text.as_bytes(), t.signature.as_bytes());
-                reasoning_item(&mut out, &rs, text, signature, t.redacted);
+                if t.item.is_empty() {
+                    item_id(&mut rs, b"rs_", id, k);
+                }
+                reasoning_item(&mut out, &rs, t);
             }
             Output::ToolCall {
                 id,
@@ -630,7 +656,7 @@ impl Encoder {
                 item_id(&mut id, b"msg_", &self.id, k);
                 None
             }
-            Block::Thinking { redacted } => {
+            Block::Thinking { redacted, .. } => {
                 item_id(&mut id, b"rs_", &self.id, k);
                 let redacted = RawStr::of(redacted).map(RawStr::inner);
                 signature = Some((redacted.unwrap_or_default().to_vec(), redacted.is_some()));
@@ -738,7 +764,7 @@ impl Encoder {
         }
         match (&call, signature) {
             (_, Some((signature, redacted))) => {
-                reasoning_item(&mut done, &id, &text, &signature, redacted);
+                reasoning(&mut done, &id, b"", &text, &signature, redacted);
             }
             (None, None) => message_item(&mut done, &id, b"completed", Some(&text)),
             (Some((call_id, name)), None) => {

@@ -49,9 +49,11 @@ CHAT_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 CHAT_PARTS = {"text", "image_url", "input_audio", "file", "refusal"}
 
 
-def problem(api: str, headers: list[tuple[str, str]], body: bytes) -> tuple[str, str] | None:
+def problem(api: str, headers: list[tuple[str, str]], body: bytes,
+            answering: bool = True) -> tuple[str, str] | None:
     """The first reason the API (``messages``, ``chat`` or ``responses``) refuses this
-    request, or None."""
+    request, or None. ``answering``: the mock is to serve it (not answer an outage), so a
+    reasoning item's encrypted content is checked too (the model continues from it)."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -65,7 +67,7 @@ def problem(api: str, headers: list[tuple[str, str]], body: bytes) -> tuple[str,
     if api == "chat":
         return _chat(doc)
     if api == "responses":
-        return _responses(doc)
+        return _responses(doc, answering)
     return None
 
 
@@ -367,11 +369,47 @@ ITEM_FIELDS = {
 TOOL_FIELDS = {"type", "name", "description", "parameters", "strict"}
 
 
+def encrypted(item_id: str) -> str:
+    """The `encrypted_content` the mock gives its reasoning item `item_id` (opaque, as
+    OpenAI's; checked when it comes back)."""
+    return "gAAAAB" + base64.b64encode(hashlib.sha256(b"enc:" + item_id.encode()).digest()).decode()
+
+
+def _reasoning(doc: dict, items: list, i: int, where: str,
+               answering: bool) -> tuple[str, str] | None:
+    """A reasoning input item as the Responses API takes one: an `id`, a `summary` of
+    `summary_text` parts, followed by the output item it came with, and (no state kept, `store:
+    false`) the `encrypted_content` OpenAI gave it."""
+    item = items[i]
+    rid = item.get("id")
+    if not isinstance(rid, str):
+        return (f"{where}id", f"Missing required parameter: '{where}id'.")
+    summary = item.get("summary")
+    if not isinstance(summary, list) or not all(
+            isinstance(p, dict) and p.get("type") == "summary_text"
+            and isinstance(p.get("text"), str) for p in summary):
+        return (f"{where}summary", f"Missing required parameter: '{where}summary'.")
+    after = items[i + 1] if i + 1 < len(items) else None
+    if not (isinstance(after, dict) and (after.get("type") == "function_call" or (
+            after.get("type", "message") == "message" and after.get("role") == "assistant"))):
+        return (f"input[{i}]", f"Item '{rid}' of type 'reasoning' was provided without its "
+                               "required following item.")
+    content = item.get("encrypted_content")
+    if content is None and doc.get("store") is False:
+        return (f"{where}id", f"Item with id '{rid}' not found. Items are not persisted when "
+                "`store` is set to false. Try again with `store` set to true, or remove this "
+                "item from your input.")
+    if answering and content is not None and content != encrypted(rid):
+        return (f"{where}encrypted_content",
+                f"The encrypted content for item {rid} could not be verified.")
+    return None
+
+
 def _unknown(where: str, k: str) -> tuple[str, str]:
     return (f"{where}{k}", f"Unknown parameter: '{where}{k}'.")
 
 
-def _responses(doc: dict) -> tuple[str, str] | None:
+def _responses(doc: dict, answering: bool = True) -> tuple[str, str] | None:
     for k in doc:
         if k not in RESPONSES_FIELDS:
             return _unknown("", k)
@@ -421,6 +459,10 @@ def _responses(doc: dict) -> tuple[str, str] | None:
             if len(item["call_id"]) > 64:
                 return (f"{where}call_id", _too_long(f"{where}call_id", item["call_id"], 64))
             calls.add(item["call_id"])
+        elif kind == "reasoning":
+            bad = _reasoning(doc, items, i, where, answering)
+            if bad:
+                return bad
         elif kind == "function_call_output":
             if item.get("call_id") not in calls:
                 return (f"{where}call_id", "No tool call found for function call output with "

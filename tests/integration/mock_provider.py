@@ -112,7 +112,12 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
                             unless ``content`` or ``chunks`` is given
 ``thinking``                Messages: the answer starts with a thinking block of
                             this text, signed (``mock_api_rules.signature``;
-                            SSE: two ``thinking_delta`` and a ``signature_delta``)
+                            SSE: two ``thinking_delta`` and a ``signature_delta``).
+                            Responses: with a ``reasoning`` item, this text its
+                            summary, its ``encrypted_content``
+                            (``mock_api_rules.encrypted``) only when the request
+                            asks ``include: ["reasoning.encrypted_content"]``
+                            (SSE: the summary in two deltas, as OpenAI's order)
 ``usage``                   the answer's usage object, in the path's API's own
                             field names (cache tokens included). OpenAI streams
                             carry it in a last chunk only when the request asks
@@ -872,7 +877,8 @@ class MockProvider:
             b = {**PRESETS[b["preset"]], **{k: v for k, v in b.items() if k != "preset"}}
         if b.get("strict") and _api_of(req.path) in ("messages", "chat", "responses"):
             api = _api_of(req.path)
-            bad = mock_api_rules.problem(api, req.headers, req.body)
+            bad = mock_api_rules.problem(api, req.headers, req.body,
+                                         int(b.get("status", 200)) < 400)
             if bad is not None:
                 with self._lock:
                     rec["rejected"] = bad[1]
@@ -897,6 +903,8 @@ class MockProvider:
         has_ct = any(k.lower() == "content-type" for k, _ in extra)
         no_body = req.method == "HEAD" or status in (204, 304) or status < 200
 
+        if isinstance(req_json, dict) and "thinking" in b:
+            b = {**b, "encrypted": "reasoning.encrypted_content" in (req_json.get("include") or [])}
         if not stream:
             api = _api_of(req.path)
             usage = None
@@ -1009,7 +1017,7 @@ class MockProvider:
                     "usage": b.get("usage", {"input_tokens": 5, "output_tokens": 7})}
         if api == "responses":
             return _response_object(self.name, rid, model, content, "completed", calls,
-                                    b.get("usage"))
+                                    b.get("usage"), b)
         if api == "gemini":
             return gemini_mock.answer(self.name, rid, model, b)
         content = b.get("content", text)
@@ -1112,11 +1120,26 @@ def _sse(event: str | None, data: Any) -> bytes:
     return head + b"data: " + body + b"\n\n"
 
 
+def _reasoning_item(name: str, rid: int, b: dict, done: bool = True) -> dict:
+    """The behaviour's ``thinking`` as OpenAI's reasoning item (its summary, and its encrypted
+    content when the request asked for it)."""
+    item = {"id": f"rs_mock_{name}_{rid}", "type": "reasoning", "summary": []}
+    if done:
+        item["summary"] = [{"type": "summary_text", "text": b["thinking"]}]
+        if b.get("encrypted"):
+            item["encrypted_content"] = mock_api_rules.encrypted(item["id"])
+    return item
+
+
 def _response_object(name: str, rid: int, model: Any, text: str | None, status: str,
-                     calls: list | None = None, usage: dict | None = None) -> dict:
-    """A Responses API ``response``: a ``message`` item with the text (none when ``text`` is
-    None), then one ``function_call`` item per call; no output until it is ``completed``."""
+                     calls: list | None = None, usage: dict | None = None,
+                     b: dict | None = None) -> dict:
+    """A Responses API ``response``: a ``reasoning`` item for the behaviour's ``thinking``, a
+    ``message`` item with the text (none when ``text`` is None), then one ``function_call`` item
+    per call; no output until it is ``completed``."""
     output: list[dict] = []
+    if status == "completed" and b and "thinking" in b:
+        output.append(_reasoning_item(name, rid, b))
     if status == "completed":
         if text is not None:
             output.append(_message_item(name, rid, text))
@@ -1159,25 +1182,40 @@ def _responses_stream(name: str, rid: int, model: Any, texts: list[str], calls: 
                  response=_response_object(name, rid, model, "", "in_progress")))
     events: list[bytes] = []
     index = 0
+    if "thinking" in b:
+        rs, half = _reasoning_item(name, rid, b), len(b["thinking"]) // 2
+        part = {"type": "summary_text", "text": ""}
+        at = {"item_id": rs["id"], "output_index": 0, "summary_index": 0}
+        events += [
+            head + ev("response.output_item.added", output_index=0,
+                      item=_reasoning_item(name, rid, b, done=False))
+            + ev("response.reasoning_summary_part.added", **at, part=part)
+            + ev("response.reasoning_summary_text.delta", **at, delta=b["thinking"][:half]),
+            ev("response.reasoning_summary_text.delta", **at, delta=b["thinking"][half:])
+            + ev("response.reasoning_summary_text.done", **at, text=b["thinking"])
+            + ev("response.reasoning_summary_part.done", **at,
+                 part={**part, "text": b["thinking"]})
+            + ev("response.output_item.done", output_index=0, item=rs)]
+        head, index = b"", 1
     if texts:
         part = {"type": "output_text", "text": "", "annotations": []}
         for i, t in enumerate(texts):
             frame = b"" if i else (
-                head + ev("response.output_item.added", output_index=0,
+                head + ev("response.output_item.added", output_index=index,
                           item=_message_item(name, rid, "", "in_progress"))
-                + ev("response.content_part.added", item_id=item, output_index=0,
+                + ev("response.content_part.added", item_id=item, output_index=index,
                      content_index=0, part=part))
             events.append(frame + ev("response.output_text.delta", item_id=item,
-                                     output_index=0, content_index=0, delta=t, logprobs=[]))
+                                     output_index=index, content_index=0, delta=t, logprobs=[]))
         text = "".join(texts)
         events[-1] += (
-            ev("response.output_text.done", item_id=item, output_index=0, content_index=0,
+            ev("response.output_text.done", item_id=item, output_index=index, content_index=0,
                text=text, logprobs=[])
-            + ev("response.content_part.done", item_id=item, output_index=0, content_index=0,
+            + ev("response.content_part.done", item_id=item, output_index=index, content_index=0,
                  part={**part, "text": text})
-            + ev("response.output_item.done", output_index=0,
+            + ev("response.output_item.done", output_index=index,
                  item=_message_item(name, rid, text)))
-        index = 1
+        index += 1
     for k, call in enumerate(calls):
         fc = _function_call_item(call, k, "in_progress")
         first = (head if not events and k == 0 else b"") + ev(
@@ -1191,7 +1229,7 @@ def _responses_stream(name: str, rid: int, model: Any, texts: list[str], calls: 
                             item=_function_call_item(call, k)))
         events += pieces
     done = _response_object(name, rid, model, "".join(texts) if texts else None, "completed",
-                            calls, b.get("usage"))
+                            calls, b.get("usage"), b)
     trailer = [(b"" if events else head) + ev("response.completed", response=done)]
     return events, trailer
 

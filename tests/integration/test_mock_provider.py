@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import mock_api_rules
 from harness import (HarnessError, NoResponse, ResponseTimeout, http_request)
 
 CHAT = "/v1/chat/completions"
@@ -386,6 +387,40 @@ def test_strict_openai_refuses_anthropic_shapes(mock, body, says):
     assert r.status == 400, r.text
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and says in err["message"]
+
+
+def _with_reasoning(**item):
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    return {"model": "gpt-5", "store": False, "input": [
+        {"role": "user", "content": "hi"}, {"type": "reasoning", **item}, call,
+        {"type": "function_call_output", "call_id": "c1", "output": "1"}]}
+
+
+RS = {"id": "rs_1", "summary": [{"type": "summary_text", "text": "t"}]}
+
+
+@pytest.mark.parametrize("body,says", [
+    (_with_reasoning(summary=[], encrypted_content="x"),
+     "Missing required parameter: 'input[1].id'"),
+    (_with_reasoning(id="rs_1", encrypted_content=mock_api_rules.encrypted("rs_1")),
+     "Missing required parameter: 'input[1].summary'"),
+    (_with_reasoning(**RS), "Item with id 'rs_1' not found. Items are not persisted when "
+                            "`store` is set to false"),
+    (_with_reasoning(**RS, encrypted_content="llm-failover:anthropic:EqQB"),
+     "The encrypted content for item rs_1 could not be verified."),
+    ({"model": "gpt-5", "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", **RS, "encrypted_content": mock_api_rules.encrypted("rs_1")},
+        {"role": "user", "content": "and?"}]},
+     "Item 'rs_1' of type 'reasoning' was provided without its required following item."),
+])
+def test_strict_responses_refuses_a_reasoning_item_it_cannot_read(mock, body, says):
+    mock.set_default(strict=True)
+    r = http_request(mock.url, "POST", "/v1/responses", json=body)
+    assert r.status == 400, r.text
+    assert says in r.json()["error"]["message"]
+    good = _with_reasoning(**RS, encrypted_content=mock_api_rules.encrypted("rs_1"))
+    assert http_request(mock.url, "POST", "/v1/responses", json=good).status == 200
 
 
 def test_strict_is_off_by_default(mock):

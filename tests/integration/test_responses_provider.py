@@ -225,6 +225,63 @@ def test_an_anthropic_app_falls_over_to_it_with_a_tool_call_and_a_stream(r):
         {"type": "function_call_output", "call_id": "call_a1", "output": "21 C"}]
 
 
+def test_an_anthropic_app_gets_the_responses_fallbacks_reasoning_as_thinking_and_back(r):
+    """An Anthropic app with thinking on, its Claude primary down: the Responses fallback's
+    reasoning items reach it as thinking blocks (the summary the thinking, the item's id and
+    encrypted content in the signature), JSON and streamed (thinking_delta, signature_delta),
+    and each next turn brings the block back to the fallback as the reasoning item it was. The
+    strict mock refuses a reasoning item without its id, summary, following item or (store:
+    false) the encrypted content it gave, and gives that content only when `include` asks."""
+    import anthropic
+    import mock_api_rules
+    client = anthropic.Anthropic(base_url=r.gw.url, api_key="gw-key", max_retries=0)
+    thought = 'Paris: call "get_weather".'
+    for _ in range(2):
+        r.mocks["responses"].enqueue(strict=True, thinking=thought, tool_calls=[
+            {"id": "call_t1", "name": "get_weather", "arguments": {"city": "Paris"}}])
+    r.mocks["responses"].enqueue(strict=True, content="18 C and sunny.")
+    tools = [{"name": "get_weather", "description": "Weather in a city",
+              "input_schema": WEATHER}]
+    turns = [{"role": "user", "content": "Weather in Paris?"}]
+    ask = dict(model="claude-sonnet-4-5", max_tokens=2048, tools=tools,
+               thinking={"type": "enabled", "budget_tokens": 1024})
+
+    def answered(message):
+        turns.extend([
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                              for b in message.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_t1",
+                                          "content": "18 C"}]}])
+
+    first = client.messages.create(messages=turns, **ask)
+    answered(first)
+    with client.messages.stream(messages=turns, **ask) as stream:
+        kinds = [e.type for e in stream]
+        second = stream.get_final_message()
+    answered(second)
+    last = client.messages.create(messages=turns, **ask)
+    assert last.content[-1].text == "18 C and sunny."
+    assert "thinking" in kinds and "signature" in kinds
+    sent = [json.loads(s["body"]) for s in r.sent()]
+    for k, message in enumerate((first, second), start=1):
+        thinking, use = message.content
+        item = f"rs_mock_responses_{r.mocks['responses'].requests()[k - 1]['id']}"
+        assert (thinking.type, thinking.thinking) == ("thinking", thought)
+        assert thinking.signature == (
+            f"llm-failover:openai:{item}:{mock_api_rules.encrypted(item)}")
+        assert (use.type, use.id) == ("tool_use", "call_t1")
+        # The next request carries it back, before the call it came with.
+        assert sent[k]["input"][3 * k - 2:3 * k] == [
+            {"id": item, "type": "reasoning", "summary": [
+                {"type": "summary_text", "text": thought}],
+             "encrypted_content": mock_api_rules.encrypted(item)},
+            {"type": "function_call", "call_id": "call_t1", "name": "get_weather",
+             "arguments": '{"city":"Paris"}'}]
+    for body in sent:
+        assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+        assert body["reasoning"] == {"summary": "auto"}
+
+
 @pytest.mark.skipif(
     not harness.holds_answers(),
     reason="Envoy 1.36 holds no answer: a stream's first event is not read (older-envoys.md)")

@@ -52,6 +52,7 @@ pub fn read_request<'a>(
         choice: head.choice,
         user: req.raw_str("user"),
         stream: req.bool("stream"),
+        thinking: false,
     })
 }
 

@@ -137,6 +137,7 @@ fn head<'a>(req: &Obj<'a>, stream: bool) -> Checked<Request<'a>> {
         choice,
         user: None,
         stream: Some(stream),
+        thinking: false,
     })
 }
 

@@ -32,9 +32,10 @@ pub fn read_request<'a>(
 }
 
 /// What of the request is not its conversation: what another dialect cannot carry is refused
-/// (more stop sequences than `to` takes, MCP servers, a container, server tools); `thinking`,
-/// `service_tier` and `metadata` but its `user_id` are dropped (`top_k` too, by the writers
-/// of dialects without it).
+/// (more stop sequences than `to` takes, MCP servers, a container, server tools); `thinking`
+/// asks a Responses provider for its reasoning, else is dropped, as are
+/// `service_tier` and `metadata` but its `user_id` (`top_k` too, by the writers of dialects
+/// without it).
 pub fn head<'a>(req: &Obj<'a>, to: Api) -> Checked<Request<'a>> {
     let stops = req.arr("stop_sequences").unwrap_or_default();
     if stops.len() > max_stops(to) {
@@ -89,12 +90,14 @@ pub fn head<'a>(req: &Obj<'a>, to: Api) -> Checked<Request<'a>> {
         choice,
         user: req.obj("metadata").and_then(|m| m.raw_str("user_id")),
         stream: req.bool("stream"),
+        thinking: req.has("thinking"),
     })
 }
 
 /// Passes each part of the conversation to `push`, with its role: `system` first (a string or
 /// text blocks), then the turns; a user turn's tool results before the rest of it (Chat wants
-/// them right after the assistant's calls). Thinking blocks do not cross vendors; documents,
+/// them right after the assistant's calls). Thinking blocks are dropped but those we wrote from
+/// OpenAI's reasoning ([`openai_reasoning`]); documents,
 /// server tool blocks and a last assistant turn (a prefill, which Messages continues where the
 /// others answer after it) cannot be sent.
 pub fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
@@ -174,12 +177,31 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<bool> 
                     },
                 );
             }
-            (Some("thinking" | "redacted_thinking"), _) => {}
+            (Some("thinking" | "redacted_thinking"), _) => {
+                if let Some(t) = openai_reasoning(block) {
+                    push(role, Part::Thinking(t));
+                }
+            }
             (Some("document"), _) => return Err(field("document")),
             _ => return Err(field("messages.content")),
         }
     }
     Ok(role == Role::Assistant)
+}
+
+/// The reasoning a thinking block we wrote from OpenAI's reasoning item holds (its signature
+/// `llm-failover:openai:<item id>:<encrypted_content>`). Anthropic's own thinking goes back to
+/// Anthropic only, as it is (the same API): no part here.
+#[inline(never)]
+fn openai_reasoning<'a>(block: &Obj<'a>) -> Option<Thinking<'a>> {
+    let signature = crate::translate::model::contents(block.raw_str("signature")?);
+    let (item, signature) = signature.strip_prefix(OPENAI_SIGNED)?.split_once(':')?;
+    Some(Thinking {
+        text: block.raw_str("thinking").unwrap_or(EMPTY),
+        signature,
+        redacted: false,
+        item,
+    })
 }
 
 /// An image block as a data URI (base64 data) or its URL; a Files API source lives at
@@ -222,14 +244,19 @@ fn tool_result<'a>(block: &Obj<'a>) -> Checked<Part<'a>> {
     })
 }
 
-/// The model's answer as a Messages answer: its texts joined in one text block (none when they
-/// are empty), each tool call a `tool_use` block (its id made valid, arguments that are no
+/// The model's answer as a Messages answer: its thinking blocks first, its texts joined in one
+/// text block (none when they are empty), each tool call a `tool_use` block (its id made valid, arguments that are no
 /// object, cut short by the output limit, an empty input), usage with cache reads and writes.
 pub fn write_answer(answer: &Answer<'_>) -> Vec<u8> {
     let mut out = Out::with_capacity(512);
     out.raw(r#"{"id":"#).raw(answer.id.unwrap_or(EMPTY));
     out.raw(r#""type":"message","role":"assistant","model":"#);
     out.raw(answer.model.unwrap_or(EMPTY)).raw(r#""content":["#);
+    for output in &answer.output {
+        if let Output::Thinking(t) = output {
+            write_part(&mut out, &Part::Thinking(*t));
+        }
+    }
     let (texts, _) = chat::joined(answer);
     if texts.len() > 2 {
         out.raw(r#"{"type":"text","text":"#).raw(&texts).close();
@@ -338,6 +365,8 @@ pub struct Encoder {
     open: Option<(u64, u64)>,
     /// How many blocks were started (the next one's index).
     blocks: u64,
+    /// The open thinking block's signature prefix: [`OPENAI_SIGNED`], its item id and `:`.
+    signed: Vec<u8>,
     stop: Option<Stop>,
     usage: Usage,
     /// `message_stop` was written: the caller's stream is complete.
@@ -354,12 +383,31 @@ impl Encoder {
         }
         match e {
             Event::Start { id, model } => self.start(id, model, out),
-            // No provider of another dialect gives Anthropic's signatures.
-            Event::BlockStart {
-                block: Block::Thinking { .. },
-                ..
+            Event::Thinking {
+                index,
+                text,
+                signature,
+            } => {
+                if let Some((_, block)) = self.open.filter(|(i, _)| *i == index) {
+                    let (kind, signed): (&[u8], &[u8]) = match signature {
+                        true => (br#"signature_delta","signature":""#, &self.signed),
+                        false => (br#"thinking_delta","thinking":""#, b""),
+                    };
+                    event(
+                        out,
+                        b"content_block_delta",
+                        &[
+                            br#"{"type":"content_block_delta","index":"#,
+                            Digits::of(block).get(),
+                            br#","delta":{"type":""#,
+                            kind,
+                            signed,
+                            RawStr(text).inner(),
+                            b"\"}}",
+                        ],
+                    );
+                }
             }
-            | Event::Thinking { .. } => {}
             Event::BlockStart { index, block } => {
                 self.block_start(index, block, out);
             }
@@ -441,16 +489,8 @@ impl Encoder {
         self.blocks += 1;
         self.open = Some((index, block));
         let at = Digits::of(block);
-        match kind {
-            Block::Text => event(
-                out,
-                b"content_block_start",
-                &[
-                    br#"{"type":"content_block_start","index":"#,
-                    at.get(),
-                    br#","content_block":{"type":"text","text":""}}"#,
-                ],
-            ),
+        let content: &[u8] = match kind {
+            Block::Text => br#"{"type":"text","text":""}}"#,
             Block::ToolCall { id, name } => {
                 let mut data = Vec::with_capacity(id.len() + name.len() + 112);
                 put(
@@ -471,9 +511,28 @@ impl Encoder {
                     ],
                 );
                 event(out, b"content_block_start", &[&data]);
+                return block;
             }
-            Block::Thinking { .. } => {}
-        }
+            // Only OpenAI's reasoning reaches here (Anthropic's is the same API).
+            Block::Thinking { item, .. } => {
+                self.signed.clear();
+                put(
+                    &mut self.signed,
+                    &[OPENAI_SIGNED.as_bytes(), RawStr(item).inner(), b":"],
+                );
+                br#"{"type":"thinking","thinking":"","signature":""}}"#
+            }
+        };
+        event(
+            out,
+            b"content_block_start",
+            &[
+                br#"{"type":"content_block_start","index":"#,
+                at.get(),
+                br#","content_block":"#,
+                content,
+            ],
+        );
         block
     }
 

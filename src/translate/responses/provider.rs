@@ -9,9 +9,10 @@ use std::borrow::Cow;
 
 use crate::translate::common::Sampling;
 use crate::translate::json::{self, number, pick, Obj, Out, RawStr, EMPTY};
-use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Usage};
+use crate::translate::model::{contents, Thinking, Usage};
+use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
 use crate::translate::sse::{self, Reader};
-use crate::translate::{field, gemini, RequestContext, Untranslatable};
+use crate::translate::{field, gemini, Api, RequestContext, Untranslatable};
 
 /// The conversation as Responses writes it: system parts joined as `instructions`, the rest as
 /// `input` items (one `message` per run of a role's text and images, each function call and
@@ -43,7 +44,12 @@ impl Conversation {
     #[inline(never)]
     pub fn push(&mut self, role: Role, part: &Part<'_>) {
         match part {
-            // Anthropic's reasoning: OpenAI cannot read it.
+            // OpenAI's reasoning again (id, summary, encrypted content); Anthropic's, which
+            // OpenAI cannot read, is dropped.
+            Part::Thinking(t) if t.goes_to() == Api::OpenAiResponses => {
+                self.close();
+                super::reasoning_item(&mut self.input.raw("").0, b"", t);
+            }
             Part::Thinking(_) => {}
             Part::Text(text) if role == Role::System => {
                 if !self.instructions.is_empty() {
@@ -181,6 +187,11 @@ pub fn request(
         out.key("user").raw(user);
     }
     out.key("store").bool(false);
+    if req.thinking {
+        // Its reasoning, shown and sent back without state at OpenAI (docs/translation.md
+        // "Reasoning").
+        out.raw(r#""reasoning":{"summary":"auto"},"include":["reasoning.encrypted_content"]"#);
+    }
     if let Some(stream) = req.stream {
         out.key("stream").bool(stream);
     }
@@ -212,8 +223,8 @@ fn stop(response: &[u8], called: bool) -> Stop {
 }
 
 /// A Responses answer read into the model (`None`: not a Response): its message items' text
-/// (`output_text` and `refusal` parts), its `function_call` items; reasoning and built-in tool
-/// items are dropped.
+/// (`output_text` and `refusal` parts), its `function_call` items, its reasoning items with
+/// their encrypted content ([`reasoning`]); built-in tool items are dropped.
 pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
     let response = Obj::parse_bytes(body)?;
     let items = response.arr("output")?;
@@ -240,6 +251,18 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
                 name: item.raw_str("name").unwrap_or(EMPTY),
                 arguments: Cow::Borrowed(item.raw_str("arguments").unwrap_or(EMPTY)),
             }),
+            Some("reasoning") => {
+                if let (Some(id), Some(signature)) =
+                    (item.raw_str("id"), item.raw_str("encrypted_content"))
+                {
+                    output.push(Output::Thinking(Thinking {
+                        text: super::summary(&item),
+                        signature: contents(signature),
+                        redacted: false,
+                        item: contents(id),
+                    }));
+                }
+            }
             _ => {}
         }
     }
@@ -255,6 +278,19 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
         stop,
         usage: usage_of(response.get("usage").unwrap_or_default().as_bytes()),
     })
+}
+
+/// A reasoning item as the model's thinking, when it carries its encrypted content (asked with
+/// `include`): without it a request with `store: false` cannot send it back, and it is dropped.
+/// Its `id`, `encrypted_content` and first summary text (JSON strings; `""` for no text).
+fn reasoning(item: &[u8]) -> Option<[&[u8]; 3]> {
+    let mut found = pick(item, [b"id", b"encrypted_content", b"summary"]);
+    // The first part's (`pick` reads the first object after the bracket).
+    let [first] = pick(found[2].get(1..).unwrap_or_default(), [b"text"]);
+    found[2] = Some(first)
+        .filter(|t| t.starts_with(b"\""))
+        .unwrap_or(EMPTY.as_bytes());
+    (RawStr::of(found[0]).is_some() && RawStr::of(found[1]).is_some()).then_some(found)
 }
 
 /// A Responses event stream (`event: <type>` and `data: {"type": ...}`) read into the
@@ -348,6 +384,24 @@ impl State {
                 }
             }
             b"response.output_item.done" => {
+                // A reasoning item (the one kind with encrypted content) is one thinking
+                // block: its encrypted content comes only here.
+                if let Some([id, signature, summary]) = reasoning(item) {
+                    let block = Block::Thinking {
+                        redacted: b"",
+                        item: id,
+                    };
+                    on(Event::BlockStart { index, block });
+                    // Its summary's text, then its signature.
+                    for (text, signature) in [(summary, false), (signature, true)] {
+                        on(Event::Thinking {
+                            index,
+                            text,
+                            signature,
+                        });
+                    }
+                    return on(Event::BlockStop { index });
+                }
                 if let Some((open, true, false)) = self.open.filter(|o| o.0 == index) {
                     // A call whose arguments came whole, in its last event only.
                     let [arguments] = pick(item, [b"arguments"]);

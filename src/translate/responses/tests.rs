@@ -514,3 +514,54 @@ fn a_gathered_thinking_stream_is_the_answer_with_its_reasoning_items() {
     assert_eq!(whole["output"], last["response"]["output"]);
     assert_eq!(whole["output"][0]["type"], "reasoning");
 }
+
+#[test]
+fn openai_reasoning_gathered_is_the_answers_thinking_and_keeps_its_id() {
+    // A Responses provider's stream gathered for a Messages caller gives the thinking block
+    // its JSON answer gives; for a Responses caller, OpenAI's own item (its id, its encrypted
+    // content without a prefix of ours).
+    let stream = fixture("messages-to-responses/thinking-stream/stream.sse");
+    let gather = |caller| {
+        let body = translate::assemble::stream_to_answer(
+            Api::OpenAiResponses,
+            caller,
+            &[stream.as_bytes()],
+            1,
+        )
+        .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    };
+    let answer = fixture("messages-to-responses/thinking-answer/answer.out.json");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let thinking = &gather(Api::AnthropicMessages)["content"][0];
+    assert_eq!(thinking, &answer["content"][0]);
+    let rs = "rs_68af4030baa48193b0b43b4c2a176a1a05438e46b5f69a3b";
+    assert_eq!(
+        gather(Api::OpenAiResponses)["output"][0],
+        serde_json::json!({"id": rs, "type": "reasoning", "summary": [{"type": "summary_text",
+            "text": "**Finding the weather**\n\nThe user asks about \"Paris\"."}],
+            "encrypted_content": "gAAAAABor0Aw1YF2+kM9xvQ=="})
+    );
+    // The rule in one place: each provider dialect writes only its own vendor's reasoning.
+    let thinking = |item| crate::translate::model::Thinking {
+        text: "\"t\"",
+        signature: "S",
+        redacted: false,
+        item,
+    };
+    assert_eq!(thinking("").goes_to(), Api::AnthropicMessages);
+    assert_eq!(thinking("rs_1").goes_to(), Api::OpenAiResponses);
+    let mut claude = messages::Conversation::with_capacity(64);
+    claude.push(Role::Assistant, &Part::Thinking(thinking("rs_1")));
+    let cx = RequestContext {
+        model: "m",
+        default_max_tokens: 1,
+        stream: false,
+    };
+    let claude = messages::request(claude, &Request::default(), &cx);
+    assert!(!String::from_utf8(claude).unwrap().contains("thinking"));
+    let mut openai = provider::Conversation::with_capacity(64);
+    openai.push(Role::Assistant, &Part::Thinking(thinking("")));
+    let openai = provider::request(openai, &Request::default(), &cx).unwrap();
+    assert!(!String::from_utf8(openai).unwrap().contains("reasoning"));
+}
