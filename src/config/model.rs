@@ -174,7 +174,7 @@ pub struct Chain {
     /// Only entries of the request's first entry's residency (docs/behaviour.md 2.4).
     pub same_residency: bool,
     /// An entry is on a Gemini-native provider, whose tool calls reach the caller with their
-    /// `thoughtSignature` in the id (`translate::gemini::SIGNATURE`): a same-API attempt to
+    /// `thoughtSignature` in the id (`translate::common::SIGNATURE`): a same-API attempt to
     /// another provider sends them without it (`attempt::request::WholeEdit::unsign`).
     pub signs_calls: bool,
 }

@@ -8,7 +8,7 @@
 //! `gemini::write_answer`).
 
 use super::model::{Answer, Block, Event, Output, Stop, Thinking, Usage};
-use super::Api;
+use super::{json, Api};
 use std::borrow::Cow;
 
 /// One block of the answer: text, or a function call with its id, name and arguments, each a
@@ -42,13 +42,9 @@ pub struct Collected {
     pub error: bool,
 }
 
-/// The contents of a JSON string written `"..."` (escapes kept, so pieces concatenate).
-pub(crate) fn inner(json_string: &[u8]) -> &str {
-    let contents = json_string
-        .strip_prefix(b"\"")
-        .and_then(|s| s.strip_suffix(b"\""))
-        .unwrap_or_default();
-    std::str::from_utf8(contents).unwrap_or_default()
+/// The contents of a JSON string written `"..."` ([`json::contents`]), from an event's bytes.
+fn inner(json_string: &[u8]) -> &str {
+    json::contents(std::str::from_utf8(json_string).unwrap_or_default())
 }
 
 /// A JSON string opened with `contents` (closed by [`Collected::answer`]).
@@ -166,7 +162,7 @@ impl Collected {
                         text: id,
                         signature: inner(name.as_bytes()),
                         redacted: *redacted,
-                        item: super::model::contents(arguments),
+                        item: json::contents(arguments),
                     }),
                     Piece::Call {
                         id,

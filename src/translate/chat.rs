@@ -12,7 +12,7 @@ use super::common;
 use super::json::{self, elements, number, pick, Obj, Out, RawStr};
 use super::model::{Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool, Usage};
 use super::sse::{self, Reader};
-use super::{gemini, RequestContext};
+use super::RequestContext;
 
 /// The conversation as Chat writes it: one message per run of parts of one role, an
 /// assistant's text and tool calls in one message, each tool result its own `tool` message.
@@ -160,7 +160,7 @@ impl Conversation {
             Part::ToolCall { id, name, input } => {
                 self.open(Role::Assistant);
                 let calls = &mut self.calls;
-                calls.raw(r#"{"id":"#).str(gemini::unsigned(id));
+                calls.raw(r#"{"id":"#).str(common::unsigned(id));
                 calls
                     .raw(r#""type":"function","function":{"name":"#)
                     .raw(name);
@@ -177,7 +177,7 @@ impl Conversation {
                     out.raw(r#"{"role":"tool""#);
                 } else {
                     out.raw(r#"{"role":"tool","tool_call_id":"#)
-                        .str(gemini::unsigned(id));
+                        .str(common::unsigned(id));
                 }
                 out.key("content");
                 match (content.as_slice(), blocks) {
@@ -196,7 +196,7 @@ impl Conversation {
                     }
                 }
                 if self.compact {
-                    out.key("tool_call_id").str(gemini::unsigned(id));
+                    out.key("tool_call_id").str(common::unsigned(id));
                 }
                 out.close();
             }

@@ -1,10 +1,12 @@
-//! What the dialects share: the sampling members, tool ids valid on both sides, error types
-//! by status, error bodies in each API's shape, and data URIs.
+//! What the dialects share: the sampling members, tool ids valid on both sides (and the Gemini
+//! signature some carry), what every provider takes of images and tool inputs, error types by
+//! status, error bodies in each API's shape, and data URIs.
 
 use std::borrow::Cow;
 
 use super::json::{Obj, Out};
 use super::model::Request;
+use super::Untranslatable;
 
 /// How a provider dialect names the sampling members it takes (`None`: it has no such member).
 pub struct Sampling {
@@ -63,6 +65,55 @@ pub fn tool_id(id: &str) -> Cow<'_, str> {
             })
             .collect(),
     )
+}
+
+/// What separates a tool call's id from the `thoughtSignature` it carries (the convention
+/// LiteLLM uses too): `call_1__thought__Ci4B...`.
+pub const SIGNATURE: &str = "__thought__";
+
+/// A tool call id without the signature it carries after [`SIGNATURE`] (Gemini's
+/// `thoughtSignature`, docs/translation.md "Thought signatures"): the id other vendors
+/// get (OpenAI takes at most 40 characters in Chat's ids, 64 in Responses', Anthropic 64), the
+/// same on a call and on its result.
+#[inline(never)]
+pub fn unsigned(id: &str) -> &str {
+    id.split_once(SIGNATURE).map_or(id, |(id, _)| id)
+}
+
+/// The image types Messages takes.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// Whether Messages takes an image from this URL: a data URI of one of its types, or http(s).
+pub fn image(url: &str) -> Result<(), Untranslatable> {
+    let taken = match split_data_uri(url) {
+        Some((media_type, _)) => IMAGE_TYPES.contains(&media_type),
+        None => url.starts_with("https://") || url.starts_with("http://"),
+    };
+    if taken {
+        Ok(())
+    } else {
+        Err(Untranslatable::Field("image_url"))
+    }
+}
+
+/// A tool call id valid for Messages ([`tool_id`]), kept borrowed when it is.
+pub fn valid_id(id: Cow<'_, str>) -> Cow<'_, str> {
+    match tool_id(&id) {
+        Cow::Borrowed(_) => id,
+        Cow::Owned(valid) => Cow::Owned(valid),
+    }
+}
+
+/// OpenAI's `arguments` (JSON text) as Messages' `input` (an object): empty text is `{}`;
+/// anything but an object cannot be sent.
+pub fn tool_input(arguments: Cow<'_, str>) -> Result<Cow<'_, str>, Untranslatable> {
+    if arguments.trim().is_empty() {
+        return Ok(Cow::Borrowed("{}"));
+    }
+    if Obj::parse(&arguments).is_none() {
+        return Err(Untranslatable::Field("tool_calls.function.arguments"));
+    }
+    Ok(arguments)
 }
 
 /// Anthropic's `error.type` for a status (also the OpenAI `type` of an error whose provider

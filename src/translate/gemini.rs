@@ -17,23 +17,11 @@ use super::{field, messages, Untranslatable};
 #[cfg(test)]
 mod tests;
 
-/// What separates a tool call's id from the `thoughtSignature` it carries (the convention
-/// LiteLLM uses too): `call_1__thought__Ci4B...`.
-pub const SIGNATURE: &str = "__thought__";
-
-/// A tool call id without the signature it carries after [`SIGNATURE`]: the id other vendors
-/// get (OpenAI takes at most 40 characters in Chat's ids, 64 in Responses', Anthropic 64), the
-/// same on a call and on its result.
-#[inline(never)]
-pub fn unsigned(id: &str) -> &str {
-    id.split_once(SIGNATURE).map_or(id, |(id, _)| id)
-}
-
 /// The body of a same-API attempt (a Chat, Messages or Responses request to a provider that is
-/// not Gemini's) with its tool call ids unsigned ([`unsigned`]): every string value of an `id`,
-/// `call_id`, `tool_call_id` or `tool_use_id` member that carries a [`SIGNATURE`] loses it
+/// not Gemini's) with its tool call ids unsigned ([`common::unsigned`]): every string value of an `id`,
+/// `call_id`, `tool_call_id` or `tool_use_id` member that carries a [`common::SIGNATURE`] loses it
 /// (the call and its result alike, wherever they are); every other byte is copied. `None`
-/// when the body carries none (one search for [`SIGNATURE`] decides, without a walk). The
+/// when the body carries none (one search for [`common::SIGNATURE`] decides, without a walk). The
 /// body is JSON already checked (`rewrite::scan_top_level`): the walk only steps over strings.
 #[inline(never)]
 pub fn unsign_ids(body: &[u8]) -> Option<Vec<u8>> {
@@ -75,9 +63,9 @@ pub fn unsign_ids(body: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Where [`SIGNATURE`] is in `text`, if it is.
+/// Where [`common::SIGNATURE`] is in `text`, if it is.
 fn signed(text: &[u8]) -> Option<usize> {
-    crate::dialects::find(text, SIGNATURE.as_bytes())
+    crate::dialects::find(text, common::SIGNATURE.as_bytes())
 }
 
 /// The `thoughtSignature` Google documents for a call Gemini did not make (another vendor's,
@@ -175,7 +163,7 @@ impl<'a> Conversation<'a> {
                 out.key("args").raw(input.trim()).close();
                 // The signature Gemini gave the call, in the id it gave the caller; a step's
                 // first call without one (another vendor's) may need Google's placeholder.
-                match id.split_once(SIGNATURE) {
+                match id.split_once(common::SIGNATURE) {
                     Some((_, signature)) => {
                         out.key("thoughtSignature").str(signature);
                     }
@@ -483,7 +471,7 @@ impl State {
     /// A function call (whole in one part): a block of its own. Gemini's calls have no id
     /// unless it gives one: one is made of the answer's id and the call's number. The part's
     /// `thoughtSignature` (Gemini 3 wants it back with the call) travels in the id the caller
-    /// gets, after [`SIGNATURE`], in base64url (valid in every dialect's ids; Google's JSON
+    /// gets, after [`common::SIGNATURE`], in base64url (valid in every dialect's ids; Google's JSON
     /// parser takes base64url for bytes).
     #[inline(never)]
     fn call(
@@ -511,7 +499,7 @@ impl State {
                     }
                 }
                 if !signature.is_empty() {
-                    made.extend_from_slice(SIGNATURE.as_bytes());
+                    made.extend_from_slice(common::SIGNATURE.as_bytes());
                     made.extend(signature.iter().filter(|&&b| b != b'=').map(|&b| match b {
                         b'+' => b'-',
                         b'/' => b'_',

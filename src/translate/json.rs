@@ -331,6 +331,15 @@ pub fn arr(raw: Raw<'_>) -> Option<Vec<Raw<'_>>> {
 /// The empty string as written.
 pub const EMPTY: &str = "\"\"";
 
+/// A JSON string's contents, between its quotes, escapes as written (so pieces concatenate);
+/// `""` for anything else.
+pub fn contents(json_string: &str) -> &str {
+    let inside = json_string
+        .strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'));
+    inside.unwrap_or_default()
+}
+
 /// A JSON string exactly as written, quotes included (`"Hi \"you\""`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawStr<'a>(pub &'a [u8]);

@@ -15,42 +15,6 @@ use super::model::{Answer, Block, Event, Output, Part, Request, Role, Stop, Thin
 use super::sse::{self, Reader};
 use super::{RequestContext, Untranslatable};
 
-/// The image types Messages takes.
-const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
-
-/// Whether Messages takes an image from this URL: a data URI of one of its types, or http(s).
-pub fn image(url: &str) -> Result<(), Untranslatable> {
-    let taken = match common::split_data_uri(url) {
-        Some((media_type, _)) => IMAGE_TYPES.contains(&media_type),
-        None => url.starts_with("https://") || url.starts_with("http://"),
-    };
-    if taken {
-        Ok(())
-    } else {
-        Err(Untranslatable::Field("image_url"))
-    }
-}
-
-/// A tool call id valid for Messages ([`common::tool_id`]), kept borrowed when it is.
-pub fn valid_id(id: Cow<'_, str>) -> Cow<'_, str> {
-    match common::tool_id(&id) {
-        Cow::Borrowed(_) => id,
-        Cow::Owned(valid) => Cow::Owned(valid),
-    }
-}
-
-/// OpenAI's `arguments` (JSON text) as Messages' `input` (an object): empty text is `{}`;
-/// anything but an object cannot be sent.
-pub(crate) fn tool_input(arguments: Cow<'_, str>) -> Result<Cow<'_, str>, Untranslatable> {
-    if arguments.trim().is_empty() {
-        return Ok(Cow::Borrowed("{}"));
-    }
-    if Obj::parse(&arguments).is_none() {
-        return Err(Untranslatable::Field("tool_calls.function.arguments"));
-    }
-    Ok(arguments)
-}
-
 /// The conversation as Messages writes it: the `system` blocks, and the turns (consecutive
 /// parts of one role make one turn).
 pub struct Conversation {
@@ -188,7 +152,7 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
         },
         Part::ToolCall { id, name, input } => {
             out.raw(r#"{"type":"tool_use","id":"#)
-                .str(super::gemini::unsigned(id));
+                .str(common::unsigned(id));
             out.key("name").raw(name).key("input").raw(input.trim());
         }
         Part::ToolResult {
@@ -197,7 +161,7 @@ fn write_part(out: &mut Out, part: &Part<'_>) {
             blocks,
         } => {
             out.raw(r#"{"type":"tool_result","tool_use_id":"#)
-                .str(super::gemini::unsigned(id));
+                .str(common::unsigned(id));
             match (content.as_slice(), blocks) {
                 ([], _) => {}
                 ([text], false) => {
@@ -259,7 +223,7 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
                 };
                 output.push(Output::Thinking(Thinking {
                     text: text.unwrap_or(json::EMPTY),
-                    signature: super::assemble::inner(signature.unwrap_or_default().as_bytes()),
+                    signature: json::contents(signature.unwrap_or_default()),
                     redacted,
                     item: "",
                 }));

@@ -68,14 +68,6 @@ pub struct Thinking<'a> {
 /// `llm-failover:openai:<item id>:<encrypted_content>` (docs/translation.md "Reasoning").
 pub const OPENAI_SIGNED: &str = "llm-failover:openai:";
 
-/// A JSON string's contents (between its quotes; `""` for anything else).
-pub fn contents(json_string: &str) -> &str {
-    let inside = json_string
-        .strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'));
-    inside.unwrap_or_default()
-}
-
 impl Thinking<'_> {
     /// The one provider dialect this reasoning goes back to, the one rule for every pair:
     /// Anthropic's thinking to Messages providers (Anthropic, Bedrock, Vertex AI), OpenAI's
@@ -175,6 +167,24 @@ pub struct Answer<'a> {
     pub output: Vec<Output<'a>>,
     pub stop: Stop,
     pub usage: Usage,
+}
+
+impl Answer<'_> {
+    /// The answer's texts as one JSON string (pieces joined as written: escapes stay whole),
+    /// and whether it has tool calls.
+    pub fn joined(&self) -> (String, bool) {
+        let mut texts = String::from("\"");
+        let mut calls = false;
+        for output in &self.output {
+            match output {
+                Output::Text(text) => texts.push_str(super::json::contents(text)),
+                Output::ToolCall { .. } => calls = true,
+                Output::Thinking(_) => {}
+            }
+        }
+        texts.push('"');
+        (texts, calls)
+    }
 }
 
 /// One piece of an answer's output.

@@ -4,8 +4,8 @@
 //! typed events ([`Encoder`]). Its errors are OpenAI's (`{"error": {...}}`).
 //! docs/translation.md has the field table.
 
+use super::common;
 use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
-use super::messages;
 use super::model::{
     Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool, Usage,
 };
@@ -135,15 +135,15 @@ fn item<'a>(item: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()>
             push(
                 Role::Assistant,
                 Part::ToolCall {
-                    id: messages::valid_id(item.str("call_id").ok_or(field("input.call_id"))?),
+                    id: common::valid_id(item.str("call_id").ok_or(field("input.call_id"))?),
                     name: item.raw_str("name").ok_or(field("input.name"))?,
-                    input: messages::tool_input(arguments)?,
+                    input: common::tool_input(arguments)?,
                 },
             );
             Ok(())
         }
         Some("function_call_output") => {
-            let id = messages::valid_id(item.str("call_id").ok_or(field("input.call_id"))?);
+            let id = common::valid_id(item.str("call_id").ok_or(field("input.call_id"))?);
             let output = item.get("output").ok_or(field("input.output"))?;
             let (content, blocks) = match json::raw_str(output) {
                 Some(text) => (
@@ -275,7 +275,7 @@ fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()>
                     return Err(field("file_id"));
                 }
                 let url = p.str("image_url").ok_or(field("input_image"))?;
-                messages::image(&url)?;
+                common::image(&url)?;
                 Some(Part::Image(url))
             }
             (Some("input_file"), _) => return Err(field("input_file")),

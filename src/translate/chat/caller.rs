@@ -21,10 +21,9 @@
 //! Usage: OpenAI's `prompt_tokens` counts every input token, cached or not
 //! (`prompt_tokens_details.cached_tokens` the ones read from the cache).
 
-use crate::translate::assemble;
 use crate::translate::common::{self, openai_error_body};
+use crate::translate::common::{image, tool_input, valid_id};
 use crate::translate::json::{self, pick, put, Digits, Obj, Out, Raw, RawStr, EMPTY};
-use crate::translate::messages::{image, tool_input, valid_id};
 use crate::translate::model::{
     Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Tool, Usage,
 };
@@ -300,7 +299,7 @@ pub fn write_answer(answer: &Answer<'_>, created: u64, logprobs: bool) -> Vec<u8
         .num(created);
     out.key("model").raw(answer.model.unwrap_or(EMPTY));
     out.raw(r#""choices":[{"index":0,"message":{"role":"assistant","content":"#);
-    let (texts, calls) = joined(answer);
+    let (texts, calls) = answer.joined();
     let refused = answer.stop == Stop::Refusal;
     let said = texts.len() > 2;
     if refused || (!said && calls) {
@@ -337,22 +336,6 @@ pub fn write_answer(answer: &Answer<'_>, created: u64, logprobs: bool) -> Vec<u8
     write_usage(&mut out, &answer.usage);
     out.close();
     out.0
-}
-
-/// The answer's texts as one JSON string (pieces joined as written: escapes stay whole), and
-/// whether it has tool calls.
-pub(crate) fn joined(answer: &Answer<'_>) -> (String, bool) {
-    let mut texts = String::from("\"");
-    let mut calls = false;
-    for output in &answer.output {
-        match output {
-            Output::Text(text) => texts.push_str(assemble::inner(text.as_bytes())),
-            Output::ToolCall { .. } => calls = true,
-            Output::Thinking(_) => {}
-        }
-    }
-    texts.push('"');
-    (texts, calls)
 }
 
 /// OpenAI's `usage` member. `cache_creation_input_tokens` is not OpenAI's (it reports no cache

@@ -180,17 +180,17 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> 
                     return Err(field("inlineData"));
                 };
                 let url = common::data_uri(&mime, &bytes);
-                messages::image(&url)?;
+                common::image(&url)?;
                 push(role, Part::Image(Cow::Owned(url)));
             } else if let Some(file) = p.obj("fileData") {
                 let url = (file.str("fileUri").or_else(|| file.str("file_uri")))
                     .ok_or(field("fileData"))?;
-                messages::image(&url)?;
+                common::image(&url)?;
                 push(role, Part::Image(url));
             } else if let Some(call) = p.obj("functionCall") {
                 let name = call.raw_str("name").ok_or(field("functionCall"))?;
                 let id = match call.str("id") {
-                    Some(id) => messages::valid_id(id),
+                    Some(id) => common::valid_id(id),
                     None => {
                         let mut id = String::from("call_");
                         id.push_str(
@@ -216,10 +216,10 @@ fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> 
             } else if let Some(result) = p.obj("functionResponse") {
                 let name = result.raw_str("name").ok_or(field("functionResponse"))?;
                 let id = match result.str("id") {
-                    Some(id) => messages::valid_id(id),
+                    Some(id) => common::valid_id(id),
                     None => match calls.iter().position(|(_, n)| *n == name) {
                         Some(at) => calls.remove(at).0,
-                        None => messages::valid_id(json::str(name).unwrap_or_default()),
+                        None => common::valid_id(json::str(name).unwrap_or_default()),
                     },
                 };
                 let response = result.get("response").unwrap_or("{}");

@@ -6,7 +6,7 @@
 use super::*;
 use crate::translate::json::{put, Digits, EMPTY};
 use crate::translate::model::{Choice, Tool};
-use crate::translate::{chat, field, Api};
+use crate::translate::{field, Api};
 
 type Checked<T> = Result<T, Untranslatable>;
 
@@ -194,7 +194,7 @@ fn turn<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<bool> 
 /// Anthropic only, as it is (the same API): no part here.
 #[inline(never)]
 fn openai_reasoning<'a>(block: &Obj<'a>) -> Option<Thinking<'a>> {
-    let signature = crate::translate::model::contents(block.raw_str("signature")?);
+    let signature = json::contents(block.raw_str("signature")?);
     let (item, signature) = signature.strip_prefix(OPENAI_SIGNED)?.split_once(':')?;
     Some(Thinking {
         text: block.raw_str("thinking").unwrap_or(EMPTY),
@@ -257,7 +257,7 @@ pub fn write_answer(answer: &Answer<'_>) -> Vec<u8> {
             write_part(&mut out, &Part::Thinking(*t));
         }
     }
-    let (texts, _) = chat::joined(answer);
+    let (texts, _) = answer.joined();
     if texts.len() > 2 {
         out.raw(r#"{"type":"text","text":"#).raw(&texts).close();
     }
@@ -270,7 +270,7 @@ pub fn write_answer(answer: &Answer<'_>) -> Vec<u8> {
         {
             let id = json::unescape(id).unwrap_or_default();
             let arguments = json::unescape(arguments).unwrap_or_default();
-            let input = tool_input(arguments).unwrap_or(Cow::Borrowed("{}"));
+            let input = common::tool_input(arguments).unwrap_or(Cow::Borrowed("{}"));
             out.raw(r#"{"type":"tool_use","id":"#)
                 .str(&common::tool_id(&id));
             out.key("name").raw(name).key("input").raw(input.trim());

@@ -7,12 +7,12 @@
 
 use std::borrow::Cow;
 
-use crate::translate::common::Sampling;
+use crate::translate::common::{self, Sampling};
 use crate::translate::json::{self, number, pick, Obj, Out, RawStr, EMPTY};
-use crate::translate::model::{contents, Thinking, Usage};
 use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
+use crate::translate::model::{Thinking, Usage};
 use crate::translate::sse::{self, Reader};
-use crate::translate::{field, gemini, Api, RequestContext, Untranslatable};
+use crate::translate::{field, Api, RequestContext, Untranslatable};
 
 /// The conversation as Responses writes it: system parts joined as `instructions`, the rest as
 /// `input` items (one `message` per run of a role's text and images, each function call and
@@ -76,7 +76,7 @@ impl Conversation {
                 self.close();
                 let out = &mut self.input;
                 out.raw(r#"{"type":"function_call","call_id":"#)
-                    .str(gemini::unsigned(id));
+                    .str(common::unsigned(id));
                 out.key("name").raw(name);
                 out.key("arguments").str(input.trim()).close();
             }
@@ -84,7 +84,7 @@ impl Conversation {
                 self.close();
                 let out = &mut self.input;
                 out.raw(r#"{"type":"function_call_output","call_id":"#)
-                    .str(gemini::unsigned(id));
+                    .str(common::unsigned(id));
                 out.key("output");
                 match content.as_slice() {
                     [] => {
@@ -257,9 +257,9 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
                 {
                     output.push(Output::Thinking(Thinking {
                         text: super::summary(&item),
-                        signature: contents(signature),
+                        signature: json::contents(signature),
                         redacted: false,
-                        item: contents(id),
+                        item: json::contents(id),
                     }));
                 }
             }

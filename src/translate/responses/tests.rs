@@ -4,7 +4,7 @@
 //! chunking by translate/fixtures.rs).
 
 use super::*;
-use crate::translate::{self, Api, RequestContext, StreamTranslator};
+use crate::translate::{self, messages, Api, RequestContext, StreamTranslator};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/translate/fixtures/");
 
