@@ -111,60 +111,98 @@ fn api_flag(api: Option<Api>) -> u8 {
 }
 
 fn push_entries(out: &mut String, entries: &[EntryId]) {
-    use std::fmt::Write;
     for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
+        let before = if i > 0 { b',' } else { 0 };
+        push_number(out, before, e.index() as u64, 10, 1);
+    }
+}
+
+/// `text` after `out` (one call: the record's many pieces are not each a copy of
+/// `push_str`'s code).
+#[inline(never)]
+fn push(out: &mut String, text: &str) {
+    out.push_str(text);
+}
+
+/// A one-byte piece: stored, not copied (a copy of unknown length is a `memory.copy`).
+#[inline(never)]
+fn push_char(out: &mut String, c: char) {
+    out.push(c);
+}
+
+/// `before` (an ASCII separator; 0: none) and `n` in base `radix` (10 or 16, lowercase), at
+/// least `width` digits: as `{}` and `{:0width$x}` write it. The record is written on every
+/// request: without the formatting machinery, each digit stored (no copy, no UTF-8 check).
+#[inline(never)]
+fn push_number(out: &mut String, before: u8, n: u64, radix: u64, width: usize) {
+    if before != 0 {
+        out.push(char::from(before));
+    }
+    // The value of the first digit's place (`place * radix` never passes `n`: no overflow).
+    let (mut place, mut digits) = (1u64, 1usize);
+    while place <= n / radix || digits < width {
+        place *= radix;
+        digits += 1;
+    }
+    loop {
+        let digit = b"0123456789abcdef".get((n / place % radix) as usize);
+        out.push(char::from(digit.copied().unwrap_or(b'0')));
+        if place <= 1 {
+            return;
         }
-        let _ = write!(out, "{e}");
+        place /= radix;
     }
 }
 
 impl PlanRecord<'_> {
     /// The record's text: one allocation, sized up front.
     pub fn encode(&self) -> String {
-        use std::fmt::Write;
         let mut out = String::with_capacity(
             80 + 4 * self.slots.len() + self.path.len() + self.authority.len() + self.model.len(),
         );
-        let _ = write!(
-            out,
-            "{PLAN_VERSION}\n{:016x}\n{}\n{}\n{}\n{:x}\n",
-            self.config,
-            self.chain,
-            self.start_ms,
-            self.body_len,
-            u8::from(self.log_started)
-                | u8::from(self.stream) << 1
-                | api_flag(self.caller_api)
-                | if self.gather { GATHER } else { 0 }
-                | if self.ask_usage { ASK_USAGE } else { 0 }
-                | if self.stream_options {
-                    STREAM_OPTIONS
-                } else {
-                    0
-                }
-        );
+        let flags = u8::from(self.log_started)
+            | u8::from(self.stream) << 1
+            | api_flag(self.caller_api)
+            | if self.gather { GATHER } else { 0 }
+            | if self.ask_usage { ASK_USAGE } else { 0 }
+            | if self.stream_options {
+                STREAM_OPTIONS
+            } else {
+                0
+            };
+        push(&mut out, PLAN_VERSION);
+        for (n, radix, width) in [
+            (self.config, 16, 16),
+            (self.chain.index() as u64, 10, 1),
+            (self.start_ms, 10, 1),
+            (self.body_len, 10, 1),
+            (u64::from(flags), 16, 1),
+        ] {
+            push_number(&mut out, b'\n', n, radix, width);
+        }
+        push_char(&mut out, '\n');
         for (i, s) in self.slots.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{}", s.entry);
+            let before = if i > 0 { b',' } else { 0 };
+            push_number(&mut out, before, s.entry.index() as u64, 10, 1);
             if s.pristine {
-                out.push('p');
+                push_char(&mut out, 'p');
             }
             if s.probe {
-                out.push('q');
+                push_char(&mut out, 'q');
             }
         }
-        out.push('\n');
+        push_char(&mut out, '\n');
         if self.limit != 0 || !self.context_window.is_empty() || !self.content_policy.is_empty() {
-            let _ = write!(out, "{};", self.limit);
+            push_number(&mut out, 0, u64::from(self.limit), 10, 1);
+            push_char(&mut out, ';');
             push_entries(&mut out, self.context_window);
-            out.push(';');
+            push_char(&mut out, ';');
             push_entries(&mut out, self.content_policy);
         }
-        let _ = write!(out, "\n{}\n{}\n{}", self.path, self.authority, self.model);
+        for field in [self.path, self.authority, self.model] {
+            push_char(&mut out, '\n');
+            push(&mut out, field);
+        }
         out
     }
 }
@@ -243,7 +281,11 @@ impl PlanText {
         let mut at = 0usize;
         let mut line = |last: bool| -> Option<Range<usize>> {
             let rest = text.get(at..)?;
-            let len = if last { rest.len() } else { rest.find('\n')? };
+            let len = if last {
+                rest.len()
+            } else {
+                rest.bytes().position(|b| b == b'\n')?
+            };
             let range = at..at + len;
             at += len + 1;
             Some(range)
@@ -608,6 +650,77 @@ mod tests {
         assert_eq!(PlanText::decode(text.replace("\n255\n", "\n256\n")), None);
         assert_eq!(PlanText::decode(text.replace("0q,17", "0q,256")), None);
         assert_eq!(PlanText::decode(text.replace("5;4,5;", "5;4,256;")), None);
+    }
+
+    /// The record is written as `write!` with the version 1 format wrote it, whatever its
+    /// numbers (hex with leading zeros, the widest values, every flag byte).
+    #[test]
+    fn the_record_is_written_as_the_format_string_wrote_it() {
+        let slots = [slot(0, false, false), slot(255, true, true)];
+        for (config, start_ms, body_len) in [
+            (0, 0, 0),
+            (1, 9, 10),
+            (0xf, 99, 100),
+            (0x10, 1_700_000_000_123, 42),
+            (0x0123_4567_89ab_cdef, u64::MAX / 10, u64::MAX),
+            (u64::MAX, u64::MAX, 1),
+        ] {
+            for flags in 0..=255u8 {
+                let record = PlanRecord {
+                    config,
+                    chain: 255.into(),
+                    start_ms,
+                    body_len,
+                    log_started: flags & 1 != 0,
+                    stream: flags & 2 != 0,
+                    caller_api: [
+                        None,
+                        Some(Api::OpenAiChat),
+                        Some(Api::AnthropicMessages),
+                        Some(Api::OpenAiResponses),
+                        Some(Api::Gemini),
+                    ][usize::from(flags >> 2) % 5],
+                    gather: flags & 16 != 0,
+                    ask_usage: flags & 64 != 0,
+                    stream_options: flags & 128 != 0,
+                    slots: &slots,
+                    limit: flags,
+                    context_window: if flags & 8 != 0 {
+                        &[4.into(), 5.into()]
+                    } else {
+                        &[]
+                    },
+                    content_policy: &[7.into()],
+                    path: "/v1/chat",
+                    authority: "gw",
+                    model: "m",
+                };
+                let bits = u8::from(record.log_started)
+                    | u8::from(record.stream) << 1
+                    | api_flag(record.caller_api)
+                    | if record.gather { GATHER } else { 0 }
+                    | if record.ask_usage { ASK_USAGE } else { 0 }
+                    | if record.stream_options {
+                        STREAM_OPTIONS
+                    } else {
+                        0
+                    };
+                let entries = |list: &[EntryId]| {
+                    list.iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                let want = format!(
+                    "{PLAN_VERSION}\n{config:016x}\n{}\n{start_ms}\n{body_len}\n{bits:x}\n0,255pq\n{};{};{}\n/v1/chat\ngw\nm",
+                    record.chain,
+                    record.limit,
+                    entries(record.context_window),
+                    entries(record.content_policy),
+                );
+                assert_eq!(record.encode(), want);
+            }
+        }
     }
 
     #[test]

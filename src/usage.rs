@@ -110,7 +110,11 @@ pub enum Dialect {
 impl Dialect {
     /// The dialect of an answer to an untranslated request on `path`.
     pub fn of_path(path: &str) -> Dialect {
-        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        let path = path
+            .bytes()
+            .position(|b| b == b'?')
+            .and_then(|end| path.get(..end))
+            .unwrap_or(path);
         if path.ends_with("/messages") {
             Dialect::AnthropicMessages
         } else if path.ends_with("/responses") {
