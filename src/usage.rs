@@ -700,13 +700,9 @@ pub(crate) fn find_pair(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
 #[inline(never)]
 pub(crate) fn rfind_byte(byte: u8, hay: &[u8]) -> Option<usize> {
     let pattern = ONES * u64::from(byte);
-    let mut words = hay.rchunks_exact(8);
     let mut end = hay.len();
-    for chunk in words.by_ref() {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word) ^ pattern;
-        if w.wrapping_sub(ONES) & !w & HIGHS != 0 {
+    for chunk in hay.rchunks_exact(8) {
+        if zeros(word(chunk) ^ pattern) != 0 {
             break;
         }
         end -= 8;
@@ -719,13 +715,9 @@ pub(crate) fn rfind_byte(byte: u8, hay: &[u8]) -> Option<usize> {
 #[inline(never)]
 pub(crate) fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
     let pattern = ONES * u64::from(byte);
-    let mut words = hay.chunks_exact(8);
     let mut offset = 0;
-    for chunk in words.by_ref() {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word) ^ pattern;
-        if w.wrapping_sub(ONES) & !w & HIGHS != 0 {
+    for chunk in hay.chunks_exact(8) {
+        if zeros(word(chunk) ^ pattern) != 0 {
             break;
         }
         offset += 8;
