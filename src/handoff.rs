@@ -155,12 +155,9 @@ fn push_number(out: &mut String, before: u8, n: u64, radix: u64, width: usize) {
 }
 
 impl PlanRecord<'_> {
-    /// The record's text: one allocation, sized up front.
-    pub fn encode(&self) -> String {
-        let mut out = String::with_capacity(
-            80 + 4 * self.slots.len() + self.path.len() + self.authority.len() + self.model.len(),
-        );
-        let flags = u8::from(self.log_started)
+    /// The record's flag byte (its sixth line, in hex).
+    fn flags(&self) -> u8 {
+        u8::from(self.log_started)
             | u8::from(self.stream) << 1
             | api_flag(self.caller_api)
             | if self.gather { GATHER } else { 0 }
@@ -169,7 +166,15 @@ impl PlanRecord<'_> {
                 STREAM_OPTIONS
             } else {
                 0
-            };
+            }
+    }
+
+    /// The record's text: one allocation, sized up front.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(
+            80 + 4 * self.slots.len() + self.path.len() + self.authority.len() + self.model.len(),
+        );
+        let flags = self.flags();
         push(&mut out, PLAN_VERSION);
         for (n, radix, width) in [
             (self.config, 16, 16),
@@ -695,16 +700,7 @@ mod tests {
                     authority: "gw",
                     model: "m",
                 };
-                let bits = u8::from(record.log_started)
-                    | u8::from(record.stream) << 1
-                    | api_flag(record.caller_api)
-                    | if record.gather { GATHER } else { 0 }
-                    | if record.ask_usage { ASK_USAGE } else { 0 }
-                    | if record.stream_options {
-                        STREAM_OPTIONS
-                    } else {
-                        0
-                    };
+                let bits = record.flags();
                 let entries = |list: &[EntryId]| {
                     list.iter()
                         .map(|e| e.to_string())
