@@ -16,6 +16,7 @@
 //! Every table was written from the provider's documented (or widely reported) error bodies;
 //! the unit tests below hold each rule against such a body and against near misses.
 
+use crate::bytes::find;
 use crate::classify::{classify_status, Class};
 use crate::rewrite::{decoded_eq, unescape};
 use crate::translate::json;
@@ -376,27 +377,6 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Where `needle` first occurs in `haystack`.
-#[inline(never)]
-pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    let (&first, second, rest) = match needle {
-        [] => return Some(0),
-        [first] => return crate::usage::find_byte(*first, haystack),
-        [first, second, rest @ ..] => (first, *second, rest),
-    };
-    // Its first two bytes, eight places at a time (most needles are a quoted name: `"` alone
-    // is at every other member); then the rest of it there.
-    let mut from = 0;
-    while let Some(n) = crate::usage::find_pair(first, second, haystack.get(from..)?) {
-        let at = from + n;
-        if haystack.get(at + 2..at + needle.len()) == Some(rest) {
-            return Some(at);
-        }
-        from = at + 1;
-    }
-    None
-}
-
 /// Whether `needle` is in `haystack`, searched from its end (where a stream's final event
 /// is): its last byte, eight bytes at a time, then the rest of it there.
 #[inline(never)]
@@ -407,7 +387,7 @@ fn in_tail(haystack: &[u8], needle: &[u8]) -> bool {
     let mut end = haystack.len();
     while let Some(at) = haystack
         .get(..end)
-        .and_then(|h| crate::usage::rfind_byte(last, h))
+        .and_then(|h| crate::bytes::rfind_byte(last, h))
     {
         if at >= rest.len() && haystack.get(at - rest.len()..at) == Some(rest) {
             return true;

@@ -199,7 +199,7 @@ pub fn read_request<'b>(path: &str, body: &'b [u8]) -> Result<RequestBody<'b>, R
 /// A Gemini caller's path without its `key=` query parameter (the caller's key for the
 /// gateway, which no provider may see, behaviour.md 7); `None` when it has none.
 pub fn without_key(path: &str) -> Option<String> {
-    crate::usage::find_byte(b'?', path.as_bytes())?; // no query: one cheap test
+    crate::bytes::find_byte(b'?', path.as_bytes())?; // no query: one cheap test
     let (base, query) = path.split_once('?')?;
     if !query.split('&').any(|p| p.starts_with("key=")) || Api::of_path(base) != Some(Api::Gemini) {
         return None;

@@ -18,6 +18,7 @@ pub mod answer;
 pub mod attempt;
 pub mod attempt_log;
 pub mod budget;
+pub mod bytes;
 pub mod classify;
 pub mod config;
 pub mod destination;

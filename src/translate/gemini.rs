@@ -65,7 +65,7 @@ pub fn unsign_ids(body: &[u8]) -> Option<Vec<u8>> {
 
 /// Where [`common::SIGNATURE`] is in `text`, if it is.
 fn signed(text: &[u8]) -> Option<usize> {
-    crate::dialects::find(text, common::SIGNATURE.as_bytes())
+    crate::bytes::find(text, common::SIGNATURE.as_bytes())
 }
 
 /// The `thoughtSignature` Google documents for a call Gemini did not make (another vendor's,

@@ -10,7 +10,7 @@ type Checked<T> = Result<T, Untranslatable>;
 /// whether it asked for a stream (`:streamGenerateContent`); `None`: not Gemini's endpoint.
 pub fn path_model(path: &str) -> Option<(&str, bool)> {
     // No `:method` (every other API's path): one cheap test.
-    crate::usage::find_byte(b':', path.as_bytes())?;
+    crate::bytes::find_byte(b':', path.as_bytes())?;
     let path = path.split_once('?').map_or(path, |(p, _)| p);
     let (rest, method) = path.rsplit_once(':')?;
     let stream = match method {
