@@ -374,7 +374,7 @@ fn forces_a_tool(body: &[u8]) -> bool {
 /// block: a tool loop begun without thinking (by another vendor, or a caller's dialect that
 /// carries none back), which Anthropic refuses to continue with thinking ("Expected `thinking`
 /// or `redacted_thinking`, but found `tool_use`").
-fn calls_without_thinking(body: &[u8]) -> bool {
+pub(crate) fn calls_without_thinking(body: &[u8]) -> bool {
     let mut last = None;
     for m in json::elements(member(body, "messages").unwrap_or_default()) {
         let [role, content] = json::pick(m, [b"role", b"content"]);

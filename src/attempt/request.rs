@@ -29,9 +29,9 @@ pub enum BodyEdit {
 pub struct WholeEdit {
     /// Translated for the provider's API first (behaviour.md 13).
     pub translate: Option<TranslateEdit>,
-    /// Or, same API: its tool call ids sent without the Gemini signatures they may carry
-    /// (behaviour.md 13; `translate::gemini::unsign_ids`).
-    pub unsign: bool,
+    /// Or, same API: what another provider of the chain gave the caller that this one cannot
+    /// read, mended ([`Mend`]).
+    pub mend: Mend,
     /// The entry's model written in (same API; a translation writes its own).
     pub model: Option<String>,
     /// The entry's request settings, in the dialect the provider gets (behaviour.md 7).
@@ -39,6 +39,32 @@ pub struct WholeEdit {
     /// Then put in the provider's envelope (Bedrock, Vertex: the version field instead of
     /// `model`), with the caller's `anthropic-beta` flags for Bedrock ([`BodyEdit::with_kept`]).
     pub envelope: Option<(Envelope, Option<String>)>,
+}
+
+/// What a same-API attempt mends in its caller's body, decided per chain when the
+/// configuration loads ([`mend`]); each rule looks for its marker once and copies nothing when
+/// the body has none (behaviour.md 13).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mend {
+    /// Tool call ids sent without the Gemini signatures they may carry
+    /// (`translate::gemini::unsign_ids`).
+    pub unsign: bool,
+    /// The caller's dialect (Messages or Responses), whose reasoning blocks we wrapped for it
+    /// from the other vendor's are taken out (`translate::model::unwrap_reasoning`).
+    pub unwrap: Option<Api>,
+}
+
+impl Mend {
+    /// `body` mended, `None` when nothing in it needed mending.
+    pub fn apply(self, body: &[u8]) -> Option<Vec<u8>> {
+        let out = self
+            .unwrap
+            .and_then(|api| translate::model::unwrap_reasoning(body, api));
+        let ids = self
+            .unsign
+            .then(|| translate::gemini::unsign_ids(out.as_deref().unwrap_or(body)));
+        ids.flatten().or(out)
+    }
 }
 
 /// A request translated for its provider's API.
@@ -108,9 +134,7 @@ impl WholeEdit {
             })?;
             out = Some(translated);
         }
-        if self.unsign {
-            out = translate::gemini::unsign_ids(body).or(out);
-        }
+        out = self.mend.apply(body).or(out);
         if let Some(model) = &self.model {
             let base = out.as_deref().unwrap_or(body);
             let scan = rewrite::scan_top_level(base).ok();
@@ -184,11 +208,11 @@ pub fn request_edits<'a>(
     // A translated attempt to an envelope's provider: translated, then put in the envelope
     // (the upstream role does both in one pause).
     let settings = settings_edit(a).filter(|_| has_body);
-    let unsign = has_body && unsigns(a);
+    let mend = mend(a).filter(|_| has_body).unwrap_or_default();
     let whole = |w: WholeEdit| {
         BodyEdit::Whole(WholeEdit {
             settings,
-            unsign,
+            mend,
             ..w
         })
     };
@@ -212,10 +236,12 @@ pub fn request_edits<'a>(
             envelope: Some((envelope, None)),
             ..WholeEdit::default()
         }),
-        (_, _, model) if model.is_some() || settings.is_some() || unsign => whole(WholeEdit {
-            model: model.map(str::to_string),
-            ..WholeEdit::default()
-        }),
+        (_, _, model) if model.is_some() || settings.is_some() || mend != Mend::default() => {
+            whole(WholeEdit {
+                model: model.map(str::to_string),
+                ..WholeEdit::default()
+            })
+        }
         _ if later => BodyEdit::RestoreLength(a.plan.body_len),
         _ => BodyEdit::Keep,
     };
@@ -230,20 +256,24 @@ pub fn request_edits<'a>(
     }
 }
 
-/// Whether attempt `a` sends its caller's tool call ids without the Gemini signatures they
-/// may carry: a same-API attempt (a Chat, Messages or Responses caller's) to a provider that
-/// is not Gemini's, in a chain with a Gemini-native entry (the only ones that give a caller
-/// signed ids; decided when the configuration loads, `Chain::signs_calls`, so other chains'
-/// attempts never look). A Gemini-native provider takes the signatures back, and a
-/// translated request is written without them (behaviour.md 13).
-pub fn unsigns(a: &Attempt<'_, '_>) -> bool {
-    a.chain.signs_calls
-        && a.translation.is_none()
-        && a.provider.api != Some(Api::Gemini)
-        && matches!(
-            a.plan.caller_api,
-            Some(Api::OpenAiChat | Api::AnthropicMessages | Api::OpenAiResponses)
-        )
+/// What same-API attempt `a` mends in its caller's body (`None`: nothing; a translated
+/// request is written without either, behaviour.md 13). Only a chain that can give a caller
+/// such things looks (decided when the configuration loads):
+/// - a chain with a Gemini-native entry (`Chain::signs_calls`): a Chat, Messages or
+///   Responses caller's tool call ids go to a provider that is not Gemini's without their
+///   signatures (a Gemini-native provider takes them back);
+/// - a chain with Messages and Responses entries (`Chain::wraps_reasoning`): a Messages or
+///   Responses caller's reasoning we wrapped from the other vendor's goes to neither vendor
+///   as it is (each refuses a signature or encrypted content it did not make).
+pub fn mend(a: &Attempt<'_, '_>) -> Option<Mend> {
+    let caller = a.plan.caller_api.filter(|_| a.translation.is_none())?;
+    let mend = Mend {
+        unsign: a.chain.signs_calls && a.provider.api != Some(Api::Gemini) && caller != Api::Gemini,
+        unwrap: Some(caller).filter(|c| {
+            a.chain.wraps_reasoning && matches!(c, Api::AnthropicMessages | Api::OpenAiResponses)
+        }),
+    };
+    (mend != Mend::default()).then_some(mend)
 }
 
 /// The `:path` an attempt to `provider` goes out on, for a caller's request on `caller_path`

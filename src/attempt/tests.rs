@@ -765,9 +765,12 @@ fn a_same_api_attempt_in_a_chain_with_gemini_sends_its_tool_call_ids_unsigned() 
         .expect("decodes");
     // Same API to OpenAI: held whole, the ids sent unsigned (the text left alone).
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
-    assert!(first.translation.is_none() && request::unsigns(&first));
+    assert!(first.translation.is_none() && request::mend(&first).is_some_and(|m| m.unsign));
     let edit = WholeEdit {
-        unsign: true,
+        mend: request::Mend {
+            unsign: true,
+            unwrap: None,
+        },
         ..WholeEdit::default()
     };
     assert_eq!(
@@ -782,11 +785,11 @@ fn a_same_api_attempt_in_a_chain_with_gemini_sends_its_tool_call_ids_unsigned() 
     assert_eq!((plain.body, plain.len), (None, unsigned.len()));
     // To Gemini (translated): the signature goes back on its call.
     let second = resolve(&c, p.view(), 2).expect("attempt 2");
-    assert!(second.translation.is_some() && !request::unsigns(&second));
+    assert!(second.translation.is_some() && request::mend(&second).is_none());
     let BodyEdit::Whole(edit) = request_edits(&c, &second, false).body else {
         panic!("translated whole")
     };
-    assert!(!edit.unsign);
+    assert_eq!(edit.mend, request::Mend::default());
     let sent = edit
         .apply(&c, body)
         .expect("translates")
@@ -801,17 +804,104 @@ fn a_same_api_attempt_in_a_chain_with_gemini_sends_its_tool_call_ids_unsigned() 
     let responses = Some(Api::OpenAiResponses);
     let p = PlanText::decode(record(ChainId::FIRST, responses, "/v1/responses").encode())
         .expect("decodes");
-    assert!(request::unsigns(
-        &resolve(&c, p.view(), 1).expect("attempt 1")
-    ));
+    assert!(request::mend(&resolve(&c, p.view(), 1).expect("attempt 1")).is_some_and(|m| m.unsign));
     let p = PlanText::decode(record(ChainId::of(1), chat, "/v1/chat/completions").encode())
         .expect("decodes");
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
-    assert!(!request::unsigns(&first));
+    assert!(request::mend(&first).is_none());
     assert_eq!(request_edits(&c, &first, false).body, BodyEdit::Keep);
     // No body: nothing to edit.
     let p = PlanText::decode(record(ChainId::FIRST, chat, "/v1/chat/completions").encode())
         .expect("decodes");
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
     assert_eq!(request_edits(&c, &first, true).body, BodyEdit::Keep);
+}
+
+#[test]
+fn a_same_api_attempt_in_a_chain_of_messages_and_responses_takes_our_wrapped_reasoning_out() {
+    let json = r#"{"role":"upstream",
+        "providers":[{"name":"c","api":"anthropic"},{"name":"r","api":"openai_responses"},
+                     {"name":"o","api":"openai"}],
+        "chains":[{"name":"claude","providers":["c",{"provider":"r","model":"gpt-5"}]},
+                  {"name":"plain","providers":["c",{"provider":"o","model":"gpt-4o"}]}]}"#;
+    let c = Config::from_json(json.as_bytes(), &|_| None).expect("valid config");
+    assert_eq!(
+        c.chains
+            .iter()
+            .map(|c| c.wraps_reasoning)
+            .collect::<Vec<_>>(),
+        [true, false],
+        "decided once, when the configuration loads"
+    );
+    let record = |chain, caller_api, path| PlanRecord {
+        config: 0,
+        chain,
+        start_ms: 1_000,
+        body_len: 20,
+        log_started: false,
+        stream: false,
+        caller_api,
+        stream_options: false,
+        gather: false,
+        ask_usage: false,
+        slots: &SLOTS,
+        limit: 0,
+        context_window: &[],
+        content_policy: &[],
+        path,
+        authority: "gw",
+        model: "m",
+    };
+    let messages = Some(Api::AnthropicMessages);
+    let p = PlanText::decode(record(ChainId::FIRST, messages, "/v1/messages").encode())
+        .expect("decodes");
+    // Same API to Anthropic: held whole, our thinking block taken out.
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    let mend = request::Mend {
+        unsign: false,
+        unwrap: messages,
+    };
+    assert_eq!(request::mend(&first), Some(mend));
+    let BodyEdit::Whole(edit) = request_edits(&c, &first, false).body else {
+        panic!("held whole")
+    };
+    assert_eq!(edit.mend, mend);
+    let body = br#"{"model":"m","messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"llm-failover:openai:rs_1:gA"},{"type":"text","text":"x"}]}]}"#;
+    let edited = edit.apply(&c, body).expect("no translation");
+    let sent = br#"{"model":"m","messages":[{"role":"assistant","content":[{"type":"text","text":"x"}]}]}"#;
+    assert_eq!(edited.body.as_deref(), Some(&sent[..]));
+    assert_eq!(edited.len, sent.len());
+    // A body without ours goes as it is.
+    let plain = edit.apply(&c, sent).expect("no translation");
+    assert_eq!((plain.body, plain.len), (None, sent.len()));
+    // Translated to Responses: the translation unwraps it, no mend.
+    let second = resolve(&c, p.view(), 2).expect("attempt 2");
+    assert!(second.translation.is_some() && request::mend(&second).is_none());
+    // A Responses caller's same-API attempt to the Responses provider (attempt 2) mends its
+    // reasoning items; a Chat caller has none.
+    let p = PlanText::decode(
+        record(ChainId::FIRST, Some(Api::OpenAiResponses), "/v1/responses").encode(),
+    )
+    .expect("decodes");
+    let second = resolve(&c, p.view(), 2).expect("attempt 2");
+    assert_eq!(
+        request::mend(&second).and_then(|m| m.unwrap),
+        Some(Api::OpenAiResponses)
+    );
+    let p = PlanText::decode(
+        record(
+            ChainId::FIRST,
+            Some(Api::OpenAiChat),
+            "/v1/chat/completions",
+        )
+        .encode(),
+    )
+    .expect("decodes");
+    assert!(request::mend(&resolve(&c, p.view(), 1).expect("attempt 1")).is_none());
+    // A chain without the mix never looks: the same-API attempt keeps its body.
+    let p = PlanText::decode(record(ChainId::of(1), messages, "/v1/messages").encode())
+        .expect("decodes");
+    let first = resolve(&c, p.view(), 1).expect("attempt 1");
+    assert!(request::mend(&first).is_none());
+    assert_eq!(request_edits(&c, &first, false).body, BodyEdit::Keep);
 }

@@ -148,11 +148,15 @@ fn validate_one(
     if !content_policy.is_empty() {
         fallback_on.add_class(Class::ContentFiltered);
     }
-    let signs_calls = entries.iter().any(|e| {
-        providers
-            .get(e.provider.index())
-            .is_some_and(|p| p.api == Some(Api::Gemini))
-    });
+    let has = |api| {
+        entries.iter().any(|e| {
+            providers
+                .get(e.provider.index())
+                .is_some_and(|p| p.api == Some(api))
+        })
+    };
+    let signs_calls = has(Api::Gemini);
+    let wraps_reasoning = has(Api::AnthropicMessages) && has(Api::OpenAiResponses);
     Chain {
         name: c.name.clone(),
         models: c.models.iter().map(|m| ModelPattern::parse(m)).collect(),
@@ -173,6 +177,7 @@ fn validate_one(
         fallbacks_exhausted: c.fallbacks_exhausted,
         same_residency: c.same_residency,
         signs_calls,
+        wraps_reasoning,
     }
 }
 

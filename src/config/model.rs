@@ -175,8 +175,13 @@ pub struct Chain {
     pub same_residency: bool,
     /// An entry is on a Gemini-native provider, whose tool calls reach the caller with their
     /// `thoughtSignature` in the id (`translate::common::SIGNATURE`): a same-API attempt to
-    /// another provider sends them without it (`attempt::request::WholeEdit::unsign`).
+    /// another provider sends them without it (`attempt::request::Mend::unsign`).
     pub signs_calls: bool,
+    /// Entries on an Anthropic Messages provider (Anthropic, Bedrock, Vertex AI) and on an
+    /// OpenAI Responses one: each gives the other's callers its reasoning wrapped in ours
+    /// (`llm-failover:`, docs/translation.md "Reasoning"), which a same-API attempt takes out
+    /// (`attempt::request::Mend::unwrap`).
+    pub wraps_reasoning: bool,
 }
 
 impl Chain {

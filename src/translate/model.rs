@@ -68,6 +68,91 @@ pub struct Thinking<'a> {
 /// `llm-failover:openai:<item id>:<encrypted_content>` (docs/translation.md "Reasoning").
 pub const OPENAI_SIGNED: &str = "llm-failover:openai:";
 
+/// How every signature and encrypted content we wrap another vendor's reasoning in begins, as
+/// a JSON string (`llm-failover:anthropic:`, `llm-failover:anthropic-redacted:`,
+/// [`OPENAI_SIGNED`]).
+const WRAPPED: &[u8] = b"\"llm-failover:";
+
+/// A same-API body of a Messages or Responses caller (`api`) without the reasoning we wrapped
+/// for it from the other vendor's, which neither vendor reads back (docs/translation.md
+/// "Reasoning"): a Messages caller's `thinking` blocks whose `signature`, and a Responses
+/// caller's `reasoning` input items whose `encrypted_content`, begins with our prefix. An
+/// array that loses one is written again with the rest (commas between, its whitespace gone);
+/// every other byte is copied. A Messages request that still enables thinking while its last
+/// assistant turn now calls tools without starting with thinking, which Anthropic refuses, has
+/// its `thinking` disabled (`entry_settings::calls_without_thinking`). `None` when the body
+/// carries none (one search for the prefix decides, without a walk).
+#[inline(never)]
+pub fn unwrap_reasoning(body: &[u8], api: super::Api) -> Option<Vec<u8>> {
+    use super::json::{pick, put};
+    crate::bytes::find(body, WRAPPED)?;
+    let messages = api == super::Api::AnthropicMessages;
+    let (list, kind, key): (&[u8], &[u8], &[u8]) = match messages {
+        true => (b"messages", b"\"thinking\"", b"signature"),
+        false => (b"input", b"\"reasoning\"", b"encrypted_content"),
+    };
+    let mut out = Vec::with_capacity(body.len());
+    let mut copied = 0;
+    let [list] = pick(body, [list]);
+    theirs(&mut out, body, &mut copied, list, [kind, key], messages);
+    put(&mut out, &[body.get(copied..).filter(|_| copied > 0)?]);
+    let [thinking] = pick(&out, [b"thinking"]);
+    if messages && !thinking.is_empty() && crate::entry_settings::calls_without_thinking(&out) {
+        let mut o = Vec::new();
+        let at = offset(&out, thinking);
+        let (head, tail) = (out.get(..at)?, out.get(at + thinking.len()..)?);
+        put(&mut o, &[head, br#"{"type":"disabled"}"#, tail]);
+        return Some(o);
+    }
+    Some(out)
+}
+
+/// [`unwrap_reasoning`]'s step for one array of `body`: when an element of it is ours (its
+/// `type` is `kind`, its `key` a string with our prefix), the body from `copied` up to the
+/// array and the array without those elements are written to `out` (`copied` moves past it);
+/// otherwise nothing. `nested`: `array` is Messages' `messages`, whose elements' `content`
+/// arrays are the ones to step.
+#[inline(never)]
+fn theirs(
+    out: &mut Vec<u8>,
+    body: &[u8],
+    copied: &mut usize,
+    array: &[u8],
+    [kind, key]: [&[u8]; 2],
+    nested: bool,
+) {
+    use super::json::{elements, pick, put};
+    if nested {
+        for m in elements(array) {
+            let [content] = pick(m, [b"content"]);
+            theirs(out, body, copied, content, [kind, key], false);
+        }
+        return;
+    }
+    let (mark, mut dropped, mut comma) = (out.len(), false, &b""[..]);
+    let at = offset(body, array);
+    put(out, &[body.get(*copied..at).unwrap_or_default(), b"["]);
+    for e in elements(array) {
+        let [t, s] = pick(e, [b"type", key]);
+        if t == kind && s.starts_with(WRAPPED) {
+            dropped = true;
+        } else {
+            put(out, &[comma, e]);
+            comma = b",";
+        }
+    }
+    if !dropped {
+        return out.truncate(mark);
+    }
+    out.push(b']');
+    *copied = at + array.len();
+}
+
+/// Where `part`, a slice of `text`, begins in it.
+fn offset(text: &[u8], part: &[u8]) -> usize {
+    (part.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize)
+}
+
 impl Thinking<'_> {
     /// The one provider dialect this reasoning goes back to, the one rule for every pair:
     /// Anthropic's thinking to Messages providers (Anthropic, Bedrock, Vertex AI), OpenAI's
@@ -317,5 +402,117 @@ mod tests {
         assert_eq!(Usage::from_openai(160, 5, 100, 50), anthropic);
         // A provider reporting more cached than prompt tokens does not wrap around.
         assert_eq!(Usage::from_openai(5, 1, 10, 0).input, 0);
+    }
+}
+
+#[cfg(test)]
+mod unwrap_tests {
+    use super::unwrap_reasoning;
+    use crate::translate::Api;
+
+    fn unwrap(body: &str, api: Api) -> Option<String> {
+        let out = unwrap_reasoning(body.as_bytes(), api)?;
+        serde_json::from_slice::<serde_json::Value>(&out).expect("still JSON");
+        Some(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_same_api_messages_body_loses_the_thinking_we_wrapped_and_nothing_else() {
+        let m = Api::AnthropicMessages;
+        // Ours first, in the middle and last of a content array (its commas with it);
+        // Anthropic's own thinking, a text naming our prefix and other turns kept as written.
+        let body = concat!(
+            r#"{"model":"claude","thinking":{"type":"enabled","budget_tokens":1024},"messages":["#,
+            r#"{"role":"user","content":"say \"llm-failover:openai:x\""},"#,
+            r#"{"role":"assistant","content":[ {"type":"thinking","thinking":"a","signature":"llm-failover:openai:rs_1:gAAA"} , {"type":"text","text":"llm-failover:"},"#,
+            r#"{"type":"thinking","thinking":"b","signature":"llm-failover:openai:rs_2:gBBB"},{"type":"text","text":"t"},"#,
+            r#"{"type":"thinking","thinking":"c","signature":"llm-failover:openai:rs_3:gCCC"}]},"#,
+            r#"{"role":"user","content":[{"type":"text","text":"next"}]},"#,
+            r#"{"role":"assistant", "content": [{"type":"thinking","thinking":"d","signature":"EqQBCgIYAh"},{"type":"text","text":"u"}]},"#,
+            r#"{"role":"user","content":"go on"}]}"#
+        );
+        assert_eq!(
+            unwrap(body, m).as_deref(),
+            Some(concat!(
+                r#"{"model":"claude","thinking":{"type":"enabled","budget_tokens":1024},"messages":["#,
+                r#"{"role":"user","content":"say \"llm-failover:openai:x\""},"#,
+                r#"{"role":"assistant","content":[{"type":"text","text":"llm-failover:"},{"type":"text","text":"t"}]},"#,
+                r#"{"role":"user","content":[{"type":"text","text":"next"}]},"#,
+                r#"{"role":"assistant", "content": [{"type":"thinking","thinking":"d","signature":"EqQBCgIYAh"},{"type":"text","text":"u"}]},"#,
+                r#"{"role":"user","content":"go on"}]}"#
+            ))
+        );
+        // Two of ours in a row, and a content array of ours alone.
+        assert_eq!(
+            unwrap(
+                concat!(
+                    r#"{"messages":[{"role":"assistant","content":[{"type":"thinking","signature":"llm-failover:openai:a:b"},"#,
+                    r#"{"type":"thinking","signature":"llm-failover:openai:c:d"},{"type":"text","text":"x"}]},"#,
+                    r#"{"role":"assistant","content":[{"type":"thinking","signature":"llm-failover:openai:e:f"}]}]}"#
+                ),
+                m
+            )
+            .as_deref(),
+            Some(r#"{"messages":[{"role":"assistant","content":[{"type":"text","text":"x"}]},{"role":"assistant","content":[]}]}"#)
+        );
+        // The prefix only where nothing is ours (a text, Anthropic's signature), or nowhere: no copy.
+        for body in [
+            r#"{"messages":[{"role":"assistant","content":[{"type":"text","text":"llm-failover:openai:x"}]}]}"#,
+            r#"{"messages":[{"role":"assistant","content":[{"type":"thinking","signature":"x llm-failover:"}]}]}"#,
+            r#"{"messages":[{"role":"user","content":"llm-failover:"}]}"#,
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+        ] {
+            assert_eq!(unwrap(body, m), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_tool_turn_that_loses_our_thinking_has_thinking_disabled() {
+        // Anthropic refuses a tool loop whose last assistant turn does not start with thinking
+        // while thinking is enabled: the request goes with thinking disabled.
+        let body = concat!(
+            r#"{"model":"claude","max_tokens":2048,"thinking":{"type":"enabled","budget_tokens":1024},"messages":["#,
+            r#"{"role":"user","content":"Weather?"},"#,
+            r#"{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"llm-failover:openai:rs_1:gAAA"},"#,
+            r#"{"type":"tool_use","id":"call_1","name":"w","input":{}}]},"#,
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"18 C"}]}]}"#
+        );
+        assert_eq!(
+            unwrap(body, Api::AnthropicMessages).as_deref(),
+            Some(concat!(
+                r#"{"model":"claude","max_tokens":2048,"thinking":{"type":"disabled"},"messages":["#,
+                r#"{"role":"user","content":"Weather?"},"#,
+                r#"{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"w","input":{}}]},"#,
+                r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"18 C"}]}]}"#
+            ))
+        );
+    }
+
+    #[test]
+    fn a_same_api_responses_body_loses_the_reasoning_items_we_wrapped_and_nothing_else() {
+        let r = Api::OpenAiResponses;
+        let body = concat!(
+            r#"{"model":"gpt-5","input":[{"role":"user","content":"llm-failover:"},"#,
+            r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"llm-failover:anthropic:EqQB"},"#,
+            r#"{"type":"reasoning","id":"rs_2","summary":[],"encrypted_content":"llm-failover:anthropic-redacted:EmwK"},"#,
+            r#"{"type":"reasoning","id":"rs_3","summary":[],"encrypted_content":"gAAAAABo"},"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},"#,
+            r#"{"type":"reasoning","id":"rs_4","summary":[],"encrypted_content":"llm-failover:anthropic:Eq"}],"store":false}"#
+        );
+        assert_eq!(
+            unwrap(body, r).as_deref(),
+            Some(concat!(
+                r#"{"model":"gpt-5","input":[{"role":"user","content":"llm-failover:"},"#,
+                r#"{"type":"reasoning","id":"rs_3","summary":[],"encrypted_content":"gAAAAABo"},"#,
+                r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"store":false}"#
+            ))
+        );
+        // A Messages block in a Responses body is not a reasoning item; a string input has none.
+        for body in [
+            r#"{"input":[{"type":"thinking","signature":"llm-failover:openai:a:b"}]}"#,
+            r#"{"input":"llm-failover:anthropic:x"}"#,
+        ] {
+            assert_eq!(unwrap(body, r), None, "{body}");
+        }
     }
 }

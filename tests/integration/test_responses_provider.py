@@ -47,6 +47,10 @@ chains:
   - name: azure
     models: ["azure-*"]
     providers: [openai, {provider: azure, model: gpt-5-pro}]
+  - name: gpt-claude             # a Responses app: the Responses-only model, then Claude
+    models: ["gc-*"]
+    providers: [{provider: responses, model: gpt-5-pro},
+                {provider: anthropic, model: claude-sonnet-4-5}]
   - name: effort                 # a per-entry effort, written as Responses' reasoning.effort
     models: ["think-*"]
     providers: [openai, {provider: responses, model: gpt-5-pro, effort: high}]
@@ -280,6 +284,67 @@ def test_an_anthropic_app_gets_the_responses_fallbacks_reasoning_as_thinking_and
     for body in sent:
         assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
         assert body["reasoning"] == {"summary": "auto"}
+
+
+def test_the_fallbacks_thinking_block_goes_same_api_to_the_recovered_claude_without_ours(r):
+    """An Anthropic app with thinking on whose Claude primary was down got the Responses
+    fallback's reasoning as a thinking block of ours (`llm-failover:openai:` signature); Claude
+    is back for the next turn, which goes to it same-API: the block is taken out (Anthropic
+    refuses a signature it did not make, and so does its strict mock), and as the tool loop's
+    last assistant turn no longer starts with thinking, thinking goes disabled for it (which
+    the mock also checks). The turn is answered."""
+    import anthropic
+    client = anthropic.Anthropic(base_url=r.gw.url, api_key="gw-key", max_retries=0)
+    r.mocks["responses"].enqueue(strict=True, thinking="Call get_weather.", tool_calls=[
+        {"id": "call_t1", "name": "get_weather", "arguments": {"city": "Paris"}}])
+    tools = [{"name": "get_weather", "description": "Weather in a city",
+              "input_schema": WEATHER}]
+    ask = dict(model="claude-sonnet-4-5", max_tokens=2048, tools=tools,
+               thinking={"type": "enabled", "budget_tokens": 1024})
+    turns = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.messages.create(messages=turns, **ask)
+    assert first.content[0].signature.startswith("llm-failover:openai:")
+    turns += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_t1",
+                                      "content": "18 C"}]}]
+    r.mocks["anthropic"].enqueue(strict=True, content="18 C and sunny.")
+    raw = client.messages.with_raw_response.create(messages=turns, **ask)
+    assert raw.headers["x-llm-provider"] == "anthropic"
+    assert raw.parse().content[-1].text == "18 C and sunny."
+    got = r.mocks["anthropic"].requests()[-1]
+    assert not got["rejected"]
+    body = json.loads(got["body"])
+    assert body["thinking"] == {"type": "disabled"}
+    assert [b["type"] for b in body["messages"][1]["content"]] == ["tool_use"]
+    assert len(r.sent()) == 1
+
+
+def test_claudes_reasoning_item_goes_same_api_to_the_recovered_responses_provider_without_ours(r):
+    """The mirror: a Responses app whose Responses primary was down got Claude's thinking as a
+    reasoning item of ours (`llm-failover:anthropic:` encrypted content); the primary is back
+    for the next turn, which goes to it same-API without that item (OpenAI, and its strict mock,
+    refuse an encrypted content they did not make); the call and its output go as they were."""
+    r.mocks["responses"].enqueue(status=503)
+    r.mocks["anthropic"].enqueue(strict=True, thinking="Call get_weather.", tool_calls=[
+        {"id": "toolu_1", "name": "get_weather", "arguments": {"city": "Paris"}}])
+    client = r.oai()
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
+              "parameters": WEATHER}]
+    items = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.responses.create(model="gc-5", input=items, tools=tools, store=False)
+    assert [o.type for o in first.output] == ["reasoning", "function_call"]
+    assert first.output[0].encrypted_content.startswith("llm-failover:anthropic:")
+    items += [o.model_dump(exclude_none=True) for o in first.output] + [
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "18 C"}]
+    raw = client.responses.with_raw_response.create(
+        model="gc-5", input=items, tools=tools, store=False)
+    assert raw.headers["x-llm-provider"] == "responses"
+    assert raw.parse().output_text == "Hello from responses (model gpt-5-pro)"
+    sent = json.loads(r.sent()[-1]["body"])
+    assert [i.get("type") for i in sent["input"]] == [None, "function_call",
+                                                     "function_call_output"]
+    assert sent["input"][1]["call_id"] == "toolu_1"
 
 
 @pytest.mark.skipif(
