@@ -262,15 +262,18 @@ pub fn request_edits<'a>(
 /// - a chain with a Gemini-native entry (`Chain::signs_calls`): a Chat, Messages or
 ///   Responses caller's tool call ids go to a provider that is not Gemini's without their
 ///   signatures (a Gemini-native provider takes them back);
-/// - a chain with Messages and Responses entries (`Chain::wraps_reasoning`): a Messages or
-///   Responses caller's reasoning we wrapped from the other vendor's goes to neither vendor
-///   as it is (each refuses a signature or encrypted content it did not make).
+/// - a Messages caller's in a chain with an `openai_responses` entry (`Chain::wraps_thinking`),
+///   a Responses caller's in one with a Messages entry (`Chain::wraps_reasoning`): the
+///   reasoning we wrapped for it from the other vendor's goes to neither vendor as it is
+///   (each refuses a signature or encrypted content it did not make).
 pub fn mend(a: &Attempt<'_, '_>) -> Option<Mend> {
     let caller = a.plan.caller_api.filter(|_| a.translation.is_none())?;
     let mend = Mend {
         unsign: a.chain.signs_calls && a.provider.api != Some(Api::Gemini) && caller != Api::Gemini,
-        unwrap: Some(caller).filter(|c| {
-            a.chain.wraps_reasoning && matches!(c, Api::AnthropicMessages | Api::OpenAiResponses)
+        unwrap: Some(caller).filter(|c| match c {
+            Api::AnthropicMessages => a.chain.wraps_thinking,
+            Api::OpenAiResponses => a.chain.wraps_reasoning,
+            _ => false,
         }),
     };
     (mend != Mend::default()).then_some(mend)

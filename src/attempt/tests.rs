@@ -828,9 +828,9 @@ fn a_same_api_attempt_in_a_chain_of_messages_and_responses_takes_our_wrapped_rea
     assert_eq!(
         c.chains
             .iter()
-            .map(|c| c.wraps_reasoning)
+            .map(|c| (c.wraps_thinking, c.wraps_reasoning))
             .collect::<Vec<_>>(),
-        [true, false],
+        [(true, true), (false, true)],
         "decided once, when the configuration loads"
     );
     let record = |chain, caller_api, path| PlanRecord {
@@ -898,10 +898,22 @@ fn a_same_api_attempt_in_a_chain_of_messages_and_responses_takes_our_wrapped_rea
     )
     .expect("decodes");
     assert!(request::mend(&resolve(&c, p.view(), 1).expect("attempt 1")).is_none());
-    // A chain without the mix never looks: the same-API attempt keeps its body.
+    // A chain without a Responses entry gives a Messages caller no thinking of ours: its
+    // same-API attempt keeps its body; a Responses caller's same-API attempt to `api: openai`
+    // (OpenAI's Responses API as it is) takes Claude's reasoning items of ours out.
     let p = PlanText::decode(record(ChainId::of(1), messages, "/v1/messages").encode())
         .expect("decodes");
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
     assert!(request::mend(&first).is_none());
     assert_eq!(request_edits(&c, &first, false).body, BodyEdit::Keep);
+    let p = PlanText::decode(
+        record(ChainId::of(1), Some(Api::OpenAiResponses), "/v1/responses").encode(),
+    )
+    .expect("decodes");
+    let second = resolve(&c, p.view(), 2).expect("attempt 2");
+    assert!(second.translation.is_none());
+    assert_eq!(
+        request::mend(&second).and_then(|m| m.unwrap),
+        Some(Api::OpenAiResponses)
+    );
 }

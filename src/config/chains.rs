@@ -156,7 +156,8 @@ fn validate_one(
         })
     };
     let signs_calls = has(Api::Gemini);
-    let wraps_reasoning = has(Api::AnthropicMessages) && has(Api::OpenAiResponses);
+    let (wraps_thinking, wraps_reasoning) =
+        (has(Api::OpenAiResponses), has(Api::AnthropicMessages));
     Chain {
         name: c.name.clone(),
         models: c.models.iter().map(|m| ModelPattern::parse(m)).collect(),
@@ -177,6 +178,7 @@ fn validate_one(
         fallbacks_exhausted: c.fallbacks_exhausted,
         same_residency: c.same_residency,
         signs_calls,
+        wraps_thinking,
         wraps_reasoning,
     }
 }

@@ -177,10 +177,13 @@ pub struct Chain {
     /// `thoughtSignature` in the id (`translate::common::SIGNATURE`): a same-API attempt to
     /// another provider sends them without it (`attempt::request::Mend::unsign`).
     pub signs_calls: bool,
-    /// Entries on an Anthropic Messages provider (Anthropic, Bedrock, Vertex AI) and on an
-    /// OpenAI Responses one: each gives the other's callers its reasoning wrapped in ours
-    /// (`llm-failover:`, docs/translation.md "Reasoning"), which a same-API attempt takes out
-    /// (`attempt::request::Mend::unwrap`).
+    /// An entry is on an OpenAI Responses provider, which gives a Messages caller its reasoning
+    /// as thinking blocks of ours (`llm-failover:openai:`, docs/translation.md "Reasoning"): a
+    /// Messages caller's same-API attempt takes them out (`attempt::request::Mend::unwrap`).
+    pub wraps_thinking: bool,
+    /// An entry is on an Anthropic Messages provider (Anthropic, Bedrock, Vertex AI), which
+    /// gives a Responses caller its thinking as reasoning items of ours
+    /// (`llm-failover:anthropic:`): a Responses caller's same-API attempt takes them out.
     pub wraps_reasoning: bool,
 }
 

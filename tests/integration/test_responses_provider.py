@@ -51,6 +51,9 @@ chains:
     models: ["gc-*"]
     providers: [{provider: responses, model: gpt-5-pro},
                 {provider: anthropic, model: claude-sonnet-4-5}]
+  - name: openai-claude          # a Responses app on OpenAI (api: openai), then Claude
+    models: ["oc-*"]
+    providers: [openai, {provider: anthropic, model: claude-sonnet-4-5}]
   - name: effort                 # a per-entry effort, written as Responses' reasoning.effort
     models: ["think-*"]
     providers: [openai, {provider: responses, model: gpt-5-pro, effort: high}]
@@ -320,28 +323,34 @@ def test_the_fallbacks_thinking_block_goes_same_api_to_the_recovered_claude_with
     assert len(r.sent()) == 1
 
 
-def test_claudes_reasoning_item_goes_same_api_to_the_recovered_responses_provider_without_ours(r):
-    """The mirror: a Responses app whose Responses primary was down got Claude's thinking as a
-    reasoning item of ours (`llm-failover:anthropic:` encrypted content); the primary is back
-    for the next turn, which goes to it same-API without that item (OpenAI, and its strict mock,
-    refuse an encrypted content they did not make); the call and its output go as they were."""
-    r.mocks["responses"].enqueue(status=503)
+@pytest.mark.parametrize("model,primary", [("gc-5", "responses"), ("oc-5", "openai")])
+def test_claudes_reasoning_item_goes_same_api_to_the_recovered_responses_provider_without_ours(
+        r, model, primary):
+    """The mirror: a Responses app whose primary (`openai_responses`, or `openai`: OpenAI's
+    Responses API as it is) was down got Claude's thinking as a reasoning item of ours
+    (`llm-failover:anthropic:` encrypted content); the primary is back for the next turn, which
+    goes to it same-API without that item (OpenAI, and its strict mock, refuse an encrypted
+    content they did not make); the call and its output go as they were."""
+    r.mocks[primary].enqueue(status=503)
     r.mocks["anthropic"].enqueue(strict=True, thinking="Call get_weather.", tool_calls=[
         {"id": "toolu_1", "name": "get_weather", "arguments": {"city": "Paris"}}])
     client = r.oai()
     tools = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
               "parameters": WEATHER}]
     items = [{"role": "user", "content": "Weather in Paris?"}]
-    first = client.responses.create(model="gc-5", input=items, tools=tools, store=False)
+    first = client.responses.create(model=model, input=items, tools=tools, store=False)
     assert [o.type for o in first.output] == ["reasoning", "function_call"]
     assert first.output[0].encrypted_content.startswith("llm-failover:anthropic:")
     items += [o.model_dump(exclude_none=True) for o in first.output] + [
         {"type": "function_call_output", "call_id": "toolu_1", "output": "18 C"}]
+    r.mocks[primary].enqueue(strict=True)
     raw = client.responses.with_raw_response.create(
-        model="gc-5", input=items, tools=tools, store=False)
-    assert raw.headers["x-llm-provider"] == "responses"
-    assert raw.parse().output_text == "Hello from responses (model gpt-5-pro)"
-    sent = json.loads(r.sent()[-1]["body"])
+        model=model, input=items, tools=tools, store=False)
+    assert raw.headers["x-llm-provider"] == primary
+    assert raw.parse().output[-1].type == "message"
+    got = r.mocks[primary].requests()[-1]
+    assert not got["rejected"]
+    sent = json.loads(got["body"])
     assert [i.get("type") for i in sent["input"]] == [None, "function_call",
                                                      "function_call_output"]
     assert sent["input"][1]["call_id"] == "toolu_1"
