@@ -54,6 +54,34 @@ fn indices(providers: &[ProviderId]) -> Vec<usize> {
     providers.iter().map(|p| p.index()).collect()
 }
 
+/// The plan record of a request on `chain` from a caller of `caller_api` on `path`, over
+/// [`SLOTS`] (the same-API mend tests).
+fn same_api_record(
+    chain: ChainId,
+    caller_api: Option<Api>,
+    path: &'static str,
+) -> PlanRecord<'static> {
+    PlanRecord {
+        config: 0,
+        chain,
+        start_ms: 1_000,
+        body_len: 20,
+        log_started: false,
+        stream: false,
+        caller_api,
+        stream_options: false,
+        gather: false,
+        ask_usage: false,
+        slots: &SLOTS,
+        limit: 0,
+        context_window: &[],
+        content_policy: &[],
+        path,
+        authority: "gw",
+        model: "m",
+    }
+}
+
 const SLOTS: [Slot; 2] = [
     Slot {
         entry: EntryId::of(0),
@@ -733,25 +761,7 @@ fn a_same_api_attempt_in_a_chain_with_gemini_sends_its_tool_call_ids_unsigned() 
         [true, false],
         "decided once, when the configuration loads"
     );
-    let record = |chain, caller_api, path| PlanRecord {
-        config: 0,
-        chain,
-        start_ms: 1_000,
-        body_len: 20,
-        log_started: false,
-        stream: false,
-        caller_api,
-        stream_options: false,
-        gather: false,
-        ask_usage: false,
-        slots: &SLOTS,
-        limit: 0,
-        context_window: &[],
-        content_policy: &[],
-        path,
-        authority: "gw",
-        model: "m",
-    };
+    let record = same_api_record;
     let body = br#"{"model":"m","messages":[{"role":"user","content":"a__thought__b"},
         {"role":"assistant","tool_calls":[{"id":"call_1__thought__Ci4B_0e-Kb6","type":"function",
          "function":{"name":"f","arguments":"{}"}}]},
@@ -833,25 +843,7 @@ fn a_same_api_attempt_in_a_chain_of_messages_and_responses_takes_our_wrapped_rea
         [(true, true), (false, true)],
         "decided once, when the configuration loads"
     );
-    let record = |chain, caller_api, path| PlanRecord {
-        config: 0,
-        chain,
-        start_ms: 1_000,
-        body_len: 20,
-        log_started: false,
-        stream: false,
-        caller_api,
-        stream_options: false,
-        gather: false,
-        ask_usage: false,
-        slots: &SLOTS,
-        limit: 0,
-        context_window: &[],
-        content_policy: &[],
-        path,
-        authority: "gw",
-        model: "m",
-    };
+    let record = same_api_record;
     let messages = Some(Api::AnthropicMessages);
     let p = PlanText::decode(record(ChainId::FIRST, messages, "/v1/messages").encode())
         .expect("decodes");
