@@ -655,7 +655,7 @@ TARGETS["plain_sse"] = lambda: Target("plain_sse", "Envoy plain route (no filter
                                       NGINX_SSE, plain_route)
 TARGETS["success_sse"] = lambda: Target("success_sse", "llm-failover, SSE answer", NGINX_SSE,
                                         expect_provider="primary", expect_attempts="1")
-# Cross-vendor chains (behaviour.md 13, issue 21): the caller speaks one API, the provider the other,
+# Cross-vendor chains (behaviour.md 13): the caller speaks one API, the provider the other,
 # each request and answer translated; next to the same-API path with the same answer shape.
 # "sse" is the same-API stream under load (success_sse serves the first-byte rows).
 XV_KEYS = ["sse", "xv_json", "xv_sse", "xv_json_rev", "xv_sse_rev"]
@@ -676,7 +676,7 @@ TARGETS["xv_sse_rev"] = lambda: Target(
     "xv_sse_rev", "translated: Anthropic caller, OpenAI provider (stream)", NGINX_SSE,
     expect_provider="primary", expect_attempts="1", api="openai", secondary=NGINX_SSE,
     request="messages_stream")
-# The fourth wave's pairs (issue 29): a Responses caller on a Messages provider and on a
+# The fourth wave's pairs: a Responses caller on a Messages provider and on a
 # Chat-only one (`api: gemini`, Gemini's OpenAI endpoint: providers declaring `api: openai`
 # take Responses as it is), a Gemini native caller on a Chat provider, a Chat caller on a
 # Gemini native provider; JSON and stream each, next to the Chat-to-Messages rows (xv_json,
@@ -1307,7 +1307,7 @@ def main():
                 v = round_ratio(results, key, base, "1KB", conns)
                 if v:
                     print(f"- {key} CPU/request vs same-API {base}, {conns} conns: {v:.2f}x")
-            # Issue 29: each fourth-wave row at most 1.3x the Chat-to-Messages row of its shape.
+            # Each fourth-wave row at most 1.3x the Chat-to-Messages row of its shape.
             for key in xv4:
                 base = "xv_sse" if key in XV4_STREAMS else "xv_json"
                 v = round_ratio(results, key, base, "1KB", conns)
@@ -1337,7 +1337,7 @@ def main():
         for label, p50, _ in fb_rows[3:]:
             print(f"\nTranslated stream's first byte over the same-API held stream ({label}): "
                   f"{p50 - fb_rows[2][1]:+.3f} ms p50")
-        print(f"\nTarget (issue 13): a healthy stream held until its first event adds <= ~1 ms p50 to "
+        print(f"\nTarget: a healthy stream held until its first event adds <= ~1 ms p50 to "
               f"its first byte over the plain route: {held:+.3f} ms: {'PASS' if held <= 1.0 else 'MISS'}")
     print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
           "new primary connections per request, errors:\n")
@@ -1366,7 +1366,7 @@ def main():
         print(f"memory (litellm): RSS of the process tree after load {envoys['litellm'].rss_loaded / 1024:.1f} MiB")
     if args.with_litellm:
         print(f"\nLiteLLM peer: {peer}")
-    print("\nTargets (issue 8):\n")
+    print("\nTargets (BENCHMARKS.md):\n")
     for name, value, ok in targets(rows, results):
         print(f"- {name}: {value}: {'PASS' if ok else 'MISS'}")
     print(f"\nbench: finished in {elapsed:.0f} s; configs and logs in {RUN.relative_to(ROOT)}/")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Many gateways in front of one failing provider (issue 24): N Envoy replicas behind a
+"""Many gateways in front of one failing provider (docs/operations.md "Several gateways"): N Envoy replicas behind a
 round-robin "load balancer", each with its own breaker (docs/behaviour.md section 4), one provider that starts
 failing every request at t=0 and a healthy fallback. Per replica it measures, from the mock's
 request records and each replica's status endpoint:

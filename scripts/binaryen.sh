@@ -4,7 +4,7 @@
 #   tools/binaryen/node_modules/.bin/wasm-opt  binaryen 132 from npm (tools/binaryen's
 #       package-lock.json, `npm ci`; a Node program, so every machine with Node >= 20 and npm
 #       gets the same version): the module is about 5 KB smaller than with Debian's wasm-opt 108
-#       (BENCHMARKS.md "Module size: the fourth wave's cuts");
+#       (BENCHMARKS-journal.md "Module size: the fourth wave's cuts");
 #   wasm-opt on PATH (Debian's binaryen 108) when npm or the registry is not there;
 #   nothing (exit 1) when neither is.
 #   scripts/binaryen.sh [--no-install]

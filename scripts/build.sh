@@ -40,7 +40,7 @@ fi
 
 # Panic locations name source files; without the machine's cargo registry prefix
 # (/root/.cargo/registry/src/index.crates.io-…/serde_json-1.0.154/src/de.rs becomes
-# serde_json-1.0.154/src/de.rs) the module is smaller (issue 12) and the same wherever it is
+# serde_json-1.0.154/src/de.rs) the module is smaller and the same wherever it is
 # built. The wasm target's flags only: host build scripts and the CLI are untouched.
 remap=""
 for d in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/; do
@@ -84,7 +84,7 @@ echo "build: wasm built with the $MODE toolchain in $((SECONDS - start)) s"
 
 # The wasm-opt is binaryen 132 from npm (scripts/binaryen.sh installs it into tools/binaryen):
 # about 5 KB smaller a module than Debian's wasm-opt 108 with the same flags, and no slower
-# (BENCHMARKS.md "Module size: the fourth wave's cuts"); Debian's when npm is not there.
+# (BENCHMARKS-journal.md "Module size: the fourth wave's cuts"); Debian's when npm is not there.
 # wasm-opt 108 (Debian) predates some features rustc enables by default: name them. The
 # producers and target-features sections are metadata for tools, not for Envoy (-300 bytes);
 # --converge would take another 0.6 KB for twice the time, not worth it on every build.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak with faults (issue 17): real Envoy (--concurrency 2) running the built filter, three mock
+# Soak with faults (RELIABILITY.md): real Envoy (--concurrency 2) running the built filter, three mock
 # providers misbehaving at random (5xx, 429 with Retry-After, resets before headers, hangs past
 # the attempt timeout, one provider going down and up, streams reset mid-way, slow streams),
 # 200 concurrent callers, streaming and not. Checks every request and the run (see

@@ -81,7 +81,7 @@ pub fn admit<'c, 'p>(
 /// Attempt `number` of `plan` under `config`; `None` when the plan has no such attempt or names
 /// entries this configuration does not have. Inlined where the upstream role asks (each of its
 /// callbacks does): out of line, as it was once it grew, a same-API request ran more
-/// instructions (BENCHMARKS.md "Module size: room for the fourth wave").
+/// instructions (BENCHMARKS-journal.md "Module size: room for the fourth wave").
 #[inline]
 pub fn resolve<'c, 'p>(
     config: &'c Config,

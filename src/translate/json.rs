@@ -10,7 +10,7 @@
 //! translator picks an event's members ([`pick`]: providers do not escape names).
 //!
 //! Not serde: serde readers (the earlier `RawValue` members, typed derives, `Value`) made the
-//! module larger by each instantiation (BENCHMARKS.md "One JSON reader"), and this walker is one
+//! module larger by each instantiation (BENCHMARKS-journal.md "One JSON reader"), and this walker is one
 //! small non-generic function. Every reader and writer here is a call, never inlined: the
 //! translators make hundreds of them, and inlined at this crate's opt-level 3 they made the
 //! module 90 KB larger.
