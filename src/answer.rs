@@ -108,7 +108,7 @@ pub fn answer<'a>(
         .saturating_sub(usize::from(refused.is_some()))
         .min(plan.slots.len().max(1));
     // A spent budget, or a walk that ended before Envoy's own retries did: exhausted.
-    let budget_refused = matches!(refused, Some(Refused::Budget | Refused::WalkEnded));
+    let time_refused = matches!(refused, Some(Refused::TotalTime | Refused::WalkEnded));
     let Some(chain) = config.chain(plan.chain) else {
         return Answer::none(attempts);
     };
@@ -126,7 +126,7 @@ pub fn answer<'a>(
             ..Answer::none(attempts)
         };
     }
-    let exhausted = budget_refused
+    let exhausted = time_refused
         || facts.marker
         || (attempts == plan.slots.len() && ended_without_response(chain, facts, attempts, reads));
     let Some(provider) = provider_of(attempts) else {
@@ -149,7 +149,7 @@ pub fn answer<'a>(
     let replace = (exhausted && chain.fallbacks_exhausted)
         .then(|| Reply::fallbacks_exhausted(&chain.name, attempts));
     let status = replace.as_ref().map_or(facts.status, |r| r.status);
-    let should_retry = should_retry(config, status, budget_refused, facts.start_ms, reads);
+    let should_retry = should_retry(config, status, time_refused, facts.start_ms, reads);
     Answer {
         attempts,
         attempts_header: Some(attempts),
@@ -172,12 +172,12 @@ pub fn entry_model<'a>(config: &'a Config, plan: &Plan, attempts: usize) -> Opti
 
 /// `x-should-retry` for an answer with `status` (behaviour.md 6): `None` below 400 (nothing to
 /// write); `false` when the request's time budget is spent (the gateway already used the time
-/// a retry would need; `budget_refused`, or no room for another attempt now), else whether the
+/// a retry would need; `time_refused`, or no room for another attempt now), else whether the
 /// status is retriable (`Reply::status_is_retriable`: 5xx, 408, 429).
 pub fn should_retry(
     config: &Config,
     status: u16,
-    budget_refused: bool,
+    time_refused: bool,
     start_ms: u64,
     reads: &dyn AnswerReads,
 ) -> Option<bool> {
@@ -187,7 +187,7 @@ pub fn should_retry(
     if !Reply::status_is_retriable(status) {
         return Some(false);
     }
-    let spent = budget_refused
+    let spent = time_refused
         || !config
             .timeouts
             .room_for_attempt(reads.now_ms().saturating_sub(start_ms));

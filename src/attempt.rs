@@ -215,7 +215,7 @@ pub use response::*;
 /// timeout) with less than `min_remaining` of the budget left: it never reaches its provider
 /// (docs/behaviour.md section 5). Nothing is attached and no health is reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PastBudget {
+pub struct PastTotalTime {
     /// The answer instead: the last attempt's failure.
     pub reply: Reply,
     /// This attempt's provider and every later planned one: skips for budget.
@@ -225,12 +225,12 @@ pub struct PastBudget {
 /// Whether attempt `a`, starting at `now_ms`, must be refused for the time budget.
 /// `last_class` reads the previous attempt's recorded class (`handoff::Outcomes`); it is called
 /// only for a refusal.
-pub fn past_budget(
+pub fn past_total_time(
     config: &Config,
     a: &Attempt<'_, '_>,
     now_ms: u64,
     last_class: impl FnOnce() -> Option<Class>,
-) -> Option<PastBudget> {
+) -> Option<PastTotalTime> {
     let spent = now_ms.saturating_sub(a.plan.start_ms);
     if a.number <= 1 || config.timeouts.room_for_attempt(spent) {
         return None;
@@ -249,12 +249,12 @@ pub fn past_budget(
         .filter_map(|s| a.chain.entry(s.entry))
         .map(|e| e.provider)
         .collect();
-    let reply = Reply::budget_spent(
+    let reply = Reply::total_time_spent(
         last_provider,
         last_class().unwrap_or(Class::Timeout),
-        config.timeouts.budget_ms,
+        config.timeouts.total_time_ms,
     );
-    Some(PastBudget { reply, skipped })
+    Some(PastTotalTime { reply, skipped })
 }
 
 /// When the upstream role must act on an attempt by itself (behaviour.md 5): Envoy's own timers are
@@ -265,25 +265,26 @@ pub struct Deadlines {
     pub first_token_at: Option<u64>,
     /// The budget ends before Envoy would stop waiting for this attempt's answer: the caller
     /// gets the budget's answer then.
-    pub budget_at: Option<u64>,
+    pub total_time_at: Option<u64>,
 }
 
 /// The deadlines of attempt `a`, started at `start_ms`.
 pub fn deadlines(config: &Config, a: &Attempt<'_, '_>, start_ms: u64) -> Deadlines {
     let t = &config.timeouts;
     let stream = a.plan.stream;
-    let budget_end = a.plan.start_ms.saturating_add(t.budget_ms);
+    let total_time_end = a.plan.start_ms.saturating_add(t.total_time_ms);
     let envoy_gives_up = start_ms.saturating_add(t.headers_wait_ms(stream));
     Deadlines {
         first_token_at: t.first_token(stream).map(|ms| start_ms.saturating_add(ms)),
-        budget_at: (t.budget_ms > 0 && budget_end < envoy_gives_up).then_some(budget_end),
+        total_time_at: (t.total_time_ms > 0 && total_time_end < envoy_gives_up)
+            .then_some(total_time_end),
     }
 }
 
 /// Attempt `a` is still waiting for its answer when the budget ends: the caller gets the
 /// budget's answer naming this provider's timeout, and the later planned providers are skips
 /// for budget.
-pub fn budget_ended(config: &Config, a: &Attempt<'_, '_>) -> PastBudget {
+pub fn total_time_ended(config: &Config, a: &Attempt<'_, '_>) -> PastTotalTime {
     let skipped = a
         .plan
         .slots()
@@ -291,18 +292,22 @@ pub fn budget_ended(config: &Config, a: &Attempt<'_, '_>) -> PastBudget {
         .filter_map(|s| a.chain.entry(s.entry))
         .map(|e| e.provider)
         .collect();
-    PastBudget {
-        reply: Reply::budget_spent(&a.provider.name, Class::Timeout, config.timeouts.budget_ms),
+    PastTotalTime {
+        reply: Reply::total_time_spent(
+            &a.provider.name,
+            Class::Timeout,
+            config.timeouts.total_time_ms,
+        ),
         skipped,
     }
 }
 
-impl PastBudget {
+impl PastTotalTime {
     /// Appends the budget skips to the access log's attempt record.
     pub fn write_log(&self, config: &Config, log: &mut String) {
         for &skipped in &self.skipped {
             if let Some(p) = config.provider(skipped) {
-                attempt_log::push_skip(log, &p.name, SkipReason::Budget.as_str());
+                attempt_log::push_skip(log, &p.name, SkipReason::TotalTime.as_str());
             }
         }
     }
@@ -322,7 +327,7 @@ pub struct Settlement<'a> {
     /// (a success from a provider with nothing recorded: the hot path writes nothing).
     pub report: Option<(&'a str, Report)>,
     /// Planned providers that will not be tried because the budget is spent (`budget` skips).
-    pub budget_skips: Vec<ProviderId>,
+    pub time_skips: Vec<ProviderId>,
     pub duration_ms: u64,
     /// The walk moved to an alternative list (behaviour.md 3), or takes this provider again (in-place
     /// retry, behaviour.md 5): publish it before the router retries ([`rerouted_slots`],
@@ -351,7 +356,7 @@ pub fn settle<'a>(
         first_try,
     } = outcome;
     let mut falls_over = a.chain.fallback_on.falls_over(class, status);
-    let mut budget_skips = Vec::new();
+    let mut time_skips = Vec::new();
     let room = config
         .timeouts
         .room_for_attempt(now_ms.saturating_sub(a.plan.start_ms));
@@ -391,7 +396,7 @@ pub fn settle<'a>(
         falls_over = false;
         if status.is_some() {
             // Without the marker no later slot is tried: each is skipped for budget.
-            budget_skips = later().collect();
+            time_skips = later().collect();
         }
     }
     let next = a.number < a.plan.limit() && later().next().is_some();
@@ -403,7 +408,7 @@ pub fn settle<'a>(
     };
     // Without response headers Envoy retries by itself (connect-failure, reset, per-try
     // timeout: see docs/features.md, "Known limits"), so count what happens, not what the chain says.
-    // (When the budget is spent Envoy's own retry is refused as it starts: [`past_budget`].)
+    // (When the budget is spent Envoy's own retry is refused as it starts: [`past_total_time`].)
     let moves_on = falls_over || (status.is_none() && class != Class::ClientDisconnect && room);
     // A retry in place is no fallback: the request stays with this provider.
     let fallback = if moves_on && plan::is_fallback(walk, a.number + 1) {
@@ -437,7 +442,7 @@ pub fn settle<'a>(
         marker,
         fallback,
         report,
-        budget_skips,
+        time_skips,
         duration_ms: now_ms.saturating_sub(attempt_start_ms),
         reroute,
         retry_in_place_after_ms: in_place,
@@ -559,8 +564,8 @@ impl Settlement<'_> {
             self.class.as_str(),
             self.duration_ms,
         );
-        for &skipped in &self.budget_skips {
-            attempt_log::push_skip(log, name(skipped), SkipReason::Budget.as_str());
+        for &skipped in &self.time_skips {
+            attempt_log::push_skip(log, name(skipped), SkipReason::TotalTime.as_str());
         }
     }
 

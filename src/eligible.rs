@@ -18,9 +18,10 @@ pub enum SkipReason {
     Dead,
     /// The provider does not serve the model, or the caller may not use it.
     Model,
-    /// The request's time budget was spent before this provider's turn (the upstream filter
-    /// finds this out after an attempt; the planner never produces it).
-    Budget,
+    /// The request's total time (`timeouts.budget`) was spent before this provider's turn
+    /// (the upstream filter finds this out after an attempt; the planner never produces it).
+    /// Its **fixed** reason string stays `budget`.
+    TotalTime,
     /// The request has images; the entry's model declares `vision: false`.
     CapabilityVision,
     /// The request has tools; the entry's model declares `tools: false`.
@@ -44,7 +45,7 @@ impl SkipReason {
         SkipReason::BreakerOpen,
         SkipReason::Dead,
         SkipReason::Model,
-        SkipReason::Budget,
+        SkipReason::TotalTime,
         SkipReason::CapabilityVision,
         SkipReason::CapabilityTools,
         SkipReason::CapabilityContext,
@@ -59,7 +60,7 @@ impl SkipReason {
             SkipReason::BreakerOpen => "breaker_open",
             SkipReason::Dead => "dead",
             SkipReason::Model => "model",
-            SkipReason::Budget => "budget",
+            SkipReason::TotalTime => "budget",
             SkipReason::CapabilityVision => "capability_vision",
             SkipReason::CapabilityTools => "capability_tools",
             SkipReason::CapabilityContext => "capability_context",

@@ -501,7 +501,7 @@ impl<'a> Outcomes<'a> {
 pub enum Refused {
     /// Less than `min_remaining` of the time budget was left (docs/behaviour.md section 5): the answer is
     /// the last attempt's failure.
-    Budget,
+    TotalTime,
     /// The attempt was not going where the plan put it, or the plan came from another
     /// configuration (docs/behaviour.md section 7): the answer is the gateway's `502`.
     FailClosed,
@@ -519,8 +519,8 @@ impl Refused {
 
     /// A present record that is not a budget refusal of this version reads as fail closed.
     pub fn decode(bytes: &[u8]) -> Refused {
-        if bytes == Refused::Budget.encode() {
-            Refused::Budget
+        if bytes == Refused::TotalTime.encode() {
+            Refused::TotalTime
         } else if bytes == Refused::WalkEnded.encode() {
             Refused::WalkEnded
         } else {
@@ -822,7 +822,7 @@ mod tests {
 
     #[test]
     fn refusals_read_back_and_anything_else_fails_closed() {
-        for r in [Refused::Budget, Refused::FailClosed, Refused::WalkEnded] {
+        for r in [Refused::TotalTime, Refused::FailClosed, Refused::WalkEnded] {
             assert_eq!(Refused::decode(&r.encode()), r);
         }
         assert_eq!(Refused::decode(b"budget"), Refused::FailClosed);

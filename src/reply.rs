@@ -152,7 +152,7 @@ impl Reply {
     /// timeout) would begin with less than `min_remaining` of the time budget left: the caller
     /// gets the last attempt's failure instead (docs/behaviour.md section 5). Statuses are Envoy's own for
     /// that failure: 504 after a timeout, 503 otherwise; the code is the failure's class.
-    pub fn budget_spent(last_provider: &str, last_class: Class, budget_ms: u64) -> Reply {
+    pub fn total_time_spent(last_provider: &str, last_class: Class, total_time_ms: u64) -> Reply {
         let status = if last_class == Class::Timeout {
             504
         } else {
@@ -163,7 +163,7 @@ impl Reply {
             kind: "server_error",
             code: last_class.as_str(),
             message: format!(
-                "Provider {last_provider:?} failed ({}) and the request's time budget ({budget_ms} ms) has too little left for another attempt.",
+                "Provider {last_provider:?} failed ({}) and the request's time budget ({total_time_ms} ms) has too little left for another attempt.",
                 last_class.as_str()
             ),
             // The gateway already spent the time a retry would need (behaviour.md 6).
@@ -341,10 +341,10 @@ mod tests {
 
     #[test]
     fn a_spent_budget_answers_with_the_last_failure() {
-        let r = Reply::budget_spent("secondary", Class::Timeout, 3000);
+        let r = Reply::total_time_spent("secondary", Class::Timeout, 3000);
         assert_eq!((r.status, r.code, r.should_retry), (504, "timeout", false));
         assert!(r.message.contains("secondary") && r.message.contains("budget"));
-        let r = Reply::budget_spent("secondary", Class::ConnectionError, 3000);
+        let r = Reply::total_time_spent("secondary", Class::ConnectionError, 3000);
         assert_eq!((r.status, r.code), (503, "connection_error"));
     }
 

@@ -145,7 +145,7 @@ fn a_failure_marks_the_retry_and_counts_the_fallback() {
         s.report.map(|(m, r)| (m, r.falls_over, r.retry_after_ms)),
         Some(("m", true, Some(5)))
     );
-    assert!(s.budget_skips.is_empty());
+    assert!(s.time_skips.is_empty());
     assert!(s.records_outcome());
     let mut log = String::new();
     s.write_log(&c, &mut log);
@@ -188,9 +188,9 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         (s.falls_over, s.marker, s.fallback),
         (false, Marker::Remove, None)
     );
-    assert_eq!(indices(&s.budget_skips), vec![1]);
+    assert_eq!(indices(&s.time_skips), vec![1]);
     // Without response headers Envoy retries by itself, but that attempt is refused as it
-    // starts (`past_budget`): no fallback is counted, and no skip here.
+    // starts (`past_total_time`): no fallback is counted, and no skip here.
     let refused = Outcome {
         class: Class::ConnectionError,
         status: None,
@@ -205,7 +205,7 @@ fn past_the_budget_nothing_falls_over_and_later_providers_are_skipped() {
         Some((0, 1)),
         "with room, Envoy's own retry is a fallback"
     );
-    assert!(s.budget_skips.is_empty());
+    assert!(s.time_skips.is_empty());
 }
 
 #[test]
@@ -232,9 +232,9 @@ fn an_attempt_envoy_starts_past_the_budget_is_refused_with_the_last_failure() {
     let c = config();
     let p = plan(&SLOTS);
     let second = resolve(&c, p.view(), 2).expect("attempt 2");
-    assert_eq!(past_budget(&c, &second, 50_000, || None), None);
-    let refused =
-        past_budget(&c, &second, 95_000, || Some(Class::ConnectionError)).expect("past the budget");
+    assert_eq!(past_total_time(&c, &second, 50_000, || None), None);
+    let refused = past_total_time(&c, &second, 95_000, || Some(Class::ConnectionError))
+        .expect("past the budget");
     assert_eq!(indices(&refused.skipped), vec![1]);
     assert_eq!(
         (refused.reply.status, refused.reply.code),
@@ -242,7 +242,7 @@ fn an_attempt_envoy_starts_past_the_budget_is_refused_with_the_last_failure() {
     );
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
     assert_eq!(
-        past_budget(&c, &first, 95_000, || None),
+        past_total_time(&c, &first, 95_000, || None),
         None,
         "the first always starts"
     );
@@ -572,20 +572,20 @@ fn deadlines_follow_the_first_token_timeout_and_the_budget() {
         deadlines(&c, &a, 2_000),
         Deadlines {
             first_token_at: Some(7_000),
-            budget_at: None
+            total_time_at: None
         }
     );
     // Late in the budget: the attempt waits only until the budget's end.
-    assert_eq!(deadlines(&c, &a, 97_000).budget_at, Some(101_000));
+    assert_eq!(deadlines(&c, &a, 97_000).total_time_at, Some(101_000));
     // A request that asked for no stream has no first-token deadline; its wait is the attempt's.
     let q = plan(&SLOTS);
     let b = resolve(&c, q.view(), 1).expect("attempt 1");
     assert_eq!(deadlines(&c, &b, 2_000), Deadlines::default());
-    assert_eq!(deadlines(&c, &b, 85_000).budget_at, Some(101_000));
+    assert_eq!(deadlines(&c, &b, 85_000).total_time_at, Some(101_000));
     assert_eq!(c.timeouts.headers_wait_ms(true), 5_000);
     assert_eq!(c.timeouts.headers_wait_ms(false), 20_000);
     // The budget's answer names this provider's timeout and skips the rest.
-    let ended = budget_ended(&c, &a);
+    let ended = total_time_ended(&c, &a);
     assert_eq!(
         (ended.reply.status, indices(&ended.skipped)),
         (504, vec![1])
@@ -706,7 +706,7 @@ fn a_deadline_acts_once_as_the_answer_stands() {
     let mut t = Timers {
         deadlines: Deadlines {
             first_token_at: Some(10),
-            budget_at: Some(20),
+            total_time_at: Some(20),
         },
         send_at: Some(5),
     };
@@ -732,19 +732,19 @@ fn a_deadline_acts_once_as_the_answer_stands() {
     let body = Some(Hold::Body(503));
     assert_eq!(
         t.due(20, body, true, true).ends,
-        Some(Ends::BudgetHeld(503))
+        Some(Ends::TotalTimeHeld(503))
     );
     assert_eq!(t.due(30, None, false, false).ends, None, "once");
     let mut waiting = Timers {
         deadlines: Deadlines {
             first_token_at: None,
-            budget_at: Some(20),
+            total_time_at: Some(20),
         },
         send_at: None,
     };
     assert_eq!(
         waiting.due(20, None, false, false).ends,
-        Some(Ends::BudgetWaiting)
+        Some(Ends::TotalTimeWaiting)
     );
 }
 

@@ -29,10 +29,10 @@ pub enum Ends {
     FirstToken,
     /// The budget is spent while the answer is held: it goes to the caller as its status
     /// (this) says.
-    BudgetHeld(u16),
+    TotalTimeHeld(u16),
     /// The budget ended while the attempt waited for its answer: a timeout, and the caller
     /// gets the budget's answer at once.
-    BudgetWaiting,
+    TotalTimeWaiting,
 }
 
 impl Ends {
@@ -41,8 +41,8 @@ impl Ends {
     pub fn held_outcome(self) -> Option<(Class, u16, bool)> {
         match self {
             Ends::FirstToken => Some((Class::Timeout, 200, false)),
-            Ends::BudgetHeld(status) => Some((classify_status(status), status, true)),
-            Ends::BudgetWaiting => None,
+            Ends::TotalTimeHeld(status) => Some((classify_status(status), status, true)),
+            Ends::TotalTimeWaiting => None,
         }
     }
 }
@@ -55,7 +55,7 @@ impl Timers {
         let waiting = !settled || hold.is_some();
         let first_token = d.first_token_at.filter(|_| hold == Some(Hold::FirstOutput));
         let budget = d
-            .budget_at
+            .total_time_at
             .filter(|_| waiting && (!answered || hold.is_some()));
         [self.send_at, first_token, budget]
             .into_iter()
@@ -72,12 +72,14 @@ impl Timers {
         }
         let ends = if due(self.deadlines.first_token_at) && hold == Some(Hold::FirstOutput) {
             Some(Ends::FirstToken)
-        } else if due(self.deadlines.budget_at) {
-            self.deadlines.budget_at = None;
+        } else if due(self.deadlines.total_time_at) {
+            self.deadlines.total_time_at = None;
             match hold {
-                Some(Hold::Body(status) | Hold::Answer(status)) => Some(Ends::BudgetHeld(status)),
-                Some(Hold::Stream | Hold::FirstOutput) => Some(Ends::BudgetHeld(200)),
-                None if !answered && !settled => Some(Ends::BudgetWaiting),
+                Some(Hold::Body(status) | Hold::Answer(status)) => {
+                    Some(Ends::TotalTimeHeld(status))
+                }
+                Some(Hold::Stream | Hold::FirstOutput) => Some(Ends::TotalTimeHeld(200)),
+                None if !answered && !settled => Some(Ends::TotalTimeWaiting),
                 None => None,
             }
         } else {

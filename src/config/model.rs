@@ -244,7 +244,9 @@ pub struct DeadMarkPolicy {
 pub struct Timeouts {
     pub attempt_ms: u64,
     pub stall_ms: u64,
-    pub budget_ms: u64,
+    /// The request's total time (the file's `timeouts.budget`; "budget" in the code means
+    /// tokens, `budget.rs`).
+    pub total_time_ms: u64,
     pub min_remaining_ms: u64,
     /// First-token timeout of streamed attempts (behaviour.md 5); 0 = off.
     pub first_token_ms: u64,
@@ -256,7 +258,8 @@ impl Timeouts {
     /// rule for every attempt, whether the filter asks for it (a marked answer) or Envoy
     /// starts it by itself (refused connection, reset, per-try timeout).
     pub fn room_for_attempt(&self, spent_ms: u64) -> bool {
-        self.budget_ms == 0 || spent_ms.saturating_add(self.min_remaining_ms) <= self.budget_ms
+        self.total_time_ms == 0
+            || spent_ms.saturating_add(self.min_remaining_ms) <= self.total_time_ms
     }
 
     /// The first-token timeout that applies to a request (`stream`: it asked for a stream).

@@ -54,7 +54,7 @@ pub fn timeouts(t: &RawTimeouts, problems: &mut Problems) -> Timeouts {
     Timeouts {
         attempt_ms: t.attempt,
         stall_ms: t.stall,
-        budget_ms: t.budget,
+        total_time_ms: t.budget,
         min_remaining_ms: t.min_remaining,
         first_token_ms: t.first_token,
     }

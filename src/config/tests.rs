@@ -39,7 +39,7 @@ fn minimal_config_gets_the_spec_defaults() {
     assert_eq!(c.dead_marks.model_not_found_ms, 6 * 3_600_000);
     assert_eq!(c.dead_marks.setup_fault_ms, 3_600_000);
     assert_eq!(c.timeouts.attempt_ms, 120_000);
-    assert_eq!(c.timeouts.budget_ms, 300_000);
+    assert_eq!(c.timeouts.total_time_ms, 300_000);
     assert_eq!(c.opt_out_header, "x-llm-fallback");
     assert_eq!(c.providers[0].cluster, "a");
     assert!(c.chains[0]
@@ -377,7 +377,7 @@ fn no_attempt_starts_with_less_than_min_remaining_of_the_budget() {
     let t = Timeouts {
         attempt_ms: 1000,
         stall_ms: 0,
-        budget_ms: 2500,
+        total_time_ms: 2500,
         min_remaining_ms: 1000,
         first_token_ms: 0,
     };
@@ -385,7 +385,10 @@ fn no_attempt_starts_with_less_than_min_remaining_of_the_budget() {
     assert!(t.room_for_attempt(1500), "exactly min_remaining left");
     assert!(!t.room_for_attempt(1501));
     assert!(!t.room_for_attempt(u64::MAX));
-    let none = Timeouts { budget_ms: 0, ..t };
+    let none = Timeouts {
+        total_time_ms: 0,
+        ..t
+    };
     assert!(
         none.room_for_attempt(u64::MAX),
         "a budget of 0 is no budget"

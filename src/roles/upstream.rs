@@ -171,7 +171,7 @@ impl<H: Host> Upstream<H> {
         }
         match wake.ends.and_then(Ends::held_outcome) {
             Some((class, status, delay)) => self.release_held(class, status, delay),
-            None if wake.ends == Some(Ends::BudgetWaiting) => self.end_at_budget(),
+            None if wake.ends == Some(Ends::TotalTimeWaiting) => self.end_at_total_time(),
             None => {}
         }
     }
@@ -192,13 +192,13 @@ impl<H: Host> Upstream<H> {
 
     /// The budget ended while this attempt waited for its answer: a timeout, and the caller
     /// gets the budget's answer at once (behaviour.md 5).
-    fn end_at_budget(&mut self) {
+    fn end_at_total_time(&mut self) {
         self.settle(Class::Timeout, None, false);
         let Some(a) = (self.current.as_ref()).and_then(|c| c.attempt(&self.io.config)) else {
             return;
         };
-        let ended = attempt::budget_ended(&self.io.config, &a);
-        self.io.answer_budget(&ended, Api::of_path(a.plan.path));
+        let ended = attempt::total_time_ended(&self.io.config, &a);
+        self.io.answer_total_time(&ended, Api::of_path(a.plan.path));
     }
 
     pub fn on_request_headers(&mut self, end_of_stream: bool) -> Flow {
@@ -227,10 +227,10 @@ impl<H: Host> Upstream<H> {
             let bytes = host.property(handoff::OUTCOMES.as_bytes())?;
             Outcomes::new(&bytes).of(number - 1)
         };
-        if let Some(refusal) = attempt::past_budget(&config, &a, start_ms, last_class) {
+        if let Some(refusal) = attempt::past_total_time(&config, &a, start_ms, last_class) {
             self.settled = true;
             log::debug!("attempt not started: the time budget is spent");
-            self.io.answer_budget(&refusal, caller());
+            self.io.answer_total_time(&refusal, caller());
             return Flow::Pause;
         }
         // Nothing of the provider's is attached before Envoy confirms where the attempt goes.

@@ -64,14 +64,14 @@ impl<H: Host> Io<H> {
 
     /// Answers an attempt the time budget does not cover with the budget's answer: its
     /// provider (or the later ones) are skips for budget.
-    pub(super) fn answer_budget(&self, ended: &attempt::PastBudget, caller: Option<Api>) {
+    pub(super) fn answer_total_time(&self, ended: &attempt::PastTotalTime, caller: Option<Api>) {
         let (host, config) = (&self.host, &*self.config);
         for &skipped in &ended.skipped {
             self.metrics
-                .skipped(host, config, skipped, SkipReason::Budget);
+                .skipped(host, config, skipped, SkipReason::TotalTime);
         }
         self.log(true, |log| ended.write_log(config, log));
-        host.set_property(handoff::REFUSED, &Refused::Budget.encode());
+        host.set_property(handoff::REFUSED, &Refused::TotalTime.encode());
         send_reply(host, &ended.reply, caller);
     }
 
@@ -177,8 +177,8 @@ impl<H: Host> Io<H> {
             // from here (the tick writes the rest).
             health.add_answers(&a.provider.name, &earlier);
         }
-        for &skipped in &settled.budget_skips {
-            metrics.skipped(host, config, skipped, SkipReason::Budget);
+        for &skipped in &settled.time_skips {
+            metrics.skipped(host, config, skipped, SkipReason::TotalTime);
         }
         if settled.records_outcome() {
             let previous =
