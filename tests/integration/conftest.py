@@ -25,6 +25,10 @@ Fixtures
 ``render(source, env=None)``         harness.render_config into the test's tmp dir
 ``gateway``                          GatewaySetup: ``.mocks()``, ``.start()``,
                                      ``.start_bootstrap()``, ``.env``
+``fleet_store``                      fleet_store.FleetStore: a real Redis and Envoy's
+                                     rate-limit service on it, started (skipped when
+                                     not installed, failed instead under CI=true);
+                                     ``.env`` has RATELIMIT_HOST/RATELIMIT_PORT
 On a failing test the tail of every Envoy log and each mock's request list are
 attached to the report.
 """
@@ -36,6 +40,7 @@ from typing import Any
 
 import pytest
 
+import fleet_store as fleet_store_mod
 import gateway_control
 import harness
 from harness import (Envoy, Gateway, HarnessError, MockClient, RemoteEnvoy, external_mode,
@@ -43,6 +48,7 @@ from harness import (Envoy, Gateway, HarnessError, MockClient, RemoteEnvoy, exte
 
 _ENVOYS = pytest.StashKey[list]()
 _MOCKS = pytest.StashKey[list]()
+_STORES = pytest.StashKey[list]()
 
 
 def pytest_configure(config):
@@ -57,6 +63,8 @@ def pytest_runtest_makereport(item, call):
         return
     for e in item.stash.get(_ENVOYS, []):
         report.sections.append((f"envoy log tail ({e.log_path})", e.log_tail(80)))
+    for store in item.stash.get(_STORES, []):
+        report.sections.append(("fleet store logs", store.logs()))
     for m in item.stash.get(_MOCKS, []):
         try:
             lines = [f"#{r['id']} conn{r['connection']} {r['method']} {r['path']} -> "
@@ -211,3 +219,19 @@ class GatewaySetup:
 @pytest.fixture
 def gateway(mock_factory, envoy_factory, tmp_path) -> GatewaySetup:
     return GatewaySetup(mock_factory, envoy_factory, tmp_path)
+
+
+@pytest.fixture
+def fleet_store(request, tmp_path):
+    """Redis and the rate-limit service, started; stopped (killed if need be) at teardown."""
+    why = fleet_store_mod.missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the fleet's store must run under CI: {why}")
+        pytest.skip(why)
+    store = fleet_store_mod.FleetStore(tmp_path / "store")
+    request.node.stash[_STORES] = [store]
+    try:
+        yield store.start()
+    finally:
+        store.stop()
