@@ -631,6 +631,45 @@ def render_config(source: str | Path, env: dict | None = None, *,
     return out
 
 
+def plain_bootstrap(listener_port: int, admin_port: int, route: str, endpoints: str,
+                    cluster: str = "upstream") -> str:
+    """An Envoy bootstrap without the filter: one listener, the router, one `cluster`.
+    `route` is the route action's YAML flow mapping (naming that cluster), `endpoints` the
+    cluster's `load_assignment.endpoints` as a YAML flow sequence."""
+    return f"""
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
+static_resources:
+  listeners:
+  - name: gateway
+    address: {{socket_address: {{address: 127.0.0.1, port_value: {listener_port}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: gw
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {route}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: {cluster}
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: {cluster}
+      endpoints: {endpoints}
+"""
+
+
 def config_vars(text: str) -> dict[str, str | None]:
     """``${VAR}`` / ``${VAR:-default}`` references in a failover YAML: {VAR: default}."""
     return {m.group(1): m.group(3)

@@ -7,47 +7,17 @@ import time
 
 import pytest
 
-from harness import HarnessError, NoResponse, free_port, http_request, prometheus_samples
+from harness import (HarnessError, NoResponse, free_port, http_request, plain_bootstrap,
+                     prometheus_samples)
 
 pytestmark = pytest.mark.envoy
 
 
 def plain_config(listener_port: int, admin_port: int, upstream_port: int) -> str:
-    return f"""
-admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
-static_resources:
-  listeners:
-  - name: gateway
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {listener_port}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: gw
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: mock, timeout: 0s}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: mock
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: mock
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}
-"""
+    endpoint = f"{{socket_address: {{address: 127.0.0.1, port_value: {upstream_port}}}}}"
+    return plain_bootstrap(listener_port, admin_port, "{cluster: mock, timeout: 0s}",
+                           f"[{{lb_endpoints: [{{endpoint: {{address: {endpoint}}}}}]}}]",
+                           cluster="mock")
 
 
 def test_envoy_launcher_stats_and_teardown(gateway):

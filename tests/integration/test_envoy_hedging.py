@@ -1,10 +1,11 @@
 """What Envoy's own hedging (route `hedge_policy: {hedge_on_per_try_timeout: true}`) does to
 router mode, pinned against a real Envoy (docs/internals.md "Hedging: why Envoy's router cannot
 race two providers"). The filter does not offer hedging; these tests hold the facts that decision
-stands on, so an Envoy that changes them fails here first.
+stands on, and the one way found for a hedge to reach another provider, so an Envoy that changes
+them fails here first.
 
-Each test renders the usual router-mode configuration and adds the hedge policy to its route by
-hand, as an operator editing the rendered file would."""
+The tests on the filter render the usual router-mode configuration and add the hedge policy to
+its route by hand, as an operator editing the rendered file would."""
 import time
 
 import pytest
@@ -113,3 +114,40 @@ def test_with_hedging_the_per_try_timeout_no_longer_ends_an_attempt(gateway, tmp
     assert r.status == 200, r.text
     assert r.header("x-llm-provider") == "primary"
     assert time.monotonic() - started >= 1.4
+
+
+# Envoy's hedge on the route, and the retry priority that moves a retry to a priority not tried.
+PAIR_ROUTE = """{cluster: upstream, timeout: 0s,
+                  hedge_policy: {hedge_on_per_try_timeout: true},
+                  retry_policy: {retry_on: reset, num_retries: 1, per_try_timeout: 0.5s,
+                    retry_priority: {name: envoy.retry_priorities.previous_priorities,
+                      typed_config: {"@type": "type.googleapis.com/envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+                                     update_frequency: 1}}}}"""
+
+
+def pair_endpoints(first: int, second: int) -> str:
+    """Two endpoints, `first` at priority 0 and `second` at priority 1."""
+    return "[" + ", ".join(
+        f"{{priority: {priority}, lb_endpoints: [{{endpoint: {{address: {{socket_address: "
+        f"{{address: 127.0.0.1, port_value: {port}}}}}}}}}]}}"
+        for priority, port in ((0, first), (1, second))) + "]"
+
+
+def test_a_hedge_moves_to_the_next_priority_of_one_cluster_with_previous_priorities(gateway):
+    # The one way found for Envoy's hedge to reach another provider (no filter here, plain
+    # Envoy): both providers' endpoints in one cluster at priorities 0 and 1, and the retry
+    # priority `previous_priorities`, so the hedge's host selection skips the priority tried.
+    first, second = gateway.mocks("primary", "secondary")
+    first.set_default(delay_ms=3000)
+    second.set_default(delay_ms=200)
+    bootstrap = harness.plain_bootstrap(harness.free_port(), harness.free_port(), PAIR_ROUTE,
+                                        pair_endpoints(first.port, second.port))
+    gw = gateway.start_bootstrap(bootstrap)
+    started = time.monotonic()
+    r = gw.chat("gpt-4o")
+    took = time.monotonic() - started
+    assert r.status == 200, r.text
+    assert r.json()["id"].startswith("chatcmpl-mock-secondary"), r.text
+    assert took < 2.0, took
+    assert [x["outcome"] for x in first.wait_settled(timeout=6.0)] == ["client_gone"]
+    assert [x["outcome"] for x in second.wait_settled(timeout=6.0)] == ["responded"]
