@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 
 # 514,555 bytes on main at 98636df with rustc 1.95.0 (514,079 with the toolchain of its CI run;
 # the compiler's version moves it by a few hundred bytes): CEILING leaves 1 KB for that.
-CEILING=515600
+# Issue 44's Bedrock Converse provider dialect (translate/converse.rs, Envelope::BedrockConverse,
+# Converse events in the event stream, usage::Dialect::Converse): +12,630 (514,555 -> 527,185 on
+# 98636df), as Gemini's provider dialect took +13,366.
+CEILING=528700
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

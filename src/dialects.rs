@@ -269,6 +269,8 @@ pub const BEDROCK: &[Rule] = &[
         Has("input is too long for requested model"),
         CONTEXT_WINDOW,
     ),
+    // Converse's ValidationException for Llama and the other vendors' models ("This model's
+    // maximum context length is ...") is vLLM's rule's, below.
     // 400 ValidationException "This request has been blocked by our content filters."
     rule(
         CONTENT,
@@ -581,7 +583,7 @@ fn event_fields(event: &[u8]) -> Option<(&[u8], &[u8])> {
 pub const STREAM_TAIL: usize = 1024;
 
 /// Whether a stream's last bytes (`tail`, at most [`STREAM_TAIL`]) hold its final event:
-/// `[DONE]`, Anthropic's `message_stop` (or a `stop_reason`), the Responses API's
+/// `[DONE]`, Anthropic's `message_stop` (or a `stop_reason`), Converse's `messageStop`, the Responses API's
 /// `response.completed` / `.incomplete` / `.failed`, an error event, or a chunk with a
 /// `finish_reason` (Gemini's `finishReason`: its stream has no end marker). A stream that ended
 /// without one was cut short (behaviour.md 5).
@@ -589,6 +591,7 @@ pub fn stream_complete(tail: &[u8]) -> bool {
     [
         &b"[DONE]"[..],
         b"message_stop",
+        b"messageStop",
         b"response.completed",
         b"response.incomplete",
         b"response.failed",
@@ -621,11 +624,13 @@ fn is_output(event: &[u8]) -> bool {
     for line in event.split(|&c| c == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if let Some(name) = field(line, b"event") {
-            // Anthropic's and the Responses API's named events: only these come before output.
+            // Anthropic's, the Responses API's and Converse's named events: only these come
+            // before output.
             return !matches!(
                 name,
                 b"message_start"
                     | b"ping"
+                    | b"messageStart"
                     | b"response.created"
                     | b"response.in_progress"
                     | b"response.output_item.added"

@@ -6,6 +6,7 @@
 //! | OpenAI Chat | `reasoning_effort` | `max_completion_tokens` (and `max_tokens` where the body has it) |
 //! | OpenAI Responses | `reasoning.effort` (the body's other `reasoning` members kept) | `max_output_tokens` |
 //! | Gemini native | `generationConfig.thinkingConfig.thinkingBudget` ([`Effort::budget_tokens`]; `includeThoughts` kept) | `generationConfig.maxOutputTokens` (the body's other `generationConfig` members kept) |
+//! | Bedrock Converse | none (refused when the configuration loads: each model's reasoning settings are its own) | `inferenceConfig.maxTokens` (the body's other `inferenceConfig` members kept) |
 //! | Anthropic Messages | `thinking: {type: enabled, budget_tokens}` ([`Effort::budget_tokens`]); `temperature`, `top_p`, `top_k` removed (Anthropic refuses them with thinking); none when `tool_choice` forces a tool (refused with thinking too) or the last assistant turn called tools without a thinking block first (a tool loop begun without thinking) | `max_tokens`, raised by the budget when not above it |
 //!
 //! Only entries that set something pay for it: their body's top-level members are copied as
@@ -106,9 +107,11 @@ pub fn apply(body: &[u8], dialect: Api, settings: &EntrySettings) -> Option<Vec<
         Api::Gemini => gemini(body, settings),
         Api::OpenAiResponses => responses(body, settings),
         Api::AnthropicMessages => messages(body, settings),
+        Api::Converse => converse(body, settings),
     };
     let mut replaced = replaced.to_vec();
-    if settings.stream && dialect != Api::Gemini {
+    // Gemini's and Converse's stream is in the path (the envelope writes it).
+    if settings.stream && !matches!(dialect, Api::Gemini | Api::Converse) {
         replaced.push("stream");
         added.push(("stream", b"true".to_vec()));
     }
@@ -282,6 +285,24 @@ fn messages(
     (
         &["max_tokens", "thinking", "temperature", "top_p", "top_k"],
         vec![("max_tokens", number(max)), ("thinking", value)],
+    )
+}
+
+/// Converse's `inferenceConfig.maxTokens` (the caller's other `inferenceConfig` members kept).
+/// `effort` is refused for Converse entries when the configuration loads (its reasoning
+/// settings are each model's own), so none is written.
+fn converse(
+    body: &[u8],
+    s: &EntrySettings,
+) -> (&'static [&'static str], Vec<(&'static str, Vec<u8>)>) {
+    let Some(max) = s.max_tokens else {
+        return (&[], Vec::new());
+    };
+    let mut config = open_without(member(body, "inferenceConfig"), &["maxTokens"]);
+    json::put(&mut config, &[b"\"maxTokens\":", &number(max.into())]);
+    (
+        &["inferenceConfig"],
+        vec![("inferenceConfig", close(config))],
     )
 }
 
@@ -576,6 +597,25 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(apply(br#"{"contents":[]}"#, Api::Gemini, &s), None);
+    }
+
+    #[test]
+    fn converse_gets_max_tokens_in_its_inference_config() {
+        let body = r#"{"messages":[],"inferenceConfig":{"temperature":0.5,"maxTokens":9}}"#;
+        assert_eq!(
+            edit(body, Api::Converse, None, Some(300)),
+            r#"{"messages":[],"inferenceConfig":{"temperature":0.5,"maxTokens":300}}"#
+        );
+        assert_eq!(
+            edit(r#"{"messages":[]}"#, Api::Converse, None, Some(7)),
+            r#"{"messages":[],"inferenceConfig":{"maxTokens":7}}"#
+        );
+        // A gathered attempt's stream is in Converse's path (/converse-stream), never its body.
+        let s = EntrySettings {
+            stream: true,
+            ..Default::default()
+        };
+        assert_eq!(apply(br#"{"messages":[]}"#, Api::Converse, &s), None);
     }
 
     #[test]

@@ -110,6 +110,9 @@ fn envelope_words(envelope: Envelope, provider: &Provider) -> &'static str {
         Envelope::Bedrock => {
             "bedrock, InvokeModel (the model id in the path; the body without model and stream, with anthropic_version bedrock-2023-05-31; a stream comes back as an AWS event stream, unwrapped)"
         }
+        Envelope::BedrockConverse => {
+            "bedrock_converse, Converse (the model id in the path, /model/{id}/converse; the body in Converse's terms, translated from the caller's; a stream is /converse-stream, an AWS event stream, unwrapped)"
+        }
         Envelope::Vertex => {
             "vertex, rawPredict (the model in the path; the body without model, with anthropic_version vertex-2023-10-16)"
         }

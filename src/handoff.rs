@@ -107,6 +107,8 @@ fn api_flag(api: Option<Api>) -> u8 {
         Some(Api::AnthropicMessages) => MESSAGES_CALLER,
         Some(Api::OpenAiResponses) => RESPONSES_CALLER,
         Some(Api::Gemini) => GEMINI_CALLER,
+        // A provider dialect only: no caller's request is in it.
+        Some(Api::Converse) => 0,
     }
 }
 

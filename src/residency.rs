@@ -67,7 +67,7 @@ impl Residency {
                 let (_, rest) = path_prefix?.split_once("/locations/")?;
                 Residency::of_region(rest.split(['/', '?']).next()?)
             }
-            Envelope::Bedrock => {
+            Envelope::Bedrock | Envelope::BedrockConverse => {
                 let host = authority?.split(':').next()?;
                 Residency::of_region(crate::envelope::bedrock_region(host)?)
             }

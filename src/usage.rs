@@ -106,6 +106,11 @@ pub enum Dialect {
     /// Gemini's native API (`usageMetadata`, on the JSON answer and on every stream chunk:
     /// cumulative, the last one wins).
     Gemini,
+    /// Bedrock's Converse API (`usage` with `inputTokens`, `outputTokens`,
+    /// `cacheReadInputTokens`, `cacheWriteInputTokens`: the JSON answer's, and the stream's
+    /// `metadata` event's once unwrapped). Counted as Anthropic's: the cache's reads and
+    /// writes apart from `inputTokens`.
+    Converse,
 }
 
 impl Dialect {
@@ -154,6 +159,10 @@ impl Dialect {
             (Gemini, b"promptTokenCount") => Slot::Input,
             (Gemini, b"candidatesTokenCount") => Slot::Output,
             (Gemini, b"thoughtsTokenCount") => Slot::MoreOutput,
+            (Dialect::Converse, b"inputTokens") => Slot::Input,
+            (Dialect::Converse, b"outputTokens") => Slot::Output,
+            (Dialect::Converse, b"cacheReadInputTokens") => Slot::CacheRead,
+            (Dialect::Converse, b"cacheWriteInputTokens") => Slot::MoreInput,
             _ => return None,
         })
     }
@@ -164,6 +173,7 @@ impl Dialect {
             crate::translate::Api::AnthropicMessages => Dialect::AnthropicMessages,
             crate::translate::Api::OpenAiResponses => Dialect::OpenAiResponses,
             crate::translate::Api::Gemini => Dialect::Gemini,
+            crate::translate::Api::Converse => Dialect::Converse,
         }
     }
 }
@@ -260,7 +270,7 @@ impl Fields {
                 cached_input: cached_input.min(input),
             },
             // Reported apart: the input is the three together.
-            Dialect::AnthropicMessages => Usage {
+            Dialect::AnthropicMessages | Dialect::Converse => Usage {
                 input: input
                     .saturating_add(cached_input)
                     .saturating_add(more_input),
@@ -283,7 +293,8 @@ impl Fields {
 #[inline(never)]
 fn event_usage<'a>(dialect: Dialect, event: &Obj<'a>) -> Option<&'a str> {
     match dialect {
-        Dialect::OpenAiChat => event.get("usage"),
+        // Converse's `metadata` event (unwrapped: its payload is the data).
+        Dialect::OpenAiChat | Dialect::Converse => event.get("usage"),
         Dialect::Gemini => event.get("usageMetadata"),
         Dialect::AnthropicMessages => match event.tag("type")? {
             "message_start" => event.obj("message")?.get("usage"),
@@ -1112,6 +1123,25 @@ mod tests {
         assert_eq!(
             read(Dialect::OpenAiResponses, true, stream),
             usage(11, 5, 0)
+        );
+    }
+
+    #[test]
+    fn converse_usage_is_in_the_json_and_in_the_metadata_event() {
+        // The cache's reads and writes come apart from inputTokens: the input is the three.
+        let json = r#"{"output":{"message":{"role":"assistant","content":[{"toolUse":{"toolUseId":"t","name":"f","input":{"usage":{"inputTokens":999}}}}]}},"stopReason":"tool_use","usage":{"inputTokens":21,"outputTokens":9,"totalTokens":1530,"cacheReadInputTokens":1400,"cacheWriteInputTokens":100},"metrics":{"latencyMs":412}}"#;
+        assert_eq!(read(Dialect::Converse, false, json), usage(1521, 9, 1400));
+        // The stream unwrapped from its AWS framing: the metadata event's usage.
+        let stream = concat!(
+            "event: messageStart\ndata: {\"role\":\"assistant\"}\n\n",
+            "event: contentBlockDelta\ndata: {\"contentBlockIndex\":0,\"delta\":{\"text\":\"\\\"usage\\\": 5\"}}\n\n",
+            "event: messageStop\ndata: {\"stopReason\":\"end_turn\"}\n\n",
+            "event: metadata\ndata: {\"usage\":{\"inputTokens\":7,\"outputTokens\":2,\"totalTokens\":9,\"cacheReadInputTokens\":3},\"metrics\":{\"latencyMs\":1}}\n\n",
+        );
+        assert_eq!(read(Dialect::Converse, true, stream), usage(10, 2, 3));
+        assert_eq!(
+            Dialect::of_api(crate::translate::Api::Converse),
+            Dialect::Converse
         );
     }
 

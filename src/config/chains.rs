@@ -283,6 +283,15 @@ fn resolve(
                 at.field(&field, problem);
             }
         }
+        let converse = providers
+            .get(index)
+            .is_some_and(|p| p.envelope == Some(Envelope::BedrockConverse));
+        if converse && e.effort.is_some() {
+            at.field(
+                &format!("{field}.effort"),
+                "not for api: bedrock_converse: Bedrock takes a model's reasoning settings in additionalModelRequestFields, in that model's own terms, which this filter does not write yet — remove it (max_tokens is written as inferenceConfig.maxTokens)",
+            );
+        }
         let entry = ChainEntry {
             provider,
             model,
@@ -328,7 +337,7 @@ fn model_required(provider: &Provider) -> Option<String> {
             "DEPLOYMENT",
             "deployments",
         ),
-        Envelope::Bedrock => (
+        Envelope::Bedrock | Envelope::BedrockConverse => (
             "Bedrock: name the model id",
             "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
             "model ids",

@@ -139,13 +139,13 @@ fn validate_one(
             if api.is_none() && !Envelope::NAMES.contains(&name) {
                 at.field(
                     "api",
-                    format!("{name:?} is not an API this filter speaks: use openai, openai_responses, anthropic, azure_openai, bedrock, vertex, gemini or gemini_native"),
+                    format!("{name:?} is not an API this filter speaks: use openai, openai_responses, anthropic, azure_openai, bedrock, bedrock_converse, vertex, gemini or gemini_native"),
                 );
             }
             api
         }
     };
-    if envelope == Some(Envelope::Bedrock) {
+    if envelope.is_some_and(Envelope::aws_signed) {
         // Envoy's signer adds these after this filter: no later attempt may carry them.
         for header in SIGNING_HEADERS {
             clear(cleared, header.to_string());

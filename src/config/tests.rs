@@ -647,6 +647,7 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
         ),
         ("azure_openai", "", "is Azure OpenAI: name the deployment"),
         ("bedrock", "", "is Bedrock: name the model id"),
+        ("bedrock_converse", "", "is Bedrock: name the model id"),
         (
             "vertex",
             r#","path_prefix":"/v1/projects/p/locations/r""#,
@@ -690,6 +691,50 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
     assert_eq!(
         g.translates(Some(Api::Gemini), "/v1beta/models/m:generateContent"),
         None
+    );
+}
+
+#[test]
+fn bedrock_converse_is_signed_as_bedrock_and_every_caller_is_translated_for_it() {
+    use crate::{envelope::Envelope, translate::Api};
+    let config = |providers: &str, entry: &str| {
+        Config::from_json(
+            format!(
+                r#"{{"providers":[{providers}],"chains":[{{"name":"c","providers":[{entry}]}}]}}"#
+            )
+            .as_bytes(),
+            &|_| None,
+        )
+    };
+    let chain = r#"{"provider":"b","model":"meta.llama3-3-70b-instruct-v1:0","max_tokens":300}"#;
+    let c = config(r#"{"name":"b","api":"bedrock_converse"}"#, chain).unwrap();
+    let b = &c.providers[0];
+    assert_eq!(
+        (b.api, b.envelope),
+        (Some(Api::Converse), Some(Envelope::BedrockConverse))
+    );
+    for caller in [
+        Api::OpenAiChat,
+        Api::AnthropicMessages,
+        Api::OpenAiResponses,
+        Api::Gemini,
+    ] {
+        assert_eq!(b.translates(Some(caller), ""), Some(Api::Converse));
+    }
+    // Envoy's signing headers never reach the next provider.
+    assert!(
+        c.cleared_headers.iter().any(|h| h == "x-amz-date"),
+        "{:?}",
+        c.cleared_headers
+    );
+    // A reasoning effort has no Converse terms common to its models: refused.
+    let effort = r#"{"provider":"b","model":"m","effort":"low"}"#;
+    let e = config(r#"{"name":"b","api":"bedrock_converse"}"#, effort).unwrap_err();
+    assert_eq!(e[0].field, "chains[0].providers[0].effort");
+    assert!(
+        e[0].problem.contains("bedrock_converse"),
+        "{}",
+        e[0].problem
     );
 }
 

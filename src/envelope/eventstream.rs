@@ -1,6 +1,9 @@
-//! Bedrock's streaming answer (`application/vnd.amazon.eventstream`) unwrapped into the
-//! Anthropic Messages event stream a Messages caller (or the Messages-to-Chat translator)
-//! reads, whatever the body chunk boundaries (docs/clouds.md).
+//! Bedrock's streaming answer (`application/vnd.amazon.eventstream`) unwrapped into
+//! server-sent events, whatever the body chunk boundaries (docs/clouds.md): InvokeModel's into
+//! the Anthropic Messages event stream a Messages caller (or a translator) reads, Converse's
+//! into `event: <its event type>` / `data: <its payload>` for the Converse decoder
+//! (`translate::converse`). This is the one place AWS's framing is read: everything after it
+//! (translators, usage reader, failing-answer reader) reads SSE.
 //!
 //! A message is a 12-byte prelude (total length, headers length, both big-endian u32, then the
 //! CRC32 of those 8 bytes), the headers (name length u8, name, value type u8, value), the
@@ -9,6 +12,9 @@
 //!
 //! * `:message-type: event`, `:event-type: chunk`: the payload is `{"bytes": base64}` holding
 //!   one Anthropic event's JSON; it becomes `event: {its type}` / `data: {the JSON}`.
+//! * `:message-type: event` of any other type whose payload is a JSON object (Converse's
+//!   `messageStart`, `contentBlockDelta`, ..., `metadata`): `event: {the type}` / `data:
+//!   {the payload}`.
 //! * `:message-type: exception` (`:exception-type`, payload `{"message"}`) and
 //!   `:message-type: error` (`:error-code`, `:error-message`): an Anthropic `event: error`,
 //!   which the first-event check (`dialects::first_event`) reads like any provider's.
@@ -190,19 +196,19 @@ fn write_event(m: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
                 .ok_or("a Bedrock stream chunk's bytes are not base64")?;
             let kind = top_level_string(&json, "type")
                 .ok_or("a Bedrock stream chunk does not hold an Anthropic event")?;
-            out.extend_from_slice(b"event: ");
-            out.extend_from_slice(unquote(kind));
-            out.extend_from_slice(b"\ndata: ");
-            // A raw line break in JSON is whitespace (strings cannot hold one): keep the data
-            // on one SSE line.
-            out.extend(
-                json.iter()
-                    .map(|&c| if c == b'\n' || c == b'\r' { b' ' } else { c }),
-            );
-            out.extend_from_slice(b"\n\n");
+            if !is_event_name(unquote(kind)) {
+                return Err("a Bedrock stream chunk does not hold an Anthropic event");
+            }
+            put_sse(out, unquote(kind), &json);
             Ok(())
         }
-        // Other events (a future type) carry nothing a Messages caller reads.
+        // Converse's events (`messageStart`, `contentBlockDelta`, ..., `metadata`): the payload
+        // is the event's JSON, passed on under its type's name. A type written otherwise
+        // is not Converse's or InvokeModel's, and is left out.
+        b"event" if m.payload.starts_with(b"{") && is_event_name(m.event_type) => {
+            put_sse(out, m.event_type, m.payload);
+            Ok(())
+        }
         b"event" => Ok(()),
         b"exception" => {
             let message = top_level_string(m.payload, "message").unwrap_or(b"\"\"");
@@ -216,6 +222,30 @@ fn write_event(m: &Message<'_>, out: &mut Vec<u8>) -> Result<(), &'static str> {
         }
         _ => Err("an event stream message has an unknown message type"),
     }
+}
+
+/// `event: {name}` / `data: {json}` and the blank line: one SSE event, the form every stream
+/// reader of the filter takes (the translators, the usage reader, the failing-answer reader).
+fn put_sse(out: &mut Vec<u8>, name: &[u8], json: &[u8]) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name);
+    out.extend_from_slice(b"\ndata: ");
+    // A raw line break in JSON is whitespace (strings cannot hold one): keep the data on one
+    // SSE line.
+    out.extend(
+        json.iter()
+            .map(|&c| if c == b'\n' || c == b'\r' { b' ' } else { c }),
+    );
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Whether an event type's name can stand on an SSE `event:` line as it is (letters, digits,
+/// `_`, `.`, `-`: every Anthropic and Converse event type).
+fn is_event_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// The raw token (quotes and escapes kept) of the top-level string member `name` of the JSON

@@ -25,6 +25,11 @@ pub enum Envelope {
     /// `/invoke-with-response-stream`; `anthropic_version: bedrock-2023-05-31` in the body,
     /// `model` and `stream` out of it, the caller's `anthropic-beta` as `anthropic_beta`.
     Bedrock,
+    /// Any model on AWS Bedrock through its Converse API (`api: bedrock_converse`):
+    /// `/model/{model id}/converse` or `/converse-stream`; the body is Converse's own (written
+    /// by the translators: every caller is translated to it), a stream comes as an AWS event
+    /// stream ([`eventstream`]). Signed as [`Envelope::Bedrock`] is.
+    BedrockConverse,
     /// Claude on Google Vertex AI: `{path_prefix}/publishers/anthropic/models/{model}:rawPredict`
     /// (or `:streamRawPredict`), `path_prefix` being `/v1/projects/{project}/locations/{region}`;
     /// `anthropic_version: vertex-2023-10-16` in the body, `model` out of it.
@@ -66,9 +71,10 @@ pub fn bedrock_region(host: &str) -> Option<&str> {
 
 impl Envelope {
     /// The names configuration uses for `api` beyond `openai` and `anthropic`.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "azure_openai",
         "bedrock",
+        "bedrock_converse",
         "vertex",
         "gemini",
         "gemini_native",
@@ -78,6 +84,7 @@ impl Envelope {
         match name {
             "azure_openai" => Some(Envelope::AzureOpenAi),
             "bedrock" => Some(Envelope::Bedrock),
+            "bedrock_converse" => Some(Envelope::BedrockConverse),
             "vertex" => Some(Envelope::Vertex),
             "gemini" => Some(Envelope::Gemini),
             "gemini_native" => Some(Envelope::GeminiNative),
@@ -91,7 +98,25 @@ impl Envelope {
             Envelope::AzureOpenAi | Envelope::Gemini => Api::OpenAiChat,
             Envelope::Bedrock | Envelope::Vertex => Api::AnthropicMessages,
             Envelope::GeminiNative => Api::Gemini,
+            Envelope::BedrockConverse => Api::Converse,
         }
+    }
+
+    /// Whether Envoy signs this cloud's attempts with AWS Signature V4 (service `bedrock`)
+    /// unless the provider has a credential of its own: Bedrock, either API.
+    pub fn aws_signed(self) -> bool {
+        match self {
+            Envelope::Bedrock | Envelope::BedrockConverse => true,
+            Envelope::AzureOpenAi
+            | Envelope::Vertex
+            | Envelope::Gemini
+            | Envelope::GeminiNative => false,
+        }
+    }
+
+    /// The AWS region a Bedrock endpoint's host names (`None` for the other clouds).
+    pub fn aws_region(self, host: &str) -> Option<&str> {
+        self.aws_signed().then(|| bedrock_region(host)).flatten()
     }
 
     /// The path of an attempt: `prefix` is the provider's `path_prefix`, `endpoint` the API
@@ -131,6 +156,16 @@ impl Envelope {
                     "/invoke-with-response-stream"
                 } else {
                     "/invoke"
+                });
+            }
+            Envelope::BedrockConverse => {
+                path.push_str(base.unwrap_or_default());
+                path.push_str("/model/");
+                push_segment(&mut path, model, false);
+                path.push_str(if stream {
+                    "/converse-stream"
+                } else {
+                    "/converse"
                 });
             }
             Envelope::Vertex => {
@@ -177,7 +212,10 @@ impl Envelope {
         match self {
             Envelope::Bedrock => &["anthropic-version", crate::wire::ANTHROPIC_BETA],
             Envelope::Vertex => &["anthropic-version"],
-            Envelope::AzureOpenAi | Envelope::Gemini | Envelope::GeminiNative => &[],
+            Envelope::AzureOpenAi
+            | Envelope::Gemini
+            | Envelope::GeminiNative
+            | Envelope::BedrockConverse => &[],
         }
     }
 
@@ -188,7 +226,7 @@ impl Envelope {
 
     /// Whether the answer of a streamed request comes as an AWS event stream.
     pub fn event_stream(self) -> bool {
-        matches!(self, Envelope::Bedrock)
+        self.aws_signed()
     }
 
     /// The body to send (`None`: forward it as it is): for Bedrock and Vertex, the top-level
@@ -226,7 +264,11 @@ impl Envelope {
                 let add = format!(r#""anthropic_version":"{VERTEX_VERSION}""#);
                 edit_members(body, &["model", "anthropic_version"], add.as_bytes())
             }
-            Envelope::AzureOpenAi | Envelope::Gemini | Envelope::GeminiNative => None,
+            // Converse's body is the translators' own.
+            Envelope::AzureOpenAi
+            | Envelope::Gemini
+            | Envelope::GeminiNative
+            | Envelope::BedrockConverse => None,
         }
     }
 }

@@ -207,3 +207,28 @@ fn gemini_native_puts_the_model_and_the_stream_in_the_path() {
     assert!(e.own_headers().is_empty() && !e.edits_body() && !e.event_stream());
     assert_eq!(Envelope::parse("gemini_native"), Some(e));
 }
+
+#[test]
+fn bedrock_converse_puts_the_model_id_in_the_path_and_signs_as_bedrock() {
+    let e = Envelope::BedrockConverse;
+    assert_eq!(Envelope::parse("bedrock_converse"), Some(e));
+    assert_eq!(
+        e.path(None, "/model", "meta.llama3-3-70b-instruct-v1:0", false),
+        "/model/meta.llama3-3-70b-instruct-v1%3A0/converse"
+    );
+    assert_eq!(
+        e.path(None, "/model", "us.amazon.nova-pro-v1:0", true),
+        "/model/us.amazon.nova-pro-v1%3A0/converse-stream"
+    );
+    assert_eq!(e.api(), Api::Converse);
+    assert!(e.aws_signed() && e.event_stream() && !e.edits_body());
+    assert_eq!(e.body(b"{}", Some("beta")), None);
+    assert_eq!(
+        e.aws_region("bedrock-runtime.eu-west-3.amazonaws.com"),
+        Some("eu-west-3")
+    );
+    assert_eq!(
+        Envelope::Vertex.aws_region("bedrock-runtime.eu-west-3.amazonaws.com"),
+        None
+    );
+}

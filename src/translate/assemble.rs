@@ -199,6 +199,8 @@ pub fn write(caller: Api, answer: &Answer<'_>, created: u64) -> Vec<u8> {
         Api::AnthropicMessages => super::messages::write_answer(answer),
         Api::OpenAiResponses => super::responses::answer(answer, created),
         Api::Gemini => super::gemini::write_answer(answer),
+        // No caller speaks Converse (`Api::is_caller`).
+        Api::Converse => super::converse::error_body("no caller speaks Bedrock Converse"),
     }
 }
 

@@ -17,6 +17,7 @@ fn api(name: &str) -> Api {
         "messages" => Api::AnthropicMessages,
         "responses" => Api::OpenAiResponses,
         "gemini" => Api::Gemini,
+        "converse" => Api::Converse,
         _ => panic!("{ROOT}: no API is named {name:?} (translate/fixtures.rs `api`)"),
     }
 }

@@ -14,6 +14,7 @@
 pub mod assemble;
 pub mod chat;
 pub mod common;
+pub mod converse;
 #[cfg(test)]
 mod fixtures;
 pub mod gemini;
@@ -44,6 +45,9 @@ pub enum Api {
     /// Gemini's native API (`models/{model}:generateContent`): a provider dialect
     /// (`api: gemini_native`, on Google AI and on Vertex AI).
     Gemini,
+    /// Amazon Bedrock's Converse API (`/model/{modelId}/converse`): a provider dialect only
+    /// (`api: bedrock_converse`); no caller speaks it ([`Api::of_path`] never gives it).
+    Converse,
 }
 
 impl Api {
@@ -54,6 +58,15 @@ impl Api {
             Api::AnthropicMessages => "anthropic",
             Api::OpenAiResponses => "openai_responses",
             Api::Gemini => "gemini_native",
+            Api::Converse => "bedrock_converse",
+        }
+    }
+
+    /// Whether callers speak this API (every one but Converse, a provider dialect only).
+    pub fn is_caller(self) -> bool {
+        match self {
+            Api::OpenAiChat | Api::AnthropicMessages | Api::OpenAiResponses | Api::Gemini => true,
+            Api::Converse => false,
         }
     }
 
@@ -104,8 +117,9 @@ impl Api {
             Api::OpenAiChat => "/v1/chat/completions",
             Api::AnthropicMessages => "/v1/messages",
             Api::OpenAiResponses => "/v1/responses",
-            // Its envelope writes the path (the model is in it).
+            // Their envelopes write the path (the model is in it).
             Api::Gemini => "/v1beta/models",
+            Api::Converse => "/model",
         }
     }
 }
@@ -199,6 +213,7 @@ fn answer(provider: Api, caller: Api, body: &[u8], created: u64) -> Option<Vec<u
         Api::OpenAiChat => chat::answer(body),
         Api::OpenAiResponses => responses::provider::answer(body),
         Api::AnthropicMessages => messages::answer(body),
+        Api::Converse => converse::answer(body),
     }?;
     Some(match caller {
         // A Chat caller's answers from Messages always had `"logprobs": null`.
@@ -220,6 +235,8 @@ fn caller_error(provider: Api, caller: Api, status: u16, body: &[u8]) -> Vec<u8>
             body.to_vec()
         }
         Api::OpenAiChat | Api::OpenAiResponses => chat::error(status, body),
+        // No caller speaks Converse: AWS's own shape, for completeness.
+        Api::Converse => body.to_vec(),
     }
 }
 
@@ -228,6 +245,11 @@ fn caller_error(provider: Api, caller: Api, status: u16, body: &[u8]) -> Vec<u8>
 pub fn unreadable(provider: Api, caller: Api) -> Vec<u8> {
     match (provider, caller) {
         (_, Api::Gemini) => gemini::unreadable(),
+        (_, Api::Converse) => converse::error_body(GENERIC_UNREADABLE),
+        (Api::Converse, Api::AnthropicMessages) => {
+            messages::anthropic_error(502, CONVERSE_UNREADABLE)
+        }
+        (Api::Converse, _) => common::openai_error_body("api_error", None, CONVERSE_UNREADABLE),
         (Api::Gemini, Api::AnthropicMessages) => messages::anthropic_error(502, GEMINI_UNREADABLE),
         (Api::Gemini, _) => common::openai_error_body("api_error", None, GEMINI_UNREADABLE),
         (Api::OpenAiResponses, Api::AnthropicMessages) => {
@@ -258,6 +280,11 @@ pub(crate) const CHAT_UNREADABLE: &str =
 const RESPONSES_UNREADABLE: &str =
     "The provider's answer is not an OpenAI Responses answer and could not be translated.";
 
+const CONVERSE_UNREADABLE: &str =
+    "The provider's answer is not a Bedrock Converse answer and could not be translated.";
+
+const GENERIC_UNREADABLE: &str = "The provider's answer could not be translated.";
+
 const GEMINI_UNREADABLE: &str =
     "The provider's answer is not a Gemini generateContent answer and could not be translated.";
 
@@ -276,6 +303,7 @@ pub fn is_stream_event(api: Api, name: &[u8], data: &[u8]) -> bool {
             name == b"error" || json::RawStr::of(kind).is_some_and(|k| !k.is_empty())
         }
         Api::Gemini => gemini::is_response(data),
+        Api::Converse => converse::is_stream_event(name, data),
         Api::OpenAiChat => {
             if data == b"[DONE]" {
                 return true;
@@ -298,6 +326,7 @@ pub fn error_body(api: Api, status: u16, kind: &str, code: &str, message: &str) 
         }
         Api::Gemini => gemini::error_body(status, message, Some(code)),
         Api::AnthropicMessages => messages::anthropic_error(status, message),
+        Api::Converse => converse::error_body(message),
     }
 }
 

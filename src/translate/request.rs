@@ -5,7 +5,9 @@
 
 use super::json::Obj;
 use super::model::{Part, Request, Role};
-use super::{chat, gemini, messages, parse, responses, Api, RequestContext, Untranslatable};
+use super::{
+    chat, converse, field, gemini, messages, parse, responses, Api, RequestContext, Untranslatable,
+};
 
 type Checked<T> = Result<T, Untranslatable>;
 
@@ -33,9 +35,9 @@ pub fn check(from: Api, to: Api, body: &[u8]) -> Checked<()> {
     };
     match to {
         _ if from == to => Ok(()),
-        // The writer refuses what Responses cannot carry (stop sequences): the request is
-        // built.
-        Api::OpenAiResponses => request(from, to, body, &cx).map(drop),
+        // The writers refuse what Responses (stop sequences) and Converse (images by URL)
+        // cannot carry: the request is built.
+        Api::OpenAiResponses | Api::Converse => request(from, to, body, &cx).map(drop),
         _ => read(from, to, &cx, &parse(body)?, &mut |_, _| ()).map(drop),
     }
 }
@@ -54,6 +56,8 @@ fn read<'a>(
         Api::AnthropicMessages => messages::read_request(req, to, push),
         Api::OpenAiResponses => responses::read_request(req, push),
         Api::Gemini => gemini::read_request(req, cx.stream, push),
+        // No caller speaks Converse (`Api::of_path` never gives it).
+        Api::Converse => Err(field("converse")),
     }
 }
 
@@ -63,6 +67,7 @@ enum Conversation<'a> {
     Chat(chat::Conversation),
     Gemini(gemini::Conversation<'a>),
     Responses(responses::provider::Conversation),
+    Converse(converse::Conversation),
 }
 
 impl<'a> Conversation<'a> {
@@ -81,6 +86,9 @@ impl<'a> Conversation<'a> {
             Api::OpenAiResponses => Conversation::Responses(
                 responses::provider::Conversation::with_capacity(body_len + 64),
             ),
+            Api::Converse => {
+                Conversation::Converse(converse::Conversation::with_capacity(body_len + 64))
+            }
         }
     }
 
@@ -90,16 +98,19 @@ impl<'a> Conversation<'a> {
             Conversation::Chat(c) => c.push(role, part),
             Conversation::Gemini(c) => c.push(role, part),
             Conversation::Responses(c) => c.push(role, part),
+            Conversation::Converse(c) => c.push(role, part),
         }
     }
 
-    /// The provider's request body (Responses' writer refuses stop sequences).
+    /// The provider's request body (Responses' writer refuses stop sequences, Converse's
+    /// images by URL).
     fn write(self, head: &Request<'_>, cx: &RequestContext<'_>) -> Checked<Vec<u8>> {
         Ok(match self {
             Conversation::Messages(c) => messages::request(c, head, cx),
             Conversation::Chat(c) => chat::request(c, head, cx),
             Conversation::Gemini(c) => gemini::request(c, head, cx.model),
             Conversation::Responses(c) => return responses::provider::request(c, head, cx),
+            Conversation::Converse(c) => return converse::request(c, head, cx),
         })
     }
 }

@@ -4,7 +4,7 @@
 //! encoders, so a new dialect adds one arm to each, not one translator per pair.
 
 use super::model::Event;
-use super::{chat, gemini, messages, responses, sse, Api, StreamContext};
+use super::{chat, converse, gemini, messages, responses, sse, Api, StreamContext};
 
 /// A provider dialect's stream decoder into the model's events.
 #[derive(Debug)]
@@ -13,6 +13,7 @@ pub enum Decoder {
     Chat(chat::Decoder),
     Gemini(gemini::Decoder),
     Responses(responses::provider::Decoder),
+    Converse(converse::Decoder),
 }
 
 impl Decoder {
@@ -22,6 +23,7 @@ impl Decoder {
             Api::Gemini => Decoder::Gemini(gemini::Decoder::default()),
             Api::OpenAiResponses => Decoder::Responses(responses::provider::Decoder::default()),
             Api::AnthropicMessages => Decoder::Messages(messages::Decoder::default()),
+            Api::Converse => Decoder::Converse(converse::Decoder::default()),
         }
     }
 
@@ -32,6 +34,7 @@ impl Decoder {
             Decoder::Chat(d) => d.push(chunk, end, on),
             Decoder::Gemini(d) => d.push(chunk, end, on),
             Decoder::Responses(d) => d.push(chunk, end, on),
+            Decoder::Converse(d) => d.push(chunk, end, on),
         }
     }
 
@@ -42,6 +45,7 @@ impl Decoder {
             Decoder::Chat(d) => d.stopped(),
             Decoder::Gemini(d) => d.stopped(),
             Decoder::Responses(d) => d.stopped(),
+            Decoder::Converse(d) => d.stopped(),
         }
     }
 }
@@ -56,13 +60,15 @@ pub enum Encoder {
 }
 
 impl Encoder {
-    pub fn new(caller: Api, cx: StreamContext) -> Encoder {
-        match caller {
+    /// `None` for an API no caller speaks (Converse).
+    pub fn new(caller: Api, cx: StreamContext) -> Option<Encoder> {
+        Some(match caller {
             Api::OpenAiChat => Encoder::Chat(chat::Encoder::new(cx)),
             Api::AnthropicMessages => Encoder::Messages(messages::Encoder::default()),
             Api::Gemini => Encoder::Gemini(gemini::Encoder::default()),
             Api::OpenAiResponses => Encoder::Responses(responses::Encoder::new(cx.created)),
-        }
+            Api::Converse => return None,
+        })
     }
 
     /// Writes what the caller gets for one event of the model's stream.
@@ -115,10 +121,14 @@ impl Encoder {
 pub struct StreamTranslator(Box<(Decoder, Encoder)>);
 
 impl StreamTranslator {
-    /// `None` when the two APIs are the same (nothing to translate).
+    /// `None` when the two APIs are the same (nothing to translate), or no caller speaks
+    /// `caller`.
     pub fn new(provider: Api, caller: Api, cx: StreamContext) -> Option<StreamTranslator> {
-        (provider != caller)
-            .then(|| StreamTranslator(Box::new((Decoder::new(provider), Encoder::new(caller, cx)))))
+        let encoder = Encoder::new(caller, cx).filter(|_| provider != caller)?;
+        Some(StreamTranslator(Box::new((
+            Decoder::new(provider),
+            encoder,
+        ))))
     }
 
     /// Feeds the next chunk of the provider's stream (`end`: it was the last) and appends what

@@ -3,7 +3,8 @@ credentials checked the way the cloud checks them, and Bedrock's binary event st
 
 ``MockProvider(name, cloud={...})`` turns a mock into one cloud's endpoint:
 
-* ``{"kind": "bedrock", "access_key", "secret_key", "region"}``: AWS Bedrock InvokeModel.
+* ``{"kind": "bedrock", "access_key", "secret_key", "region"}``: AWS Bedrock InvokeModel, and
+  its Converse API on ``/model/{id}/converse`` and ``/converse-stream`` (``converse_mock.py``).
   ``POST /model/{id}/invoke`` (JSON) and ``/invoke-with-response-stream`` (the answer's Anthropic
   events framed as ``application/vnd.amazon.eventstream``). Every request must be signed with
   AWS Signature V4 for service ``bedrock``: the signature is recomputed with botocore over the
@@ -141,6 +142,9 @@ def bedrock_presets() -> dict[str, dict]:
 
 
 def _bedrock(cloud, method, path, headers, body) -> Accepted | Refused:
+    import converse_mock
+    if converse_mock.PATH.match(path):
+        return converse_mock.check(cloud, method, path, headers, body)
     m = _BEDROCK_PATH.match(path)
     if method != "POST" or not m:
         return _aws_error(404, "UnknownOperationException", "Unknown operation", f"not an InvokeModel path: {path}")
@@ -229,7 +233,10 @@ def check_sigv4(method: str, path: str, headers: list, body: bytes, access_key: 
         return "unknown access key"
     if (reg, svc) != (region, service):
         return f"wrong credential scope {reg}/{svc}"
-    if (lower.get("x-amz-content-sha256") or [""])[0] != hashlib.sha256(body).hexdigest():
+    # Optional for Bedrock (botocore's client sends none; Envoy's signer does): the signature
+    # covers the body's hash either way, and when the header is there it must be the body's.
+    sent_hash = lower.get("x-amz-content-sha256")
+    if sent_hash is not None and sent_hash[0] != hashlib.sha256(body).hexdigest():
         return "x-amz-content-sha256 does not match the body received"
     amz_date = (lower.get("x-amz-date") or [""])[0]
     if not amz_date.startswith(day):
@@ -280,7 +287,9 @@ _EXCEPTIONS = {"overloaded_error": "serviceUnavailableException",
 
 def frame_sse(sse: bytes) -> bytes:
     """Anthropic SSE events as Bedrock sends them: each event's data base64-wrapped in a
-    ``chunk`` event; an ``event: error`` as an exception message."""
+    ``chunk`` event; an ``event: error`` as an exception message. A Converse event (its name
+    one of ``converse_mock.EVENTS``) is framed under its own name, its JSON the payload."""
+    import converse_mock
     out = b""
     for event in sse.replace(b"\r\n", b"\n").split(b"\n\n"):
         name, data = None, []
@@ -298,6 +307,10 @@ def frame_sse(sse: bytes) -> bytes:
             out += frame([(":exception-type", kind), (":content-type", "application/json"),
                           (":message-type", "exception")],
                          json.dumps({"message": err.get("message", "")}).encode())
+            continue
+        if name in converse_mock.EVENTS:
+            out += frame([(":event-type", name), (":content-type", "application/json"),
+                          (":message-type", "event")], payload)
             continue
         wrapped = json.dumps({"bytes": base64.b64encode(payload).decode(), "p": "abcdefghij"})
         out += frame([(":event-type", "chunk"), (":content-type", "application/json"),

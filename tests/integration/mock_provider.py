@@ -199,6 +199,7 @@ from itertools import count as itertools_count
 from typing import Any
 
 import cloud_mock
+import converse_mock
 import gemini_mock
 import mock_api_rules
 
@@ -1020,6 +1021,8 @@ class MockProvider:
                                     b.get("usage"), b)
         if api == "gemini":
             return gemini_mock.answer(self.name, rid, model, b)
+        if api == "converse":
+            return converse_mock.answer(self.name, rid, model, b)
         content = b.get("content", text)
         if api == "embeddings":
             return {"object": "list", "model": model,
@@ -1058,6 +1061,8 @@ class MockProvider:
         message = f"mock {self.name}: HTTP {status} ({code}) for model {model}"
         if api == "gemini":  # Google's error shape
             return gemini_mock.error_body(status, self.name, model, b)
+        if api == "converse":  # AWS's error shape
+            return converse_mock.error_body(status, self.name, model, b)
         if api == "messages":  # Anthropic's error shape
             err = {"type": etype, "message": message}
             err.update(b.get("error", {}))
@@ -1107,6 +1112,7 @@ def _api_of(path: str) -> str:
                         ("/invoke-with-response-stream", "messages"),
                         (":rawPredict", "messages"), (":streamRawPredict", "messages"), ("/responses", "responses"),
                         (":generateContent", "gemini"), (":streamGenerateContent", "gemini"),
+                        ("/converse", "converse"), ("/converse-stream", "converse"),
                         ("/embeddings", "embeddings"), ("/chat/completions", "chat"),
                         ("/completions", "completions")):
         if p.endswith(suffix):
@@ -1244,6 +1250,8 @@ def _stream_usage(api: str, b: dict, include_usage: bool) -> Any:
         return _response_object("", 0, None, None, "completed", None, b.get("usage"))["usage"]
     if api == "gemini":
         return gemini_mock.usage(b)
+    if api == "converse":
+        return converse_mock.usage(b)
     return None
 
 
@@ -1261,6 +1269,8 @@ def _stream_events(api: str, name: str, rid: int, model: Any, n: int, b: dict | 
         return _responses_stream(name, rid, model, texts, calls, b)
     if api == "gemini":
         return gemini_mock.stream_events(name, rid, model, texts, b)
+    if api == "converse":
+        return converse_mock.stream_events(name, rid, model, texts, b)
     created = int(time.time())
     if api == "completions":
         events = [_sse(None, {"id": f"cmpl-mock-{name}-{rid}", "object": "text_completion",

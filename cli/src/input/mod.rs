@@ -110,7 +110,9 @@ fn aws_signing(
     envoy_version: EnvoyVersion,
 ) -> Result<(), Diag> {
     let at = format!("providers[{i}]");
-    if p.envelope != Some(llm_failover::envelope::Envelope::Bedrock)
+    if !p
+        .envelope
+        .is_some_and(llm_failover::envelope::Envelope::aws_signed)
         || u.token_file.is_some()
         || p.set_headers
             .iter()
@@ -119,7 +121,7 @@ fn aws_signing(
         if u.aws_credentials.is_some() {
             return Err(Diag::error(
                 format!("{at}.aws_credentials"),
-                "only for a Bedrock provider Envoy signs (api: bedrock without a credential) — remove it",
+                "only for a Bedrock provider Envoy signs (api: bedrock or bedrock_converse without a credential) — remove it",
             ));
         }
         return Ok(());

@@ -444,7 +444,7 @@ fn cloud_fields(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<Str
     let (api_version, project, region) = (text("api_version"), text("project"), text("region"));
     let takes = match api.as_str() {
         "azure_openai" => [true, false, false],
-        "bedrock" => [false, false, true],
+        "bedrock" | "bedrock_converse" => [false, false, true],
         "vertex" | "gemini" | "gemini_native" => [false, true, true],
         _ => [false; 3],
     };
@@ -519,7 +519,8 @@ fn bedrock_residency(
     at: &str,
     errors: &mut Vec<Diag>,
 ) {
-    if p.get("api").and_then(Value::as_str) != Some("bedrock") {
+    let api = p.get("api").and_then(Value::as_str).unwrap_or_default();
+    if !llm_failover::envelope::Envelope::parse(api).is_some_and(|e| e.aws_signed()) {
         return;
     }
     let Some(region) = bedrock_region(region, endpoint) else {

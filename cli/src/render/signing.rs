@@ -113,6 +113,6 @@ pub fn sending(u: &Upstream, p: &Provider) -> Option<String> {
             t.header, t.path
         ));
     }
-    (p.envelope == Some(Envelope::Bedrock))
+    (p.envelope.is_some_and(Envelope::aws_signed))
         .then(|| "signing: none (a Bedrock API key in authorization)".to_string())
 }

@@ -286,3 +286,106 @@ fn impossible_lengths_are_refused_before_waiting_for_them() {
     assert!(split_message(&m).is_err());
     assert_eq!(split_message(&m[..11]), Ok(None));
 }
+
+/// A Converse stream as Bedrock frames it: each event's payload is its JSON, its type in
+/// `:event-type`.
+fn converse_stream() -> Vec<u8> {
+    let events = [
+        ("messageStart", r#"{"p":"abc","role":"assistant"}"#),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Bon"},"p":"a"}"#,
+        ),
+        (
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"jour"},"p":"ab"}"#,
+        ),
+        ("contentBlockStop", r#"{"contentBlockIndex":0,"p":"abcd"}"#),
+        ("messageStop", r#"{"p":"ab","stopReason":"end_turn"}"#),
+        (
+            "metadata",
+            r#"{"metrics":{"latencyMs":3},"p":"a","usage":{"inputTokens":7,"outputTokens":2,"totalTokens":9}}"#,
+        ),
+    ];
+    events
+        .iter()
+        .flat_map(|(kind, payload)| {
+            message(
+                &[
+                    (":event-type", kind),
+                    (":content-type", "application/json"),
+                    (":message-type", "event"),
+                ],
+                payload.as_bytes(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn converse_events_become_sse_events_under_their_type_cut_anywhere() {
+    let s = converse_stream();
+    let whole = unframe_all(&[&s]);
+    assert!(
+        whole.starts_with("event: messageStart\ndata: {\"p\":\"abc\",\"role\":\"assistant\"}\n\nevent: contentBlockDelta\n"),
+        "{whole}"
+    );
+    assert!(whole.ends_with("\"totalTokens\":9}}\n\n"), "{whole}");
+    for cut in 0..=s.len() {
+        assert_eq!(unframe_all(&[&s[..cut], &s[cut..]]), whole, "cut at {cut}");
+    }
+    let bytes: Vec<&[u8]> = s.chunks(1).collect();
+    assert_eq!(unframe_all(&bytes), whole);
+    // The unwrapped stream is what the Converse decoder reads: a Chat caller gets its text,
+    // its stop and its usage, whatever the chunking of the AWS framing.
+    let translate = |chunks: &[&[u8]]| {
+        let mut u = Unframer::default();
+        let mut t = crate::translate::StreamTranslator::new(
+            crate::translate::Api::Converse,
+            crate::translate::Api::OpenAiChat,
+            crate::translate::StreamContext {
+                created: 1,
+                include_usage: true,
+            },
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        for (k, c) in chunks.iter().enumerate() {
+            let mut sse = Vec::new();
+            u.push(c, &mut sse);
+            t.push(&sse, k + 1 == chunks.len(), &mut out);
+        }
+        assert!(t.finished());
+        String::from_utf8(out).unwrap()
+    };
+    let chat = translate(&[&s]);
+    assert!(chat.contains(r#""content":"Bon""#), "{chat}");
+    assert!(chat.contains(r#""finish_reason":"stop""#), "{chat}");
+    assert!(
+        chat.contains(r#""prompt_tokens":7,"completion_tokens":2"#),
+        "{chat}"
+    );
+    assert_eq!(translate(&bytes), chat);
+}
+
+#[test]
+fn a_converse_exception_becomes_an_error_event_the_classifier_reads() {
+    let mut s = message(
+        &[(":event-type", "messageStart"), (":message-type", "event")],
+        br#"{"role":"assistant"}"#,
+    );
+    s.extend(exception("throttlingException", "Too many tokens"));
+    let out = unframe_all(&[&s]);
+    assert!(
+        out.contains(
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\""
+        ),
+        "{out}"
+    );
+    // Held for its first output, the stream fails over on the error (messageStart is no
+    // output).
+    assert!(matches!(
+        crate::dialects::first_output(out.as_bytes(), true),
+        crate::dialects::StreamStart::Error(_)
+    ));
+}
