@@ -12,8 +12,9 @@ cd "$(dirname "$0")/.."
 # the compiler's version moves it by a few hundred bytes): CEILING leaves 1 KB for that.
 # Issue 44's Bedrock Converse provider dialect (translate/converse.rs, Envelope::BedrockConverse,
 # Converse events in the event stream, usage::Dialect::Converse): +12,630 (514,555 -> 527,185 on
-# 98636df), as Gemini's provider dialect took +13,366.
-CEILING=528700
+# 98636df), as Gemini's provider dialect took +13,366; 526,956 on main at bf65909. CEILING leaves
+# 1 KB for the compiler's version, as above.
+CEILING=527900
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

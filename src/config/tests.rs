@@ -625,20 +625,21 @@ fn retry_in_place_and_the_first_token_timeout_are_read_with_their_defaults() {
     assert!(e[0].contains("retry_in_place"), "{e:?}");
 }
 
+/// `providers` (JSON objects) and one chain `c` of one `entry`, loaded.
+fn one_chain(providers: &str, entry: &str) -> Result<Config, Vec<ConfigError>> {
+    Config::from_json(
+        format!(r#"{{"providers":[{providers}],"chains":[{{"name":"c","providers":[{entry}]}}]}}"#)
+            .as_bytes(),
+        &|_| None,
+    )
+}
+
 /// A cloud whose model names are its own gets the caller's model only when the file says so
 /// (the provider lists the names callers may ask for): an entry naming no model is refused
 /// otherwise, in Envoy as in the CLI (issue 32).
 #[test]
 fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_models() {
-    let config = |providers: &str, entry: &str| {
-        Config::from_json(
-            format!(
-                r#"{{"providers":[{providers}],"chains":[{{"name":"c","providers":[{entry}]}}]}}"#
-            )
-            .as_bytes(),
-            &|_| None,
-        )
-    };
+    let config = one_chain;
     for (api, prefix, says) in [
         (
             "azure_openai",
@@ -697,15 +698,7 @@ fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_mode
 #[test]
 fn bedrock_converse_is_signed_as_bedrock_and_every_caller_is_translated_for_it() {
     use crate::{envelope::Envelope, translate::Api};
-    let config = |providers: &str, entry: &str| {
-        Config::from_json(
-            format!(
-                r#"{{"providers":[{providers}],"chains":[{{"name":"c","providers":[{entry}]}}]}}"#
-            )
-            .as_bytes(),
-            &|_| None,
-        )
-    };
+    let config = one_chain;
     let chain = r#"{"provider":"b","model":"meta.llama3-3-70b-instruct-v1:0","max_tokens":300}"#;
     let c = config(r#"{"name":"b","api":"bedrock_converse"}"#, chain).unwrap();
     let b = &c.providers[0];

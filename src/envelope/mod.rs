@@ -148,24 +148,15 @@ impl Envelope {
                     path.push_str(query);
                 }
             }
-            Envelope::Bedrock => {
+            Envelope::Bedrock | Envelope::BedrockConverse => {
                 path.push_str(base.unwrap_or_default());
                 path.push_str("/model/");
                 push_segment(&mut path, model, false);
-                path.push_str(if stream {
-                    "/invoke-with-response-stream"
-                } else {
-                    "/invoke"
-                });
-            }
-            Envelope::BedrockConverse => {
-                path.push_str(base.unwrap_or_default());
-                path.push_str("/model/");
-                push_segment(&mut path, model, false);
-                path.push_str(if stream {
-                    "/converse-stream"
-                } else {
-                    "/converse"
+                path.push_str(match (self == Envelope::Bedrock, stream) {
+                    (true, true) => "/invoke-with-response-stream",
+                    (true, false) => "/invoke",
+                    (false, true) => "/converse-stream",
+                    (false, false) => "/converse",
                 });
             }
             Envelope::Vertex => {
