@@ -51,6 +51,8 @@ NGINX_GEM = PORT_BASE + 9      # a Gemini native provider: generateContent JSON,
 # base because the targets take the ports from PORT_BASE + 10 up).
 NGINX_RESP = PORT_BASE - 2
 NGINX_RESP_SSE = PORT_BASE - 1
+NGINX_CONV = PORT_BASE - 3     # a Bedrock Converse provider: JSON on /converse, its AWS event
+                               # stream on /converse-stream
                                # on :streamGenerateContent (the path says which)
 MAX_REQUESTS = int(os.environ.get("BENCH_MAX_REQUESTS", "2000000"))
 CONCURRENCY = 2  # Envoy --concurrency
@@ -104,6 +106,43 @@ GEMINI_SSE_STREAM = (
     'data: {"candidates":[{"content":{"parts":[{"text":"ok"}],"role":"model"},'
     '"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":10,'
     '"candidatesTokenCount":2,"totalTokenCount":12},"modelVersion":"gemini-bench"}\\n\\n')
+
+# The same answers from a Bedrock Converse provider (JSON, and its stream of AWS event-stream
+# messages: messageStart, two text deltas, contentBlockStop, messageStop, metadata).
+CONVERSE_ANSWER = ('{"output":{"message":{"role":"assistant","content":[{"text":"ok"}]}},'
+                   '"stopReason":"end_turn","usage":{"inputTokens":10,"outputTokens":1,'
+                   '"totalTokens":11},"metrics":{"latencyMs":1}}')
+
+
+def _aws_frame(event, payload):
+    """One event-stream message whose bytes nginx's quoted `return` text carries as they are:
+    its padding member ("p", as AWS pads) is chosen so that no length or CRC byte is one nginx
+    reads in a quoted string (quote, backslash, dollar; NUL bytes pass)."""
+    import struct
+    import zlib
+    headers = b"".join(bytes([len(k)]) + k + b"\x07" + struct.pack(">H", len(v)) + v
+                       for k, v in ((b":event-type", event.encode()),
+                                    (b":content-type", b"application/json"),
+                                    (b":message-type", b"event")))
+    for pad in range(1, 200):
+        body = payload[:-1] + b',"p":"' + b"x" * pad + b'"}'
+        prelude = struct.pack(">II", 16 + len(headers) + len(body), len(headers))
+        prelude += struct.pack(">I", zlib.crc32(prelude))
+        msg = prelude + headers + body
+        msg += struct.pack(">I", zlib.crc32(msg))
+        if not set(msg) & set(b"'\\$"):
+            return msg
+    raise SystemExit("bench: no padding frames this event for nginx")
+
+
+CONVERSE_STREAM = b"".join(_aws_frame(e, p.encode()) for e, p in [
+    ("messageStart", '{"role":"assistant"}'),
+    ("contentBlockDelta", '{"contentBlockIndex":0,"delta":{"text":"ok"}}'),
+    ("contentBlockDelta", '{"contentBlockIndex":0,"delta":{"text":"ok"}}'),
+    ("contentBlockStop", '{"contentBlockIndex":0}'),
+    ("messageStop", '{"stopReason":"end_turn"}'),
+    ("metadata", '{"usage":{"inputTokens":10,"outputTokens":2,"totalTokens":12},'
+                 '"metrics":{"latencyMs":1}}')]).decode("latin-1")
 
 # The same answers from an OpenAI Responses provider (a response object, and its typed events
 # up to response.completed, which carries the usage).
@@ -305,6 +344,11 @@ http {{
     location / {{ return 200 '{GEMINI_ANSWER}'; }}
   }}
   server {{
+    listen 127.0.0.1:{NGINX_CONV} backlog=4096;
+    location ~ /converse-stream$ {{ default_type application/vnd.amazon.eventstream; return 200 '{CONVERSE_STREAM}'; }}
+    location / {{ return 200 '{CONVERSE_ANSWER}'; }}
+  }}
+  server {{
     listen 127.0.0.1:{NGINX_RESP} backlog=4096;
     location / {{ return 200 '{RESPONSE}'; }}
   }}
@@ -322,7 +366,7 @@ http {{
     location / {{ return 503 '{OVERLOADED}'; }}
   }}
 }}
-""")
+""", encoding="latin-1")
     p = start("nginx", ["nginx", "-c", str(conf), "-p", str(tmp)], cpus=cpus)
 
     def up():
@@ -356,7 +400,12 @@ def render(primary, secondary, listen, admin, module=None, api=None):
                **BREAKER_ENV)
     source = DEMO
     if api:
-        text, n = re.subn(r"(?m)^  - name: (\w+)\n", rf"\g<0>    api: {api}\n", DEMO.read_text())
+        # Bedrock's model ids are its own: the providers list the one the requests name.
+        # (and a region: the provider without an API key in authorization is signed by Envoy).
+        models = "    models: [gpt-4o-mini]\n    region: us-east-1\n" \
+            if api == "bedrock_converse" else ""
+        text, n = re.subn(r"(?m)^  - name: (\w+)\n", rf"\g<0>    api: {api}\n{models}",
+                          DEMO.read_text())
         assert n == 3, "the demo config's three providers"
         source = RUN / f"source-{listen}.failover.yaml"
         source.write_text(text)
@@ -534,7 +583,7 @@ def calibrate(args, body_file, nginx_cpus, wrk_cpus, rounds, duration, warmup):
                                  NGINX_OK, calib_pair(*SKELETON_FILTER))
     targets["success"] = Target("success", "llm-failover, success path", NGINX_OK,
                                 expect_provider="primary", expect_attempts="1")
-    check_ports_free([NGINX_RESP, NGINX_RESP_SSE] + list(range(PORT_BASE + 1, PORT_BASE + 10)) +
+    check_ports_free([NGINX_CONV, NGINX_RESP, NGINX_RESP_SSE] + list(range(PORT_BASE + 1, PORT_BASE + 10)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(targets))))
     fail_log = start_nginx(nginx_cpus)
     for i, t in enumerate(targets.values()):
@@ -702,6 +751,22 @@ XV4 = [  # key, label, provider's answer (nginx), api, request, what the caller'
      "gemini_native", "messages", b'"type":"message"'),
     ("xv_msg_gem_sse", "translated: Anthropic caller, Gemini provider (stream)", NGINX_GEM,
      "gemini_native", "messages_stream", b"event: message_stop"),
+    ("xv_chat_conv_json", "translated: Chat caller, Converse provider (JSON)", NGINX_CONV,
+     "bedrock_converse", "chat", b'"chat.completion"'),
+    ("xv_chat_conv_sse", "translated: Chat caller, Converse provider (stream)", NGINX_CONV,
+     "bedrock_converse", "chat_stream", b"chat.completion.chunk"),
+    ("xv_msg_conv_json", "translated: Anthropic caller, Converse provider (JSON)", NGINX_CONV,
+     "bedrock_converse", "messages", b'"type":"message"'),
+    ("xv_msg_conv_sse", "translated: Anthropic caller, Converse provider (stream)", NGINX_CONV,
+     "bedrock_converse", "messages_stream", b"event: message_stop"),
+    ("xv_resp_conv_json", "translated: Responses caller, Converse provider (JSON)", NGINX_CONV,
+     "bedrock_converse", "responses", b'"object":"response"'),
+    ("xv_resp_conv_sse", "translated: Responses caller, Converse provider (stream)", NGINX_CONV,
+     "bedrock_converse", "responses_stream", b"event: response.completed"),
+    ("xv_gem_conv_json", "translated: Gemini caller, Converse provider (JSON)", NGINX_CONV,
+     "bedrock_converse", "gemini", b'"candidates"'),
+    ("xv_gem_conv_sse", "translated: Gemini caller, Converse provider (stream)", NGINX_CONV,
+     "bedrock_converse", "gemini_stream", b'"finishReason"'),
     ("xv_chat_resp_json", "translated: Chat caller, Responses provider (JSON)", NGINX_RESP,
      "openai_responses", "chat", b'"chat.completion"'),
     ("xv_chat_resp_sse", "translated: Chat caller, Responses provider (stream)", NGINX_RESP_SSE,
@@ -1195,7 +1260,7 @@ def main():
     # First-byte rows: always in full runs; with --only when it names plain_sse and success_sse.
     stream_keys = STREAM_KEYS if not args.only or all(k in wanted for k in STREAM_KEYS) else []
     keys = main_keys + stream_keys + (EXPERIMENTS if experiments else [])
-    check_ports_free([NGINX_RESP, NGINX_RESP_SSE] + list(range(PORT_BASE + 1, PORT_BASE + 10)) +
+    check_ports_free([NGINX_CONV, NGINX_RESP, NGINX_RESP_SSE] + list(range(PORT_BASE + 1, PORT_BASE + 10)) +
                      list(range(PORT_BASE + 10, PORT_BASE + 12 + 2 * len(keys))))
     fail_log = start_nginx(nginx_cpus)
     envoys = {}

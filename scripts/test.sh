@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test of the project, in order, each under a banner with its duration:
 #   setup, build (dist/llm_failover.wasm + host CLI), the module size guard (scripts/module-size.sh),
-#   rustfmt, clippy (host, and the wasm lib),
+#   no import circle in src/ (scripts/import_circles.py), rustfmt, clippy (host, and the wasm lib),
 #   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite.
 # Usage: ./scripts/test.sh [PYTEST ARGS...]      e.g. ./scripts/test.sh -k breaker
 # Env: ENVOY_VERSION=1.36 (1.36 ... 1.40, default 1.40) tests against that Envoy: installed from
@@ -60,6 +60,7 @@ if [ "$only_integration" = 1 ]; then
   skip lint-and-unit "LLM_FAILOVER_INTEGRATION_ONLY=1"
 else
 run module-size ./scripts/module-size.sh || true
+run import-circles python3 scripts/import_circles.py src || true
 run fmt "${cargo[@]}" fmt --all -- --check || true
 run clippy-host "${cargo[@]}" clippy --workspace --all-targets -- -D warnings || true
 if [ $wasm = yes ]; then
