@@ -472,15 +472,11 @@ pub enum StreamStart {
 }
 
 /// Decides on a held stream from the bytes received so far. Decides at the first complete
-/// event (`\n\n` or `\r\n\r\n`), never later: with `end_of_stream`, or once `held` reaches
+/// event (a blank line: two line ends in a row, each `\r\n`, `\n` or `\r`), never later: with `end_of_stream`, or once `held` reaches
 /// [`BODY_PREFIX_LIMIT`], the bytes so far are judged as they are.
 pub fn first_event(held: &[u8], end_of_stream: bool) -> StreamStart {
-    let end = match (find(held, b"\n\n"), find(held, b"\r\n\r\n")) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    let event = match end {
-        Some(end) => held.get(..end).unwrap_or(held),
+    let event = match event_end(held) {
+        Some((end, _)) => held.get(..end).unwrap_or(held),
         None if end_of_stream || held.len() >= BODY_PREFIX_LIMIT => {
             held.get(..BODY_PREFIX_LIMIT).unwrap_or(held)
         }
@@ -564,8 +560,7 @@ pub fn first_event_of(
 /// `None` for an event of comments (or other fields) only.
 fn event_fields(event: &[u8]) -> Option<(&[u8], &[u8])> {
     let (mut name, mut data) = (None, None);
-    for line in event.split(|&c| c == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    for line in lines(event) {
         if let Some(n) = field(line, b"event") {
             name = name.or(Some(n));
         } else if let Some(d) = field(line, b"data") {
@@ -609,20 +604,51 @@ pub use crate::translate::sse::{cut_stream_event, honest_end};
 
 /// The first complete SSE event of `bytes` and what follows it.
 fn next_event(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (end, sep) = match (find(bytes, b"\n\n"), find(bytes, b"\r\n\r\n")) {
-        (Some(a), Some(b)) if b < a => (b, 4),
-        (Some(a), _) => (a, 2),
-        (None, Some(b)) => (b, 4),
-        (None, None) => return None,
-    };
+    let (end, sep) = event_end(bytes)?;
     Some((bytes.get(..end)?, bytes.get(end + sep..)?))
+}
+
+/// Where the first event of `bytes` ends and how long its blank line is: two line ends in a row,
+/// each `\r\n`, `\n` or a lone `\r` (the event-stream format, as `translate::sse` reads it).
+/// The common stream, `\n` line ends only, is found by one search.
+fn event_end(bytes: &[u8]) -> Option<(usize, usize)> {
+    let plain = find(bytes, b"\n\n");
+    let before = bytes.get(..plain.unwrap_or(bytes.len())).unwrap_or(bytes);
+    if crate::bytes::find_byte(b'\r', before).is_none() {
+        return plain.map(|at| (at, 2));
+    }
+    // The start of the line end that ended the previous line, while the line after it is
+    // still empty.
+    let (mut i, mut ended) = (0, None);
+    while let Some(&c) = bytes.get(i) {
+        let len = match c {
+            b'\r' if bytes.get(i + 1) == Some(&b'\n') => 2,
+            b'\r' | b'\n' => 1,
+            _ => {
+                ended = None;
+                i += 1;
+                continue;
+            }
+        };
+        if let Some(start) = ended {
+            return Some((start, i + len - start));
+        }
+        ended = Some(i);
+        i += len;
+    }
+    None
+}
+
+/// The lines of an event, whatever its line ends (`\r\n`, `\n`, `\r`; the empty pieces
+/// between a `\r` and its `\n` are no field).
+fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    event.split(|&c| c == b'\n' || c == b'\r')
 }
 
 /// Whether a (non-error) SSE event carries output or ends the answer.
 fn is_output(event: &[u8]) -> bool {
     let mut data_output = false;
-    for line in event.split(|&c| c == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    for line in lines(event) {
         if let Some(name) = field(line, b"event") {
             // Anthropic's, the Responses API's and Converse's named events: only these come
             // before output.
@@ -681,8 +707,7 @@ fn has_text(json: &[u8], quoted_key: &[u8]) -> bool {
 /// Its class is what the dialect rules recognise in it, else `overloaded`.
 fn error_event(event: &[u8]) -> Option<Class> {
     let mut is_error = false;
-    for line in event.split(|&c| c == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    for line in lines(event) {
         if let Some(name) = field(line, b"event") {
             // The Responses API's `response.failed` is its stream's error too.
             is_error |= name == b"error" || name == b"response.failed";

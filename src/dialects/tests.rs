@@ -681,3 +681,42 @@ fn the_byte_searches_agree_with_a_plain_search() {
         assert!(!in_tail(hay, absent));
     }
 }
+
+#[test]
+fn events_end_at_a_blank_line_whatever_the_line_ends() {
+    // `\n`, `\r\n`, a lone `\r` and mixes of them: the same events as `translate::sse` reads.
+    let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\ndata: {\"choices\":[]}\n\n";
+    for (from, to) in [("\n", "\n"), ("\n", "\r\n"), ("\n", "\r")] {
+        let s = error.replace(from, to);
+        assert_eq!(
+            first_event(s.as_bytes(), false),
+            StreamStart::Error(Overloaded),
+            "{s:?}"
+        );
+        assert_eq!(
+            first_output(s.as_bytes(), false),
+            StreamStart::Error(Overloaded)
+        );
+    }
+    // Mixed: a `\r\n` line end then a lone `\r` is a blank line too; a `\r` alone is not.
+    assert_eq!(event_end(b"data: x\r\n\rdata: y"), Some((7, 3)));
+    assert_eq!(event_end(b"data: x\rdata: y\r"), None);
+    assert_eq!(event_end(b"data: x\n\r\ndata: y"), Some((7, 3)));
+    assert_eq!(event_end(b"data: x\n\ndata: y"), Some((7, 2)));
+    assert_eq!(
+        next_event(b"data: a\r\rdata: b\r\r"),
+        Some((&b"data: a"[..], &b"data: b\r\r"[..]))
+    );
+    // A healthy first event with lone `\r` line ends is released at its blank line, not held
+    // until 4 KiB.
+    let healthy = "data: {\"id\":\"1\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\r\r";
+    assert_eq!(first_event(healthy.as_bytes(), false), StreamStart::Healthy);
+    assert_eq!(
+        first_output(healthy.as_bytes(), false),
+        StreamStart::Healthy
+    );
+    assert_eq!(
+        first_output(b"data: {\"id\":\"1\"}\r", false),
+        StreamStart::NeedMore
+    );
+}
