@@ -13,7 +13,7 @@
 //   options: --requests N (100000 per run) --warmup N (20000) --runs R (5) --chunks C (20
 //   interleaved slices per run) --max-seconds S (60, per run) --sizes 1KB,50KB --verbose
 //   --budget N (the first provider gets a budget of N tokens a day) --no-ask (ask_stream_usage
-//   off)
+//   off) --rate-limit-headers (every answer carries OpenAI's six rate-limit headers, room left)
 //   (sizes 1KB-stream and 50KB-stream: the same bodies asking for a stream with its usage,
 //   answered by a three-chunk event stream; the hostcall sequence Envoy 1.40 makes for a held
 //   stream, not checked against a trace log; 1KB-unasked and 50KB-unasked: a stream whose
@@ -99,10 +99,19 @@ const requestHeaders = (len) => [
   ["authorization", "Bearer sk-bench"], ["x-forwarded-proto", "http"],
   ["x-request-id", "6f1c2b1e-8d7a-4c55-9a39-0f6e2d4b7c11"],
 ];
+// `--rate-limit-headers`: every answer also carries OpenAI's six rate-limit headers, with room
+// left (the cost of reading them on every answer: docs/configuration.md "Rate limits announced
+// in advance").
+const RATE_LIMIT_HEADERS = process.argv.includes("--rate-limit-headers") ? [
+  ["x-ratelimit-limit-requests", "10000"], ["x-ratelimit-limit-tokens", "30000000"],
+  ["x-ratelimit-remaining-requests", "9999"], ["x-ratelimit-remaining-tokens", "29999980"],
+  ["x-ratelimit-reset-requests", "6ms"], ["x-ratelimit-reset-tokens", "0s"],
+] : [];
 // nginx's answer (bench.py's CHAT_COMPLETION): 6 header pairs, 190 bytes; a 255-byte body.
 const RESPONSE_HEADERS = [
   [":status", "200"], ["server", "nginx/1.22.1"], ["date", "Tue, 01 Dec 2026 09:58:55 GMT"],
   ["content-type", "application/json"], ["content-length", "255"], ["connection", "keep-alive"],
+  ...RATE_LIMIT_HEADERS,
 ];
 const RESPONSE_BODY = latin1Bytes(
   '{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,' +
@@ -113,7 +122,7 @@ const RESPONSE_BODY = latin1Bytes(
 // chunk the request asked for and [DONE]).
 const STREAM_HEADERS = [
   [":status", "200"], ["server", "nginx/1.22.1"], ["date", "Tue, 01 Dec 2026 09:58:55 GMT"],
-  ["content-type", "text/event-stream"], ["connection", "keep-alive"],
+  ["content-type", "text/event-stream"], ["connection", "keep-alive"], ...RATE_LIMIT_HEADERS,
 ];
 const STREAM_ID = '{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,' +
   '"model":"gpt-4o-mini",';
@@ -677,6 +686,7 @@ function parseArgs(argv) {
     else if (a === "--just") o.just = Number(val());
     else if (a === "--budget") o.budget = val(); // read at load (BUDGET)
     else if (a === "--no-ask") o.noAsk = true; // read at load (CONFIG_USED)
+    else if (a === "--rate-limit-headers") o.rateLimitHeaders = true; // read at load
     else if (a === "--instructions") { // optionally followed by N1,N2
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
     }
@@ -707,7 +717,8 @@ function instructions(file, size, n1, n2) {
       "--cachegrind-out-file=/dev/null", process.execPath, "--predictable",
       fileURLToPath(import.meta.url), file, "--sizes", size, "--just", String(n),
       ...(BUDGET > 0 ? ["--budget", String(BUDGET)] : []),
-      ...(process.argv.includes("--no-ask") ? ["--no-ask"] : [])],
+      ...(process.argv.includes("--no-ask") ? ["--no-ask"] : []),
+      ...(RATE_LIMIT_HEADERS.length ? ["--rate-limit-headers"] : [])],
     { encoding: "utf8", maxBuffer: 1 << 26 });
     const m = r.stderr?.match(/I\s+refs:\s+([\d,]+)/);
     if (r.status !== 0 || !m) throw new Error(`valgrind (${file}, ${n}): ${r.error || r.stderr?.slice(-2000)}`);

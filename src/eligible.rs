@@ -37,11 +37,14 @@ pub enum SkipReason {
     /// The provider's token budget for the current window is spent (docs/behaviour.md
     /// section 15).
     BudgetExhausted,
+    /// The provider's last answer announced a spent rate limit (requests, or tokens under its
+    /// reserve): skipped until the announced reset (docs/behaviour.md section 4).
+    RateLimitedAhead,
 }
 
 impl SkipReason {
     /// Every reason, in the order metrics index them.
-    pub const ALL: [SkipReason; 10] = [
+    pub const ALL: [SkipReason; 11] = [
         SkipReason::BreakerOpen,
         SkipReason::Dead,
         SkipReason::Model,
@@ -52,6 +55,7 @@ impl SkipReason {
         SkipReason::ContentIncompatible,
         SkipReason::Residency,
         SkipReason::BudgetExhausted,
+        SkipReason::RateLimitedAhead,
     ];
 
     /// The fixed name (docs/behaviour.md section 8 and 2.4).
@@ -67,6 +71,7 @@ impl SkipReason {
             SkipReason::ContentIncompatible => "content_incompatible",
             SkipReason::Residency => "residency",
             SkipReason::BudgetExhausted => "budget_exhausted",
+            SkipReason::RateLimitedAhead => "rate_limited_ahead",
         }
     }
 

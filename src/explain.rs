@@ -229,6 +229,13 @@ fn budget_lines(out: &mut String, config: &Config, chain: &Chain, plan: &Plan) {
             budgets.join(", ")
         );
     }
+    if config.dead_marks.rate_limited_ahead_ms > 0 {
+        let _ = writeln!(
+            out,
+            "rate limits: at run time a provider whose last answer announced none left (x-ratelimit-*, anthropic-ratelimit-*) is skipped (rate_limited_ahead) until its reset, at most {}",
+            display_ms(config.dead_marks.rate_limited_ahead_ms)
+        );
+    }
 }
 
 /// Why the request is refused: the chain that matched (and the entries it skipped), the reply.

@@ -302,10 +302,12 @@ pub fn counted_skips<'a>(
 }
 
 /// The skips a refused request counts and logs: only when every provider was open, dead or
-/// spent (`circuit_open`, `budget_exhausted`); a caller asking for a model no provider serves is not a skip worth counting.
+/// spent (`circuit_open`, `budget_exhausted`, `rate_limited_ahead`); a caller asking for a model no provider serves is not a skip worth counting.
 pub fn refusal_skips(refusal: &Refusal) -> Option<(ChainId, &[(EntryId, SkipReason)])> {
     match (refusal.chain, refusal.reply.code) {
-        (Some(chain), "circuit_open" | "budget_exhausted") => Some((chain, &refusal.skipped)),
+        (Some(chain), "circuit_open" | "budget_exhausted" | "rate_limited_ahead") => {
+            Some((chain, &refusal.skipped))
+        }
         _ => None,
     }
 }

@@ -14,6 +14,7 @@
     )
 )]
 
+pub mod announced;
 pub mod answer;
 pub mod attempt;
 pub mod attempt_log;

@@ -68,8 +68,9 @@ impl Plan {
     }
 
     /// When the first planned provider is not the chain's first eligible one because an open
-    /// breaker, a dead mark or a spent budget moved it: its `x-llm-fallback-reason`,
-    /// `budget_exhausted` when only spent budgets moved it, else `breaker_open`.
+    /// breaker, a dead mark, a spent budget or an announced empty rate limit moved it: its
+    /// `x-llm-fallback-reason`, `budget_exhausted` (`rate_limited_ahead`) when only spent
+    /// budgets (announcements) moved it, else `breaker_open`.
     pub fn skip_before_start(&self) -> Option<&'static str> {
         let mut before = (self.skipped.iter())
             .filter(|(e, r)| {
@@ -77,8 +78,11 @@ impl Plan {
             })
             .map(|(_, r)| *r);
         let first = before.next()?;
-        let spent = |r: SkipReason| r == SkipReason::BudgetExhausted;
-        Some(if spent(first) && before.all(spent) {
+        let waits = matches!(
+            first,
+            SkipReason::BudgetExhausted | SkipReason::RateLimitedAhead
+        );
+        Some(if waits && before.all(|r| r == first) {
             first.as_str()
         } else {
             "breaker_open"
@@ -94,8 +98,8 @@ pub struct Refusal {
     /// The chain that matched, if one did.
     pub chain: Option<ChainId>,
     pub skipped: Vec<(EntryId, SkipReason)>,
-    /// When to come back (ms since the epoch): a `budget_exhausted` refusal's earliest window
-    /// end (`Retry-After`).
+    /// When to come back (ms since the epoch): a `budget_exhausted` or `rate_limited_ahead`
+    /// refusal's earliest window end or reset (`Retry-After`).
     pub retry_at_ms: Option<u64>,
 }
 
@@ -144,8 +148,8 @@ pub fn plan_or_refuse(
     let mut skipped = Vec::new();
     let mut deferred = Vec::new();
     let mut serving = 0usize;
-    // The earliest window end of the budgets found spent.
-    let mut budget_back: Option<u64> = None;
+    // The earliest window end or announced reset of the providers found spent.
+    let mut back: Option<u64> = None;
 
     // The provider of the first entry that serves the model: never skipped for what the
     // request carries (behaviour.md 2.4).
@@ -173,10 +177,11 @@ pub fn plan_or_refuse(
         first = first.or(Some(entry.provider));
         let admission = match admit(provider, entry.provider, sent_model, health) {
             Ok(admission) => admission,
-            Err(resets_at_ms) => {
-                // Spent: never tried, not even last; back when its window rolls over.
-                skipped.push((index, SkipReason::BudgetExhausted));
-                budget_back = Some(budget_back.map_or(resets_at_ms, |b| b.min(resets_at_ms)));
+            Err((reason, at)) => {
+                // Spent: never tried, not even last; back when its window rolls over (its
+                // announced reset).
+                skipped.push((index, reason));
+                back = Some(back.map_or(at, |b| b.min(at)));
                 continue;
             }
         };
@@ -196,6 +201,8 @@ pub fn plan_or_refuse(
             Admission::Dead => {
                 skip_or_defer(chain, index, SkipReason::Dead, &mut skipped, &mut deferred)
             }
+            // `admit` returned it as an `Err`.
+            Admission::RateLimitedAhead { .. } => {}
         }
     }
     if serving == 0 {
@@ -217,20 +224,7 @@ pub fn plan_or_refuse(
         });
     }
     if slots.is_empty() {
-        // Every provider spent its budget: a 429 saying when to come back. Some spent and
-        // the others open or dead: the breakers' answer.
-        let all_spent =
-            !(skipped.iter()).any(|(_, r)| matches!(r, SkipReason::BreakerOpen | SkipReason::Dead));
-        let (reply, retry_at_ms) = match budget_back {
-            Some(at) if all_spent => (Reply::budget_exhausted(&chain.name), Some(at)),
-            _ => (Reply::circuit_open(&chain.name), None),
-        };
-        return Err(Refusal {
-            reply,
-            chain: Some(chain_index),
-            skipped,
-            retry_at_ms,
-        });
+        return Err(nothing_left(chain, chain_index, skipped, back));
     }
     let usable = |list: &[EntryId]| -> Vec<EntryId> {
         if facts.no_fallback {
@@ -254,24 +248,53 @@ pub fn plan_or_refuse(
     })
 }
 
-/// Whether planning may pick `provider` (id `id`, sent `model`) now: `Err` with when its window
-/// rolls over when its token budget is spent (never tried, not even last), else what its health
-/// says (read only when its budget is not spent). The one check behind every provider planning
-/// picks: the chain's entries before the first attempt ([`plan_or_refuse`]) and an alternative
-/// list's on a reroute ([`reroute`]).
+/// The refusal when planning left no provider: every one spent its budget (or announced its
+/// rate limit spent) is a 429 saying when to come back (`back`: the earliest); some spent and
+/// the others open or dead, the breakers' answer.
+fn nothing_left(
+    chain: &Chain,
+    chain_index: ChainId,
+    skipped: Vec<(EntryId, SkipReason)>,
+    back: Option<u64>,
+) -> Refusal {
+    let all_spent =
+        !(skipped.iter()).any(|(_, r)| matches!(r, SkipReason::BreakerOpen | SkipReason::Dead));
+    let announced = (skipped.iter()).any(|(_, r)| *r == SkipReason::RateLimitedAhead);
+    let (reply, retry_at_ms) = match back {
+        Some(at) if all_spent && announced => (Reply::rate_limited_ahead(&chain.name), Some(at)),
+        Some(at) if all_spent => (Reply::budget_exhausted(&chain.name), Some(at)),
+        _ => (Reply::circuit_open(&chain.name), None),
+    };
+    Refusal {
+        reply,
+        chain: Some(chain_index),
+        skipped,
+        retry_at_ms,
+    }
+}
+
+/// Whether planning may pick `provider` (id `id`, sent `model`) now: `Err` with the reason and
+/// when it comes back when its token budget is spent (when its window rolls over) or its last
+/// answer announced an empty rate limit (its reset, kept in its health record; never tried,
+/// not even last), else what its health says (read only when the budget is not spent). The one check behind every provider planning picks:
+/// the chain's entries before the first attempt ([`plan_or_refuse`]) and an alternative list's
+/// on a reroute ([`reroute`]).
 fn admit(
     provider: &Provider,
     id: ProviderId,
     model: &str,
     health: &dyn Gatekeeper,
-) -> Result<Admission, u64> {
+) -> Result<Admission, (SkipReason, u64)> {
     if let (Some(budget), Some(budgets)) = (&provider.budget, health.budgets()) {
         let left = budgets.left(&provider.name, budget);
         if left.exhausted() {
-            return Err(left.resets_at_ms);
+            return Err((SkipReason::BudgetExhausted, left.resets_at_ms));
         }
     }
-    Ok(health.gate(id, model))
+    match health.gate(id, model) {
+        Admission::RateLimitedAhead { until_ms } => Err((SkipReason::RateLimitedAhead, until_ms)),
+        admission => Ok(admission),
+    }
 }
 
 /// After attempt `number` (1-based) ended with `class`: the walk from then on, when the class

@@ -117,6 +117,20 @@ impl Reply {
         }
     }
 
+    /// Every provider the request could use announced a spent rate limit, or spent its token
+    /// budget (`Retry-After` says when the earliest comes back; docs/behaviour.md section 4).
+    pub fn rate_limited_ahead(chain: &str) -> Reply {
+        Reply {
+            status: 429,
+            kind: "rate_limit_error",
+            code: "rate_limited_ahead",
+            message: format!(
+                "Every provider in chain {chain:?} announced its rate limit spent; no provider was contacted. Retry after the time Retry-After gives."
+            ),
+            should_retry: true,
+        }
+    }
+
     pub fn fallbacks_exhausted(chain: &str, attempts: usize) -> Reply {
         Reply {
             status: 503,

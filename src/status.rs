@@ -16,7 +16,9 @@
 //!               "window_ms": 900000, "answered_last_5m": true, "last_answer_ms": 1699999990000},
 //!    "budget": {"tokens": 2000000, "window_ms": 86400000, "spent": 128000, "left": 1872000,
 //!               "exhausted": false, "resets_at_ms": 1700006400000},
-//!    "tokens": {"window_ms": 900000, "input": 120000, "output": 8000, "cached_input": 64000}}]}
+//!    "tokens": {"window_ms": 900000, "input": 120000, "output": 8000, "cached_input": 64000},
+//!    "rate_limited_ahead": {"skipped_until_ms": 1700000020000, "announced_at_ms": 1699999999000,
+//!               "spent": "requests", "requests_remaining": 0, "tokens_remaining": 148000}}]}
 //! ```
 //! Times are milliseconds since the Unix epoch; `null` means "none". `state` is `closed`, `open`
 //! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge). `health` is
@@ -30,11 +32,15 @@
 //! it is skipped until then).
 //! `tokens` is what the provider's answers cost over the same 15 minutes (docs/behaviour.md
 //! section 15; `cached_input` is part of `input`), up to a second late as well.
+//! `rate_limited_ahead` is the last announcement of a spent rate limit the provider's answers
+//! made (`null`: none since this Envoy started; docs/behaviour.md section 4): when, which
+//! dimension, what remained, and until when it is skipped (`null` once that passed).
 //!
 //! Cold code: [`render`] and what only it calls are `#[inline]`, compiled where
 //! `roles::LocalAnswers::new` takes its address, which in the wasm module is the module crate
 //! at opt-level "z" (BENCHMARKS.md "Module size").
 
+use crate::announced::{Announced, SharedAnnouncements};
 use crate::budget::{Budget, Budgets, Left};
 use crate::config::Config;
 use crate::health::{Health, HealthSnapshot, Recent, BUCKETS, BUCKET_MS};
@@ -42,7 +48,8 @@ use crate::tokens::SharedTokens;
 use crate::translate::json::Out;
 use crate::usage::Usage;
 
-/// Writes one provider's entry (members in the order the module's doc shows).
+/// Writes one provider's entry (members in the order the module's doc shows) but its last,
+/// [`announced_status`], and leaves it open.
 #[inline]
 fn provider_status(
     out: &mut Out,
@@ -120,6 +127,36 @@ fn provider_status(
         .key("cached_input")
         .num(used.cached_input)
         .close();
+}
+
+/// The provider's last announcement of a spent rate limit, and the end of its entry.
+#[inline]
+fn announced_status(out: &mut Out, ahead: Option<Announced>, now_ms: u64) {
+    let opt = |out: &mut Out, n: Option<u64>| {
+        match n {
+            Some(n) => out.num(n),
+            None => out.null(),
+        };
+    };
+    out.key("rate_limited_ahead");
+    match ahead {
+        Some(a) => {
+            out.open();
+            opt(
+                out.key("skipped_until_ms"),
+                (a.until_ms > now_ms).then_some(a.until_ms),
+            );
+            (out.key("announced_at_ms").num(a.at_ms))
+                .key("spent")
+                .str(a.spent.as_str());
+            opt(out.key("requests_remaining"), a.requests);
+            opt(out.key("tokens_remaining"), a.tokens);
+            out.close();
+        }
+        None => {
+            out.null();
+        }
+    }
     out.close();
 }
 
@@ -146,7 +183,7 @@ fn recent_health(out: &mut Out, r: Recent) {
 }
 
 /// The whole answer: one read of each provider's record, in configuration order.
-/// (And of its token record.)
+/// (And of its token record and its announcement record, in the same shared data.)
 #[inline]
 pub fn render(
     config: &Config,
@@ -161,13 +198,18 @@ pub fn render(
         .num(now_ms)
         .key("providers")
         .open_arr();
+    let announcements = SharedAnnouncements {
+        store: tokens.store,
+    };
     for p in &config.providers {
         let snapshot = health.snapshot(&p.name);
+        let ahead = announcements.last(&p.name);
         let budget = (p.budget.as_ref()).map(|b| (b, budgets.left(&p.name, b)));
         let used = tokens.read(&p.name).recent(now_ms);
         provider_status(
             &mut out, &p.name, &p.cluster, config, snapshot, budget, used,
         );
+        announced_status(&mut out, ahead, now_ms);
     }
     out.close_arr().close();
     let mut text = pretty(&out.0);

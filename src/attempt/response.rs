@@ -182,6 +182,9 @@ pub struct ResponseHead<'m> {
     /// The class AWS's error type names (`dialects::header_class`), known without reading the
     /// body (behaviour.md 3).
     pub by_type: Option<Class>,
+    /// It carries rate-limit headers a provider announces its quota with
+    /// (`announced::is_rate_limit_header`): read them (`announced::read`).
+    pub rate_limits: bool,
 }
 
 impl<'m> ResponseHead<'m> {
@@ -193,6 +196,7 @@ impl<'m> ResponseHead<'m> {
             empty: end_of_stream,
             marker: false,
             by_type: None,
+            rate_limits: false,
         };
         for (name, value) in crate::header_pairs::HeaderPairs::new(map) {
             match name {
@@ -206,7 +210,7 @@ impl<'m> ResponseHead<'m> {
                 b"content-length" => head.empty |= value == b"0",
                 b"x-amzn-errortype" => head.by_type = dialects::header_class(value),
                 _ if name == crate::wire::RETRY_MARKER_HEADER.as_bytes() => head.marker = true,
-                _ => {}
+                _ => head.rate_limits |= crate::announced::is_rate_limit_header(name),
             }
         }
         head

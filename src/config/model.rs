@@ -33,6 +33,8 @@ pub struct Provider {
     pub residency: Option<crate::residency::Residency>,
     /// Its token budget per window (docs/behaviour.md section 15), if it has one.
     pub budget: Option<Budget>,
+    /// Skipped when its answers announce fewer tokens left than this (`announced`).
+    pub reserve_tokens: u64,
 }
 
 impl Provider {
@@ -238,6 +240,8 @@ pub struct DeadMarkPolicy {
     pub model_not_found_ms: u64,
     pub setup_fault_ms: u64,
     pub quota_exhausted_ms: u64,
+    /// The longest an announced empty quota skips a provider (`announced`); 0: never.
+    pub rate_limited_ahead_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,6 +36,7 @@ pub fn dead_marks(d: &RawDeadMarks) -> DeadMarkPolicy {
         model_not_found_ms: d.model_not_found,
         setup_fault_ms: d.setup_fault,
         quota_exhausted_ms: d.quota_exhausted,
+        rate_limited_ahead_ms: d.rate_limited_ahead,
     }
 }
 

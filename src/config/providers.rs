@@ -198,6 +198,7 @@ fn validate_one(
         envelope,
         residency,
         budget,
+        reserve_tokens: p.reserve_tokens,
     }
 }
 

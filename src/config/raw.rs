@@ -146,6 +146,9 @@ pub struct RawProvider {
     /// At most this many tokens per window (docs/behaviour.md section 15): spent, the provider
     /// is skipped (`budget_exhausted`) until the window rolls over.
     pub budget: Option<RawBudget>,
+    /// Skip it when its answers announce fewer tokens left than this (docs/behaviour.md
+    /// section 4); 0: only when none are left.
+    pub reserve_tokens: u64,
 }
 
 /// `budget: {tokens: 2000000, window: 24h}`.
@@ -290,6 +293,9 @@ pub struct RawDeadMarks {
     pub setup_fault: u64,
     /// How long a spent quota marks the provider dead when the answer names no reset time.
     pub quota_exhausted: u64,
+    /// The longest a provider whose answer announced an empty quota is skipped
+    /// (`rate_limited_ahead`, docs/behaviour.md section 4); 0 turns the skip off.
+    pub rate_limited_ahead: u64,
 }
 
 impl Default for RawDeadMarks {
@@ -299,6 +305,7 @@ impl Default for RawDeadMarks {
             model_not_found: 6 * 3_600_000,
             setup_fault: 3_600_000,
             quota_exhausted: 3_600_000,
+            rate_limited_ahead: 60_000,
         }
     }
 }

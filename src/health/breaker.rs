@@ -37,6 +37,9 @@ impl Record {
         if self.probe_until <= now {
             self.probe_until = 0;
         }
+        if self.ahead_until <= now {
+            self.ahead_until = 0;
+        }
     }
 
     /// Applies one report to a pruned record. `written` in the result says whether the record

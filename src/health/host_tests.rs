@@ -21,6 +21,7 @@ fn policies(failures: u32) -> (BreakerPolicy, DeadMarkPolicy) {
         model_not_found_ms: 1,
         setup_fault_ms: 1,
         quota_exhausted_ms: 1,
+        rate_limited_ahead_ms: 1,
     };
     (breaker, dead)
 }
@@ -39,7 +40,7 @@ fn record_strategy() -> impl Strategy<Value = Record> {
     );
     (
         proptest::option::of((class_strategy(), any::<u64>())),
-        any::<u64>(),
+        (any::<u64>(), any::<u64>()),
         any::<u64>(),
         any::<u64>(),
         proptest::collection::vec(any::<u64>(), 0..40),
@@ -52,7 +53,7 @@ fn record_strategy() -> impl Strategy<Value = Record> {
         .prop_map(
             |(
                 last_failure,
-                open_until,
+                (open_until, ahead_until),
                 probe_until,
                 provider_dead_until,
                 mut failures,
@@ -76,6 +77,7 @@ fn record_strategy() -> impl Strategy<Value = Record> {
                     open_until,
                     probe_until,
                     provider_dead_until,
+                    ahead_until,
                     failures,
                     models,
                     tally,
@@ -105,7 +107,7 @@ proptest! {
         let store = MemoryStore::default();
         let clock = ManualClock::at(now);
         let (breaker, dead) = (BreakerPolicy { failures: 2, window_ms: 1000, cooldown_ms: 10, max_cooldown_ms: 100 },
-            DeadMarkPolicy { model_not_found_ms: 5, setup_fault_ms: 5, quota_exhausted_ms: 5 });
+            DeadMarkPolicy { model_not_found_ms: 5, setup_fault_ms: 5, quota_exhausted_ms: 5, rate_limited_ahead_ms: 5 });
         store.set(&health_key("p"), &bytes, None).map_err(|_| TestCaseError::fail("set"))?;
         let h = Health::new(&store, &clock, &breaker, &dead);
         let _ = h.admit("p", "m", 0);

@@ -54,7 +54,7 @@ use crate::config::{BreakerPolicy, DeadMarkPolicy};
 use crate::host::{Clock, SharedStore};
 use crate::wire::with_health_key;
 pub use breaker::MAX_RATE_LIMIT_MARK_MS;
-use record::{put_u64, Record, View, OFF_PROBE_UNTIL};
+use record::{put_u64, Record, View, OFF_AHEAD_UNTIL, OFF_PROBE_UNTIL};
 #[cfg(test)]
 use record::{ModelMark, HEADER_LEN};
 pub use record::{MAX_FAILURES, MAX_MODEL_MARKS, MAX_MODEL_NAME, RECORD_VERSION};
@@ -106,6 +106,9 @@ pub enum Admission {
     BreakerOpen,
     /// Marked dead for this model, or the whole provider is: skip (`dead`).
     Dead,
+    /// Its last answer announced a spent rate limit (`crate::announced`): skip
+    /// (`rate_limited_ahead`) until then (ms since the epoch), not even last.
+    RateLimitedAhead { until_ms: u64 },
 }
 
 impl Admission {
@@ -305,6 +308,11 @@ impl<'a> Health<'a> {
             {
                 return Step::Done(Admission::Dead);
             }
+            if view.ahead_until > now {
+                return Step::Done(Admission::RateLimitedAhead {
+                    until_ms: view.ahead_until,
+                });
+            }
             match BreakerState::of(view.open_until, now) {
                 BreakerState::Closed => return Step::Done(AVAILABLE),
                 BreakerState::Open => return Step::Done(Admission::BreakerOpen),
@@ -384,6 +392,28 @@ impl<'a> Health<'a> {
             }
         });
         added.unwrap_or(false)
+    }
+
+    /// Skips the provider until `until_ms` (ms since the epoch): one of its answers announced
+    /// its rate limit spent (`crate::announced`). A later end than the one stored wins; an
+    /// earlier one changes nothing. Returns whether it was written. A record that does not
+    /// parse (none is created at configure time, `ensure_record`) is left to the next report,
+    /// which writes it whole: no skip until then.
+    pub fn skip_ahead(&self, provider: &str, until_ms: u64) -> bool {
+        let written = self.update(provider, |bytes, _| {
+            let Some(mut bytes) = bytes else {
+                return Step::Done(false);
+            };
+            match View::parse(&bytes).map(|v| v.ahead_until) {
+                // Patched in place: the layout was just validated.
+                Some(stored) if stored < until_ms => {
+                    put_u64(&mut bytes, OFF_AHEAD_UNTIL, until_ms);
+                    Step::Write(bytes, true)
+                }
+                _ => Step::Done(false),
+            }
+        });
+        written.unwrap_or(false)
     }
 
     /// A request that claimed the probe ([`Admission::Available`] with `probe`) ended without

@@ -1,10 +1,10 @@
 //! The health record as stored in shared data: a zero-copy view for reads, an owned form for
 //! updates.
 //!
-//! # Layout (version 2, little-endian, no padding)
+//! # Layout (version 3, little-endian, no padding)
 //! ```text
 //! offset  size  field
-//!      0     1  version = 2 (any other value: the record is read as fresh and healthy)
+//!      0     1  version = 3 (any other value: the record is read as fresh and healthy)
 //!      1     1  last failure class (Class as u8), 0xFF = none
 //!      2     1  M = number of model marks (0..=16)
 //!      3     1  reserved, 0
@@ -14,7 +14,9 @@
 //!     16     8  probe_until ms (0 = no probe claim; <= now = the claim expired)
 //!     24     8  last failure time ms (meaningful when the class byte is not 0xFF)
 //!     32     8  provider dead until ms (0 = none; a setup_fault mark)
-//!     40   8*F  failure timestamps ms, ascending
+//!     40     8  rate-limited ahead until ms (0 = none; an answer announced its rate limit
+//!               spent: `crate::announced`)
+//!     48   8*F  failure timestamps ms, ascending
 //!      …        M model marks, each: until ms (8), class (1), name length N (1, 1..=255),
 //!               N bytes of UTF-8 model name
 //!      …   188  the tally (`super::tally`): last answer ms (8), then 15 buckets of minute,
@@ -23,14 +25,14 @@
 //! The record must end exactly after the tally. Anything that does not parse (short, too
 //! long, wrong version, bad class byte, bad UTF-8, counts over the caps) reads as a fresh,
 //! healthy record, and the next update overwrites it. A 10-failure record with no marks is
-//! 308 bytes. (Version 1 had no tally: a version 1 record left by an older module reads as
-//! fresh, once.)
+//! 316 bytes. (Version 1 had no tally, version 2 no rate-limited-ahead time: a record left by
+//! an older module reads as fresh, once.)
 
 use super::tally::{Bucket, Tally, TALLY_LEN};
 use crate::classify::Class;
 
 /// Encoding version (first byte of every record).
-pub const RECORD_VERSION: u8 = 2;
+pub const RECORD_VERSION: u8 = 3;
 /// Most failure timestamps a record holds (the config cap on `breaker.failures`).
 pub const MAX_FAILURES: usize = 1000;
 /// Most model dead marks a record holds.
@@ -38,12 +40,13 @@ pub const MAX_MODEL_MARKS: usize = 16;
 /// Longest model name (bytes) that can be marked dead.
 pub const MAX_MODEL_NAME: usize = 255;
 
-pub(super) const HEADER_LEN: usize = 40;
+pub(super) const HEADER_LEN: usize = 48;
 pub(super) const NO_CLASS: u8 = 0xFF;
 pub(super) const OFF_OPEN_UNTIL: usize = 8;
 pub(super) const OFF_PROBE_UNTIL: usize = 16;
 pub(super) const OFF_LAST_FAILURE: usize = 24;
 pub(super) const OFF_PROVIDER_DEAD: usize = 32;
+pub(super) const OFF_AHEAD_UNTIL: usize = 40;
 
 pub(super) fn get_u64(b: &[u8], off: usize) -> u64 {
     b.get(off..off + 8)
@@ -76,6 +79,7 @@ pub(super) struct View<'a> {
     pub(super) open_until: u64,
     pub(super) probe_until: u64,
     pub(super) provider_dead_until: u64,
+    pub(super) ahead_until: u64,
     pub(super) failures: &'a [u8],
     pub(super) marks: &'a [u8],
     /// The tally's [`TALLY_LEN`] bytes.
@@ -106,6 +110,7 @@ impl<'a> View<'a> {
             open_until: get_u64(header, OFF_OPEN_UNTIL),
             probe_until: get_u64(header, OFF_PROBE_UNTIL),
             provider_dead_until: get_u64(header, OFF_PROVIDER_DEAD),
+            ahead_until: get_u64(header, OFF_AHEAD_UNTIL),
             failures: b.get(HEADER_LEN..failures_end)?,
             marks: b.get(failures_end..tally_start)?,
             tally: b.get(tally_start..)?,
@@ -193,6 +198,8 @@ pub(super) struct Record {
     pub(super) open_until: u64,
     pub(super) probe_until: u64,
     pub(super) provider_dead_until: u64,
+    /// Skipped until then: its rate limit was announced spent (0: never).
+    pub(super) ahead_until: u64,
     /// Ascending.
     pub(super) failures: Vec<u64>,
     pub(super) models: Vec<ModelMark>,
@@ -226,6 +233,7 @@ impl Record {
             open_until: view.open_until,
             probe_until: view.probe_until,
             provider_dead_until: view.provider_dead_until,
+            ahead_until: view.ahead_until,
             failures,
             models: view
                 .marks()
@@ -262,6 +270,7 @@ impl Record {
         b.extend_from_slice(&self.probe_until.to_le_bytes());
         b.extend_from_slice(&self.last_failure.map_or(0, |(_, t)| t).to_le_bytes());
         b.extend_from_slice(&self.provider_dead_until.to_le_bytes());
+        b.extend_from_slice(&self.ahead_until.to_le_bytes());
         for t in failures {
             b.extend_from_slice(&t.to_le_bytes());
         }

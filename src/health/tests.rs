@@ -23,6 +23,7 @@ fn spec_dead() -> DeadMarkPolicy {
         model_not_found_ms: 6 * H,
         setup_fault_ms: H,
         quota_exhausted_ms: H,
+        rate_limited_ahead_ms: 60_000,
     }
 }
 
@@ -560,6 +561,7 @@ fn the_encoding_is_the_documented_layout() {
         open_until: 0x0102,
         probe_until: 3,
         provider_dead_until: 4,
+        ahead_until: 10,
         failures: vec![5, 6],
         models: vec![ModelMark {
             model: "gpt".into(),
@@ -568,8 +570,8 @@ fn the_encoding_is_the_documented_layout() {
         }],
     };
     let b = r.encode();
-    let mut want = vec![2, Class::Timeout as u8, 1, 0, 2, 0, 0, 0];
-    for v in [0x0102u64, 3, 7, 4, 5, 6, 9] {
+    let mut want = vec![3, Class::Timeout as u8, 1, 0, 2, 0, 0, 0];
+    for v in [0x0102u64, 3, 7, 4, 10, 5, 6, 9] {
         want.extend_from_slice(&v.to_le_bytes());
     }
     want.extend_from_slice(&[Class::ModelNotFound as u8, 3, b'g', b'p', b't']);
@@ -591,7 +593,7 @@ fn the_encoding_is_the_documented_layout() {
         failures: (0..10).collect(),
         ..Record::default()
     };
-    assert_eq!(ten.encode().len(), 308);
+    assert_eq!(ten.encode().len(), 316);
 }
 
 /// A store whose writes always lose the race.

@@ -11,6 +11,8 @@ struct FakeHealth {
     reads: RefCell<Vec<ProviderId>>,
     /// Budgets spent (by provider name), with when their window rolls over.
     spent: HashMap<&'static str, u64>,
+    /// Providers (by index) whose answers announced an empty rate limit, with until when.
+    ahead: HashMap<usize, u64>,
 }
 
 impl crate::budget::Budgets for FakeHealth {
@@ -38,6 +40,9 @@ impl Gatekeeper for FakeHealth {
 
     fn gate(&self, provider: ProviderId, _model: &str) -> Admission {
         self.reads.borrow_mut().push(provider);
+        if let Some(&until_ms) = self.ahead.get(&provider.index()) {
+            return Admission::RateLimitedAhead { until_ms };
+        }
         self.gates
             .get(&provider)
             .copied()
@@ -115,6 +120,36 @@ fn a_spent_budget_skips_its_provider_without_an_attempt_or_reading_its_health() 
     );
     // Another chain with the spent provider goes on to one without a budget.
     assert_eq!(entries(&plan(&c, &facts("n"), &health).unwrap()), vec![1]);
+}
+
+#[test]
+fn an_announced_empty_rate_limit_skips_its_provider_until_its_reset() {
+    let c = config(THREE);
+    let mut health = FakeHealth::default();
+    health.ahead.insert(0, 20_000);
+    let p = plan(&c, &facts("m"), &health).unwrap();
+    assert_eq!(entries(&p), vec![1, 2, 3], "no attempt, not even last");
+    assert_eq!(skips(&p.skipped), vec![(0, SkipReason::RateLimitedAhead)]);
+    assert_eq!(p.skip_before_start(), Some("rate_limited_ahead"));
+    // Announced and open before the first planned one: the breakers' reason.
+    health.gates.insert(1u8.into(), Admission::BreakerOpen);
+    let p = plan(&c, &facts("m"), &health).unwrap();
+    assert_eq!(p.skip_before_start(), Some("breaker_open"));
+    // Every one announced: 429 rate_limited_ahead, back at the earliest reset.
+    for (index, until) in [(1, 9_000), (2, 30_000), (3, 12_000)] {
+        health.ahead.insert(index, until);
+    }
+    health.gates.clear();
+    let refusal = plan_or_refuse(&c, &facts("m"), &health).unwrap_err();
+    assert_eq!(
+        (
+            refusal.reply.status,
+            refusal.reply.code,
+            refusal.retry_at_ms
+        ),
+        (429, "rate_limited_ahead", Some(9_000))
+    );
+    assert_eq!(refusal.skipped.len(), 4);
 }
 
 #[test]

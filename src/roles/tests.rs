@@ -1619,6 +1619,8 @@ mod translation;
 #[cfg(test)]
 mod clouds;
 
+mod announced;
+
 // ---------------------------------------------------------------------------------------------
 // docs/behaviour.md section 15: token budgets, through the downstream role.
 

@@ -315,6 +315,9 @@ impl<H: Host> Upstream<H> {
         let host = &self.io.host;
         let map = host.header_map(Map::Response);
         let mut head = attempt::ResponseHead::read(&map, end_of_stream);
+        if head.rate_limits {
+            self.io.note_announcement(&map, a.provider);
+        }
         if self.passage.headers(&config, &a, &mut head, end_of_stream) {
             // Bedrock's binary stream becomes the Anthropic event stream it carries.
             host.set_header(Map::Response, "content-type", Some("text/event-stream"));

@@ -133,6 +133,15 @@ Behaviour objects (JSON; every field optional, unknown fields are refused)
 ``trailers``                SSE: end the chunked body with these HTTP trailers
                             (a dict; Envoy forwards them when the cluster's
                             ``http_protocol_options.enable_trailers`` is on)
+``rate_limits``             the rate-limit headers a provider announces its quota
+                            with: ``{"style": "openai" | "azure" | "anthropic",
+                            "requests": N, "tokens": N, "reset_s": S}``
+                            (``rate_limit_headers``): OpenAI's
+                            ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
+                            with Go-duration resets (``1.5s``, ``6m0s``), Azure's
+                            names with resets in whole seconds, Anthropic's
+                            ``anthropic-ratelimit-{requests,tokens,input-tokens}-*``
+                            with RFC 3339 resets (``reset_s`` from now)
 ``times``                   (``/enqueue`` only) repeat this behaviour N times
 ==========================  ==================================================
 
@@ -210,8 +219,9 @@ BEHAVIOUR_FIELDS = {
     "action", "stream", "chunks", "first_chunk_delay_ms", "chunk_interval_ms",
     "abort_after_chunks", "abort", "close_connection", "times", "events", "preset",
     "strict", "tool_calls", "usage", "usage_events", "stop_reason", "chunk_bytes",
-    "trailers", "thinking",
+    "trailers", "thinking", "rate_limits",
 }
+RATE_LIMIT_STYLES = {"openai", "azure", "anthropic"}
 USAGE_EVENTS = {"start", "delta", "both"}
 ACTIONS = {"respond", "hang", "close", "reset"}
 ABORTS = {"reset", "close", "hang"}
@@ -326,8 +336,53 @@ def validate_behaviour(b: Any, allow_times: bool = False) -> dict:
     if tr is not None and not (isinstance(tr, dict) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in tr.items())):
         raise BehaviourError("trailers must be an object of strings")
+    rl = b.get("rate_limits")
+    if rl is not None:
+        if not isinstance(rl, dict) or rl.get("style") not in RATE_LIMIT_STYLES or \
+                not set(rl) <= {"style", "requests", "tokens", "reset_s"} or not all(
+                    isinstance(rl.get(k, 0), (int, float)) and rl.get(k, 0) >= 0
+                    for k in ("requests", "tokens", "reset_s")):
+            raise BehaviourError("rate_limits must be {style: openai|azure|anthropic, "
+                                 "requests?, tokens?, reset_s?} with numbers >= 0")
     normalise_headers(b.get("headers"))
     return dict(b)
+
+
+def go_duration(seconds: float) -> str:
+    """Seconds as Go's time.Duration prints them (OpenAI's resets): ``20ms``, ``1.5s``, ``6m0s``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(int(minutes), 60)
+    text = f"{secs:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    return f"{minutes}m{text}" if minutes else text
+
+
+def rate_limit_headers(rl: dict, now: float | None = None) -> list[tuple[str, str]]:
+    """The headers a provider of ``rl["style"]`` announces ``requests`` and ``tokens`` left
+    with, both resetting ``reset_s`` from ``now`` (default: the clock)."""
+    requests, tokens = str(int(rl.get("requests", 100))), str(int(rl.get("tokens", 100000)))
+    reset = float(rl.get("reset_s", 1))
+    style = rl["style"]
+    if style == "anthropic":
+        at = (time.time() if now is None else now) + reset
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + \
+            f".{int(at * 1000) % 1000:03d}Z"
+        out = [("anthropic-ratelimit-requests-limit", "1000"),
+               ("anthropic-ratelimit-requests-remaining", requests),
+               ("anthropic-ratelimit-requests-reset", stamp)]
+        for kind in ("tokens", "input-tokens"):
+            out += [(f"anthropic-ratelimit-{kind}-limit", "400000"),
+                    (f"anthropic-ratelimit-{kind}-remaining", tokens),
+                    (f"anthropic-ratelimit-{kind}-reset", stamp)]
+        return out
+    when = go_duration(reset) if style == "openai" else str(int(-(-reset // 1)))
+    return [("x-ratelimit-limit-requests", "1000"), ("x-ratelimit-limit-tokens", "400000"),
+            ("x-ratelimit-remaining-requests", requests),
+            ("x-ratelimit-remaining-tokens", tokens),
+            ("x-ratelimit-reset-requests", when), ("x-ratelimit-reset-tokens", when)]
 
 
 def normalise_headers(h: Any) -> list[tuple[str, str]]:
@@ -897,6 +952,8 @@ class MockProvider:
         except ValueError:
             reason = "Unknown"
         extra = normalise_headers(b.get("headers"))
+        if b.get("rate_limits"):
+            extra = rate_limit_headers(b["rate_limits"]) + extra
         head = [f"HTTP/1.1 {status} {reason}",
                 f"x-mock-provider: {self.name}", f"x-mock-request-id: {rec['id']}"]
         if close:

@@ -126,6 +126,7 @@ static PROVIDER: Shape = Shape {
         "max_tokens",
         "residency",
         "budget",
+        "reserve_tokens",
     ],
     tys: &[
         Ty::Str,
@@ -142,6 +143,7 @@ static PROVIDER: Shape = Shape {
         Ty::Opt(&Ty::U32),
         Ty::Opt(&Ty::Str),
         Ty::Opt(&Ty::Struct(&BUDGET)),
+        Ty::U64,
     ],
     required: 1,
 };
@@ -233,8 +235,13 @@ static BREAKER: Shape = Shape {
 
 static DEAD_MARKS: Shape = Shape {
     name: "RawDeadMarks",
-    fields: &["model_not_found", "setup_fault", "quota_exhausted"],
-    tys: &[Ty::Duration, Ty::Duration, Ty::Duration],
+    fields: &[
+        "model_not_found",
+        "setup_fault",
+        "quota_exhausted",
+        "rate_limited_ahead",
+    ],
+    tys: &[Ty::Duration, Ty::Duration, Ty::Duration, Ty::Duration],
     required: 0,
 };
 
@@ -293,7 +300,7 @@ fn config(v: V) -> RawConfig {
 
 #[inline]
 fn provider(v: V) -> RawProvider {
-    let [name, cluster, models, credential, headers, authority, path_prefix, callers, labels, forward_headers, api, max_tokens, residency, budget] =
+    let [name, cluster, models, credential, headers, authority, path_prefix, callers, labels, forward_headers, api, max_tokens, residency, budget, reserve_tokens] =
         v.fields();
     RawProvider {
         name: name.str().unwrap_or_default(),
@@ -319,6 +326,7 @@ fn provider(v: V) -> RawProvider {
                 window: window.num().unwrap_or_default(),
             }
         }),
+        reserve_tokens: reserve_tokens.num().unwrap_or_default(),
     }
 }
 
@@ -405,11 +413,12 @@ fn breaker(v: V) -> RawBreaker {
 #[inline]
 fn dead_marks(v: V) -> RawDeadMarks {
     let d = RawDeadMarks::default();
-    let [model_not_found, setup_fault, quota_exhausted] = v.fields();
+    let [model_not_found, setup_fault, quota_exhausted, rate_limited_ahead] = v.fields();
     RawDeadMarks {
         model_not_found: model_not_found.num().unwrap_or(d.model_not_found),
         setup_fault: setup_fault.num().unwrap_or(d.setup_fault),
         quota_exhausted: quota_exhausted.num().unwrap_or(d.quota_exhausted),
+        rate_limited_ahead: (rate_limited_ahead.num()).unwrap_or(d.rate_limited_ahead),
     }
 }
 

@@ -6,8 +6,10 @@
 use super::super::counting::Counting;
 use super::super::{send_reply, text_property, Host, Map, SharedGatekeeper};
 use super::{Current, Io};
+use crate::announced;
 use crate::attempt::{self, DelaySource, Marker, Outcome};
 use crate::classify::Class;
+use crate::config::Provider;
 use crate::handoff::{self, Outcomes, Refused};
 use crate::host::FixedClock;
 use crate::ids::ProviderId;
@@ -91,6 +93,28 @@ impl<H: Host> Io<H> {
             false => None,
         }
         .unwrap_or_else(|| String::with_capacity(64))
+    }
+
+    /// Reads the rate limits an answer announces (its header map, `map`) and, when one is
+    /// spent, skips `provider` until its reset (`announced`; docs/behaviour.md section 4).
+    #[inline(never)]
+    pub(super) fn note_announcement(&self, map: &[u8], provider: &Provider) {
+        let (host, config) = (&self.host, &*self.config);
+        let now = host.now_ms();
+        let cap = config.dead_marks.rate_limited_ahead_ms;
+        let headers = crate::header_pairs::HeaderPairs::new(map);
+        let Some(found) = announced::read(headers, now, provider.reserve_tokens, cap) else {
+            return;
+        };
+        let clock = FixedClock(now);
+        // Planning reads the skip's end in the health record it reads anyway; the status
+        // endpoint the announcement.
+        let skipped =
+            super::super::health(config, host, &clock).skip_ahead(&provider.name, found.until_ms);
+        let shared = announced::SharedAnnouncements { store: host };
+        if skipped {
+            shared.note(&provider.name, &found);
+        }
     }
 
     /// Settles attempt `current` the first time only (`settled`): applies what

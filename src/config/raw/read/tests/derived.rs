@@ -113,6 +113,8 @@ pub struct RawProvider {
     pub residency: Option<String>,
     #[serde(default)]
     pub budget: Option<RawBudget>,
+    #[serde(default)]
+    pub reserve_tokens: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -299,6 +301,8 @@ pub struct RawDeadMarks {
     pub setup_fault: u64,
     #[serde(deserialize_with = "serde_duration::deserialize")]
     pub quota_exhausted: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub rate_limited_ahead: u64,
 }
 
 impl Default for RawDeadMarks {
@@ -308,6 +312,7 @@ impl Default for RawDeadMarks {
             model_not_found: 6 * 3_600_000,
             setup_fault: 3_600_000,
             quota_exhausted: 3_600_000,
+            rate_limited_ahead: 60_000,
         }
     }
 }
