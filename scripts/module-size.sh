@@ -16,8 +16,9 @@ cd "$(dirname "$0")/.."
 # 1 KB for the compiler's version, as above.
 # Rate limits announced in advance (issue 42, part 1) added 4.3 KB (514,555 -> 518,876 on
 # 98636df; 3.4 KB the upstream role's header read and its skip write, measured by taking the
-# call out; the rest the status member, the config fields, the planner's reason).
-CEILING=532200
+# call out; the rest the status member, the config fields, the planner's reason); 531,724 on
+# main at 949b15b with it. CEILING leaves 1 KB for the compiler's version, as above.
+CEILING=532800
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -1028,6 +1028,11 @@ class MockedGateway:
         for m in self.mocks.values():
             m.reset()
 
+    def provider_status(self, port: int, path: str = "/llm-failover/status") -> dict[str, dict]:
+        """{provider name: its entry} of the status endpoint on 127.0.0.1:`port`."""
+        r = http_request(f"http://127.0.0.1:{port}", "GET", path)
+        return {p["name"]: p for p in jsonlib.loads(r.body)["providers"]}
+
     def skipped(self) -> dict[tuple[str, str], float]:
         """{(provider, reason): count} of llm_failover_skipped_total."""
         return {(labels["provider"], labels["reason"]): value for labels, value in

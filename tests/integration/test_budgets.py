@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import harness
-from harness import free_port, http_request, wait_until
+from harness import free_port, wait_until
 
 if harness.external_mode():
     pytest.skip("needs its own gateway with its own budgets", allow_module_level=True)
@@ -51,8 +51,7 @@ class Module(harness.MockedGateway):
             m.set_default(usage=USAGE)
 
     def status(self):
-        r = http_request(f"http://127.0.0.1:{self.status_port}", "GET", STATUS)
-        return {p["name"]: p for p in json.loads(r.body)["providers"]}
+        return self.provider_status(self.status_port, STATUS)
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,12 @@ Azure's or Anthropic's style that says nothing remains moves the next requests t
 with no attempt to the announced provider (metrics, access log, fallback reason, status), and
 the provider comes back at its reset; a reserve skips a provider with tokens left under it;
 answers with room left, or with headers that make no sense, change nothing."""
-import json
 import time
 
 import pytest
 
 import harness
-from harness import free_port, http_request, wait_until
+from harness import free_port, wait_until
 
 if harness.external_mode():
     pytest.skip("needs its own gateway", allow_module_level=True)
@@ -44,8 +43,7 @@ class Module(harness.MockedGateway):
                          extra_args=["--file-flush-interval-msec", "50"])
 
     def status(self):
-        r = http_request(f"http://127.0.0.1:{self.status_port}", "GET", STATUS)
-        return {p["name"]: p for p in json.loads(r.body)["providers"]}
+        return self.provider_status(self.status_port, STATUS)
 
 
 @pytest.fixture(scope="module")
