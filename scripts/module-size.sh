@@ -10,11 +10,11 @@ cd "$(dirname "$0")/.."
 
 # 514,555 bytes on main at 98636df with rustc 1.95.0 (514,079 with the toolchain of its CI run;
 # the compiler's version moves it by a few hundred bytes): CEILING leaves 1 KB for that.
-# Issue 44's Bedrock Converse provider dialect (translate/converse.rs, Envelope::BedrockConverse,
+# The Bedrock Converse provider dialect (translate/converse.rs, Envelope::BedrockConverse,
 # Converse events in the event stream, usage::Dialect::Converse): +12,630 (514,555 -> 527,185 on
 # 98636df), as Gemini's provider dialect took +13,366; 526,956 on main at bf65909. CEILING leaves
 # 1 KB for the compiler's version, as above.
-# Rate limits announced in advance (issue 42, part 1) added 4.3 KB (514,555 -> 518,876 on
+# Rate limits announced in advance added 4.3 KB (514,555 -> 518,876 on
 # 98636df; 3.4 KB the upstream role's header read and its skip write, measured by taking the
 # call out; the rest the status member, the config fields, the planner's reason); 531,724 on
 # main at 949b15b with it. CEILING leaves 1 KB for the compiler's version, as above.

@@ -161,3 +161,91 @@ fn the_checks_can_fail() {
         1
     );
 }
+
+/// Text files a reader of the repository meets (the journal keeps history as it was written).
+fn readable_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if path.is_dir() {
+            if !matches!(
+                name.as_str(),
+                "node_modules" | "target" | "fixtures" | "__pycache__"
+            ) {
+                readable_files(&path, out);
+            }
+        } else if [".rs", ".md", ".py", ".sh", ".mjs", ".yaml", ".toml"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// `issue 12` and the like: a number from a tracker that is not in the repository.
+fn cites_an_issue(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    lower.match_indices("issue ").any(|(at, word)| {
+        lower[at + word.len()..]
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_digit())
+    })
+}
+
+/// No "issue N": the tracker is not in the repository, so the docs and the code say what was
+/// decided instead (docs/internals.md "Citations").
+#[test]
+fn nothing_cites_an_issue_number() {
+    let root = Path::new(ROOT);
+    let mut files = Vec::new();
+    for dir in [
+        "src",
+        "cli",
+        "module",
+        "native",
+        "tests",
+        "scripts",
+        "docs",
+        "bench",
+        "envoy",
+        "examples",
+        "integration",
+        ".ci",
+    ] {
+        readable_files(&root.join(dir), &mut files);
+    }
+    for top in ["README.md", "BENCHMARKS.md", "RELIABILITY.md", "Cargo.toml"] {
+        files.push(root.join(top));
+    }
+    let this_file = root.join("tests/repository_map.rs");
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| **f != this_file) {
+        let Ok(text) = fs::read_to_string(file) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            if cites_an_issue(line) {
+                let rel = file.strip_prefix(root).unwrap().display();
+                found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "say what was decided instead of citing an issue:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn an_issue_citation_is_found() {
+    assert!(cites_an_issue("a fix (issue 32)."));
+    assert!(cites_an_issue("### Issue 44: Bedrock"));
+    assert!(!cites_an_issue("no issue here; issues we know"));
+    assert!(!cites_an_issue("the issue, 3 times"));
+}

@@ -97,7 +97,7 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("unknown class", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [server_eror]}]\n", "chains[0].fallback_on[0]: unknown failure class"),
     ("bad status", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [700]}]\n", "chains[0].fallback_on[0]: status 700 is outside 100-599"),
     ("never falls over", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [a], fallback_on: [invalid_request]}]\n", "chains[0].fallback_on[0]:"),
-    // Chain entries: fail closed, as providers and chains do (issue 32).
+    // Chain entries: fail closed, as providers and chains do.
     ("entry field typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}, {name: b, endpoint: \"127.0.0.1:2\"}]\nchains: [{name: c, providers: [a, {provider: b, modle: m}]}]\n", "chains[0].providers[1].modle: unknown field `modle` — did you mean `model`?"),
     ("entry capabilities typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilites: {vision: false}}]}]\n", "chains[0].providers[0].capabilites: unknown field `capabilites` — did you mean `capabilities`?"),
     ("capability typo", "providers: [{name: a, endpoint: \"127.0.0.1:1\"}]\nchains: [{name: c, providers: [{provider: a, capabilities: {context_windw: 8000}}]}]\n", "chains[0].providers[0].capabilities.context_windw: unknown field `context_windw` — did you mean `context_window`?"),
@@ -416,7 +416,7 @@ fn usage_errors_exit_2_and_unreadable_files_exit_1() {
             "{args:?}: {stderr}"
         );
     }
-    // `validate` alone: the usage names its --strict (issue 32).
+    // `validate` alone: the usage names its --strict.
     let (code, _, stderr) = run(bin().arg("validate"));
     assert_eq!(code, 2, "{stderr}");
     assert!(

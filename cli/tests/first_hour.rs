@@ -1,4 +1,4 @@
-//! The first hour (issue 25): a realistic file (OpenAI, Azure, Anthropic, a per-team chain) with
+//! The first hour: a realistic file (OpenAI, Azure, Anthropic, a per-team chain) with
 //! one typical mistake at a time, and the exact message each one gets: where in the file, what
 //! is wrong in the file's own words, and what to write instead.
 

@@ -788,7 +788,7 @@ fn a_credential_from_a_file_is_refused_where_envoy_cannot_inject_it_alone() {
 }
 
 /// `aws_credentials` chooses the signer's credential sources; the default, the environment
-/// only, never lets Envoy ask the instance metadata address (issue 32).
+/// only, never lets Envoy ask the instance metadata address.
 #[test]
 fn a_bedrock_providers_aws_credentials_choose_the_signers_sources() {
     let signer = |credentials: &str| -> Value {

@@ -240,7 +240,7 @@ fn parse_errors_name_the_field() {
             "chains[0].providers[1]",
             "invalid type: sequence, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}",
         ),
-        // Inside an entry: the field itself, never "no model" or "capable" (issue 32).
+        // Inside an entry: the field itself, never "no model" or "capable".
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",{"provider":"a","modle":"m"}]}]}"#
                 .to_string(),
@@ -636,7 +636,7 @@ fn one_chain(providers: &str, entry: &str) -> Result<Config, Vec<ConfigError>> {
 
 /// A cloud whose model names are its own gets the caller's model only when the file says so
 /// (the provider lists the names callers may ask for): an entry naming no model is refused
-/// otherwise, in Envoy as in the CLI (issue 32).
+/// otherwise, in Envoy as in the CLI.
 #[test]
 fn a_cloud_entry_without_its_model_is_refused_unless_the_provider_lists_its_models() {
     let config = one_chain;

@@ -11,7 +11,7 @@
 //! the root's tick ([`Metrics::count_tokens`]), and the attempt log, held from the settle, is
 //! written once, with the tokens, instead of twice.
 //!
-//! Where the other parts of issue 30 plug in: [`Counting::finish`] is the one place a served
+//! Where the usage features plug in: [`Counting::finish`] is the one place a served
 //! answer's `usage::Usage` is known, with its provider: it counts the tokens
 //! (`Metrics::token_slot` holds the provider and model label), spends them from the provider's
 //! budget (`super::spend_budget`), and the attempt log entry it writes carries

@@ -36,7 +36,7 @@ pub struct Metrics {
     /// Chain index -> counter id.
     exhausted: Vec<Cell<Option<u32>>>,
     /// (from, to) -> counter id. A BTreeMap, as every map in the module: std's HashMap would
-    /// bring SipHash and its random keys (about 4 KB) for a few entries (issue 12).
+    /// bring SipHash and its random keys (about 4 KB) for a few entries.
     fallbacks: RefCell<BTreeMap<(ProviderId, ProviderId), u32>>,
     /// Provider -> gauge id, defined at configure so every provider's state shows from the start.
     breaker: Vec<Option<u32>>,

@@ -1,4 +1,4 @@
-"""What the clouds wrap around the APIs (issue 22), for the mock provider: each cloud's paths and
+"""What the clouds wrap around the APIs, for the mock provider: each cloud's paths and
 credentials checked the way the cloud checks them, and Bedrock's binary event stream.
 
 ``MockProvider(name, cloud={...})`` turns a mock into one cloud's endpoint:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak with faults (issue 17): real Envoy running the built filter, three mock providers that
+"""Soak with faults: real Envoy running the built filter, three mock providers that
 misbehave at random, at least 200 concurrent callers (streaming and not), for a bounded time.
 
 Every request is checked:
@@ -75,7 +75,7 @@ chains:
   - name: soak
     providers: [p1, p2, p3]
     max_attempts: 3
-    retry_in_place: {back_off: 200ms}   # issue 23: 500/503/reset retried once in place (a 429
+    retry_in_place: {back_off: 200ms}   # 500/503/reset retried once in place (a 429
                                         # asking for 1 s moves on: more than half the 1 s wait)
 timeouts: {attempt: 1s, budget: 10s, min_remaining: 1s, first_token: 1s}
 breaker: {failures: 150, window: 5s, cooldown: 1s, max_cooldown: 2s}

@@ -1,4 +1,4 @@
-"""The API surface callers expect (behaviour.md 12, issue 15), driven by the real SDKs users run: the
+"""The API surface callers expect (behaviour.md 12), driven by the real SDKs users run: the
 `openai` and `anthropic` Python packages and the `openai` Node package, against real Envoy and
 mock providers, during a primary outage, with the SDKs' own retries on and off.
 

@@ -1,4 +1,4 @@
-"""Attempt conduct (issue 23, behaviour.md 3 and 5) through a real Envoy running the built filter:
+"""Attempt conduct (behaviour.md 3 and 5) through a real Envoy running the built filter:
 unreadable answers, in-place retry, the first-token timeout, every wait within the budget,
 and honest ends of streams that break after bytes reached the caller."""
 import json
@@ -229,7 +229,7 @@ def test_a_stream_whose_headers_do_not_come_in_time_falls_over(three):
 
 @needs_hold
 def test_the_first_token_timeout_cuts_a_non_streamed_request_whose_answer_does_not_start(three):
-    # Issue 31: a request that did not ask for a stream is streamed from the provider under
+    # A request that did not ask for a stream is streamed from the provider under
     # first_token (it used to wait for the attempt timeout), and answered as one JSON answer.
     gateway, primary, secondary, _ = three
     primary.set_default(delay_ms=2000)

@@ -100,7 +100,7 @@ def test_context_window_moves_to_a_one_provider_chains_list(body_gw):
 
 @needs_hold
 def test_context_window_goes_back_to_the_caller_without_a_list(body_gw):
-    """behaviour.md 3 (issue 23): without a context_window list (and no fallback_on naming the class)
+    """behaviour.md 3: without a context_window list (and no fallback_on naming the class)
     the prompt is the request's problem: the provider's 400 goes back, no fallback is tried."""
     gw, primary, secondary, big, _ = body_gw
     primary.set_default(preset="anthropic_prompt_too_long")

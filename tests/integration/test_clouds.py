@@ -1,4 +1,4 @@
-"""The clouds' providers (issue 22): Azure OpenAI deployments, Claude on AWS Bedrock (signed by
+"""The clouds' providers: Azure OpenAI deployments, Claude on AWS Bedrock (signed by
 Envoy's aws_request_signing after this filter, its event stream unwrapped) and on Vertex AI,
 each against a mock that checks its paths, body and credentials as the cloud does
 (cloud_mock.py; Bedrock's signature recomputed by botocore over the body received)."""
@@ -544,7 +544,7 @@ def test_bedrocks_errors_are_read_from_its_error_type_and_message(clouds):
 
 
 # Every provider kind once, each alone in its chain (model k-<name>): what `explain` says each
-# attempt's path is, against what the provider receives through Envoy (issue 32). Bedrock with
+# attempt's path is, against what the provider receives through Envoy. Bedrock with
 # an API key and Gemini go to plain mocks, which take any path; Azure's v1 API to the Azure
 # mock, which checks it. The providers of CLOUDS, and three more.
 KINDS = CLOUDS[:CLOUDS.index("chains:")] + """

@@ -1,4 +1,4 @@
-"""Amazon Bedrock's Converse API as a provider dialect (`api: bedrock_converse`, issue 44), end to
+"""Amazon Bedrock's Converse API as a provider dialect (`api: bedrock_converse`), end to
 end on one real Envoy: the chain [anthropic, {provider: bedrock-llama, model:
 meta.llama3-3-70b-instruct-v1:0}, azure] serves an OpenAI SDK app (Chat Completions and
 Responses), an anthropic SDK app with a tool and a google-genai app through an outage of

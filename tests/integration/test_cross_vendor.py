@@ -1,4 +1,4 @@
-"""Chains across vendors (behaviour.md 13, issue 21), end to end: the official `openai` and `anthropic`
+"""Chains across vendors (behaviour.md 13), end to end: the official `openai` and `anthropic`
 Python SDKs call a real Envoy whose chain falls over from one vendor's API to the other's, and
 the mock providers answer like the real APIs, refusing (400) what those refuse (`strict`,
 mock_api_rules.py). Every test asserts both sides: what the caller got (content, tool calls,
@@ -270,7 +270,7 @@ def test_capability_skips_are_shown_in_headers_metrics_and_the_access_log(xv):
                                  "backup:ok:Nms:in=5/out=7/cached=0")
     assert walk(gw, "xv-plain") == \
         "openai:overloaded:Nms,anthropic:ok:Nms:in=5/out=7/cached=0"
-    # The caller's path in the access log, though Anthropic was sent /v1/messages (issue 32).
+    # The caller's path in the access log, though Anthropic was sent /v1/messages.
     assert xv.anthropic.last_request()["path"] == "/v1/messages"
     line = next(l for l in gw.log().splitlines() if "request_id=xv-plain" in l)
     assert '"POST /v1/chat/completions ' in line, line

@@ -1,5 +1,5 @@
 """Router-mode failover through a real Envoy running the built filter, with mock providers on
-real sockets (issue 4). Every scenario runs the example config envoy/demo.failover.yaml,
+real sockets. Every scenario runs the example config envoy/demo.failover.yaml,
 rendered with ports and a few knobs (timeouts, attempts, breaker) set through its
 environment variables."""
 import json

@@ -1,4 +1,4 @@
-"""Gemini's native API (docs/behaviour.md section 14, issue 29), end to end on one real Envoy: an
+"""Gemini's native API (docs/behaviour.md section 14), end to end on one real Envoy: an
 OpenAI chat app (the official `openai` SDK) and an Anthropic app (the `anthropic` SDK) whose
 primary is down fall over to a provider declaring `api: gemini_native` (Google AI's
 `models/{model}:generateContent`, the key in `x-goog-api-key`), JSON and streamed, a function

@@ -1,4 +1,4 @@
-"""Istio target, end to end without Kubernetes (issue 16).
+"""Istio target, end to end without Kubernetes.
 
 `llm-failover render FILE --target istio` writes the manifests; istio_shape.py builds the
 gateway Envoy config istiod would build from the rendered ServiceEntry, DestinationRule,

@@ -1,4 +1,4 @@
-"""Observability through a real Envoy (issue 7): the docs/behaviour.md section 8 metrics read from the admin
+"""Observability through a real Envoy: the docs/behaviour.md section 8 metrics read from the admin
 endpoint's Prometheus text with exact values, the status endpoint (docs/behaviour.md section 10), the
 per-request attempt record in the access log, and log levels.
 
@@ -436,7 +436,7 @@ def test_configuration_errors_are_logged_at_error_level_naming_the_field(gateway
     path = render(DEMO, {**gateway.env, "PRIMARY_PORT": "1", "SECONDARY_PORT": "2",
                          "TERTIARY_PORT": "3"})
     text = path.read_text()
-    # A bad limit, and a chain entry's misspelt field (issue 32: Envoy refuses it as the CLI
+    # A bad limit, and a chain entry's misspelt field (Envoy refuses it as the CLI
     # does, instead of sending the caller's model).
     for was, broken_as, field in [('"max_attempts":3', '"max_attempts":0', "chains[0].max_attempts"),
                                   ('"model":"tertiary-model"', '"modle":"tertiary-model"',

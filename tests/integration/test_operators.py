@@ -1,4 +1,4 @@
-"""What clients and operators read (issue 24), through a real Envoy with real mock providers:
+"""What clients and operators read, through a real Envoy with real mock providers:
 `x-should-retry` on every error answer (behaviour.md 6), the liveness answer on `GET /` (behaviour.md 10),
 and each provider's health over time in the status endpoint, exact under two workers and
 concurrent traffic (behaviour.md 4 and 10)."""

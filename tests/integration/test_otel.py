@@ -1,4 +1,4 @@
-"""Each request's record sent to an OpenTelemetry collector (issue 30, docs/observability.md
+"""Each request's record sent to an OpenTelemetry collector (docs/observability.md
 "OpenTelemetry"): the gateway rendered with `render --otel-collector` sends its access log
 through Envoy's own OpenTelemetry access logger (OTLP logs over gRPC) to a real OTLP receiver
 (a gRPC server built from the official `opentelemetry-proto` package), which checks what

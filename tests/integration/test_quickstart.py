@@ -1,4 +1,4 @@
-"""README's quick start, run as written (issue 25): its commands and its file are read from
+"""README's quick start, run as written: its commands and its file are read from
 README.md, not copied here, and run by bash from a clean temporary directory with the built CLI,
 module and Envoy the README names, against two local mock providers standing in for OpenAI
 (down: it answers 503) and Anthropic.
@@ -10,7 +10,7 @@ at once); README says to run `envoy -c` in another terminal, so the test starts 
 background and runs the rest once it listens. The set-up block's first line
 (`./scripts/setup.sh && ./scripts/build.sh`) is checked, not run: the suite runs after both.
 
-"Watch it fail over" (issue 32) runs as written too, its mock ports moved to free ones."""
+"Watch it fail over" runs as written too, its mock ports moved to free ones."""
 from __future__ import annotations
 
 import json
@@ -130,7 +130,7 @@ def test_readme_quick_start_runs_as_written(providers, tmp_path):
     assert keys == ["sk-ant-..."], sent["headers"]
     assert not [v for k, v in sent["headers"] if k.lower() == "authorization"]
     # Its endpoint's host, as docs/configuration.md says (`authority`), never the caller's
-    # `localhost:PORT` (issue 32).
+    # `localhost:PORT`.
     hosts = [v for k, v in sent["headers"] if k.lower() == "host"]
     assert hosts == [f"127.0.0.1:{anthropic.port}"], hosts
 

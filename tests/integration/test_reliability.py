@@ -1,4 +1,4 @@
-"""Holding under faults (issue 17): the total time budget for attempts Envoy starts by itself,
+"""Holding under faults: the total time budget for attempts Envoy starts by itself,
 provider-bound headers, the status endpoint's listener. Real Envoy, mock providers on real
 sockets; each scenario writes its own small failover file."""
 import json

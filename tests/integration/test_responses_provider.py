@@ -1,4 +1,4 @@
-"""OpenAI's Responses API as a provider (docs/behaviour.md section 14, issue 29), end to end on
+"""OpenAI's Responses API as a provider (docs/behaviour.md section 14), end to end on
 one real Envoy: an OpenAI chat app (the official `openai` SDK, `chat.completions.create`) whose
 OpenAI primary is down falls over to a provider declaring `api: openai_responses` (a model
 served only through `/v1/responses`), JSON and streamed, a function call and its result crossing

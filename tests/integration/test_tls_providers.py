@@ -1,4 +1,4 @@
-"""Providers over TLS through a real Envoy, offline (issue 5: "an OpenAI, Anthropic-compatible
+"""Providers over TLS through a real Envoy, offline ("an OpenAI, Anthropic-compatible
 or Azure endpoint over TLS with the right SNI and :authority, as well as plain-HTTP local
 servers").
 

@@ -1,4 +1,4 @@
-"""Translated streams on real Envoy (behaviour.md 13, issue 21): whatever the chunk boundaries the
+"""Translated streams on real Envoy (behaviour.md 13): whatever the chunk boundaries the
 provider's stream arrives in, the caller's SDK reads the same answer as from one chunk per event,
 the first (held) event included, and the stream ends with the caller's end marker. Both
 directions, through a fallback after a failing primary (so the fallback's answer is held for

@@ -1,4 +1,4 @@
-"""What each answer cost, on real Envoy (docs/behaviour.md section 15, issue 30): after a
+"""What each answer cost, on real Envoy (docs/behaviour.md section 15): after a
 failover, ``llm_failover_tokens_total`` shows the serving provider's tokens exactly as its mock
 reported them and none for the failed one, for JSON answers and streams cut anywhere, same-API
 and translated; the access log's attempt record and the status endpoint (tokens per provider

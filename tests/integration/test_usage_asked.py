@@ -1,5 +1,5 @@
 """An OpenAI Chat stream whose caller did not ask for its usage, on real Envoy
-(docs/behaviour.md section 15, docs/configuration.md ``ask_stream_usage``, issue 30): the
+(docs/behaviour.md section 15, docs/configuration.md ``ask_stream_usage``): the
 gateway asks the provider for it (``stream_options.include_usage``), counts it in
 ``llm_failover_tokens_total`` exactly, and the caller gets byte for byte the stream the provider
 would have sent it without the ask (no usage chunk, no ``"usage": null``); a caller who asked

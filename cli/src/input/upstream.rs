@@ -419,7 +419,7 @@ fn token_file(p: &mut Mapping, at: &str, errors: &mut Vec<Diag>) -> Option<Token
     })
 }
 
-/// The clouds' own fields (issue 22), which the filter reads from `path_prefix`: Azure's
+/// The clouds' own fields, which the filter reads from `path_prefix`: Azure's
 /// `api_version` (`/openai?api-version=...`), Vertex's `project` and `region`
 /// (`/v1/projects/{project}/locations/{region}`, `/endpoints/openapi` after it for Gemini's
 /// OpenAI endpoint; Gemini's native API on Vertex takes it as it is).

@@ -1,4 +1,4 @@
-//! AWS Signature V4 for a Bedrock provider (issue 22): Envoy's own `aws_request_signing`
+//! AWS Signature V4 for a Bedrock provider: Envoy's own `aws_request_signing`
 //! after this filter in the provider cluster's upstream filters, so the signature covers the
 //! body and headers the filter wrote; then a guard that refuses what left the signer unsigned.
 //!

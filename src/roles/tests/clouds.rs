@@ -1,4 +1,4 @@
-//! The clouds' envelopes through both roles (issue 22): what a Bedrock, Vertex or Azure
+//! The clouds' envelopes through both roles: what a Bedrock, Vertex or Azure
 //! attempt sends, and a Bedrock event stream unwrapped on its way to the caller.
 
 use super::*;

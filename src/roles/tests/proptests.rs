@@ -1,4 +1,4 @@
-//! Nothing panics the VM (issue 17): arbitrary configurations, header maps, bodies, filter-state
+//! Nothing panics the VM: arbitrary configurations, header maps, bodies, filter-state
 //! properties and provider answers fed through both roles on the recording host, across several
 //! attempts that share one request header map. A panic here would take a worker's wasm VM down
 //! in Envoy; proptest reports the smallest input that does it.
