@@ -8,8 +8,9 @@
 
 use crate::config::{any_matches, Chain, ChainEntry, Config, Provider};
 use crate::ids::ProviderId;
+use crate::reply::Reply;
 use crate::rewrite::Content;
-use crate::translate::{self, Api};
+use crate::translate::{self, Api, Untranslatable};
 
 /// Why a chain entry was left out of a plan (the `reason` label of `llm_failover_skipped_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,17 +160,43 @@ pub fn skip_reason(
     if content.provider_state && entry.provider != first {
         return Some(SkipReason::ContentIncompatible);
     }
-    if let Some(to) = provider.translates(facts.api, facts.path.unwrap_or_default()) {
-        // Only endpoints with a translation cross APIs; the check reads the body, and only
-        // cross-API entries pay for it.
-        let Some(from) = facts.api.filter(|_| facts.path.is_some()) else {
-            return Some(SkipReason::ContentIncompatible);
-        };
-        if !facts.body.is_empty() && translate::check(from, to, facts.body).is_err() {
-            return Some(SkipReason::ContentIncompatible);
-        }
+    if carries(provider, facts).is_err() {
+        return Some(SkipReason::ContentIncompatible);
     }
     None
+}
+
+/// Whether `provider` can be sent the request: always when it speaks the caller's API, else
+/// when a translation serves the endpoint and the body has nothing its API cannot carry
+/// (`Err` with the provider's API and, for a field, what it cannot carry). The check reads
+/// the body, and only cross-API entries pay for it.
+fn carries(provider: &Provider, facts: &RequestFacts) -> Result<(), (Api, Option<Untranslatable>)> {
+    let Some(to) = provider.translates(facts.api, facts.path.unwrap_or_default()) else {
+        return Ok(());
+    };
+    // Only endpoints with a translation cross APIs.
+    let Some(from) = facts.api.filter(|_| facts.path.is_some()) else {
+        return Err((to, None));
+    };
+    if facts.body.is_empty() {
+        return Ok(());
+    }
+    translate::check(from, to, facts.body).map_err(|why| (to, Some(why)))
+}
+
+/// The refusal of a request its first entry (the first that serves the model) cannot carry:
+/// that entry is never skipped for what the request carries (behaviour.md 2.4), so the
+/// request is answered `400 untranslatable_request` before any attempt, by the filter and by
+/// `explain` alike (planning asks this, [`crate::plan::plan_or_refuse`]).
+pub fn first_entry_refusal(provider: &Provider, facts: &RequestFacts) -> Option<Reply> {
+    match carries(provider, facts) {
+        Err((api, Some(why))) => Some(Reply::untranslatable(
+            &provider.name,
+            api.as_str(),
+            why.what(),
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

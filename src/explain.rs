@@ -9,7 +9,6 @@ use crate::duration::display_ms;
 use crate::envelope::Envelope;
 use crate::health::Admission;
 use crate::plan::{self, Gatekeeper, Plan, Refusal, RequestFacts, SkipReason};
-use crate::residency::Residency;
 use crate::translate::Api;
 use std::fmt::Write;
 
@@ -436,8 +435,7 @@ fn left_out_lines(
     // Every breaker closed: the first slot is the request's first entry.
     let first = (plan.slots.first())
         .and_then(|s| chain.entry(s.entry))
-        .and_then(|e| config.provider(e.provider))
-        .and_then(|p| p.residency);
+        .and_then(|e| config.provider(e.provider));
     let mut left_out = false;
     for (index, entry) in chain.entry_ids() {
         if plan.slots.iter().any(|s| s.entry == index) {
@@ -475,7 +473,7 @@ fn skip_line(
     facts: &RequestFacts,
     entry: &ChainEntry,
     reason: SkipReason,
-    first: Option<Residency>,
+    first: Option<&Provider>,
 ) {
     let Some(provider) = config.provider(entry.provider) else {
         return;
@@ -513,19 +511,21 @@ fn skip_line(
             facts.content.prompt_tokens(),
             entry.capabilities.context_window.unwrap_or_default()
         ),
+        // Planning's order: state one provider keeps, then what the entry's API cannot carry.
+        SkipReason::ContentIncompatible if facts.content.provider_state => format!(
+            "content_incompatible (the request names state one provider keeps: previous_response_id, conversation, a stored file or cache; it goes to the request's first entry's provider{} only)",
+            first.map_or(String::new(), |f| format!(", {},", f.name))
+        ),
         SkipReason::ContentIncompatible => format!(
-            "content_incompatible ({} cannot carry this request: {})",
+            "content_incompatible ({} cannot carry this request: no translation for this endpoint or a field it cannot express)",
             provider.api.map_or("its API", Api::as_str),
-            if facts.content.provider_state {
-                "it depends on state another provider keeps"
-            } else {
-                "no translation for this endpoint or a field it cannot express"
-            }
         ),
         SkipReason::Residency => format!(
             "residency ({}; the request's first entry is in {}; same_residency)",
             provider.residency.map_or("unknown", |r| r.as_str()),
-            first.map_or("unknown", |r| r.as_str())
+            first
+                .and_then(|f| f.residency)
+                .map_or("unknown", |r| r.as_str())
         ),
         other => other.as_str().to_string(),
     };

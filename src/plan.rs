@@ -174,7 +174,17 @@ pub fn plan_or_refuse(
             break;
         }
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
-        first = first.or(Some(entry.provider));
+        if first.is_none() {
+            if let Some(reply) = eligible::first_entry_refusal(provider, facts) {
+                return Err(Refusal {
+                    reply,
+                    chain: Some(chain_index),
+                    skipped,
+                    retry_at_ms: None,
+                });
+            }
+            first = Some(entry.provider);
+        }
         let admission = match admit(provider, entry.provider, sent_model, health) {
             Ok(admission) => admission,
             Err((reason, at)) => {

@@ -522,6 +522,33 @@ fn explain_with_a_body_shows_each_entrys_api_and_the_entries_it_skips() {
     ]));
     assert_eq!(code, 2);
     assert!(stderr.contains("--body"), "{stderr}");
+    // A Responses request that names stored state, or runs in the background, cannot go to the
+    // claude chain's first entry (Anthropic): refused as the gateway refuses it, exit 1.
+    for (name, member) in [
+        ("state", r#""previous_response_id":"resp_1""#),
+        ("background", r#""background":true"#),
+    ] {
+        let body = dir.file(
+            &format!("{name}.json"),
+            &format!(r#"{{"model":"claude-sonnet-4-5","input":"hi",{member}}}"#),
+        );
+        let (code, stdout, stderr) = run(bin().args([
+            "explain",
+            &file,
+            "--model",
+            "claude-sonnet-4-5",
+            "--path",
+            "/v1/responses",
+            "--no-env",
+            "--body",
+            &body,
+        ]));
+        assert_eq!(code, 1, "{name}: {stdout}{stderr}");
+        assert!(
+            stdout.contains("refused: 400 untranslatable_request (x-should-retry: false)"),
+            "{name}: {stdout}"
+        );
+    }
 }
 
 #[test]

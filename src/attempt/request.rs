@@ -112,7 +112,8 @@ impl WholeEdit {
     /// The body to send for the caller's `body`: translated, the model and the entry's settings
     /// written in, put in the envelope, each step only when the edit has it. A body that is not
     /// a JSON object goes as it is, except to a translation: then the `400` the caller gets
-    /// (only the first entry can get here: planning skips the others, behaviour.md 2.4).
+    /// (planning refuses such a request before any attempt and skips such fallbacks,
+    /// behaviour.md 2.4: this is the last guard, for a body planning did not read).
     pub fn apply(&self, config: &Config, body: &[u8]) -> Result<EditedBody, Reply> {
         let mut out: Option<Vec<u8>> = None;
         let mut include_usage = false;
@@ -125,12 +126,8 @@ impl WholeEdit {
                 stream: t.stream,
             };
             let translated = translate::request(caller, provider, body, &cx).map_err(|why| {
-                let what = match why {
-                    translate::Untranslatable::NotJson => "the body is not a JSON object",
-                    translate::Untranslatable::Field(field) => field,
-                };
                 let name = config.provider(t.provider).map_or("", |p| p.name.as_str());
-                Reply::untranslatable(name, provider.as_str(), what)
+                Reply::untranslatable(name, provider.as_str(), why.what())
             })?;
             out = Some(translated);
         }

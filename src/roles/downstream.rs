@@ -3,7 +3,7 @@
 //! matcher and the upstream roles, and writes the public response headers.
 
 use super::{
-    health, send_reply, send_reply_after, status_code, text_property, u64_property, Flow, Host,
+    health, send_refusal, send_reply, status_code, text_property, u64_property, Flow, Host,
     LocalAnswers, Map, Metrics, SharedGatekeeper,
 };
 use crate::answer::{self, AnswerFacts, AnswerReads};
@@ -285,7 +285,7 @@ impl<H: Host> Downstream<H> {
                 let after =
                     (refusal.retry_at_ms).map(|at| at.saturating_sub(now.0).div_ceil(1000).max(1));
                 let caller = Api::of_path(&self.path);
-                send_reply_after(&self.host, &refusal.reply, caller, after);
+                send_refusal(&self.host, &refusal.reply, caller, after);
                 return false;
             }
         };

@@ -153,25 +153,35 @@ fn status_code(host: &impl Host, map: Map) -> u16 {
 /// Answers with one of the filter's own replies (docs/behaviour.md section 6): JSON error body in the
 /// caller's API's shape (`caller`, from its path) and `x-should-retry`.
 fn send_reply(host: &impl Host, reply: &Reply, caller: Option<Api>) {
-    send_reply_after(host, reply, caller, None);
+    send_reply_with(host, reply, caller, None, None);
 }
 
-/// [`send_reply`] with `Retry-After` (whole seconds) when given.
-fn send_reply_after(host: &impl Host, reply: &Reply, caller: Option<Api>, after: Option<u64>) {
+/// A request planning refused ([`send_reply`] with `Retry-After`, whole seconds, when given):
+/// no provider was called, which `x-llm-attempts: 0` says (and no `x-llm-provider`).
+fn send_refusal(host: &impl Host, reply: &Reply, caller: Option<Api>, after: Option<u64>) {
+    send_reply_with(host, reply, caller, after, Some("0"));
+}
+
+fn send_reply_with(
+    host: &impl Host,
+    reply: &Reply,
+    caller: Option<Api>,
+    after: Option<u64>,
+    attempts: Option<&str>,
+) {
     let body = reply.body_for(caller);
     let should_retry = if reply.should_retry { "true" } else { "false" };
     let seconds = after.map(|s| s.to_string());
     let headers = [
-        ("content-type", "application/json"),
-        (wire::SHOULD_RETRY_HEADER, should_retry),
-        ("retry-after", seconds.as_deref().unwrap_or_default()),
+        ("content-type", Some("application/json")),
+        (wire::SHOULD_RETRY_HEADER, Some(should_retry)),
+        ("retry-after", seconds.as_deref()),
+        (wire::ATTEMPTS_HEADER, attempts),
     ];
-    let count = if seconds.is_some() { 3 } else { 2 };
-    host.send_response(
-        reply.status,
-        headers.get(..count).unwrap_or_default(),
-        Some(&body),
-    );
+    let headers: Vec<(&str, &str)> = (headers.iter())
+        .filter_map(|(name, value)| Some((*name, (*value)?)))
+        .collect();
+    host.send_response(reply.status, &headers, Some(&body));
 }
 
 /// Provider health over the host's shared data, read against `clock`.

@@ -1616,6 +1616,8 @@ mod proptests;
 
 mod translation;
 
+mod refusals;
+
 #[cfg(test)]
 mod clouds;
 

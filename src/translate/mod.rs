@@ -159,6 +159,16 @@ pub enum Untranslatable {
     Field(&'static str),
 }
 
+impl Untranslatable {
+    /// What the `400 untranslatable_request` names (`Reply::untranslatable`).
+    pub fn what(self) -> &'static str {
+        match self {
+            Untranslatable::NotJson => "the body is not a JSON object",
+            Untranslatable::Field(field) => field,
+        }
+    }
+}
+
 /// The reason for a field the target cannot carry.
 pub(crate) fn field(name: &'static str) -> Untranslatable {
     Untranslatable::Field(name)

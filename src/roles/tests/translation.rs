@@ -188,8 +188,28 @@ fn a_first_entry_that_cannot_carry_the_request_is_answered_400_unsent() {
     let r = gw.request(&[], body, &[ok()]);
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert!(r.sent.is_empty(), "nothing reached a provider");
+    assert!(r.local, "refused when planned, before the router");
     assert_eq!(r.body_json()["error"]["code"], "untranslatable_request");
+    assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("0"));
+    assert_eq!(r.header(wire::PROVIDER_HEADER), None);
     assert_eq!(gw.metric(&names::attempts("ant", Class::InvalidRequest)), 0);
+}
+
+#[test]
+fn a_responses_request_with_state_for_a_chain_led_by_messages_is_refused_unsent() {
+    let gw = Gateway::new(XV);
+    let responses = [(":path", "/v1/responses")];
+    for body in [
+        r#"{"model":"claude-sonnet-4-5","input":"hi","previous_response_id":"resp_1"}"#,
+        r#"{"model":"claude-sonnet-4-5","input":"hi","background":true}"#,
+    ] {
+        let r = gw.request(&responses, body, &[ok(), ok()]);
+        assert_eq!(r.status, 400, "{:?}", r.body);
+        assert!(r.local && r.sent.is_empty(), "refused before any attempt");
+        assert_eq!(r.body_json()["error"]["code"], "untranslatable_request");
+        assert_eq!(r.header(wire::ATTEMPTS_HEADER), Some("0"));
+        assert_eq!(r.header(wire::PROVIDER_HEADER), None);
+    }
 }
 
 #[test]
