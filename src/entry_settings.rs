@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | OpenAI Chat | `reasoning_effort` | `max_completion_tokens` (and `max_tokens` where the body has it) |
 //! | OpenAI Responses | `reasoning.effort` (the body's other `reasoning` members kept) | `max_output_tokens` |
-//! | Gemini native | `generationConfig.thinkingConfig.thinkingBudget` ([`Effort::budget_tokens`]; `includeThoughts` kept) | `generationConfig.maxOutputTokens` (the body's other `generationConfig` members kept) |
+//! | Gemini native | `generationConfig.thinkingConfig.thinkingBudget` ([`Effort::budget_tokens`]; `includeThoughts` kept) | `generationConfig.maxOutputTokens` (the body's other `generationConfig` members kept), raised by the budget when not above it |
 //! | Bedrock Converse | none (refused when the configuration loads: each model's reasoning settings are its own) | `inferenceConfig.maxTokens` (the body's other `inferenceConfig` members kept) |
 //! | Anthropic Messages | `thinking: {type: enabled, budget_tokens}` ([`Effort::budget_tokens`]); `temperature`, `top_p`, `top_k` removed (Anthropic refuses them with thinking); none when `tool_choice` forces a tool (refused with thinking too) or the last assistant turn called tools without a thinking block first (a tool loop begun without thinking) | `max_tokens`, raised by the budget when not above it |
 //!
@@ -273,19 +273,25 @@ fn messages(
         return (&["max_tokens"], vec![("max_tokens", number(max.into()))]);
     };
     let budget = effort.budget_tokens();
-    let max = max.unwrap_or(MESSAGES_MAX_TOKENS);
-    // budget_tokens must be below max_tokens: the answer keeps the room it had.
-    let max = if max > budget {
-        max
-    } else {
-        max.saturating_add(budget)
-    };
+    let max = with_thinking(max.unwrap_or(MESSAGES_MAX_TOKENS), budget);
     let mut value = b"{\"type\":\"enabled\",\"budget_tokens\":".to_vec();
     json::put(&mut value, &[Digits::of(budget).get(), b"}"]);
     (
         &["max_tokens", "thinking", "temperature", "top_p", "top_k"],
         vec![("max_tokens", number(max)), ("thinking", value)],
     )
+}
+
+/// The output limit for an answer that may think `budget` tokens: Anthropic and Gemini count
+/// thinking inside it, so a limit not above the budget is raised by it (the answer keeps the
+/// room it was given; Anthropic refuses a budget not below `max_tokens`, and Gemini could spend
+/// the whole limit thinking and answer nothing).
+fn with_thinking(max: u64, budget: u64) -> u64 {
+    if max > budget {
+        max
+    } else {
+        max.saturating_add(budget)
+    }
 }
 
 /// Converse's `inferenceConfig.maxTokens` (the caller's other `inferenceConfig` members kept).
@@ -309,6 +315,8 @@ fn converse(
 /// Gemini's `generationConfig`: `maxOutputTokens`, and the effort as
 /// `thinkingConfig.thinkingBudget` (the budgets Anthropic gets, [`Effort::budget_tokens`]:
 /// within what every Gemini 2.5 and 3 model takes); the caller's other members of both kept.
+/// With an effort, the limit (the entry's, else the caller's) is raised by the budget as
+/// Anthropic's is ([`with_thinking`]): Gemini counts thinking inside `maxOutputTokens`.
 fn gemini(
     body: &[u8],
     s: &EntrySettings,
@@ -322,17 +330,26 @@ fn gemini(
     const MAX: [&str; 2] = ["maxOutputTokens", "max_output_tokens"];
     const THINKING: [&str; 2] = ["thinkingConfig", "thinking_config"];
     const BOTH: [&str; 4] = [MAX[0], MAX[1], THINKING[0], THINKING[1]];
-    let dropped: &[&str] = match (s.effort, s.max_tokens) {
+    let callers = || {
+        let old = old?;
+        member(old, MAX[0])
+            .or_else(|| member(old, MAX[1]))
+            .and_then(json::number)
+    };
+    let max = match s.effort {
+        Some(effort) => (s.max_tokens.map(u64::from))
+            .or_else(callers)
+            .map(|max| with_thinking(max, effort.budget_tokens())),
+        None => s.max_tokens.map(u64::from),
+    };
+    let dropped: &[&str] = match (s.effort, max) {
         (Some(_), Some(_)) => &BOTH,
         (Some(_), None) => &THINKING,
         _ => &MAX,
     };
     let mut config = open_without(old, dropped);
-    if let Some(max) = s.max_tokens {
-        json::put(
-            &mut config,
-            &[b"\"maxOutputTokens\":", &number(max.into()), b","],
-        );
+    if let Some(max) = max {
+        json::put(&mut config, &[b"\"maxOutputTokens\":", &number(max), b","]);
     }
     if let Some(effort) = s.effort {
         // includeThoughts stays; the caller's own budget or level gives way.
@@ -570,8 +587,27 @@ mod tests {
         let body = r#"{"contents":[],"generationConfig":{"temperature":0.5,"maxOutputTokens":9,"thinkingConfig":{"includeThoughts":true,"thinkingLevel":"high"}}}"#;
         assert_eq!(
             edit(body, Api::Gemini, Some(Effort::Low), Some(300)),
-            r#"{"contents":[],"generationConfig":{"temperature":0.5,"maxOutputTokens":300,"thinkingConfig":{"includeThoughts":true,"thinkingBudget":4000}}}"#
+            r#"{"contents":[],"generationConfig":{"temperature":0.5,"maxOutputTokens":4300,"thinkingConfig":{"includeThoughts":true,"thinkingBudget":4000}}}"#
         );
+        // Gemini counts thinking inside maxOutputTokens: a limit not above the budget is
+        // raised by it, as Anthropic's max_tokens is; one above it stays. Only the effort: the
+        // caller's own limit is raised the same way.
+        for (body, max, sent) in [
+            (r#"{"contents":[]}"#, Some(2048), 6048),
+            (r#"{"contents":[]}"#, Some(8192), 8192),
+            (
+                r#"{"contents":[],"generationConfig":{"maxOutputTokens":1000}}"#,
+                None,
+                5000,
+            ),
+        ] {
+            assert_eq!(
+                edit(body, Api::Gemini, Some(Effort::Low), max),
+                format!(
+                    r#"{{"contents":[],"generationConfig":{{"maxOutputTokens":{sent},"thinkingConfig":{{"thinkingBudget":4000}}}}}}"#
+                )
+            );
+        }
         // The proto spellings (google-genai writes `thinking_level`) are the same members.
         assert_eq!(
             edit(
@@ -580,7 +616,7 @@ mod tests {
                 Some(Effort::Medium),
                 Some(2)
             ),
-            r#"{"generationConfig":{"maxOutputTokens":2,"thinkingConfig":{"include_thoughts":true,"thinkingBudget":10000}}}"#
+            r#"{"generationConfig":{"maxOutputTokens":10002,"thinkingConfig":{"include_thoughts":true,"thinkingBudget":10000}}}"#
         );
         // Only max_tokens: the caller's thinking settings stay as written.
         assert_eq!(
