@@ -18,7 +18,10 @@ cd "$(dirname "$0")/.."
 # 98636df; 3.4 KB the upstream role's header read and its skip write, measured by taking the
 # call out; the rest the status member, the config fields, the planner's reason); 531,724 on
 # main at 949b15b with it. CEILING leaves 1 KB for the compiler's version, as above.
-CEILING=532800
+# A first entry that cannot carry the request refused when planning (0 attempts) and credential
+# errors under a 400 or 403 (Google's API_KEY_INVALID, AWS's signature and token types) as
+# setup_fault: +1,468 (531,354 on main at aaebad6 -> 532,822). CEILING leaves 1 KB, as above.
+CEILING=533850
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

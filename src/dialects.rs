@@ -226,10 +226,23 @@ pub const VLLM_SGLANG: &[Rule] = &[
     ),
 ];
 
-/// Gemini's OpenAI-compatible endpoint: `{"error": {"code": 400, "message", "status"}}`,
-/// sometimes as a one-element list. Its 429 `RESOURCE_EXHAUSTED` is used for per-minute limits
-/// too, so only a per-day quota id means the quota is spent.
+/// Google's error shape, on Gemini's native API and its OpenAI-compatible endpoint alike:
+/// `{"error": {"code": 400, "message", "status", "details"}}`, sometimes as a one-element list.
+/// Its 429 `RESOURCE_EXHAUSTED` is used for per-minute limits too, so only a per-day quota id
+/// means the quota is spent. A wrong or expired key is a `400 INVALID_ARGUMENT`, not a 401:
+/// the gateway's setup all the same (another provider can answer), told by its `ErrorInfo`
+/// reason or its message.
 pub const GEMINI_OPENAI: &[Rule] = &[
+    // "API key not valid. Please pass a valid API key.", reason API_KEY_INVALID (an expired
+    // key: "API key expired. Please renew the API key.", the same reason); the message alone
+    // when a proxy re-wraps the error without its details.
+    rule(CONTENT, "reason", Is("API_KEY_INVALID"), Class::SetupFault),
+    rule(
+        CONTENT,
+        "message",
+        Has("API key not valid"),
+        Class::SetupFault,
+    ),
     // "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
     rule(
         CONTEXT,
@@ -254,9 +267,18 @@ const fn aws(error_type: &'static str, class: Class) -> Rule {
 /// is a timeout, not the caller's mistake; a `424` model error is the provider's; a `400` spent
 /// quota is not the caller's fault, a `429` model still loading not a rate limit. The others'
 /// statuses say it already (`ThrottlingException` 429, `ServiceUnavailableException` 503,
-/// `AccessDeniedException` 403, `ResourceNotFoundException` 404, `InternalServerException`
-/// 500).
+/// `ResourceNotFoundException` 404, `InternalServerException` 500). AWS's credential and
+/// signature errors are the gateway's setup whatever their status (AWS documents some as 400,
+/// some as 403): a key AWS does not know, a wrong secret or signature, an expired session
+/// token, a key without access.
 pub const BEDROCK: &[Rule] = &[
+    // UnrecognizedClientException; InvalidSignatureException, SignatureDoesNotMatch,
+    // IncompleteSignature; MissingAuthenticationToken, InvalidClientTokenId,
+    // ExpiredTokenException (no other Bedrock type has these words); AccessDeniedException.
+    aws("UnrecognizedClient", Class::SetupFault),
+    aws("Signature", Class::SetupFault),
+    aws("Token", Class::SetupFault),
+    aws("AccessDenied", Class::SetupFault),
     aws("ServiceQuotaExceeded", QUOTA_EXHAUSTED),
     aws("ModelNotReady", Class::Overloaded),
     aws("ModelTimeout", Class::Timeout),

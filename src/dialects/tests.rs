@@ -142,6 +142,66 @@ fn gemini_bodies_and_near_misses() {
 }
 
 #[test]
+fn a_wrong_google_key_is_a_setup_fault_not_the_callers_400() {
+    // What Gemini's native API and its OpenAI endpoint answer a wrong key (the native one
+    // as an object, the OpenAI one as a one-element list).
+    let native = r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com","metadata":{"service":"generativelanguage.googleapis.com"}},{"@type":"type.googleapis.com/google.rpc.LocalizedMessage","locale":"en-US","message":"API key not valid. Please pass a valid API key."}]}}"#;
+    assert_eq!(is(400, native), SetupFault);
+    assert_eq!(is(400, &format!("[{native}]")), SetupFault);
+    let expired = r#"{"error":{"code":400,"message":"API key expired. Please renew the API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#;
+    assert_eq!(is(400, expired), SetupFault);
+    let rewrapped =
+        r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key."}}"#;
+    assert_eq!(is(400, rewrapped), SetupFault);
+    // Near misses: the caller's own invalid arguments stay its problem.
+    let bad = r#"{"error":{"code":400,"message":"Invalid JSON payload received. Unknown name \"foo\": Cannot find field.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"description":"Invalid JSON payload received. Unknown name \"foo\""}]}]}}"#;
+    assert_eq!(is(400, bad), InvalidRequest);
+    let budget = r#"{"error":{"code":400,"message":"The thinking budget 40000 is invalid. Please choose a value between 128 and 32768.","status":"INVALID_ARGUMENT"}}"#;
+    assert_eq!(is(400, budget), InvalidRequest);
+    // A 401 or 403 (a Vertex token, a key without the API enabled) says it by its status.
+    let denied = r#"{"error":{"code":403,"message":"Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.","status":"PERMISSION_DENIED"}}"#;
+    assert_eq!(is(403, denied), SetupFault);
+}
+
+#[test]
+fn other_vendors_credential_errors_are_setup_faults() {
+    // Their statuses say it (401 or 403): OpenAI, Azure OpenAI, Anthropic.
+    let openai = r#"{"error":{"message":"Incorrect API key provided: sk-wrong. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+    assert_eq!(is(401, openai), SetupFault);
+    let azure = r#"{"error":{"code":"401","message":"Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource."}}"#;
+    assert_eq!(is(401, azure), SetupFault);
+    let azure_denied = r#"{"error":{"code":"PermissionDenied","message":"The principal lacks the required data action."}}"#;
+    assert_eq!(is(403, azure_denied), SetupFault);
+    let anthropic =
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    assert_eq!(is(401, anthropic), SetupFault);
+    let permission = r#"{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}"#;
+    assert_eq!(is(403, permission), SetupFault);
+    // AWS names its type in a header, whatever the status it comes with.
+    for kind in [
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "IncompleteSignature",
+        "MissingAuthenticationToken",
+        "InvalidClientTokenId",
+        "ExpiredTokenException",
+        "AccessDeniedException",
+    ] {
+        let value = format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/");
+        assert_eq!(header_class(value.as_bytes()), Some(SetupFault), "{kind}");
+    }
+    // Bedrock's other types keep their own classes (or their statuses').
+    for kind in [
+        "ValidationException",
+        "ModelStreamErrorException",
+        "ConflictException",
+    ] {
+        assert_eq!(header_class(kind.as_bytes()), None, "{kind}");
+    }
+}
+
+#[test]
 fn bodies_that_are_not_json_or_cut_short() {
     assert_eq!(is(400, ""), InvalidRequest);
     assert_eq!(
@@ -171,10 +231,9 @@ fn bedrock_errors_by_their_type_header_and_their_message() {
     assert_eq!(aws("ModelTimeoutException"), Some(Timeout));
     assert_eq!(aws("ModelErrorException"), Some(ServerError));
     assert_eq!(aws("ModelStreamErrorException"), None);
-    // Their statuses tell these (429 rate_limited, 503 overloaded, 403 setup_fault).
+    // Their statuses tell these (429 rate_limited, 503 overloaded).
     assert_eq!(aws("ThrottlingException"), None);
     assert_eq!(aws("ServiceUnavailableException"), None);
-    assert_eq!(aws("AccessDeniedException"), None);
     let access = r#"{"message":"You don't have access to the model with the specified model ID."}"#;
     assert_eq!(is(403, access), SetupFault);
     let throttled = r#"{"message":"Too many tokens per day, please wait before trying again."}"#;

@@ -1447,6 +1447,32 @@ fn a_failing_answers_body_refines_its_class_before_deciding() {
 }
 
 #[test]
+fn a_wrong_gemini_key_falls_over_as_a_setup_fault_and_marks_the_provider_dead() {
+    // Google answers a wrong key 400 INVALID_ARGUMENT, reason API_KEY_INVALID.
+    let wrong_key = Provider::Answer(
+        400,
+        vec![("content-type", "application/json")],
+        r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#,
+    );
+    let gw = Gateway::new(&with_chain_options(
+        r#""fallback_on": ["setup_fault", "server_error"]"#,
+    ));
+    let r = gw.chat("gpt-4o", &[wrong_key.clone(), ok()]);
+    assert_eq!(r.clusters(), ["ca", "cb"]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header(wire::FALLBACK_REASON_HEADER), Some("setup_fault"));
+    assert_eq!(gw.metric(&attempts_metric("a", Class::SetupFault)), 1);
+    // Dead for dead_marks.setup_fault: the next request skips it without an attempt.
+    let r = gw.chat("gpt-4o", &[ok()]);
+    assert_eq!(r.clusters(), ["cb"]);
+    // Without setup_fault in fallback_on the caller gets the 400, as it gets a 401.
+    let gw = Gateway::new(THREE);
+    let r = gw.chat("gpt-4o", &[wrong_key, ok()]);
+    assert_eq!((r.clusters(), r.status), (vec!["ca"], 400));
+    assert_eq!(gw.metric(&attempts_metric("a", Class::SetupFault)), 1);
+}
+
+#[test]
 fn a_stream_whose_first_event_is_an_error_falls_over() {
     let gw = Gateway::new(THREE);
     let overloaded = Provider::Answer(
