@@ -291,6 +291,9 @@ fn stop(finish_reason: &[u8]) -> Stop {
 
 fn usage_of(usage: &Obj<'_>) -> Usage {
     let details = usage.obj("prompt_tokens_details").unwrap_or_default();
+    let reasoning = (usage.obj("completion_tokens_details"))
+        .and_then(|d| d.u64("reasoning_tokens"))
+        .unwrap_or(0);
     Usage::from_openai(
         usage.u64("prompt_tokens").unwrap_or(0),
         usage.u64("completion_tokens").unwrap_or(0),
@@ -301,6 +304,7 @@ fn usage_of(usage: &Obj<'_>) -> Usage {
             .or_else(|| details.u64("cache_write_tokens"))
             .unwrap_or(0),
     )
+    .with_reasoning(reasoning)
 }
 
 /// A Chat answer read into the model (`None`: not a Chat answer): its content (a string, or

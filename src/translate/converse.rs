@@ -258,6 +258,7 @@ fn usage_of(usage: &[u8]) -> Usage {
         output: n(output),
         cache_read: n(read),
         cache_creation: n(write),
+        reasoning: 0,
     }
 }
 

@@ -308,7 +308,8 @@ fn stop(reason: &[u8], called: bool) -> Stop {
 }
 
 /// `usageMetadata`: `promptTokenCount` counts the cached tokens too
-/// (`cachedContentTokenCount`); the output is the candidates' and the thoughts' tokens.
+/// (`cachedContentTokenCount`); the output is the candidates' and the thoughts' tokens, the
+/// thoughts' its reasoning.
 #[inline(never)]
 fn usage_of(usage: &[u8]) -> Usage {
     let [prompt, output, cached, thoughts] = pick(
@@ -327,6 +328,7 @@ fn usage_of(usage: &[u8]) -> Usage {
         n(cached),
         0,
     )
+    .with_reasoning(n(thoughts))
 }
 
 /// Whether a JSON object is a `GenerateContentResponse` (or Google's error).

@@ -242,6 +242,7 @@ pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
             output: usage.u64("output_tokens").unwrap_or(0),
             cache_read: usage.u64("cache_read_input_tokens").unwrap_or(0),
             cache_creation: usage.u64("cache_creation_input_tokens").unwrap_or(0),
+            reasoning: 0,
         },
     })
 }

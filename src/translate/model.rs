@@ -347,6 +347,9 @@ pub struct Usage {
     pub output: u64,
     pub cache_read: u64,
     pub cache_creation: u64,
+    /// Part of `output`: the tokens the model spent thinking, when its provider says
+    /// (Gemini's `thoughtsTokenCount`, OpenAI's `reasoning_tokens`).
+    pub reasoning: u64,
 }
 
 impl Usage {
@@ -359,7 +362,13 @@ impl Usage {
             output: completion,
             cache_read: cached,
             cache_creation,
+            reasoning: 0,
         }
+    }
+
+    /// With `reasoning` of the output tokens spent thinking.
+    pub fn with_reasoning(self, reasoning: u64) -> Usage {
+        Usage { reasoning, ..self }
     }
 
     /// OpenAI's `prompt_tokens`: every input token, cached or not.
@@ -388,7 +397,8 @@ mod tests {
                 input: 86,
                 output: 300,
                 cache_read: 1920,
-                cache_creation: 0
+                cache_creation: 0,
+                reasoning: 0
             }
         );
         assert_eq!((u.prompt_tokens(), u.total_tokens()), (2006, 2306));
@@ -397,6 +407,7 @@ mod tests {
             output: 5,
             cache_read: 100,
             cache_creation: 50,
+            reasoning: 0,
         };
         assert_eq!(anthropic.prompt_tokens(), 160);
         assert_eq!(Usage::from_openai(160, 5, 100, 50), anthropic);

@@ -162,6 +162,10 @@ def test_gemini_answers_count_their_usage_metadata(g):
         assert r.headers["x-llm-provider"] == "gemini"
         if stream:
             assert [c for c in r.parse()]
+        else:
+            # Gemini's thoughts are the Chat caller's reasoning tokens, within completion_tokens.
+            u = r.parse().usage
+            assert (u.completion_tokens, u.completion_tokens_details.reasoning_tokens) == (29, 9)
     g.mocks["gemini"].enqueue(usage=usage)
     genai = g.genai()  # kept: the client closes when collected
     genai.models.generate_content(model="gemini-2.5-flash", contents="hi")

@@ -338,8 +338,10 @@ pub fn write_answer(answer: &Answer<'_>, created: u64, logprobs: bool) -> Vec<u8
     out.0
 }
 
-/// OpenAI's `usage` member. `cache_creation_input_tokens` is not OpenAI's (it reports no cache
-/// writes): written when a provider reported some, so nothing counted is lost.
+/// OpenAI's `usage` member (a JSON answer's and a stream's last chunk's).
+/// `cache_creation_input_tokens` is not OpenAI's (it reports no cache writes): written when a
+/// provider reported some, so nothing counted is lost; `completion_tokens_details.
+/// reasoning_tokens` when the provider said how many output tokens were thinking.
 fn write_usage(out: &mut Out, u: &Usage) {
     out.raw(r#""usage":{"prompt_tokens":"#)
         .num(u.prompt_tokens());
@@ -350,7 +352,13 @@ fn write_usage(out: &mut Out, u: &Usage) {
     if u.cache_creation > 0 {
         out.key("cache_creation_input_tokens").num(u.cache_creation);
     }
-    out.close().close();
+    out.close();
+    if u.reasoning > 0 {
+        out.key("completion_tokens_details").open();
+        out.key("reasoning_tokens").num(u.reasoning);
+        out.close();
+    }
+    out.close();
 }
 
 /// A provider's error answer in OpenAI's shape: its message and type when it gave them.
@@ -501,33 +509,16 @@ impl Encoder {
 
     /// OpenAI's last chunk when usage was asked for: no choices, the whole request's usage.
     fn usage_chunk(&self, out: &mut Vec<u8>) {
-        let u = &self.usage;
-        let written = Digits::of(u.cache_creation);
+        let mut usage = Out::with_capacity(192);
+        write_usage(&mut usage, &self.usage);
         put(
             out,
             &[
                 b"data: ",
                 &self.head,
-                br#""choices":[],"usage":{"prompt_tokens":"#,
-                Digits::of(u.prompt_tokens()).get(),
-                br#","completion_tokens":"#,
-                Digits::of(u.output).get(),
-                br#","total_tokens":"#,
-                Digits::of(u.total_tokens()).get(),
-                br#","prompt_tokens_details":{"cached_tokens":"#,
-                Digits::of(u.cache_read).get(),
-                // Not OpenAI's (as in the translated JSON answer): so no counted token is lost.
-                if u.cache_creation > 0 {
-                    br#","cache_creation_input_tokens":"#
-                } else {
-                    b""
-                },
-                if u.cache_creation > 0 {
-                    written.get()
-                } else {
-                    b""
-                },
-                b"}}}\n\n",
+                br#""choices":[],"#,
+                &usage.0,
+                b"}\n\n",
             ],
         );
     }

@@ -275,10 +275,15 @@ fn finish(stop: Stop) -> &'static str {
 fn write_usage(out: &mut Out, u: &Usage) {
     out.key("usageMetadata").open();
     out.key("promptTokenCount").num(u.prompt_tokens());
-    out.key("candidatesTokenCount").num(u.output);
+    // Gemini counts its thoughts apart from the candidates' tokens.
+    out.key("candidatesTokenCount")
+        .num(u.output.saturating_sub(u.reasoning));
     out.key("totalTokenCount").num(u.total_tokens());
     if u.cache_read > 0 {
         out.key("cachedContentTokenCount").num(u.cache_read);
+    }
+    if u.reasoning > 0 {
+        out.key("thoughtsTokenCount").num(u.reasoning);
     }
     out.close();
 }
