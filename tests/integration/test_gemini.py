@@ -414,9 +414,10 @@ def test_a_google_genai_app_falls_over_from_gemini_to_anthropic_streaming(g):
 
 def test_an_entrys_effort_and_max_tokens_reach_gemini_in_its_generation_config(g):
     """A chain entry's `effort: low, max_tokens: 300` on a Gemini-native provider: a translated
-    chat request and a google-genai request (same API) both arrive with `maxOutputTokens: 300`
-    and a 4,000-token `thinkingConfig.thinkingBudget` (the caller's own limit and thinking
-    level replaced, its `includeThoughts` and temperature kept)."""
+    chat request and a google-genai request (same API) both arrive with a 4,000-token
+    `thinkingConfig.thinkingBudget` and `maxOutputTokens: 4300` (300 raised by the budget:
+    Gemini counts thinking inside the limit; the caller's own limit and thinking level
+    replaced, its `includeThoughts` and temperature kept)."""
     from google.genai import types
     r = g.oai().chat.completions.create(
         model="think-4o", max_tokens=50, temperature=0.2,
@@ -429,9 +430,9 @@ def test_an_entrys_effort_and_max_tokens_reach_gemini_in_its_generation_config(g
     r = client.models.generate_content(model="gemini-think", contents="hi", config=config)
     assert r.sdk_http_response.headers["x-llm-provider"] == "gemini"
     sent = [json.loads(x["body"])["generationConfig"] for x in g.gemini_requests()]
-    assert sent[0] == {"temperature": 0.2, "maxOutputTokens": 300,
+    assert sent[0] == {"temperature": 0.2, "maxOutputTokens": 4300,
                        "thinkingConfig": {"thinkingBudget": 4000}}, sent
-    assert sent[1]["maxOutputTokens"] == 300 and sent[1]["temperature"] == 0.2, sent
+    assert sent[1]["maxOutputTokens"] == 4300 and sent[1]["temperature"] == 0.2, sent
     # google-genai writes the thinking config's members with their proto names.
     assert sent[1]["thinkingConfig"] == {"include_thoughts": True, "thinkingBudget": 4000}, sent
 
