@@ -193,6 +193,15 @@ def _part(p: Any, where: str) -> str | None:
     return None
 
 
+def path_model(path: str) -> str | None:
+    """The model a Google AI or Vertex AI generateContent path names."""
+    p = path.partition("?")[0]
+    m = _PATH.match(p) or _VERTEX.match(p)
+    if not m:
+        return None
+    return urllib.parse.unquote(m.group(1) if m.re is _PATH else m.group(3))
+
+
 def check(cloud: dict, path: str, headers: list, body: bytes):
     """Accepted (the model and whether it streams) or Refused, as Google AI answers."""
     import cloud_mock
@@ -222,7 +231,10 @@ def check(cloud: dict, path: str, headers: list, body: bytes):
     if key != cloud["api_key"]:
         return cloud_mock.Refused(400, "wrong or missing x-goog-api-key", {"error": {
             "code": 400, "message": "API key not valid. Please pass a valid API key.",
-            "status": "INVALID_ARGUMENT"}})
+            "status": "INVALID_ARGUMENT", "details": [{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                "domain": "googleapis.com",
+                "metadata": {"service": "generativelanguage.googleapis.com"}}]}})
     stream = m.group(2) == "streamGenerateContent"
     if stream and q.get("alt") != ["sse"]:
         return cloud_mock.Refused(400, "a stream without alt=sse", error(400, "alt=sse expected"))

@@ -49,8 +49,11 @@ The shape follows the request path's API: ``.../messages`` answers as Anthropic
 (a ``message``; SSE ``message_start`` ... ``message_stop``; errors
 ``{"type": "error", "error": {...}}``), ``.../responses`` as the Responses API (a
 ``response``; typed SSE events ``response.created``, ``response.output_text.delta``,
-``response.completed``), ``.../embeddings`` and ``.../completions`` as OpenAI's; anything
-else as chat completions. Streamed content event *i* always carries ``"<name>:<i> "``.
+``response.completed``), ``...:generateContent`` as Gemini's native API (a
+``GenerateContentResponse``; ``...:streamGenerateContent`` streams, whatever the body says,
+one ``data:`` chunk per event, as Google does with ``alt=sse``; ``--gemini-key KEY`` checks
+the key, the path and the body as Google AI does), ``.../embeddings`` and ``.../completions``
+as OpenAI's; anything else as chat completions. Streamed content event *i* always carries ``"<name>:<i> "``.
 Every answer carries ``x-mock-provider: <name>`` and ``x-mock-request-id: <id>``.
 Error statuses (>= 400) get an OpenAI error body
 ``{"error": {"message", "type", "code", "param": null}}`` (JSON even when the
@@ -891,6 +894,10 @@ class MockProvider:
             req_json = None
         model = req_json.get("model") if isinstance(req_json, dict) else None
         wants_stream = bool(isinstance(req_json, dict) and req_json.get("stream") is True)
+        if _api_of(req.path) == "gemini":
+            # Gemini says it in the path: the model, and whether to stream.
+            model = model or gemini_mock.path_model(req.path)
+            wants_stream = ":streamGenerateContent" in req.path
         framed = False
         if self.cloud:
             verdict = cloud_mock.check(self.cloud, req.method, req.path, req.headers, req.body)
@@ -1531,12 +1538,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls-key", help="PEM private key for --tls-cert")
     p.add_argument("--max-records", type=int, default=0,
                    help="keep only about the last N request records (0 = all)")
+    p.add_argument("--gemini-key", metavar="KEY",
+                   help="be Gemini's native API on Google AI: requests need this key "
+                        "(x-goog-api-key or ?key=; a wrong one gets Google's 400 "
+                        "API_KEY_INVALID) and a body Gemini takes; :streamGenerateContent "
+                        "needs ?alt=sse")
     a = p.parse_args(argv)
     if bool(a.tls_cert) != bool(a.tls_key):
         p.error("--tls-cert and --tls-key go together")
     mock = MockProvider(a.name, a.port, a.control_port, a.host,
-                        tls_cert=a.tls_cert, tls_key=a.tls_key,
-                        max_records=a.max_records).start()
+                        tls_cert=a.tls_cert, tls_key=a.tls_key, max_records=a.max_records,
+                        cloud={"kind": "gemini", "api_key": a.gemini_key}
+                        if a.gemini_key else None).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

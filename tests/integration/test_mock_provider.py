@@ -521,3 +521,57 @@ def test_records_keep_the_usage_an_answer_sent_whole_and_a_request_may_choose_it
     assert [r["usage"] for r in mock.requests()] == [
         {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}, None, None, None,
         {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}, usage, None]
+
+
+# ------------------------------------------------- Gemini's native API, as README's mock runs
+
+def _standalone(*args: str):
+    """The mock as README starts it (its own process, its command line): the process and the
+    ports it printed."""
+    import subprocess
+    import sys
+
+    from harness import REPO_ROOT, _spawn
+    p = _spawn([sys.executable, str(REPO_ROOT / "tests/integration/mock_provider.py"), *args],
+               stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line, "the mock printed its ports"
+    return p, json.loads(line)
+
+
+def test_a_google_genai_stream_from_the_mock_is_a_real_sse_stream_and_a_wrong_key_a_400():
+    from google import genai
+    from google.genai import errors, types
+
+    from harness import _terminate
+    p, ports = _standalone("--name", "gemini", "--gemini-key", "k-good")
+    try:
+        def client(key):
+            return genai.Client(api_key=key, http_options=types.HttpOptions(
+                base_url=f"http://127.0.0.1:{ports['port']}", api_version="v1beta",
+                retry_options=types.HttpRetryOptions(attempts=1)))
+        good = client("k-good")
+        chunks = list(good.models.generate_content_stream(
+            model="gemini-2.5-flash", contents="hi"))
+        assert len(chunks) == 3, chunks
+        assert "".join(c.text for c in chunks) == "gemini:0 gemini:1 gemini:2 "
+        assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+        whole = good.models.generate_content(model="gemini-2.5-flash", contents="hi")
+        assert whole.text == "Hello from gemini (model gemini-2.5-flash)"
+        wrong = client("k-wrong")  # kept: the client closes when collected
+        with pytest.raises(errors.ClientError) as e:
+            wrong.models.generate_content(model="gemini-2.5-flash", contents="hi")
+        assert e.value.code == 400 and e.value.status == "INVALID_ARGUMENT"
+        assert e.value.details["error"]["details"][0]["reason"] == "API_KEY_INVALID"
+    finally:
+        _terminate(p)
+
+
+def test_a_gemini_stream_path_streams_without_the_key_option(mock):
+    # Without --gemini-key the mock answers any key, still as Gemini's API: the path says stream.
+    r = http_request(mock.url, "POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+                     "?alt=sse", json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status == 200 and r.header("content-type") == "text/event-stream"
+    events = [json.loads(e[len("data: "):]) for e in r.text.split("\r\n\r\n") if e]
+    assert [e["modelVersion"] for e in events] == ["gemini-2.5-flash"] * 3
+    assert events[-1]["candidates"][0]["finishReason"] == "STOP"
