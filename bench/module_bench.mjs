@@ -13,7 +13,8 @@
 //   options: --requests N (100000 per run) --warmup N (20000) --runs R (5) --chunks C (20
 //   interleaved slices per run) --max-seconds S (60, per run) --sizes 1KB,50KB --verbose
 //   --budget N (the first provider gets a budget of N tokens a day) --no-ask (ask_stream_usage
-//   off) --rate-limit-headers (every answer carries OpenAI's six rate-limit headers, room left)
+//   off) --fleet (with --budget: the fleet's store configured, so the budget's record carries
+//   the fleet's figure; no sync runs) --rate-limit-headers (every answer carries OpenAI's six rate-limit headers, room left)
 //   (sizes 1KB-stream and 50KB-stream: the same bodies asking for a stream with its usage,
 //   answered by a three-chunk event stream; the hostcall sequence Envoy 1.40 makes for a held
 //   stream, not checked against a trace log; 1KB-unasked and 50KB-unasked: a stream whose
@@ -69,9 +70,11 @@ const CONFIG_BUDGET = BUDGET > 0
   : CONFIG_REST;
 // `--no-ask`: ask_stream_usage off (a stream whose caller did not ask for its usage is not
 // asked for it: the unasked sizes' cost of asking is the module's figure with it less without).
+const FLEET = process.argv.includes("--fleet");
+const CONFIG_FLEET = FLEET ? '"fleet":{"cluster":"ratelimit"},' + CONFIG_BUDGET : CONFIG_BUDGET;
 const CONFIG_USED = process.argv.includes("--no-ask")
-  ? '"ask_stream_usage":false,' + CONFIG_BUDGET
-  : CONFIG_BUDGET;
+  ? '"ask_stream_usage":false,' + CONFIG_FLEET
+  : CONFIG_FLEET;
 const CONFIG = {
   downstream: latin1Bytes('{"role":"downstream",' + CONFIG_USED),
   upstream: latin1Bytes('{"role":"upstream",' + CONFIG_USED),
@@ -686,6 +689,7 @@ function parseArgs(argv) {
     else if (a === "--just") o.just = Number(val());
     else if (a === "--budget") o.budget = val(); // read at load (BUDGET)
     else if (a === "--no-ask") o.noAsk = true; // read at load (CONFIG_USED)
+    else if (a === "--fleet") o.fleet = true; // read at load (CONFIG_FLEET)
     else if (a === "--rate-limit-headers") o.rateLimitHeaders = true; // read at load
     else if (a === "--instructions") { // optionally followed by N1,N2
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
@@ -718,6 +722,7 @@ function instructions(file, size, n1, n2) {
       fileURLToPath(import.meta.url), file, "--sizes", size, "--just", String(n),
       ...(BUDGET > 0 ? ["--budget", String(BUDGET)] : []),
       ...(process.argv.includes("--no-ask") ? ["--no-ask"] : []),
+      ...(FLEET ? ["--fleet"] : []),
       ...(RATE_LIMIT_HEADERS.length ? ["--rate-limit-headers"] : [])],
     { encoding: "utf8", maxBuffer: 1 << 26 });
     const m = r.stderr?.match(/I\s+refs:\s+([\d,]+)/);

@@ -21,7 +21,11 @@ cd "$(dirname "$0")/.."
 # A first entry that cannot carry the request refused when planning (0 attempts) and credential
 # errors under a 400 or 403 (Google's API_KEY_INVALID, AWS's signature and token types) as
 # setup_fault: +1,468 (531,354 on main at aaebad6 -> 532,822). CEILING leaves 1 KB, as above.
-CEILING=533850
+# The fleet's store (budgets and breaker counts across replicas through Envoy's rate-limit
+# service: fleet.rs, its protobuf wire, the sync's glue and gRPC callbacks, the fleet
+# config section, the status member) added 26.8 KB (532,822 -> 559,670 on fd621e0).
+# CEILING leaves 1 KB for the compiler's version, as above.
+CEILING=560400
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

@@ -11,17 +11,29 @@
 //! Windows are aligned to the Unix epoch (a `24h` window rolls over at 00:00 UTC), so every
 //! worker and every replica agrees on when one ends.
 //!
-//! # Record (`llm_failover.budget.<provider>`, 16 bytes, little-endian)
+//! # Record (`llm_failover.budget.<name>`, 16 or 48 bytes, little-endian)
 //! ```text
 //! offset  size  field
 //!      0     8  end of the window the count is for (ms since the epoch)
-//!      8     8  tokens spent in that window
+//!      8     8  tokens this Envoy spent in that window
+//!  with the fleet's store (`crate::fleet`; the record is created 48 bytes long):
+//!     16     8  of those, reported to the store (its answer came)
+//!     24     8  of those, handed to a sync whose answer has not come
+//!     32     8  the fleet's tokens left at its last answer
+//!     40     8  the window end that figure is for (0: none yet)
 //! ```
 //! Anything else reads as nothing spent. A record for another window (it rolled over, or the
 //! window's length changed) reads as nothing spent too.
+//!
+//! With the fleet's figure for this window, what is left is that figure minus what this Envoy
+//! spent since its last answered report (docs/behaviour.md section 15).
+//!
+//! Budgets are counters keyed by a name: a provider's is its name, a caller's
+//! [`caller_counter`]. [`counters`] lists every one the configuration has; the records, the
+//! fleet's sync and the status page follow that list.
 
 pub use crate::config::Budget;
-use crate::config::Provider;
+use crate::config::{Config, Provider};
 use crate::health::{ensure_key, update_key, Step};
 use crate::host::{Clock, SharedStore};
 use crate::usage::Usage;
@@ -29,12 +41,40 @@ use crate::wire::with_key;
 
 const KEY_PREFIX: &str = "llm_failover.budget.";
 const RECORD_LEN: usize = 16;
+const FLEET_RECORD_LEN: usize = 48;
+
+/// One budget counter: its name (the record's and the fleet descriptor's) and its budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    pub name: String,
+    pub budget: Budget,
+}
+
+/// Every budget counter of the configuration, in order: the providers' (named by the
+/// provider). Caller budgets add theirs here, named [`caller_counter`].
+pub fn counters(config: &Config) -> Vec<Counter> {
+    let mut out: Vec<Counter> = (config.providers.iter())
+        .filter_map(|p| {
+            Some(Counter {
+                name: p.name.clone(),
+                budget: p.budget?,
+            })
+        })
+        .collect();
+    out.shrink_to_fit();
+    out
+}
+
+/// The counter name of a caller's budget (a provider's name never holds a `:`).
+pub fn caller_counter(caller: &str) -> String {
+    format!("caller:{caller}")
+}
 
 /// What is left of a budget now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Left {
     /// Tokens spent in the current window (may pass the budget: requests already running
-    /// when it was crossed finish, and count).
+    /// when it was crossed finish, and count). With the fleet's figure: the fleet's.
     pub spent: u64,
     /// Tokens left (0 when spent).
     pub tokens: u64,
@@ -51,10 +91,10 @@ impl Left {
 /// Where budgets are counted. Planning asks only [`Budgets::left`]; the usage counting calls
 /// [`Budgets::spend`] (through [`spend`]) once per answer.
 pub trait Budgets {
-    /// What is left of `provider`'s `budget` now.
-    fn left(&self, provider: &str, budget: &Budget) -> Left;
-    /// Counts an answer's `tokens` against `provider`'s `budget` now.
-    fn spend(&self, provider: &str, budget: &Budget, tokens: u64);
+    /// What is left of counter `name`'s `budget` now.
+    fn left(&self, name: &str, budget: &Budget) -> Left;
+    /// Counts an answer's `tokens` against counter `name`'s `budget` now.
+    fn spend(&self, name: &str, budget: &Budget, tokens: u64);
 }
 
 /// The usage counting's one call when an answer's usage is known (the answer the caller got;
@@ -66,38 +106,105 @@ pub fn spend(budgets: &dyn Budgets, provider: &Provider, usage: &Usage) {
     }
 }
 
-/// The stored count: (window end, spent).
-fn decode(bytes: &[u8]) -> (u64, u64) {
-    let at = |i: usize| {
-        bytes
-            .get(i..i + 8)
-            .and_then(|s| <[u8; 8]>::try_from(s).ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    if bytes.len() == RECORD_LEN {
-        (at(0), at(8))
-    } else {
-        (0, 0)
-    }
+/// A stored record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Record {
+    end: u64,
+    spent: u64,
+    /// The fleet's fields follow (a 48-byte record).
+    fleet: bool,
+    reported: u64,
+    in_flight: u64,
+    fleet_left: u64,
+    fleet_end: u64,
 }
 
-fn encode(end: u64, spent: u64) -> Vec<u8> {
-    let mut b = Vec::with_capacity(RECORD_LEN);
-    b.extend_from_slice(&end.to_le_bytes());
-    b.extend_from_slice(&spent.to_le_bytes());
-    b
+impl Record {
+    fn decode(bytes: &[u8]) -> Record {
+        let at = |i: usize| {
+            bytes
+                .get(i..i + 8)
+                .and_then(|s| <[u8; 8]>::try_from(s).ok())
+                .map_or(0, u64::from_le_bytes)
+        };
+        match bytes.len() {
+            RECORD_LEN => Record {
+                end: at(0),
+                spent: at(8),
+                ..Record::default()
+            },
+            FLEET_RECORD_LEN => Record {
+                end: at(0),
+                spent: at(8),
+                fleet: true,
+                reported: at(16),
+                in_flight: at(24),
+                fleet_left: at(32),
+                fleet_end: at(40),
+            },
+            _ => Record::default(),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut fields = vec![self.end, self.spent];
+        if self.fleet {
+            fields.extend([
+                self.reported,
+                self.in_flight,
+                self.fleet_left,
+                self.fleet_end,
+            ]);
+        }
+        fields.iter().flat_map(|f| f.to_le_bytes()).collect()
+    }
+
+    /// The record for the window ending at `end`: itself, or (another window) a fresh one.
+    fn in_window(self, end: u64) -> Record {
+        if self.end == end {
+            self
+        } else {
+            Record {
+                end,
+                fleet: self.fleet,
+                ..Record::default()
+            }
+        }
+    }
+
+    /// What it leaves of `budget` (the record is for the current window).
+    fn left(&self, budget: &Budget) -> Left {
+        let (spent, tokens) = if self.fleet && self.fleet_end == self.end {
+            let unreported = self.spent.saturating_sub(self.reported);
+            let tokens = self.fleet_left.saturating_sub(unreported);
+            (budget.tokens.saturating_sub(tokens), tokens)
+        } else {
+            (self.spent, budget.tokens.saturating_sub(self.spent))
+        };
+        Left {
+            spent,
+            tokens,
+            resets_at_ms: self.end,
+        }
+    }
 }
 
 /// What `bytes` (a stored record, if any) leave of `budget` at `now`.
 fn left_of(bytes: Option<&[u8]>, budget: &Budget, now: u64) -> Left {
     let end = budget.window_end(now);
-    let (stored_end, spent) = bytes.map_or((0, 0), decode);
-    let spent = if stored_end == end { spent } else { 0 };
-    Left {
-        spent,
-        tokens: budget.tokens.saturating_sub(spent),
-        resets_at_ms: end,
-    }
+    bytes
+        .map_or_else(Record::default, Record::decode)
+        .in_window(end)
+        .left(budget)
+}
+
+/// A counter's spend handed to one sync (`SharedBudgets::take`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// The window it is for.
+    pub end: u64,
+    /// Tokens to report (0: the sync only reads).
+    pub tokens: u64,
 }
 
 /// Budgets in this Envoy's shared data: one read per budgeted provider planning considers,
@@ -108,36 +215,100 @@ pub struct SharedBudgets<'a> {
 }
 
 impl SharedBudgets<'_> {
-    /// Creates the provider's record when none exists (configure time: Envoy's shared data
-    /// cannot compare-and-swap on a key that does not exist yet).
-    pub fn ensure_record(&self, provider: &str) {
-        let record = encode(0, 0);
-        with_key(KEY_PREFIX, provider, |key| {
-            ensure_key(self.store, key, &record)
+    /// Creates the counter's record when none exists (configure time: Envoy's shared data
+    /// cannot compare-and-swap on a key that does not exist yet); with the fleet's store
+    /// (`fleet`), in its longer form.
+    pub fn ensure_record(&self, name: &str, fleet: bool) {
+        let record = Record {
+            fleet,
+            ..Record::default()
+        }
+        .encode();
+        with_key(KEY_PREFIX, name, |key| ensure_key(self.store, key, &record));
+    }
+
+    /// One compare-and-swap of the counter's record, for the window `budget` is in now.
+    fn update<T>(&self, name: &str, budget: &Budget, f: impl Fn(&mut Record) -> T) -> Option<T> {
+        with_key(KEY_PREFIX, name, |key| {
+            update_key(self.store, self.clock, key, |bytes, now| {
+                let mut record = (bytes.as_deref())
+                    .map_or_else(Record::default, Record::decode)
+                    .in_window(budget.window_end(now));
+                let out = f(&mut record);
+                Step::Write(record.encode(), out)
+            })
+        })
+    }
+
+    /// The fleet's sync takes what this Envoy spent and has not reported (nor handed to a sync
+    /// still waiting): it is in flight until [`SharedBudgets::settle`]. Atomic, so two workers
+    /// never report the same tokens. `None` when the record is not a fleet record.
+    pub fn take(&self, name: &str, budget: &Budget) -> Option<Taken> {
+        self.update(name, budget, |r| {
+            r.fleet.then(|| {
+                let tokens = r.spent.saturating_sub(r.reported + r.in_flight);
+                r.in_flight += tokens;
+                Taken { end: r.end, tokens }
+            })
+        })
+        .flatten()
+    }
+
+    /// The sync's answer for what [`SharedBudgets::take`] gave it: the fleet's tokens left
+    /// (`Some`: the taken tokens are reported), or none (the store failed: they are held and
+    /// taken again by the next sync; `closed`: the budget counts as spent meanwhile). An
+    /// answer for a window that has ended changes nothing.
+    pub fn settle(
+        &self,
+        name: &str,
+        budget: &Budget,
+        taken: Taken,
+        left: Option<u64>,
+        closed: bool,
+    ) {
+        self.update(name, budget, |r| {
+            if r.end != taken.end || !r.fleet {
+                return;
+            }
+            r.in_flight = r.in_flight.saturating_sub(taken.tokens);
+            match left {
+                Some(left) => {
+                    r.reported = r.reported.saturating_add(taken.tokens);
+                    (r.fleet_left, r.fleet_end) = (left, r.end);
+                }
+                None if closed => (r.fleet_left, r.fleet_end) = (0, r.end),
+                None => {}
+            }
         });
+    }
+
+    /// Tokens this Envoy spent and has not reported (held while the store fails).
+    pub fn unreported(&self, name: &str, budget: &Budget) -> u64 {
+        let now = self.clock.now_ms();
+        with_key(KEY_PREFIX, name, |key| {
+            let stored = self.store.get(key);
+            let r = (stored.as_ref())
+                .map_or_else(Record::default, |(b, _)| Record::decode(b))
+                .in_window(budget.window_end(now));
+            r.spent.saturating_sub(r.reported)
+        })
     }
 }
 
 impl Budgets for SharedBudgets<'_> {
-    fn left(&self, provider: &str, budget: &Budget) -> Left {
+    fn left(&self, name: &str, budget: &Budget) -> Left {
         let now = self.clock.now_ms();
-        with_key(KEY_PREFIX, provider, |key| {
+        with_key(KEY_PREFIX, name, |key| {
             let stored = self.store.get(key);
             left_of(stored.as_ref().map(|(b, _)| b.as_slice()), budget, now)
         })
     }
 
-    fn spend(&self, provider: &str, budget: &Budget, tokens: u64) {
+    fn spend(&self, name: &str, budget: &Budget, tokens: u64) {
         if tokens == 0 {
             return;
         }
-        with_key(KEY_PREFIX, provider, |key| {
-            update_key(self.store, self.clock, key, |bytes, now| {
-                let left = left_of(bytes.as_deref(), budget, now);
-                let spent = left.spent.saturating_add(tokens);
-                Step::Write(encode(left.resets_at_ms, spent), ())
-            })
-        });
+        self.update(name, budget, |r| r.spent = r.spent.saturating_add(tokens));
     }
 }
 
@@ -159,7 +330,7 @@ mod tests {
             store: &store,
             clock: &clock,
         };
-        b.ensure_record("p");
+        b.ensure_record("p", false);
         assert_eq!(
             b.left("p", &BUDGET),
             Left {
@@ -244,7 +415,7 @@ mod tests {
             store: &store,
             clock: &clock,
         }
-        .ensure_record("p");
+        .ensure_record("p", false);
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| {

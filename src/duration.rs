@@ -2,7 +2,7 @@
 //! seconds. Stored as milliseconds.
 
 /// What every duration message ends with: the one form allowed.
-const ONE_UNIT: &str = "write one number with one unit (ms, s, m or h), e.g. \"30s\"";
+const ONE_UNIT: &str = "write one number with one unit (ms, s, m, h or d), e.g. \"30s\"";
 
 /// Parses a human duration into milliseconds; the error says what was expected.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
@@ -61,6 +61,7 @@ fn unit_ns(unit: &str) -> Option<u128> {
         "" | "s" => Some(1_000 * NS_PER_MS),
         "m" => Some(60_000 * NS_PER_MS),
         "h" => Some(3_600_000 * NS_PER_MS),
+        "d" => Some(86_400_000 * NS_PER_MS),
         _ => None,
     }
 }
@@ -170,19 +171,19 @@ mod tests {
     fn says_what_to_write_instead() {
         assert_eq!(
             parse_duration_ms("1m30s").unwrap_err(),
-            "\"1m30s\" has an unknown unit: write one number with one unit (ms, s, m or h), e.g. \"30s\""
+            "\"1m30s\" has an unknown unit: write one number with one unit (ms, s, m, h or d), e.g. \"30s\""
         );
         assert_eq!(
             parse_duration_ms("-5s").unwrap_err(),
-            "\"-5s\" is negative: a duration is positive; write one number with one unit (ms, s, m or h), e.g. \"30s\""
+            "\"-5s\" is negative: a duration is positive; write one number with one unit (ms, s, m, h or d), e.g. \"30s\""
         );
         assert_eq!(
             parse_duration_ms("30x").unwrap_err(),
-            "\"30x\" has an unknown unit: write one number with one unit (ms, s, m or h), e.g. \"30s\""
+            "\"30x\" has an unknown unit: write one number with one unit (ms, s, m, h or d), e.g. \"30s\""
         );
         assert_eq!(
             parse_duration_ms("soon").unwrap_err(),
-            "\"soon\" is not a duration: write one number with one unit (ms, s, m or h), e.g. \"30s\""
+            "\"soon\" is not a duration: write one number with one unit (ms, s, m, h or d), e.g. \"30s\""
         );
     }
 

@@ -222,9 +222,17 @@ fn budget_lines(out: &mut String, config: &Config, chain: &Chain, plan: &Plan) {
         })
         .collect();
     if !budgets.is_empty() {
+        let scope = match &config.fleet {
+            Some(f) => format!(
+                "fleet-wide: every replica's answers count, synced through the rate-limit service (cluster {}) every {}",
+                f.cluster,
+                display_ms(f.sync_ms)
+            ),
+            None => "per Envoy".to_string(),
+        };
         let _ = writeln!(
             out,
-            "budgets: {}; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over",
+            "budgets: {} ({scope}); at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over",
             budgets.join(", ")
         );
     }
@@ -564,7 +572,16 @@ mod tests {
         };
         let text = explain(&c, &facts).unwrap();
         assert!(
-            text.contains("budgets: a 2000000 tokens per 24h, b 500 tokens per 15m; at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over\n"),
+            text.contains("budgets: a 2000000 tokens per 24h, b 500 tokens per 15m (per Envoy); at run time a provider whose budget is spent is skipped (budget_exhausted) until its window rolls over\n"),
+            "{text}"
+        );
+        let fleet = config(
+            r#"{"providers":[{"name":"a","budget":{"tokens":2000000,"window":"24h"}}],
+            "chains":[{"name":"c","providers":["a"]}],"fleet":{"address":"127.0.0.1:8081"}}"#,
+        );
+        let text = explain(&fleet, &facts).unwrap();
+        assert!(
+            text.contains("budgets: a 2000000 tokens per 24h (fleet-wide: every replica's answers count, synced through the rate-limit service (cluster llm_failover_fleet) every 1s); at run"),
             "{text}"
         );
         let text = explain(&config(THREE_NO_BUDGET), &facts).unwrap();

@@ -29,6 +29,7 @@ pub mod eligible;
 pub mod entry_settings;
 pub mod envelope;
 pub mod explain;
+pub mod fleet;
 pub mod group;
 pub mod handoff;
 pub mod header_pairs;

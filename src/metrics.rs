@@ -53,8 +53,12 @@ pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
 /// `llm_failover_health_state{provider}` gauge: the provider's state over the last 15 minutes
 /// (docs/behaviour.md section 10): 0 healthy, 1 degraded, 2 failing, 3 idle.
 pub const HEALTH_STATE: &str = "llm_failover_health_state";
+/// `llm_failover_fleet_sync_total{result}`: the fleet's syncs with its store (docs/behaviour.md
+/// section 15), by how they ended: `ok`, `unavailable`, `refused` (the store does not know the
+/// domain).
+pub const FLEET_SYNC: &str = "llm_failover_fleet_sync_total";
 /// Every metric, for docs and tests.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     ATTEMPTS,
     FALLBACKS,
     SKIPPED,
@@ -62,6 +66,7 @@ pub const ALL: [&str; 7] = [
     EXHAUSTED,
     BREAKER_STATE,
     HEALTH_STATE,
+    FLEET_SYNC,
 ];
 
 /// Label names (Envoy tag names; a tag name can appear only once in a bootstrap).
@@ -73,6 +78,7 @@ pub const REASON: &str = "reason";
 pub const CHAIN: &str = "chain";
 pub const MODEL: &str = "model";
 pub const KIND: &str = "kind";
+pub const RESULT: &str = "result";
 
 /// `skipped_total` reasons (docs/behaviour.md section 8).
 pub const REASON_BREAKER_OPEN: &str = "breaker_open";
@@ -120,6 +126,11 @@ fn name(metric: &str, labels: &[(&str, &str)]) -> String {
         out.push_str(&label_value(value));
     }
     out
+}
+
+/// `llm_failover_fleet_sync_total.result=<result>`
+pub fn fleet_sync(result: &str) -> String {
+    name(FLEET_SYNC, &[(RESULT, result)])
 }
 
 /// `llm_failover_attempts_total.provider=<p>.outcome=<class>`
@@ -241,6 +252,10 @@ fn rules(ns: String) -> Vec<TagRule> {
             format!(r"^{ns}\.{FALLBACKS}\.{FROM}=[^=]+(\.{TO}=([^=]+))$"),
         ),
         rule(CHAIN, format!(r"^{ns}\.{EXHAUSTED}(\.{CHAIN}=([^=]+))$")),
+        rule(
+            RESULT,
+            format!(r"^{ns}\.{FLEET_SYNC}(\.{RESULT}=([a-z_]+))$"),
+        ),
     ]
 }
 
@@ -385,7 +400,7 @@ mod tests {
         assert_eq!(tags.len(), rules.len(), "Envoy refuses a tag name twice");
         assert_eq!(
             tags,
-            vec![CHAIN, FROM, KIND, MODEL, OUTCOME, PROVIDER, REASON, TO],
+            vec![CHAIN, FROM, KIND, MODEL, OUTCOME, PROVIDER, REASON, RESULT, TO],
             "one rule per label"
         );
         for r in &rules {

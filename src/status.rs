@@ -20,6 +20,10 @@
 //!    "rate_limited_ahead": {"skipped_until_ms": 1700000020000, "announced_at_ms": 1699999999000,
 //!               "spent": "requests", "requests_remaining": 0, "tokens_remaining": 148000}}]}
 //! ```
+//! With `fleet` configured, a last member `fleet` shows the fleet's store (docs/behaviour.md
+//! section 15): `{"cluster", "domain", "state": "ok"|"unavailable"|"refused"|"unknown",
+//! "since_ms", "last_sync_age_ms" (null: no answer yet), "budgets": [{"name", "tokens", "left",
+//! "held" (tokens this Envoy spent and has not reported), "resets_at_ms"}]}`.
 //! Times are milliseconds since the Unix epoch; `null` means "none". `state` is `closed`, `open`
 //! or `half_open` (`state_value` 0, 1, 2: the `llm_failover_breaker_state` gauge). `health` is
 //! the provider over the last 15 minutes (the current minute and the 14 before it): `healthy`
@@ -160,6 +164,39 @@ fn announced_status(out: &mut Out, ahead: Option<Announced>, now_ms: u64) {
     out.close();
 }
 
+/// The fleet's store: its state, the last sync's age, and per budget counter what the fleet
+/// has left and what this Envoy holds unreported.
+#[inline]
+fn fleet_status(out: &mut Out, f: &crate::config::Fleet, r: &crate::fleet::Report, now_ms: u64) {
+    let sync = &r.sync;
+    (out.open().key("cluster").str(&f.cluster))
+        .key("domain")
+        .str(&f.domain)
+        .key("state")
+        .str(sync.state.as_str())
+        .key("since_ms")
+        .num(sync.since_ms)
+        .key("last_sync_age_ms");
+    match sync.last_ok_ms {
+        0 => out.null(),
+        at => out.num(now_ms.saturating_sub(at)),
+    };
+    out.key("budgets").open_arr();
+    for (c, left, held) in &r.budgets {
+        (out.open().key("name").str(&c.name))
+            .key("tokens")
+            .num(c.budget.tokens)
+            .key("left")
+            .num(left.tokens)
+            .key("held")
+            .num(*held)
+            .key("resets_at_ms")
+            .num(left.resets_at_ms)
+            .close();
+    }
+    out.close_arr().close();
+}
+
 /// Health over the last 15 minutes.
 #[inline]
 fn recent_health(out: &mut Out, r: Recent) {
@@ -211,7 +248,17 @@ pub fn render(
         );
         announced_status(&mut out, ahead, now_ms);
     }
-    out.close_arr().close();
+    out.close_arr();
+    if let Some(f) = &config.fleet {
+        let clock = crate::host::FixedClock(now_ms);
+        fleet_status(
+            out.key("fleet"),
+            f,
+            &crate::fleet::report(config, tokens.store, &clock),
+            now_ms,
+        );
+    }
+    out.close();
     let mut text = pretty(&out.0);
     text.push('\n');
     text

@@ -191,7 +191,7 @@ fn durations_say_the_one_form_allowed() {
     let dir = Scratch::new("durations");
     for (written, says) in [
         ("1m30s", "\"1m30s\" combines units: write one number with one unit, e.g. \"90s\""),
-        ("-5s", "\"-5s\" is negative: a duration is positive; write one number with one unit (ms, s, m or h), e.g. \"30s\""),
+        ("-5s", "\"-5s\" is negative: a duration is positive; write one number with one unit (ms, s, m, h or d), e.g. \"30s\""),
     ] {
         let (file, text) = dir.gateway("attempt: 60s", &format!("attempt: {written}"));
         let (code, _, stderr) = run(&["validate", &file], None);

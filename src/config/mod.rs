@@ -23,6 +23,7 @@ mod raw;
 
 pub use crate::ids::{ChainId, EntryId, ProviderId};
 pub use model::*;
+pub use policies::fleet_window_problem;
 pub use problems::ConfigError;
 use problems::Problems;
 pub use raw::*;
@@ -64,6 +65,7 @@ impl Config {
         let chains = chains::validate(&raw.chains, &providers.ids, &providers.list, &mut problems);
         let breaker = policies::breaker(&raw.breaker, &mut problems);
         let timeouts = policies::timeouts(&raw.timeouts, &mut problems);
+        let fleet = policies::fleet(&raw, &mut problems);
         policies::request_settings(&raw, &mut problems);
         if raw.caller_header.is_none() {
             for (i, c) in raw.chains.iter().enumerate() {
@@ -114,6 +116,7 @@ impl Config {
             models_path: Some(raw.models_path).filter(|p| !p.is_empty()),
             liveness_path,
             forwarding,
+            fleet,
         })
     }
 

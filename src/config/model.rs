@@ -233,6 +233,63 @@ pub struct BreakerPolicy {
     pub window_ms: u64,
     pub cooldown_ms: u64,
     pub max_cooldown_ms: u64,
+    /// With the fleet's store: the fleet's failures of a provider inside `fleet_window_ms`
+    /// that open it on every replica (0: off; docs/behaviour.md section 15).
+    pub fleet_failures: u32,
+    pub fleet_window_ms: u64,
+}
+
+/// The fleet's store (`fleet:`): Envoy's rate-limit service, reached through `cluster`
+/// (docs/configuration.md "fleet").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    pub cluster: String,
+    /// `host:port` when given (the renderer writes `cluster` for it).
+    pub address: Option<String>,
+    pub domain: String,
+    pub sync_ms: u64,
+    pub timeout_ms: u64,
+    /// `on_unavailable: closed`: budgets count as spent while the store fails.
+    pub closed: bool,
+}
+
+/// The cluster `render` writes for `fleet.address` when the file names none.
+pub const FLEET_CLUSTER: &str = "llm_failover_fleet";
+
+/// A window the rate-limit service counts in (its `RateLimitUnit`, no multiplier): the only
+/// windows budgets and the fleet's breaker counts may have with the store on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WindowUnit {
+    Second = 1,
+    Minute = 2,
+    Hour = 3,
+    Day = 4,
+    Month = 5,
+    Year = 6,
+    /// 7 in Envoy's enum (after YEAR); the service counts week windows.
+    Week = 7,
+}
+
+/// What a refused window's message lists.
+pub const FLEET_WINDOWS: &str = "1s, 1m, 1h, 24h, 7d, 30d (the service's month) or 365d (its year)";
+
+impl WindowUnit {
+    /// The unit a window of `ms` is, if it is one (the service's month is 30 days, its year
+    /// 365, both aligned to the Unix epoch as every window here is).
+    pub fn of(ms: u64) -> Option<WindowUnit> {
+        const DAY: u64 = 86_400_000;
+        Some(match ms {
+            1_000 => WindowUnit::Second,
+            60_000 => WindowUnit::Minute,
+            3_600_000 => WindowUnit::Hour,
+            DAY => WindowUnit::Day,
+            _ if ms == 7 * DAY => WindowUnit::Week,
+            _ if ms == 30 * DAY => WindowUnit::Month,
+            _ if ms == 365 * DAY => WindowUnit::Year,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,6 +386,8 @@ pub struct Config {
     pub liveness_path: Option<String>,
     /// Which caller headers reach which provider (from each provider's `forward`).
     pub forwarding: super::forward::HeaderPolicy,
+    /// The fleet's store, when `fleet:` is configured (`crate::fleet`).
+    pub fleet: Option<Fleet>,
 }
 
 impl Config {

@@ -82,6 +82,42 @@ pub struct RawConfig {
     /// Path answered `200 serving` by the filter itself, no key needed, contacting no provider
     /// (a liveness check for load balancers; docs/behaviour.md section 10); `""` turns it off.
     pub liveness_path: String,
+    /// The fleet's store (docs/configuration.md "fleet"): budgets and breaker counts shared by
+    /// every replica through Envoy's rate-limit service. Absent: everything per instance.
+    pub fleet: Option<RawFleet>,
+}
+
+/// `fleet: {address: 127.0.0.1:8081}` or `fleet: {cluster: ratelimit}`.
+#[derive(Debug, Clone)]
+pub struct RawFleet {
+    /// The rate-limit service's `host:port` (`render` writes its cluster).
+    pub address: Option<String>,
+    /// The Envoy cluster that reaches the service (HTTP/2); defaults to the one `render`
+    /// writes for `address`.
+    pub cluster: Option<String>,
+    /// The service's domain the descriptors go to.
+    pub domain: String,
+    /// How often one worker of each Envoy syncs.
+    pub sync: u64,
+    /// How long a sync waits for the service.
+    pub timeout: u64,
+    /// `open`: a store that fails leaves each replica on its own counts; `closed`: budgeted
+    /// providers and callers count as spent while it fails.
+    pub on_unavailable: String,
+}
+
+impl Default for RawFleet {
+    #[inline]
+    fn default() -> Self {
+        RawFleet {
+            address: None,
+            cluster: None,
+            domain: "llm-failover".to_string(),
+            sync: 1_000,
+            timeout: 200,
+            on_unavailable: "open".to_string(),
+        }
+    }
 }
 
 impl RawConfig {
@@ -273,6 +309,10 @@ pub struct RawBreaker {
     pub window: u64,
     pub cooldown: u64,
     pub max_cooldown: u64,
+    /// With `fleet`: the fleet's failures of a provider inside `fleet_window` that open it on
+    /// every replica (0: off).
+    pub fleet_failures: u32,
+    pub fleet_window: u64,
 }
 
 impl Default for RawBreaker {
@@ -283,6 +323,8 @@ impl Default for RawBreaker {
             window: 30_000,
             cooldown: 60_000,
             max_cooldown: 300_000,
+            fleet_failures: 0,
+            fleet_window: 60_000,
         }
     }
 }

@@ -33,7 +33,9 @@ fn minimal_config_gets_the_spec_defaults() {
             failures: 10,
             window_ms: 30_000,
             cooldown_ms: 60_000,
-            max_cooldown_ms: 300_000
+            max_cooldown_ms: 300_000,
+            fleet_failures: 0,
+            fleet_window_ms: 60_000
         }
     );
     assert_eq!(c.dead_marks.model_not_found_ms, 6 * 3_600_000);
@@ -105,7 +107,9 @@ fn bad_durations_name_the_field() {
             failures: 3,
             window_ms: 10_000,
             cooldown_ms: 5_000,
-            max_cooldown_ms: 120_000
+            max_cooldown_ms: 120_000,
+            fleet_failures: 0,
+            fleet_window_ms: 60_000
         }
     );
 }
@@ -214,7 +218,7 @@ fn parse_errors_name_the_field() {
         (
             format!(r#"{{"providers":[{{"name":"a"}}],{chain},"breaker":{{"window":"soon"}}}}"#),
             "breaker.window",
-            "\"soon\" is not a duration: write one number with one unit (ms, s, m or h), e.g. \"30s\"",
+            "\"soon\" is not a duration: write one number with one unit (ms, s, m, h or d), e.g. \"30s\"",
         ),
         // A missing field: the object.
         (
@@ -962,4 +966,56 @@ fn an_entrys_effort_and_max_tokens_are_checked_with_their_field() {
             "chains[0].context_window[0].effort: \"HIGH\" is not an effort: use minimal, low, medium, high",
         ]
     );
+}
+
+#[test]
+fn the_fleet_refuses_windows_the_store_does_not_count_in() {
+    let load = |extra: &str, window: &str| {
+        let json = format!(
+            r#"{{"providers":[{{"name":"a","budget":{{"tokens":100,"window":"{window}"}}}}],
+                "chains":[{{"name":"c","providers":["a"]}}]{extra}}}"#
+        );
+        Config::from_json(json.as_bytes(), &|_| None)
+    };
+    // Without the store any window does.
+    assert!(load("", "90m").is_ok());
+    let fleet = r#","fleet":{"address":"127.0.0.1:8081"}"#;
+    let errors = load(fleet, "90m").unwrap_err();
+    assert_eq!(errors[0].field, "providers[0].budget.window");
+    assert_eq!(
+        errors[0].problem,
+        "90m is not a window the fleet's store counts in: with `fleet` on, use 1s, 1m, 1h, 24h, 7d, 30d (the service's month) or 365d (its year)"
+    );
+    for window in ["1s", "1m", "1h", "24h", "7d", "30d", "365d"] {
+        let config = load(fleet, window).unwrap();
+        let f = config.fleet.unwrap();
+        assert_eq!(
+            (
+                f.cluster.as_str(),
+                f.domain.as_str(),
+                f.sync_ms,
+                f.timeout_ms,
+                f.closed
+            ),
+            ("llm_failover_fleet", "llm-failover", 1000, 200, false)
+        );
+    }
+    let errors = load(
+        r#","fleet":{"sync":"1s","timeout":"2s","on_unavailable":"maybe","domain":"a b"},"breaker":{"fleet_failures":3,"fleet_window":"2m"}"#,
+        "1m",
+    )
+    .unwrap_err();
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "breaker.fleet_window",
+            "fleet.address",
+            "fleet.domain",
+            "fleet.timeout",
+            "fleet.on_unavailable"
+        ]
+    );
+    let errors = load(r#","breaker":{"fleet_failures":3}"#, "1m").unwrap_err();
+    assert_eq!(errors[0].field, "breaker.fleet_failures");
 }

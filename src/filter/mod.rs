@@ -3,6 +3,7 @@
 //! which context a plugin instance creates (docs/internals.md "How attempts are carried", router mode).
 
 mod envoy_host;
+mod fleet;
 mod timers;
 
 use crate::config::{Config, ConfigError, Role};
@@ -43,6 +44,7 @@ pub fn start(load: Load, answers: LocalAnswers) {
             config: None,
             metrics: None,
             timers: Rc::default(),
+            fleet: fleet::InFlight::default(),
         })
     });
 }
@@ -53,9 +55,17 @@ struct Root {
     metrics: Option<Rc<Metrics>>,
     /// The upstream role's per-attempt deadlines: they bring the next tick forward.
     timers: Rc<timers::Timers>,
+    /// The downstream root's sync with the fleet's store, when one is in flight.
+    fleet: fleet::InFlight,
 }
 
 impl Context for Root {
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
+            (self.fleet).answered((config, metrics), token_id, status_code, response_size);
+        }
+    }
+
     fn on_done(&mut self) -> bool {
         // Answers held in this VM reach shared data before it goes.
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
@@ -81,7 +91,12 @@ impl RootContext for Root {
                 roles::init_health_records(&config, &EnvoyHost);
                 let metrics = Metrics::new(&config, &EnvoyHost);
                 metrics.refresh_breaker_states(&config, &EnvoyHost);
-                self.set_tick_period(TICK);
+                // With the fleet's store the downstream root ticks at least once per sync.
+                let tick = match (&config.fleet, config.role) {
+                    (Some(f), Role::Downstream) => TICK.min(Duration::from_millis(f.sync_ms)),
+                    _ => TICK,
+                };
+                self.set_tick_period(tick);
                 let (config, metrics) = (Rc::new(config), Rc::new(metrics));
                 roles::registry::register(&config, &metrics);
                 self.metrics = Some(metrics);
@@ -103,7 +118,10 @@ impl RootContext for Root {
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
             metrics.flush_answers(config, &EnvoyHost);
             match config.role {
-                Role::Downstream => metrics.refresh_breaker_states(config, &EnvoyHost),
+                Role::Downstream => {
+                    metrics.refresh_breaker_states(config, &EnvoyHost);
+                    self.fleet.tick(config, metrics);
+                }
                 Role::Upstream => self.timers.fire(),
             }
         }

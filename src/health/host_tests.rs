@@ -16,6 +16,8 @@ fn policies(failures: u32) -> (BreakerPolicy, DeadMarkPolicy) {
         window_ms: 30_000,
         cooldown_ms: 60_000,
         max_cooldown_ms: 300_000,
+        fleet_failures: 0,
+        fleet_window_ms: 60_000,
     };
     let dead = DeadMarkPolicy {
         model_not_found_ms: 1,
@@ -106,7 +108,7 @@ proptest! {
     ) {
         let store = MemoryStore::default();
         let clock = ManualClock::at(now);
-        let (breaker, dead) = (BreakerPolicy { failures: 2, window_ms: 1000, cooldown_ms: 10, max_cooldown_ms: 100 },
+        let (breaker, dead) = (BreakerPolicy { failures: 2, window_ms: 1000, cooldown_ms: 10, max_cooldown_ms: 100 , fleet_failures: 0, fleet_window_ms: 60_000},
             DeadMarkPolicy { model_not_found_ms: 5, setup_fault_ms: 5, quota_exhausted_ms: 5, rate_limited_ahead_ms: 5 });
         store.set(&health_key("p"), &bytes, None).map_err(|_| TestCaseError::fail("set"))?;
         let h = Health::new(&store, &clock, &breaker, &dead);

@@ -439,6 +439,23 @@ impl<'a> Health<'a> {
         released.unwrap_or(false)
     }
 
+    /// The fleet's failures of the provider reached the fleet's threshold (`crate::fleet`):
+    /// a closed breaker opens here for its cooldown, as if this Envoy had counted them; an
+    /// open or half-open one is left as it is (cooldown and probe stay this Envoy's). Returns
+    /// the open period's end when it opened.
+    pub fn open_for_fleet(&self, provider: &str) -> Option<u64> {
+        let opened = self.update(provider, |bytes, now| {
+            let mut record = bytes.map_or_else(Record::default, |b| Record::decode(&b));
+            if BreakerState::of(record.open_until, now) != BreakerState::Closed {
+                return Step::Done(None);
+            }
+            let until = record.open(now, None, self.breaker);
+            record.failures.clear();
+            Step::Write(record.encode(), Some(until))
+        });
+        opened.flatten()
+    }
+
     /// The provider's health now (one read, no write).
     pub fn snapshot(&self, provider: &str) -> HealthSnapshot {
         let now = self.clock.now_ms();

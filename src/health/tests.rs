@@ -15,6 +15,8 @@ fn spec_breaker() -> BreakerPolicy {
         window_ms: 30 * S,
         cooldown_ms: 60 * S,
         max_cooldown_ms: 300 * S,
+        fleet_failures: 0,
+        fleet_window_ms: 60_000,
     }
 }
 

@@ -48,6 +48,9 @@ pub struct Metrics {
     /// `llm_failover_tokens_total` by (provider, model label), in the order first counted: a
     /// short list (its labels are bounded by configuration, `Attempt::usage_model`).
     tokens: RefCell<Vec<TokenSlot>>,
+    /// `llm_failover_fleet_sync_total` by result (`fleet::StoreState::RESULTS`), defined at
+    /// configure with `fleet` on.
+    fleet_sync: Vec<Option<u32>>,
 }
 
 /// One provider and model label's `llm_failover_tokens_total` counters (by `usage::Kind`) and
@@ -107,7 +110,26 @@ impl Metrics {
                 .collect(),
             answers: (0..providers).map(|_| Cell::default()).collect(),
             tokens: RefCell::new(Vec::new()),
+            fleet_sync: match config.fleet {
+                Some(_) => (crate::fleet::StoreState::RESULTS.iter())
+                    .map(|r| {
+                        host.define_metric(MetricKind::Counter, &names::fleet_sync(r.as_str()))
+                    })
+                    .collect(),
+                None => Vec::new(),
+            },
         }
+    }
+
+    /// `llm_failover_fleet_sync_total{result}` += 1.
+    pub fn fleet_synced(&self, host: &impl Host, result: crate::fleet::StoreState) {
+        let at = crate::fleet::StoreState::RESULTS
+            .iter()
+            .position(|r| *r == result);
+        increment(
+            host,
+            at.and_then(|i| self.fleet_sync.get(i).copied().flatten()),
+        );
     }
 
     /// `llm_failover_attempts_total{provider, outcome}` += 1.

@@ -254,9 +254,12 @@ pub fn init_health_records(config: &Config, host: &impl Host) {
     };
     for provider in &config.providers {
         health.ensure_record(&provider.name);
-        if provider.budget.is_some() {
-            budgets.ensure_record(&provider.name);
-        }
+    }
+    for counter in crate::budget::counters(config) {
+        budgets.ensure_record(&counter.name, config.fleet.is_some());
+    }
+    if config.fleet.is_some() {
+        crate::fleet::ensure_records(config, host);
     }
 }
 

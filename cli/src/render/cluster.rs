@@ -229,6 +229,7 @@ pub(crate) fn cluster_values(gw: &Gateway, upstream: &Value) -> Vec<Value> {
         .map(|u| cluster(gw, u, upstream))
         .chain(gw.groups.iter().map(|g| group_cluster(gw, g, upstream)))
         .chain(super::otel::cluster(gw))
+        .chain(super::otel::fleet_cluster(gw))
         .collect()
 }
 

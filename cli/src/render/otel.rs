@@ -108,13 +108,26 @@ pub fn access_log(gw: &Gateway) -> Option<Value> {
 
 /// The collector's cluster (HTTP/2, plain: a collector beside Envoy), when there is one.
 pub fn cluster(gw: &Gateway) -> Option<Value> {
-    let Endpoint { host, port } = gw.otel.as_ref()?;
+    Some(grpc_cluster(OTEL_CLUSTER, gw.otel.as_ref()?))
+}
+
+/// The fleet's store's cluster (`fleet.address`: Envoy's rate-limit service, gRPC over plain
+/// HTTP/2 beside Envoy), named `fleet.cluster`.
+pub fn fleet_cluster(gw: &Gateway) -> Option<Value> {
+    let fleet = gw.config.fleet.as_ref()?;
+    let endpoint = crate::input::parse_endpoint(fleet.address.as_deref()?).ok()?;
+    Some(grpc_cluster(&fleet.cluster, &endpoint))
+}
+
+/// A plain HTTP/2 cluster of one endpoint, for a gRPC service beside Envoy.
+fn grpc_cluster(name: &str, endpoint: &Endpoint) -> Value {
+    let Endpoint { host, port } = endpoint;
     let kind = match host {
         Host::Ip(_) => "STATIC",
         Host::Name(_) => "STRICT_DNS",
     };
-    Some(map! {
-        "name" => OTEL_CLUSTER,
+    map! {
+        "name" => name,
         "type" => kind,
         "connect_timeout" => "5s",
         "typed_extension_protocol_options" => map! {
@@ -124,10 +137,10 @@ pub fn cluster(gw: &Gateway) -> Option<Value> {
             ),
         },
         "load_assignment" => map! {
-            "cluster_name" => OTEL_CLUSTER,
+            "cluster_name" => name,
             "endpoints" => seq(vec![map! { "lb_endpoints" => seq(vec![map! {
                 "endpoint" => map! { "address" => socket_address(&host.address(), *port) },
             }]) }]),
         },
-    })
+    }
 }

@@ -13,7 +13,7 @@
 
 use super::{
     RawBreaker, RawBudget, RawCapabilities, RawChain, RawChainEntry, RawConfig, RawCredential,
-    RawDeadMarks, RawProvider, RawRetrySettings, RawTimeouts, RawTrigger, Role, Routing,
+    RawDeadMarks, RawFleet, RawProvider, RawRetrySettings, RawTimeouts, RawTrigger, Role, Routing,
 };
 use serde::de::{DeserializeSeed, Deserializer};
 use serde::Deserialize;
@@ -86,6 +86,7 @@ static CONFIG: Shape = Shape {
         "status_path",
         "models_path",
         "liveness_path",
+        "fleet",
     ],
     tys: &[
         Ty::Role,
@@ -105,8 +106,30 @@ static CONFIG: Shape = Shape {
         Ty::Opt(&Ty::Str),
         Ty::Str,
         Ty::Str,
+        Ty::Opt(&Ty::Struct(&FLEET)),
     ],
     required: 1 << 6 | 1 << 7,
+};
+
+static FLEET: Shape = Shape {
+    name: "RawFleet",
+    fields: &[
+        "address",
+        "cluster",
+        "domain",
+        "sync",
+        "timeout",
+        "on_unavailable",
+    ],
+    tys: &[
+        Ty::Opt(&Ty::Str),
+        Ty::Opt(&Ty::Str),
+        Ty::Str,
+        Ty::Duration,
+        Ty::Duration,
+        Ty::Str,
+    ],
+    required: 0,
 };
 
 static PROVIDER: Shape = Shape {
@@ -228,8 +251,22 @@ static CAPABILITIES: Shape = Shape {
 
 static BREAKER: Shape = Shape {
     name: "RawBreaker",
-    fields: &["failures", "window", "cooldown", "max_cooldown"],
-    tys: &[Ty::U32, Ty::Duration, Ty::Duration, Ty::Duration],
+    fields: &[
+        "failures",
+        "window",
+        "cooldown",
+        "max_cooldown",
+        "fleet_failures",
+        "fleet_window",
+    ],
+    tys: &[
+        Ty::U32,
+        Ty::Duration,
+        Ty::Duration,
+        Ty::Duration,
+        Ty::U32,
+        Ty::Duration,
+    ],
     required: 0,
 };
 
@@ -267,7 +304,7 @@ impl<'de> Deserialize<'de> for RawConfig {
 
 #[inline]
 fn config(v: V) -> RawConfig {
-    let [role, routing, hold_answers, body_limit, log_models, ask_stream_usage, providers, chains, breaker, dead_marks, timeouts, opt_out_header, caller_header, gateway_credential_headers, status_path, models_path, liveness_path] =
+    let [role, routing, hold_answers, body_limit, log_models, ask_stream_usage, providers, chains, breaker, dead_marks, timeouts, opt_out_header, caller_header, gateway_credential_headers, status_path, models_path, liveness_path, fleet] =
         v.fields();
     RawConfig {
         role: match role {
@@ -295,6 +332,18 @@ fn config(v: V) -> RawConfig {
         status_path: status_path.str(),
         models_path: (models_path.str()).unwrap_or_else(RawConfig::default_models_path),
         liveness_path: (liveness_path.str()).unwrap_or_else(RawConfig::default_liveness_path),
+        fleet: fleet.section(|v| {
+            let [address, cluster, domain, sync, timeout, on_unavailable] = v.fields();
+            let d = RawFleet::default();
+            RawFleet {
+                address: address.str(),
+                cluster: cluster.str(),
+                domain: domain.str().unwrap_or(d.domain),
+                sync: sync.num().unwrap_or(d.sync),
+                timeout: timeout.num().unwrap_or(d.timeout),
+                on_unavailable: on_unavailable.str().unwrap_or(d.on_unavailable),
+            }
+        }),
     }
 }
 
@@ -401,12 +450,14 @@ fn entry(v: V) -> RawChainEntry {
 #[inline]
 fn breaker(v: V) -> RawBreaker {
     let d = RawBreaker::default();
-    let [failures, window, cooldown, max_cooldown] = v.fields();
+    let [failures, window, cooldown, max_cooldown, fleet_failures, fleet_window] = v.fields();
     RawBreaker {
         failures: failures.small().unwrap_or(d.failures),
         window: window.num().unwrap_or(d.window),
         cooldown: cooldown.num().unwrap_or(d.cooldown),
         max_cooldown: max_cooldown.num().unwrap_or(d.max_cooldown),
+        fleet_failures: fleet_failures.small().unwrap_or(d.fleet_failures),
+        fleet_window: fleet_window.num().unwrap_or(d.fleet_window),
     }
 }
 

@@ -195,6 +195,9 @@ impl<H: Host> Io<H> {
             let held = metrics.take_answers(settled.provider);
             let effect = health.report_with(&a.provider.name, model, report, &held);
             metrics.breaker_state(host, settled.provider, effect.state);
+            if effect.counted && config.breaker.fleet_failures > 0 {
+                crate::fleet::count_failure(host, host, &a.provider.name);
+            }
             log::debug!("{} {} -> {:?}", a.provider.name, class.as_str(), effect);
         } else if let Some(earlier) = metrics.hold_answer(settled.provider, now) {
             // A success that changes nothing but the tally: held, written once a minute at most

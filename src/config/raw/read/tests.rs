@@ -26,13 +26,15 @@ const EVERY_FIELD: &str = concat!(
     r#""fallback_on":[429,"server_error",-1],"try_last":true,"fallbacks_exhausted":true,"#,
     r#""context_window":["b"],"content_policy":[{"provider":"a"}],"#,
     r#""retry_in_place":{"back_off":"1s","max_retry_after":3},"same_residency":true}],"#,
-    r#""breaker":{"failures":3,"window":"30s","cooldown":60,"max_cooldown":"5m"},"#,
+    r#""breaker":{"failures":3,"window":"30s","cooldown":60,"max_cooldown":"5m","#,
+    r#""fleet_failures":20,"fleet_window":"1m"},"#,
     r#""dead_marks":{"model_not_found":"6h","setup_fault":"1h","quota_exhausted":1.5,"#,
     r#""rate_limited_ahead":"30s"},"#,
     r#""timeouts":{"attempt":"120s","stall":0,"budget":"300s","min_remaining":"10s","#,
     r#""first_token":"2s"},"opt_out_header":"x-llm-fallback","caller_header":"x-caller","#,
     r#""gateway_credential_headers":["authorization"],"status_path":"/status","#,
-    r#""models_path":"/v1/models","liveness_path":"/live"}"#
+    r#""models_path":"/v1/models","liveness_path":"/live","fleet":{"address":"127.0.0.1:8081","#,
+    r#""cluster":"rl","domain":"d","sync":"1s","timeout":"200ms","on_unavailable":"open"}}"#
 );
 
 /// Both readings of `text`: the value printed, or the error with serde_path_to_error's path.
@@ -109,12 +111,12 @@ fn read_gives_what_serdes_derive_gave() {
         (r#"429,"#, r#"null,"#),
         (r#""fallback_on":["#, r#""fallback_on":null,"x":["#),
         (
-            r#"{"failures":3,"window":"30s","cooldown":60,"max_cooldown":"5m"}"#,
+            r#"{"failures":3,"window":"30s","cooldown":60,"max_cooldown":"5m","fleet_failures":20,"fleet_window":"1m"}"#,
             r#"[3,"30s"]"#,
         ),
         (
-            r#"{"failures":3,"window":"30s","cooldown":60,"max_cooldown":"5m"}"#,
-            r#"[3,"30s",60,"5m",7]"#,
+            r#"{"failures":3,"window":"30s","cooldown":60,"max_cooldown":"5m","fleet_failures":20,"fleet_window":"1m"}"#,
+            r#"[3,"30s",60,"5m",7,"1m",9]"#,
         ),
         (r#"{"tokens":5,"window":"24h"}"#, r#"[5,"24h"]"#),
         (r#"{"tokens":5,"window":"24h"}"#, r#"[5]"#),
@@ -134,6 +136,10 @@ fn read_gives_what_serdes_derive_gave() {
         (r#""x-h":"v""#, r#""x-h":"v","x\u0068":5"#),
         (r#""x-h":"v""#, r#""x-h":"v","x-h":"w""#),
         (r#""role":"upstream","#, r#""#),
+        (r#""domain":"d","#, r#""domain":5,"#),
+        (r#""sync":"1s","#, r#""sync":"soon","#),
+        (r#""fleet":{"#, r#""fleet":null,"f":{"#),
+        (r#""cluster":"rl","#, r#""cluster":"rl","port":1,"#),
     ] {
         assert!(compact.contains(from), "{from}");
         texts.push(compact.replacen(from, to, 1).into_bytes());

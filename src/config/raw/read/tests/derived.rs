@@ -52,6 +52,34 @@ pub struct RawConfig {
     pub models_path: String,
     #[serde(default = "RawConfig::default_liveness_path")]
     pub liveness_path: String,
+    #[serde(default)]
+    pub fleet: Option<RawFleet>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawFleet {
+    pub address: Option<String>,
+    pub cluster: Option<String>,
+    pub domain: String,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub sync: u64,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub timeout: u64,
+    pub on_unavailable: String,
+}
+
+impl Default for RawFleet {
+    fn default() -> Self {
+        RawFleet {
+            address: None,
+            cluster: None,
+            domain: "llm-failover".to_string(),
+            sync: 1_000,
+            timeout: 200,
+            on_unavailable: "open".to_string(),
+        }
+    }
 }
 
 impl RawConfig {
@@ -278,6 +306,9 @@ pub struct RawBreaker {
     pub cooldown: u64,
     #[serde(deserialize_with = "serde_duration::deserialize")]
     pub max_cooldown: u64,
+    pub fleet_failures: u32,
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub fleet_window: u64,
 }
 
 impl Default for RawBreaker {
@@ -288,6 +319,8 @@ impl Default for RawBreaker {
             window: 30_000,
             cooldown: 60_000,
             max_cooldown: 300_000,
+            fleet_failures: 0,
+            fleet_window: 60_000,
         }
     }
 }

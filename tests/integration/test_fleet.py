@@ -1,0 +1,186 @@
+"""The fleet acts as one (docs/behaviour.md section 15, docs/operations.md "Several gateways"):
+three real Envoys (two workers each) share one token budget and one breaker count through the
+real rate-limit service on a real Redis (the ``fleet_store`` fixture), and the store failing
+(the service killed and restarted, Redis restarted) fails no request and loses no spend.
+
+Each answer costs 12 tokens (8 input + 4 output). Windows are an hour long (the service's
+unit), so a test never straddles one unless it starts in the hour's last minute (it waits).
+"""
+import json
+import time
+
+import pytest
+
+import harness
+from harness import Envoy, LocalMock, free_port, http_request, render_config, wait_until
+from ratelimit_client import Descriptor, RateLimitClient
+
+if harness.external_mode():
+    pytest.skip("needs its own gateways and store", allow_module_level=True)
+
+STATUS = "/llm-failover/status"
+USAGE = {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}
+SYNC_S = 0.2
+CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+status_path: /llm-failover/status
+status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
+fleet: {address: "${RATELIMIT_HOST}:${RATELIMIT_PORT}", sync: 200ms, timeout: 100ms}
+breaker: {failures: 100, fleet_failures: 6, fleet_window: 1h, cooldown: 30s}
+providers:
+  - {name: a, endpoint: "127.0.0.1:${A_PORT}", budget: {tokens: ${BUDGET}, window: 1h}}
+  - {name: b, endpoint: "127.0.0.1:${B_PORT}"}
+chains:
+  - {name: c, models: ["*"], providers: [a, b]}
+"""
+
+
+class Fleet:
+    """Three Envoys (two workers each) in front of mocks a and b, on one store."""
+
+    def __init__(self, tmp, store, budget: int):
+        if time.time() % 3600 > 3540:  # the hour's last minute: wait for the next window
+            time.sleep(3600 - time.time() % 3600 + 0.5)
+        self.store = store
+        self.a, self.b = LocalMock("a"), LocalMock("b")
+        for m in (self.a, self.b):
+            m.set_default(usage=USAGE)
+        self.envoys, self.status_ports = [], []
+        try:
+            for r in range(3):
+                env = {"LISTEN_PORT": free_port(), "ADMIN_PORT": free_port(),
+                       "STATUS_PORT": free_port(), "A_PORT": self.a.port, "B_PORT": self.b.port,
+                       "BUDGET": budget, **store.env}
+                env = {k: str(v) for k, v in env.items()}
+                config = render_config(CONFIG, env, out_dir=tmp / f"r{r}")
+                self.envoys.append(Envoy(config, tmp / f"envoy{r}", concurrency=2).start())
+                self.status_ports.append(int(env["STATUS_PORT"]))
+        except BaseException:
+            self.stop()
+            raise
+        self.urls = [e.listener_url() for e in self.envoys]
+        self.n = 0
+
+    def chat(self):
+        """One request, round-robin over the replicas: (status, provider that answered)."""
+        url = self.urls[self.n % 3]
+        self.n += 1
+        r = http_request(url, "POST", "/v1/chat/completions", timeout=10,
+                         json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        return r.status, r.header("x-llm-provider")
+
+    def status(self, r: int) -> dict:
+        body = http_request(f"http://127.0.0.1:{self.status_ports[r]}", "GET", STATUS).body
+        return json.loads(body)
+
+    def fleet(self, r: int) -> dict:
+        return self.status(r)["fleet"]
+
+    def syncs(self, result: str) -> float:
+        return sum(v for e in self.envoys for labels, v in harness.prometheus_samples(
+            e.prometheus(), "llm_failover_fleet_sync_total") if labels.get("result") == result)
+
+    def stored_left(self, budget: int) -> int:
+        """The store's own figure for a's budget (a read: hits 0)."""
+        with RateLimitClient(self.store.service.grpc_address) as rl:
+            s = rl.should_rate_limit("llm-failover", [
+                Descriptor([("budget", "a")], limit=budget, unit="HOUR", hits=0)]).statuses[0]
+        return s.limit_remaining
+
+    def stop(self):
+        for e in self.envoys:
+            e.stop()
+        self.a.stop()
+        self.b.stop()
+
+
+@pytest.fixture
+def fleet_of(tmp_path, fleet_store):
+    made = []
+
+    def make(budget: int) -> Fleet:
+        made.append(Fleet(tmp_path, fleet_store, budget))
+        return made[-1]
+
+    yield make
+    for f in made:
+        f.stop()
+
+
+def test_a_budget_spent_across_replicas_stops_every_replica(fleet_of):
+    f = fleet_of(120)  # ten answers for the whole fleet
+    wait_until(lambda: all(f.fleet(r)["state"] == "ok" for r in range(3)), 10, "first syncs")
+    # 20 requests/s round-robin: about four answers per sync interval across the fleet.
+    served = []
+    for _ in range(36):
+        code, provider = f.chat()
+        assert code == 200
+        served.append(provider)
+        time.sleep(0.05)
+    # Overshoot: at most one sync interval's answers of the other replicas (docs/operations.md).
+    per_interval = int(SYNC_S / 0.05) + 1
+    assert 10 <= served.count("a") <= 10 + per_interval, served
+    assert f.a.request_count() == served.count("a")
+    # The tail went to b on every replica.
+    assert served[-9:] == ["b"] * 9, served
+    for r in range(3):
+        fleet = f.fleet(r)
+        assert fleet["budgets"][0]["name"] == "a" and fleet["budgets"][0]["left"] == 0, fleet
+        assert f.status(r)["providers"][0]["budget"]["exhausted"]
+    assert f.stored_left(120) == 0
+    assert f.syncs("ok") > 0 and f.syncs("unavailable") == 0
+
+
+def test_a_failing_provider_opens_on_every_replica_at_the_fleets_threshold(fleet_of):
+    f = fleet_of(1_000_000)
+    wait_until(lambda: all(f.fleet(r)["state"] == "ok" for r in range(3)), 10, "first syncs")
+    f.a.set_default(status=500)
+    for _ in range(30):
+        assert f.chat()[0] == 200  # b answers each failed-over request
+        if all(f.status(r)["providers"][0]["state"] == "open" for r in range(3)):
+            break
+        time.sleep(0.05)
+    # Each replica alone (failures: 100) would never have opened.
+    assert [f.status(r)["providers"][0]["state"] for r in range(3)] == ["open"] * 3
+    hits = f.a.request_count()
+    assert 6 <= hits <= 6 + int(SYNC_S / 0.05) + 2, hits
+    for _ in range(6):
+        assert f.chat() == (200, "b")
+    assert f.a.request_count() == hits
+
+
+def test_the_store_failing_fails_no_request_and_its_held_spend_is_reported(fleet_of):
+    budget = 1_000_000
+    f = fleet_of(budget)
+    wait_until(lambda: all(f.fleet(r)["state"] == "ok" for r in range(3)), 10, "first syncs")
+
+    def traffic(n):
+        for _ in range(n):
+            assert f.chat() == (200, "a")
+
+    traffic(6)
+    # The service killed mid-run: every request still answered, spend held.
+    f.store.service.kill()
+    traffic(9)
+    wait_until(lambda: all(f.fleet(r)["state"] == "unavailable" for r in range(3)), 5,
+               "every replica sees the store unavailable")
+    held = sum(f.fleet(r)["budgets"][0]["held"] for r in range(3))
+    assert held > 0
+    assert f.syncs("unavailable") > 0
+    f.store.service.start()
+    wait_until(lambda: all(f.fleet(r)["state"] == "ok" and f.fleet(r)["budgets"][0]["held"] == 0
+                           for r in range(3)), 10, "held spend reported")
+    assert f.stored_left(budget) == budget - 15 * 12
+    assert all("fleet store" in e.log() and "answers again" in e.log() for e in f.envoys)
+    # Redis restarted (no persistence: it counts from zero): the spend of its outage is reported.
+    f.store.redis.kill()
+    traffic(6)
+    wait_until(lambda: all(f.fleet(r)["state"] == "unavailable" for r in range(3)), 5,
+               "the service fails without its Redis")
+    f.store.redis.start()
+    traffic(3)
+    wait_until(lambda: all(f.fleet(r)["state"] == "ok" and f.fleet(r)["budgets"][0]["held"] == 0
+                           for r in range(3)), 15, "held spend reported after Redis")
+    assert f.stored_left(budget) == budget - 9 * 12
+    assert f.a.request_count() == 24
