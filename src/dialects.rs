@@ -623,48 +623,12 @@ pub fn stream_complete(tail: &[u8]) -> bool {
 }
 
 pub use crate::translate::sse::{cut_stream_event, honest_end};
+use crate::translate::sse::{event_end, lines};
 
 /// The first complete SSE event of `bytes` and what follows it.
 fn next_event(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (end, sep) = event_end(bytes)?;
     Some((bytes.get(..end)?, bytes.get(end + sep..)?))
-}
-
-/// Where the first event of `bytes` ends and how long its blank line is: two line ends in a row,
-/// each `\r\n`, `\n` or a lone `\r` (the event-stream format, as `translate::sse` reads it).
-/// The common stream, `\n` line ends only, is found by one search.
-fn event_end(bytes: &[u8]) -> Option<(usize, usize)> {
-    let plain = find(bytes, b"\n\n");
-    let before = bytes.get(..plain.unwrap_or(bytes.len())).unwrap_or(bytes);
-    if crate::bytes::find_byte(b'\r', before).is_none() {
-        return plain.map(|at| (at, 2));
-    }
-    // The start of the line end that ended the previous line, while the line after it is
-    // still empty.
-    let (mut i, mut ended) = (0, None);
-    while let Some(&c) = bytes.get(i) {
-        let len = match c {
-            b'\r' if bytes.get(i + 1) == Some(&b'\n') => 2,
-            b'\r' | b'\n' => 1,
-            _ => {
-                ended = None;
-                i += 1;
-                continue;
-            }
-        };
-        if let Some(start) = ended {
-            return Some((start, i + len - start));
-        }
-        ended = Some(i);
-        i += len;
-    }
-    None
-}
-
-/// The lines of an event, whatever its line ends (`\r\n`, `\n`, `\r`; the empty pieces
-/// between a `\r` and its `\n` are no field).
-fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
-    event.split(|&c| c == b'\n' || c == b'\r')
 }
 
 /// Whether a (non-error) SSE event carries output or ends the answer.

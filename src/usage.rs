@@ -40,6 +40,7 @@
 use crate::bytes::{find_byte, find_pair, rfind_byte};
 use crate::rewrite::Scanner;
 use crate::translate::json::{self, Obj};
+use crate::translate::sse::{last_line_start, line_end};
 
 /// The tokens one answer cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -664,7 +665,8 @@ fn find_key(key: &[u8], hay: &[u8], from: usize) -> Option<usize> {
 /// An event stream's lines, carried across chunks: only lines that begin with `data:` and
 /// hold the dialect's usage member ([`usage_member`]) are handed on (without their line end).
 /// A chunk is searched for the usage key, not split into lines; only a line a chunk boundary
-/// cuts is copied (carried to the next chunk).
+/// cuts is copied (carried to the next chunk). Line ends are found as every reader of an event
+/// stream finds them (`translate::sse`: `\n`, `\r\n` or a lone `\r`).
 #[derive(Debug, Default)]
 struct Lines {
     /// The start of a line the last chunk cut.
@@ -678,12 +680,15 @@ impl Lines {
     fn push(&mut self, bytes: &[u8], key: &[u8], mut line: impl FnMut(&[u8])) {
         let mut rest = bytes;
         if !self.carry.is_empty() || self.skipping {
-            // The carried line ends at the first newline of this chunk.
-            let Some(end) = find_byte(b'\n', rest) else {
+            // The carried line ends at the first line end of this chunk.
+            let Some((end, len)) = line_end(rest) else {
                 self.keep(rest);
                 return;
             };
-            let (head, tail) = rest.split_at(end + 1);
+            let (head, tail) = (
+                rest.get(..end).unwrap_or_default(),
+                rest.get(end + len..).unwrap_or_default(),
+            );
             if !self.skipping && self.carry.len() + head.len() <= MAX_LINE {
                 self.carry.extend_from_slice(head);
                 Self::one(&self.carry, key, &mut line);
@@ -701,35 +706,26 @@ impl Lines {
                 // a name the chunk's end cuts from its value: its line is carried whole, below).
                 continue;
             }
-            // Its line starts after the last newline before it (searched forward from the
-            // last line handed on, eight bytes at a time).
-            let mut start = done;
-            while let Some(n) = rest
-                .get(start..at)
-                .and_then(|before| find_byte(b'\n', before))
-            {
-                start += n + 1;
-            }
-            let Some(n) = rest.get(at..).and_then(|after| find_byte(b'\n', after)) else {
+            // Its line starts after the last line end before it.
+            let start = done + rest.get(done..at).map_or(0, last_line_start);
+            let Some((n, len)) = rest.get(at..).and_then(line_end) else {
                 // Its line is cut by the chunk's end: it waits for the rest.
                 self.keep(rest.get(start..).unwrap_or_default());
                 return;
             };
-            let l = rest.get(start..=at + n).unwrap_or_default();
+            let l = rest.get(start..at + n).unwrap_or_default();
             if l.starts_with(b"data:") {
-                line(trim_line_end(l));
+                line(l);
             }
-            (from, done) = (at + n + 1, at + n + 1);
+            (from, done) = (at + n + len, at + n + len);
         }
         // The last line, when the chunk's end cuts it, waits for its end.
         let rest = rest.get(done..).unwrap_or_default();
-        let cut = rest.iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1);
-        self.keep(rest.get(cut..).unwrap_or_default());
+        self.keep(rest.get(last_line_start(rest)..).unwrap_or_default());
     }
 
-    /// Hands on one whole line (its line end included) when it is worth reading.
+    /// Hands on one whole line (without its line end) when it is worth reading.
     fn one(l: &[u8], key: &[u8], line: &mut impl FnMut(&[u8])) {
-        let l = trim_line_end(l);
         if l.starts_with(b"data:") && usage_member(key, l).is_some() {
             line(l);
         }
@@ -749,7 +745,7 @@ impl Lines {
 
     /// The line left without a newline at the end of the stream.
     fn rest(&self, key: &[u8]) -> Option<&[u8]> {
-        let rest = self.carry.strip_suffix(b"\r").unwrap_or(&self.carry);
+        let rest = &self.carry[..];
         (!self.skipping && rest.starts_with(b"data:") && usage_member(key, rest).is_some())
             .then_some(rest)
     }
@@ -1311,16 +1307,16 @@ mod tests {
     #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
         /// A stream cut anywhere, into any number of chunks (the usage events split at any
-        /// byte, a line over three chunks, empty chunks), LF or CRLF, counts what it counts
-        /// whole: no usage event is lost, none read twice.
+        /// byte, a line over three chunks, empty chunks), its lines ending in LF, CRLF or CR,
+        /// counts what it counts whole: no usage event is lost, none read twice.
         #[test]
         fn usage_survives_any_chunk_boundaries(
             which in 0usize..4,
-            crlf in proptest::bool::ANY,
+            line_end in 0usize..3,
             cuts in proptest::collection::vec(0usize..2000, 0..12),
         ) {
             let (dialect, stream, expected) = dialect_streams().swap_remove(which);
-            let stream = if crlf { stream.replace('\n', "\r\n") } else { stream };
+            let stream = stream.replace('\n', LINE_ENDS[line_end]);
             let bytes = stream.as_bytes();
             let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
             cuts.sort_unstable();
@@ -1334,10 +1330,22 @@ mod tests {
         }
     }
 
+    /// The line ends an event stream may use (the event-stream format).
+    const LINE_ENDS: [&str; 3] = ["\n", "\r\n", "\r"];
+
     #[test]
     fn every_dialect_stream_survives_every_cut() {
-        for (dialect, stream, expected) in dialect_streams() {
-            assert_eq!(read(dialect, true, &stream), expected, "{dialect:?}");
+        let streams = dialect_streams()
+            .into_iter()
+            .flat_map(|(dialect, stream, usage)| {
+                LINE_ENDS.map(|end| (dialect, stream.replace('\n', end), usage))
+            });
+        for (dialect, stream, expected) in streams {
+            assert_eq!(
+                read(dialect, true, &stream),
+                expected,
+                "{dialect:?} {stream:?}"
+            );
             // Three chunks: every pair of cuts.
             let bytes = stream.as_bytes();
             for a in 0..=bytes.len() {

@@ -1,4 +1,9 @@
-//! Server-sent events read chunk by chunk, for the stream translators: lines end in `\n`,
+//! A provider's event stream framed: the one place its lines and events are found, for the
+//! stream translators ([`Reader`]), the usage reader ([`line_end`], [`last_line_start`]) and the
+//! failing-answer reader ([`event_end`], [`lines`]); AWS's binary event stream is unwrapped into
+//! this form first (`envelope::eventstream`).
+//!
+//! Server-sent events read chunk by chunk: lines end in `\n`,
 //! `\r\n` or `\r` (a line end may be split between chunks), a blank line ends an event, `data:`
 //! lines join with `\n`, `:` lines are comments, `event:` names the event, and other fields
 //! (`id`, `retry`) are ignored (the WHATWG event-stream format).
@@ -151,6 +156,61 @@ impl Reader {
             _ => {}
         }
     }
+}
+
+/// Where the first line of `bytes` ends: the line end's start and its length (`\r\n` 2, `\n` or a
+/// lone `\r` 1). A `\r` that ends `bytes` counts alone: a `\n` the next chunk starts with begins
+/// an empty line, which a reader of lines (not events) can take as it is.
+pub(crate) fn line_end(bytes: &[u8]) -> Option<(usize, usize)> {
+    let at = bytes.iter().position(|&c| c == b'\n' || c == b'\r')?;
+    let crlf = bytes.get(at) == Some(&b'\r') && bytes.get(at + 1) == Some(&b'\n');
+    Some((at, if crlf { 2 } else { 1 }))
+}
+
+/// Where the last line of `bytes` starts: right after its last line end (`\n` or `\r`), 0 when
+/// it has none.
+pub(crate) fn last_line_start(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&c| c == b'\n' || c == b'\r')
+        .map_or(0, |n| n + 1)
+}
+
+/// Where the first event of `bytes` ends and how long its blank line is: two line ends in a row,
+/// each `\r\n`, `\n` or a lone `\r` (the event-stream format, as [`Reader`] reads it).
+/// The common stream, `\n` line ends only, is found by one search.
+pub(crate) fn event_end(bytes: &[u8]) -> Option<(usize, usize)> {
+    let plain = crate::bytes::find(bytes, b"\n\n");
+    let before = bytes.get(..plain.unwrap_or(bytes.len())).unwrap_or(bytes);
+    if crate::bytes::find_byte(b'\r', before).is_none() {
+        return plain.map(|at| (at, 2));
+    }
+    // The start of the line end that ended the previous line, while the line after it is
+    // still empty.
+    let (mut i, mut ended) = (0, None);
+    while let Some(&c) = bytes.get(i) {
+        let len = match c {
+            b'\r' if bytes.get(i + 1) == Some(&b'\n') => 2,
+            b'\r' | b'\n' => 1,
+            _ => {
+                ended = None;
+                i += 1;
+                continue;
+            }
+        };
+        if let Some(start) = ended {
+            return Some((start, i + len - start));
+        }
+        ended = Some(i);
+        i += len;
+    }
+    None
+}
+
+/// The lines of an event, whatever its line ends (`\r\n`, `\n`, `\r`; the empty pieces
+/// between a `\r` and its `\n` are no field).
+pub(crate) fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    event.split(|&c| c == b'\n' || c == b'\r')
 }
 
 /// What ends a stream honestly at its end (behaviour.md 5), the one place this is decided for
