@@ -83,6 +83,43 @@ pub(crate) fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
         .map(|n| offset + n)
 }
 
+/// Where a line end (`\n` or `\r`) first is in `hay`: eight bytes at a time, as [`find_byte`]
+/// (a word that may hold either is searched byte by byte).
+#[inline(never)]
+pub(crate) fn find_line_end(hay: &[u8]) -> Option<usize> {
+    let mut offset = 0;
+    for chunk in hay.chunks_exact(8) {
+        if line_end_in(word(chunk)) {
+            break;
+        }
+        offset += 8;
+    }
+    hay.get(offset..)?
+        .iter()
+        .position(|&b| b == b'\n' || b == b'\r')
+        .map(|n| offset + n)
+}
+
+/// Where a line end (`\n` or `\r`) last is in `hay`: eight bytes at a time from its end.
+#[inline(never)]
+pub(crate) fn rfind_line_end(hay: &[u8]) -> Option<usize> {
+    let mut end = hay.len();
+    for chunk in hay.rchunks_exact(8) {
+        if line_end_in(word(chunk)) {
+            break;
+        }
+        end -= 8;
+    }
+    hay.get(..end)?
+        .iter()
+        .rposition(|&b| b == b'\n' || b == b'\r')
+}
+
+/// Whether the word may hold a `\n` or a `\r` (never a miss).
+fn line_end_in(w: u64) -> bool {
+    zeros(w ^ (ONES * u64::from(b'\n'))) | zeros(w ^ (ONES * u64::from(b'\r'))) != 0
+}
+
 /// Where `needle` first occurs in `haystack`.
 #[inline(never)]
 pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -106,7 +143,7 @@ pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{find_byte, find_pair, rfind_byte};
+    use super::{find_byte, find_line_end, find_pair, rfind_byte, rfind_line_end};
 
     /// Eight bytes at a time finds what a byte-by-byte search finds, first and last, at every
     /// offset and length (a word's edges, the rest after the last whole word).
@@ -122,6 +159,15 @@ mod tests {
                     assert_eq!(find_byte(byte, h), h.iter().position(|&b| b == byte));
                     assert_eq!(rfind_byte(byte, h), h.iter().rposition(|&b| b == byte));
                 }
+                let line_end = |b: &u8| *b == b'\n' || *b == b'\r';
+                assert_eq!(find_line_end(h), h.iter().position(line_end));
+                assert_eq!(rfind_line_end(h), h.iter().rposition(line_end));
+                let no_lf: Vec<u8> = h
+                    .iter()
+                    .map(|&b| if b == b'\n' { b'\r' } else { b })
+                    .collect();
+                assert_eq!(find_line_end(&no_lf), no_lf.iter().position(line_end));
+                assert_eq!(rfind_line_end(&no_lf), no_lf.iter().rposition(line_end));
             }
         }
     }

@@ -11,8 +11,8 @@ use super::{
 };
 use crate::classify::Class;
 use crate::config::Config;
-use crate::dialects;
 use crate::envelope::eventstream::Unframer;
+use crate::failing_answer;
 use crate::translate::{self, Api, StreamContext, StreamTranslator};
 use crate::usage;
 
@@ -181,7 +181,9 @@ impl Passage {
             head.content_type = Some(b"text/event-stream");
         }
         self.status = head.status;
-        self.event_stream = head.content_type.is_some_and(dialects::is_event_stream);
+        self.event_stream = head
+            .content_type
+            .is_some_and(failing_answer::is_event_stream);
         self.provider_marker = head.marker;
         self.answered = true;
         self.gather = gathers(a, head).map(|(provider, caller)| Gathering {
@@ -559,11 +561,11 @@ impl Passage {
     }
 
     /// Keeps the stream's last bytes; at its end, what ends it honestly
-    /// ([`dialects::honest_end`]).
+    /// ([`failing_answer::honest_end`]).
     fn watch_end(&mut self, buf: &mut Buffer<'_>, end: bool) -> Option<&'static [u8]> {
         let w = self.watch.as_mut()?;
         let size = self.held;
-        let len = size.min(dialects::STREAM_TAIL);
+        let len = size.min(failing_answer::STREAM_TAIL);
         if len > 0 {
             // From the buffer read already (whole, when a stream is watched), else its end.
             match &buf.bytes {
@@ -572,13 +574,13 @@ impl Passage {
                     .extend_from_slice(bytes.get(size - len..).unwrap_or_default()),
                 None => w.tail.extend_from_slice(&(buf.read)(size - len, len)),
             }
-            let excess = w.tail.len().saturating_sub(dialects::STREAM_TAIL);
+            let excess = w.tail.len().saturating_sub(failing_answer::STREAM_TAIL);
             w.tail.drain(..excess);
         }
         if !end {
             return None;
         }
         let w = self.watch.take()?;
-        dialects::honest_end(dialects::stream_complete(&w.tail), w.caller)
+        failing_answer::honest_end(failing_answer::stream_complete(&w.tail), w.caller)
     }
 }

@@ -3,11 +3,11 @@
 
 use super::{Attempt, Translation};
 use crate::config::{forward, Config, Provider};
-use crate::entry_settings::{self, EntrySettings};
 use crate::envelope::Envelope;
 use crate::ids::ProviderId;
 use crate::reply::Reply;
 use crate::rewrite;
+use crate::translate::entry_settings::{self, EntrySettings};
 use crate::translate::{self, Api};
 use std::borrow::Cow;
 

@@ -4,7 +4,7 @@
 use super::{Attempt, Translation};
 use crate::classify::{classify_no_response, Class, NoResponse};
 use crate::config::Config;
-use crate::dialects::{self, StreamStart, BODY_PREFIX_LIMIT};
+use crate::failing_answer::{self, StreamStart, BODY_PREFIX_LIMIT};
 use crate::header_pairs::HeaderPairs;
 use crate::retry_after;
 use crate::translate::{self, Api};
@@ -161,7 +161,7 @@ pub enum Hold {
     /// A `200` event stream, until its first complete event.
     Stream,
     /// A `200` event stream under a first-token timeout, until its first output
-    /// ([`dialects::first_output`]); the timeout fires while it is held.
+    /// ([`failing_answer::first_output`]); the timeout fires while it is held.
     FirstOutput,
     /// A translated attempt's whole `2xx` answer with this status, until its end: whether it
     /// is an answer of the provider's API decides its class (behaviour.md 16). The router buffers it
@@ -179,7 +179,7 @@ pub struct ResponseHead<'m> {
     pub empty: bool,
     /// The provider sent a header named like the gateway's retry marker (it must go).
     pub marker: bool,
-    /// The class AWS's error type names (`dialects::header_class`), known without reading the
+    /// The class AWS's error type names (`failing_answer::header_class`), known without reading the
     /// body (behaviour.md 3).
     pub by_type: Option<Class>,
     /// It carries rate-limit headers a provider announces its quota with
@@ -208,7 +208,7 @@ impl<'m> ResponseHead<'m> {
                 }
                 b"content-type" => head.content_type = Some(value),
                 b"content-length" => head.empty |= value == b"0",
-                b"x-amzn-errortype" => head.by_type = dialects::header_class(value),
+                b"x-amzn-errortype" => head.by_type = failing_answer::header_class(value),
                 _ if name == crate::wire::RETRY_MARKER_HEADER.as_bytes() => head.marker = true,
                 _ => head.rate_limits |= crate::announced::is_rate_limit_header(name),
             }
@@ -227,7 +227,10 @@ impl<'m> ResponseHead<'m> {
         let class = crate::classify::classify_status(self.status);
         let unreadable = self.status == 200
             && !a.plan.model.is_empty()
-            && (self.empty || self.content_type.is_some_and(|t| !dialects::is_readable(t)));
+            && (self.empty
+                || self
+                    .content_type
+                    .is_some_and(|t| !failing_answer::is_readable(t)));
         if unreadable {
             Class::ServerError
         } else {
@@ -241,7 +244,9 @@ impl<'m> ResponseHead<'m> {
 /// caller speaks (the error event of a stream cut short is in its dialect; Chat's for an
 /// endpoint no translation knows).
 pub fn watch_end(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<Api> {
-    let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
+    let event_stream = head
+        .content_type
+        .is_some_and(failing_answer::is_event_stream);
     (a.plan.stream && head.status == 200 && event_stream)
         .then(|| Api::of_path(a.plan.path).unwrap_or_default())
 }
@@ -259,7 +264,9 @@ pub fn hold(
     if end_of_stream || !config.hold_answers {
         return None;
     }
-    let event_stream = head.content_type.is_some_and(dialects::is_event_stream);
+    let event_stream = head
+        .content_type
+        .is_some_and(failing_answer::is_event_stream);
     let whole = a.translation.is_some() && (200..300).contains(&head.status);
     if whole && answer_translation(head.status, || event_stream) != AnswerTranslation::Stream {
         return Some(Hold::Answer(head.status));
@@ -272,7 +279,7 @@ pub fn hold(
             Hold::Stream
         })
     } else {
-        let refinable = dialects::refinable(head.status) && head.by_type.is_none();
+        let refinable = failing_answer::refinable(head.status) && head.by_type.is_none();
         refinable.then_some(Hold::Body(head.status))
     }
 }
@@ -283,7 +290,9 @@ pub fn gathers(a: &Attempt<'_, '_>, head: &ResponseHead<'_>) -> Option<(Api, Api
     // Every answer asks: the plan's flag first, the content type only for a gathered request.
     if !a.plan.gather
         || head.status != 200
-        || !head.content_type.is_some_and(dialects::is_event_stream)
+        || !head
+            .content_type
+            .is_some_and(failing_answer::is_event_stream)
     {
         return None;
     }
@@ -373,7 +382,7 @@ impl Hold {
         let start = match self {
             Hold::Body(status) => {
                 return Some(Decided {
-                    class: dialects::refine(status, body),
+                    class: failing_answer::refine(status, body),
                     status,
                     read_delay: true,
                     answer: None,
@@ -385,14 +394,14 @@ impl Hold {
             Hold::Stream | Hold::FirstOutput => {
                 let until_output = self == Hold::FirstOutput;
                 match (translation, until_output) {
-                    (Some(t), _) => dialects::first_event_of(
+                    (Some(t), _) => failing_answer::first_event_of(
                         |name, data| translate::is_stream_event(t.provider, name, data),
                         body,
                         end_of_stream,
                         until_output,
                     ),
-                    (None, false) => dialects::first_event(body, end_of_stream),
-                    (None, true) => dialects::first_output(body, end_of_stream),
+                    (None, false) => failing_answer::first_event(body, end_of_stream),
+                    (None, true) => failing_answer::first_output(body, end_of_stream),
                 }
             }
         };

@@ -645,8 +645,8 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
     };
     let p = PlanText::decode(record.encode()).expect("decodes");
     let first = resolve(&c, p.view(), 1).expect("attempt 1");
-    let low = crate::entry_settings::EntrySettings {
-        effort: Some(crate::entry_settings::Effort::Low),
+    let low = crate::translate::entry_settings::EntrySettings {
+        effort: Some(crate::translate::entry_settings::Effort::Low),
         max_tokens: None,
         stream: false,
         usage: false,

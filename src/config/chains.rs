@@ -9,10 +9,10 @@ use super::{
     MAX_CHAINS, MAX_CHAIN_LEN,
 };
 use crate::classify::{Class, FailoverSet};
-use crate::entry_settings::{Effort, EntrySettings};
 use crate::envelope::Envelope;
 use crate::pattern::covers;
 use crate::residency::Residency;
+use crate::translate::entry_settings::{Effort, EntrySettings};
 use crate::translate::Api;
 use std::collections::BTreeMap;
 

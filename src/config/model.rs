@@ -121,7 +121,7 @@ pub struct ChainEntry {
     pub model: Option<String>,
     pub capabilities: Capabilities,
     /// The effort and `max_tokens` its requests are sent with (docs/behaviour.md section 7).
-    pub settings: crate::entry_settings::EntrySettings,
+    pub settings: crate::translate::entry_settings::EntrySettings,
 }
 
 impl ChainEntry {

@@ -17,7 +17,7 @@
 //!   {the payload}`.
 //! * `:message-type: exception` (`:exception-type`, payload `{"message"}`) and
 //!   `:message-type: error` (`:error-code`, `:error-message`): an Anthropic `event: error`,
-//!   which the first-event check (`dialects::first_event`) reads like any provider's.
+//!   which the first-event check (`failing_answer::first_event`) reads like any provider's.
 //! * Anything that cannot be read (a bad CRC, a length out of range, a chunk that is not
 //!   base64 JSON) ends the output with an `event: error` of type `api_error`, and nothing after
 //!   it is passed on; a stream that ends inside a message ends the same way ([`Unframer::finish`]).

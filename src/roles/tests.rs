@@ -1503,7 +1503,7 @@ fn a_stream_whose_first_event_is_an_error_falls_over() {
     assert_eq!((r.status, r.clusters()), (200, vec!["ca"]));
     let expected = [
         &b"data: {\"choices\":[]}\n\n"[..],
-        crate::dialects::cut_stream_event(crate::translate::Api::OpenAiChat),
+        crate::failing_answer::cut_stream_event(crate::translate::Api::OpenAiChat),
     ]
     .concat();
     assert_eq!(r.body, expected);

@@ -15,6 +15,7 @@ pub mod assemble;
 pub mod chat;
 pub mod common;
 pub mod converse;
+pub mod entry_settings;
 #[cfg(test)]
 mod fixtures;
 pub mod gemini;

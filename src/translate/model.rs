@@ -97,7 +97,10 @@ pub fn unwrap_reasoning(body: &[u8], api: super::Api) -> Option<Vec<u8>> {
     theirs(&mut out, body, &mut copied, list, [kind, key], messages);
     put(&mut out, &[body.get(copied..).filter(|_| copied > 0)?]);
     let [thinking] = pick(&out, [b"thinking"]);
-    if messages && !thinking.is_empty() && crate::entry_settings::calls_without_thinking(&out) {
+    if messages
+        && !thinking.is_empty()
+        && crate::translate::entry_settings::calls_without_thinking(&out)
+    {
         let mut o = Vec::new();
         let at = offset(&out, thinking);
         let (head, tail) = (out.get(..at)?, out.get(at + thinking.len()..)?);

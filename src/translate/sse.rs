@@ -3,10 +3,10 @@
 //! failing-answer reader ([`event_end`], [`lines`]); AWS's binary event stream is unwrapped into
 //! this form first (`envelope::eventstream`).
 //!
-//! Server-sent events read chunk by chunk: lines end in `\n`,
-//! `\r\n` or `\r` (a line end may be split between chunks), a blank line ends an event, `data:`
-//! lines join with `\n`, `:` lines are comments, `event:` names the event, and other fields
-//! (`id`, `retry`) are ignored (the WHATWG event-stream format).
+//! Server-sent events read chunk by chunk: lines end in `\n`, `\r\n` or `\r` (a line end may be
+//! split between chunks), a blank line ends an event, `data:` lines join with `\n`, `:` lines
+//! are comments, `event:` names the event, and other fields (`id`, `retry`) are ignored (the
+//! WHATWG event-stream format).
 //!
 //! Each byte is looked at once: a chunk's complete lines are handled in place, only a line cut
 //! by the chunk's end is copied (to wait for its rest), and an event's name and data are kept
@@ -162,7 +162,7 @@ impl Reader {
 /// lone `\r` 1). A `\r` that ends `bytes` counts alone: a `\n` the next chunk starts with begins
 /// an empty line, which a reader of lines (not events) can take as it is.
 pub(crate) fn line_end(bytes: &[u8]) -> Option<(usize, usize)> {
-    let at = bytes.iter().position(|&c| c == b'\n' || c == b'\r')?;
+    let at = crate::bytes::find_line_end(bytes)?;
     let crlf = bytes.get(at) == Some(&b'\r') && bytes.get(at + 1) == Some(&b'\n');
     Some((at, if crlf { 2 } else { 1 }))
 }
@@ -170,10 +170,7 @@ pub(crate) fn line_end(bytes: &[u8]) -> Option<(usize, usize)> {
 /// Where the last line of `bytes` starts: right after its last line end (`\n` or `\r`), 0 when
 /// it has none.
 pub(crate) fn last_line_start(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .rposition(|&c| c == b'\n' || c == b'\r')
-        .map_or(0, |n| n + 1)
+    crate::bytes::rfind_line_end(bytes).map_or(0, |n| n + 1)
 }
 
 /// Where the first event of `bytes` ends and how long its blank line is: two line ends in a row,

@@ -207,8 +207,8 @@ fn an_exception_becomes_an_error_event_the_classifier_reads() {
         "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Too many requests\"}}\n\n"
     );
     assert!(matches!(
-        crate::dialects::first_event(out.as_bytes(), false),
-        crate::dialects::StreamStart::Error(_)
+        crate::failing_answer::first_event(out.as_bytes(), false),
+        crate::failing_answer::StreamStart::Error(_)
     ));
     let out = unframe_all(&[&exception("serviceUnavailableException", "busy")]);
     assert!(out.contains("\"overloaded_error\""), "{out}");
@@ -385,7 +385,7 @@ fn a_converse_exception_becomes_an_error_event_the_classifier_reads() {
     // Held for its first output, the stream fails over on the error (messageStart is no
     // output).
     assert!(matches!(
-        crate::dialects::first_output(out.as_bytes(), true),
-        crate::dialects::StreamStart::Error(_)
+        crate::failing_answer::first_output(out.as_bytes(), true),
+        crate::failing_answer::StreamStart::Error(_)
     ));
 }

@@ -382,7 +382,7 @@ fn a_translated_stream_cut_short_ends_with_an_error_event_in_the_callers_dialect
     assert!(!text.contains("message_stop"), "{text}");
     assert!(
         text.ends_with(
-            std::str::from_utf8(crate::dialects::cut_stream_event(
+            std::str::from_utf8(crate::failing_answer::cut_stream_event(
                 crate::translate::Api::AnthropicMessages
             ))
             .unwrap()

@@ -196,7 +196,7 @@ fn a_stream_that_ends_after_its_stop_reason_is_complete_one_cut_before_gets_an_e
     assert!(!out.contains("[DONE]"));
     assert!(
         out.ends_with(
-            std::str::from_utf8(crate::dialects::cut_stream_event(
+            std::str::from_utf8(crate::failing_answer::cut_stream_event(
                 crate::translate::Api::OpenAiChat
             ))
             .unwrap()

@@ -153,7 +153,7 @@ fn without_usage_the_message_ends_at_done_or_at_the_streams_end() {
     // the caller's client raises (behaviour.md 5).
     let cut = &no_done[..no_done.find(r#""finish_reason":"stop""#).unwrap()];
     let cut = &cut[..cut.rfind("data: ").unwrap()];
-    let cut_short = std::str::from_utf8(crate::dialects::cut_stream_event(
+    let cut_short = std::str::from_utf8(crate::failing_answer::cut_stream_event(
         crate::translate::Api::AnthropicMessages,
     ))
     .unwrap();

@@ -1,5 +1,5 @@
 //! Reading a failing answer's body (docs/behaviour.md section 3a): recognition rules as data, one table per
-//! provider dialect, and the pure functions that apply them.
+//! error shape (a provider family's way of writing errors), and the pure functions that apply them.
 //!
 //! * [`refine`]: (status, first bytes of the body) -> class. Only statuses for which some rule
 //!   exists are worth reading ([`refinable`]); anything no rule recognises keeps its status class.
@@ -24,9 +24,11 @@ use crate::translate::json;
 /// How many bytes of a failing answer are read before deciding (docs/behaviour.md section 3: 4 KiB).
 pub const BODY_PREFIX_LIMIT: usize = 4096;
 
-/// A provider API dialect with its own error shapes.
+/// A provider family's way of writing errors (its error shape): not an API dialect
+/// (`translate::Api`), since several APIs share one (Azure OpenAI, vLLM, Gemini's OpenAI
+/// endpoint speak Chat Completions with errors of their own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub enum ErrorShape {
     OpenAi,
     AzureOpenAi,
     Anthropic,
@@ -38,15 +40,15 @@ pub enum Dialect {
     Bedrock,
 }
 
-impl Dialect {
+impl ErrorShape {
     pub fn as_str(self) -> &'static str {
         match self {
-            Dialect::OpenAi => "openai",
-            Dialect::AzureOpenAi => "azure_openai",
-            Dialect::Anthropic => "anthropic",
-            Dialect::VllmSglang => "vllm_sglang",
-            Dialect::GeminiOpenAi => "gemini_openai",
-            Dialect::Bedrock => "bedrock",
+            ErrorShape::OpenAi => "openai",
+            ErrorShape::AzureOpenAi => "azure_openai",
+            ErrorShape::Anthropic => "anthropic",
+            ErrorShape::VllmSglang => "vllm_sglang",
+            ErrorShape::GeminiOpenAi => "gemini_openai",
+            ErrorShape::Bedrock => "bedrock",
         }
     }
 }
@@ -303,13 +305,13 @@ pub const BEDROCK: &[Rule] = &[
 ];
 
 /// Every dialect's table, in the order they are tried (the first matching rule wins).
-pub const TABLES: &[(Dialect, &[Rule])] = &[
-    (Dialect::Bedrock, BEDROCK),
-    (Dialect::OpenAi, OPENAI),
-    (Dialect::AzureOpenAi, AZURE_OPENAI),
-    (Dialect::Anthropic, ANTHROPIC),
-    (Dialect::VllmSglang, VLLM_SGLANG),
-    (Dialect::GeminiOpenAi, GEMINI_OPENAI),
+pub const TABLES: &[(ErrorShape, &[Rule])] = &[
+    (ErrorShape::Bedrock, BEDROCK),
+    (ErrorShape::OpenAi, OPENAI),
+    (ErrorShape::AzureOpenAi, AZURE_OPENAI),
+    (ErrorShape::Anthropic, ANTHROPIC),
+    (ErrorShape::VllmSglang, VLLM_SGLANG),
+    (ErrorShape::GeminiOpenAi, GEMINI_OPENAI),
 ];
 
 /// Is a failing answer with this status worth reading (some rule applies to it)?
