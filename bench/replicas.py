@@ -14,6 +14,9 @@ total. Prints a markdown table (README's scale-out section). Run from the reposi
 
     .venv/bin/python bench/replicas.py                 # the README's scenarios (about 2 min)
     .venv/bin/python bench/replicas.py --replicas 3 --failures 10 --window 30s --rate 30
+    .venv/bin/python bench/replicas.py --fleet         # the same with the fleet's store: every
+                                                       # replica also opens once the fleet's
+                                                       # failures reach `failures` in 1m
 """
 from __future__ import annotations
 
@@ -39,18 +42,32 @@ def seconds(text: str) -> float:
     return float(text[:-2]) / 1000 if text.endswith("ms") else float(text.rstrip("s"))
 
 
+def fleet_config(store) -> str:
+    """The replica's file with the fleet's store on (`breaker.fleet_failures` = `failures`)."""
+    text = CONFIG.read_text().replace(
+        "  failures: ${FAILURES}\n",
+        "  failures: ${FAILURES}\n  fleet_failures: ${FAILURES}\n  fleet_window: 1m\n")
+    return text + f'fleet: {{address: "127.0.0.1:{store.service.grpc_port}", sync: 1s}}\n'
+
+
 def scenario(replicas: int, failures: int, window: str, rate: float, run_s: float,
-             work: Path) -> list[dict]:
+             work: Path, fleet: bool = False) -> list[dict]:
     primary, secondary = LocalMock("primary"), LocalMock("secondary")
     envoys = []
+    store = None
     try:
+        source = CONFIG
+        if fleet:
+            from fleet_store import FleetStore
+            store = FleetStore(work / "store").start()
+            source = fleet_config(store)
         for r in range(replicas):
             env = {"LISTEN_PORT": free_port(), "ADMIN_PORT": free_port(), "STATUS_PORT": free_port(),
                    "PRIMARY_PORT": primary.port, "SECONDARY_PORT": secondary.port,
                    "REPLICA": f"replica-{r}", "FAILURES": failures, "WINDOW": window,
                    "COOLDOWN": f"{COOLDOWN_S}s"}
             env = {k: str(v) for k, v in env.items()}
-            config = render_config(CONFIG, env, out_dir=work / f"r{r}")
+            config = render_config(source, env, out_dir=work / f"r{r}")
             envoys.append((Envoy(config, work / f"envoy{r}", concurrency=2).start(), env))
         urls = [e.listener_url() for e, _ in envoys]
         # Warm: every replica's connections and first requests, before the outage.
@@ -108,6 +125,8 @@ def scenario(replicas: int, failures: int, window: str, rate: float, run_s: floa
             e.stop()
         primary.stop()
         secondary.stop()
+        if store:
+            store.stop()
 
 
 def main(argv=None) -> int:
@@ -117,6 +136,8 @@ def main(argv=None) -> int:
     ap.add_argument("--window")
     ap.add_argument("--rate", type=float)
     ap.add_argument("--seconds", type=float, default=14)
+    ap.add_argument("--fleet", action="store_true",
+                    help="the fleet's store (Redis and the rate-limit service) shared by the replicas")
     args = ap.parse_args(argv)
     if args.replicas or args.failures or args.window or args.rate:
         runs = [(n, args.failures or 10, args.window or "30s", args.rate or 30)
@@ -130,7 +151,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="llm-failover-replicas-") as tmp:
         for i, (n, failures, window, rate) in enumerate(runs):
-            rows = scenario(n, failures, window, rate, args.seconds, Path(tmp) / str(i))
+            rows = scenario(n, failures, window, rate, args.seconds, Path(tmp) / str(i),
+                            args.fleet)
             hits = " / ".join(str(r["hits"]) for r in rows)
             opened = [r["open_after_s"] for r in rows]
             shown = " / ".join("never" if o is None else f"{o:.1f}" for o in opened)
