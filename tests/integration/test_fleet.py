@@ -26,7 +26,8 @@ listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
 admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
 status_path: /llm-failover/status
 status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
-fleet: {address: "${RATELIMIT_HOST}:${RATELIMIT_PORT}", sync: 200ms, timeout: 100ms}
+fleet: {address: "${RATELIMIT_HOST}:${RATELIMIT_PORT}", sync: 200ms, timeout: 100ms,
+        domain: "${DOMAIN}"}
 breaker: {failures: 100, fleet_failures: 6, fleet_window: 1h, cooldown: 30s}
 providers:
   - {name: a, endpoint: "127.0.0.1:${A_PORT}", budget: {tokens: ${BUDGET}, window: 1h}}
@@ -39,7 +40,7 @@ chains:
 class Fleet:
     """Three Envoys (two workers each) in front of mocks a and b, on one store."""
 
-    def __init__(self, tmp, store, budget: int):
+    def __init__(self, tmp, store, budget: int, replicas: int = 3, domain: str = "llm-failover"):
         if time.time() % 3600 > 3540:  # the hour's last minute: wait for the next window
             time.sleep(3600 - time.time() % 3600 + 0.5)
         self.store = store
@@ -48,10 +49,10 @@ class Fleet:
             m.set_default(usage=USAGE)
         self.envoys, self.status_ports = [], []
         try:
-            for r in range(3):
+            for r in range(replicas):
                 env = {"LISTEN_PORT": free_port(), "ADMIN_PORT": free_port(),
                        "STATUS_PORT": free_port(), "A_PORT": self.a.port, "B_PORT": self.b.port,
-                       "BUDGET": budget, **store.env}
+                       "BUDGET": budget, "DOMAIN": domain, **store.env}
                 env = {k: str(v) for k, v in env.items()}
                 config = render_config(CONFIG, env, out_dir=tmp / f"r{r}")
                 self.envoys.append(Envoy(config, tmp / f"envoy{r}", concurrency=2).start())
@@ -64,7 +65,7 @@ class Fleet:
 
     def chat(self):
         """One request, round-robin over the replicas: (status, provider that answered)."""
-        url = self.urls[self.n % 3]
+        url = self.urls[self.n % len(self.urls)]
         self.n += 1
         r = http_request(url, "POST", "/v1/chat/completions", timeout=10,
                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -99,8 +100,8 @@ class Fleet:
 def fleet_of(tmp_path, fleet_store):
     made = []
 
-    def make(budget: int) -> Fleet:
-        made.append(Fleet(tmp_path, fleet_store, budget))
+    def make(budget: int, **kw) -> Fleet:
+        made.append(Fleet(tmp_path, fleet_store, budget, **kw))
         return made[-1]
 
     yield make
@@ -186,3 +187,15 @@ def test_the_store_failing_fails_no_request_and_its_held_spend_is_reported(fleet
                            for r in range(3)), 15, "held spend reported after Redis")
     assert f.stored_left(budget) == budget - 9 * 12
     assert f.a.request_count() == 24
+
+
+def test_a_store_that_does_not_know_the_domain_is_a_loud_error_and_counts_nothing(fleet_of):
+    f = fleet_of(120, replicas=1, domain="not-configured")
+    wait_until(lambda: f.fleet(0)["state"] == "refused", 10, "the store refusing the domain")
+    for _ in range(12):  # past the budget: each replica counts alone meanwhile
+        assert f.chat()[0] == 200
+    assert f.fleet(0)["budgets"][0]["held"] == 120
+    assert f.status(0)["providers"][0]["budget"]["exhausted"]
+    assert f.syncs("refused") > 0
+    assert "refuses domain \"not-configured\"" in f.envoys[0].log()
+    assert "add `domain: not-configured`" in f.envoys[0].log()
