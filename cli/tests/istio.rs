@@ -490,3 +490,15 @@ fn a_credential_from_a_file_is_refused_on_the_istio_target() {
         "{e}"
     );
 }
+
+#[test]
+fn the_fleets_store_needs_its_mesh_cluster_named() {
+    let with = |fleet: &str| format!("{fleet}\n{}", example());
+    let e = render(&with("fleet: {address: \"127.0.0.1:8081\"}"), None).unwrap_err();
+    assert!(
+        e.contains("fleet.cluster: the Istio target adds no cluster"),
+        "{e}"
+    );
+    let named = "fleet: {cluster: \"outbound|8081||ratelimit.ratelimit.svc.cluster.local\"}";
+    assert!(render(&with(named), None).is_ok());
+}

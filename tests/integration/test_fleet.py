@@ -1,7 +1,8 @@
 """The fleet acts as one (docs/behaviour.md section 15, docs/operations.md "Several gateways"):
 three real Envoys (two workers each) share one token budget and one breaker count through the
-real rate-limit service on a real Redis (the ``fleet_store`` fixture), and the store failing
-(the service killed and restarted, Redis restarted) fails no request and loses no spend.
+real rate-limit service on a real Redis (the ``fleet_store`` fixture); a store without the
+domain is a loud error, and the store failing (the service killed and restarted, Redis
+restarted) fails no request and loses no spend.
 
 Each answer costs 12 tokens (8 input + 4 output). Windows are an hour long (the service's
 unit), so a test never straddles one unless it starts in the hour's last minute (it waits).

@@ -60,6 +60,14 @@ pub fn options(
             "the Istio target serves the status endpoint on the gateway's listener only: set status_listen: api and restrict the path (an AuthorizationPolicy), or remove status_path",
         ));
     }
+    if let Some(fleet) = &gw.config.fleet {
+        if fleet.cluster == llm_failover::config::FLEET_CLUSTER {
+            errors.push(Diag::error(
+                "fleet.cluster",
+                "the Istio target adds no cluster for the rate-limit service: run it in the mesh and name the cluster Istio gives it, e.g. cluster: \"outbound|8081||ratelimit.ratelimit.svc.cluster.local\"",
+            ));
+        }
+    }
     let empty = Mapping::new();
     let block = match &gw.istio {
         None => &empty,
