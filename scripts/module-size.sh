@@ -25,7 +25,11 @@ cd "$(dirname "$0")/.."
 # service: fleet.rs, its protobuf wire, the sync's glue and gRPC callbacks, the fleet
 # config section, the status member) added 26.8 KB (532,822 -> 559,670 on fd621e0).
 # CEILING leaves 1 KB for the compiler's version, as above.
-CEILING=560400
+# Token budgets per caller (the `callers` section and its validation, the caller refusal, the
+# caller in the plan record, the token metric's `caller` label, the status endpoint's
+# `callers`): +4,990 (531,354 -> 536,344 on aaebad6); SIZE_ON_MAIN.
+# CEILING leaves 1 KB for the compiler's version, as above.
+CEILING=565700
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

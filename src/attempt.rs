@@ -535,6 +535,7 @@ pub fn rerouted_plan(a: &Attempt<'_, '_>, walk: &[Slot]) -> String {
     PlanRecord {
         config: p.config,
         chain: p.chain,
+        team: p.team,
         start_ms: p.start_ms,
         body_len: p.body_len,
         log_started: p.log_started,

@@ -1,6 +1,7 @@
-//! Token budgets per provider (docs/behaviour.md section 15): at most `tokens` (input and
-//! output) per window; a provider whose window is spent is skipped (`budget_exhausted`) until
-//! the window rolls over.
+//! Token budgets per provider and per caller (docs/behaviour.md section 15): at most `tokens`
+//! (input and output) per window; a provider whose window is spent is skipped
+//! (`budget_exhausted`) until the window rolls over, a caller whose window is spent is refused
+//! (`429 budget_exhausted`, no attempt).
 //!
 //! Planning asks one small interface, [`Budgets`], what is left; the usage counting makes one
 //! call, [`spend`], when an answer's usage is known. Today's store is this Envoy's shared data
@@ -32,8 +33,8 @@
 //! [`caller_counter`]. [`counters`] lists every one the configuration has; the records, the
 //! fleet's sync and the status page follow that list.
 
-pub use crate::config::Budget;
-use crate::config::{Config, Provider};
+pub use crate::config::{caller_counter, Budget};
+use crate::config::{Caller, Config, Provider};
 use crate::health::{ensure_key, update_key, Step};
 use crate::host::{Clock, SharedStore};
 use crate::usage::Usage;
@@ -51,23 +52,20 @@ pub struct Counter {
 }
 
 /// Every budget counter of the configuration, in order: the providers' (named by the
-/// provider). Caller budgets add theirs here, named [`caller_counter`].
+/// provider), then the callers' (named by [`caller_counter`]).
 pub fn counters(config: &Config) -> Vec<Counter> {
-    let mut out: Vec<Counter> = (config.providers.iter())
-        .filter_map(|p| {
+    let providers = (config.providers.iter()).map(|p| (&p.name, p.budget));
+    let callers = (config.callers.iter()).map(|c| (&c.counter, c.budget));
+    let mut out: Vec<Counter> = (providers.chain(callers))
+        .filter_map(|(name, budget)| {
             Some(Counter {
-                name: p.name.clone(),
-                budget: p.budget?,
+                name: name.clone(),
+                budget: budget?,
             })
         })
         .collect();
     out.shrink_to_fit();
     out
-}
-
-/// The counter name of a caller's budget (a provider's name never holds a `:`).
-pub fn caller_counter(caller: &str) -> String {
-    format!("caller:{caller}")
 }
 
 /// What is left of a budget now.
@@ -98,12 +96,22 @@ pub trait Budgets {
 }
 
 /// The usage counting's one call when an answer's usage is known (the answer the caller got;
-/// failed attempts cost nothing): counts its tokens against the provider's budget, if it has
-/// one.
-pub fn spend(budgets: &dyn Budgets, provider: &Provider, usage: &Usage) {
+/// failed attempts cost nothing): counts its tokens against the provider's budget and the
+/// caller's (a caller the file names), whichever has one.
+pub fn spend(budgets: &dyn Budgets, provider: &Provider, caller: Option<&Caller>, usage: &Usage) {
+    let tokens = usage.total();
     if let Some(budget) = &provider.budget {
-        budgets.spend(&provider.name, budget, usage.total());
+        budgets.spend(&provider.name, budget, tokens);
     }
+    if let Some((caller, budget)) = caller.and_then(|c| Some((c, c.budget.as_ref()?))) {
+        budgets.spend(&caller.counter, budget, tokens);
+    }
+}
+
+/// Whether an answer for `caller` from `provider` spends any budget (what [`spend`] would
+/// count): the usage counting reads the clock only then.
+pub fn spends(provider: &Provider, caller: Option<&Caller>) -> bool {
+    provider.budget.is_some() || caller.is_some_and(|c| c.budget.is_some())
 }
 
 /// A stored record.
@@ -377,10 +385,12 @@ mod tests {
     }
 
     #[test]
-    fn spend_counts_the_answers_input_and_output_only_for_a_provider_with_a_budget() {
+    fn spend_counts_the_answers_input_and_output_against_the_provider_and_the_caller() {
         let config = crate::config::Config::from_json(
             br#"{"providers":[{"name":"a","budget":{"tokens":100,"window":"10s"}},{"name":"b"}],
-                "chains":[{"name":"c","providers":["a","b"]}]}"#,
+                "chains":[{"name":"c","providers":["a","b"]}],"caller_header":"x-team",
+                "callers":[{"name":"team-a","budget":{"tokens":50,"window":"10s"}},
+                           {"name":"team-b"}]}"#,
             &|_| None,
         )
         .unwrap();
@@ -395,11 +405,27 @@ mod tests {
             output: 12,
             cached_input: 20,
         };
+        let team_a = config.caller(config.team(Some("team-a")));
         for p in &config.providers {
-            spend(&b, p, &usage);
+            spend(&b, p, team_a, &usage);
         }
         assert_eq!(b.left("a", &BUDGET).spent, 42);
         assert_eq!(store.get("llm_failover.budget.b"), None);
+        // Both answers count against team-a's own budget, whichever provider served them.
+        let caller_budget = config.callers[0].budget.unwrap();
+        let left = b.left("caller:team-a", &caller_budget);
+        assert_eq!((left.spent, left.tokens), (84, 0));
+        assert!(left.exhausted());
+        // A caller without a budget, another caller and no caller spend only the provider's.
+        for caller in [Some("team-b"), Some("team-c"), None] {
+            let team = config.caller(config.team(caller));
+            assert!(!spends(&config.providers[1], team));
+            assert!(spends(&config.providers[0], team));
+            spend(&b, &config.providers[0], team, &usage);
+        }
+        assert_eq!(b.left("a", &BUDGET).spent, 42 * 4);
+        assert_eq!(b.left("caller:team-a", &caller_budget).spent, 84);
+        assert!(spends(&config.providers[1], team_a));
     }
 
     #[test]

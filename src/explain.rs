@@ -204,7 +204,24 @@ pub fn explain_with(
         }
     );
     budget_lines(&mut out, config, chain, &plan);
+    caller_budget_line(&mut out, config, facts.caller);
     Ok(out)
+}
+
+/// The caller's own budget, when the file gives the caller one (docs/behaviour.md section 15).
+fn caller_budget_line(out: &mut String, config: &Config, caller: Option<&str>) {
+    let Some(c) = config.caller(config.team(caller)) else {
+        return;
+    };
+    if let Some(b) = c.budget {
+        let _ = writeln!(
+            out,
+            "caller budget: {} {} tokens per {}, whichever provider answers; at run time a caller whose budget is spent gets 429 budget_exhausted without an attempt until its window rolls over",
+            c.name,
+            b.tokens,
+            display_ms(b.window_ms)
+        );
+    }
 }
 
 /// Budgets are read at run time too: which providers of this walk have one.
@@ -586,6 +603,29 @@ mod tests {
         );
         let text = explain(&config(THREE_NO_BUDGET), &facts).unwrap();
         assert!(!text.contains("budgets:"), "{text}");
+    }
+
+    #[test]
+    fn a_callers_own_budget_is_named_for_that_caller_only() {
+        let c = config(
+            r#"{"caller_header":"x-team","providers":[{"name":"a"}],
+            "chains":[{"name":"c","providers":["a"]}],
+            "callers":[{"name":"team-a","budget":{"tokens":100000,"window":"24h"}},{"name":"team-b"}]}"#,
+        );
+        let as_caller = |caller| RequestFacts {
+            model: "m",
+            caller,
+            ..Default::default()
+        };
+        let text = explain(&c, &as_caller(Some("team-a"))).unwrap();
+        assert!(
+            text.ends_with("caller budget: team-a 100000 tokens per 24h, whichever provider answers; at run time a caller whose budget is spent gets 429 budget_exhausted without an attempt until its window rolls over\n"),
+            "{text}"
+        );
+        for caller in [Some("team-b"), Some("team-c"), None] {
+            let text = explain(&c, &as_caller(caller)).unwrap();
+            assert!(!text.contains("caller budget"), "{text}");
+        }
     }
 
     const THREE_NO_BUDGET: &str =

@@ -17,7 +17,7 @@
 //! reads it back for a decision.
 
 use crate::classify::Class;
-use crate::config::MAX_CHAIN_LEN;
+use crate::config::{Team, MAX_CHAIN_LEN};
 use crate::ids::{ChainId, EntryId};
 use crate::plan::Slot;
 use crate::translate::Api;
@@ -43,7 +43,9 @@ pub const OUTCOMES_VERSION: u8 = 1;
 
 // ---------------------------------------------------------------------------------------------
 // The plan, one line per field:
-//   version, configuration fingerprint (16 hex digits), chain index, request start (ms), body
+//   version, configuration fingerprint (16 hex digits), chain index (followed by "/o" for a
+//   caller the file does not name, "/<i>" for its i-th named caller, nothing without one:
+//   `config::Team`; a file that names no callers writes nothing), request start (ms), body
 //   length, flags (one hex digit: 1 = attempt log started, 2 = the caller asked for a stream,
 //   4 = an OpenAI Chat caller, 8 = an Anthropic Messages caller, added; the caller's API is
 //   written only when some entry of the chain speaks another API, so a same-API plan is
@@ -59,6 +61,8 @@ pub struct PlanRecord<'a> {
     /// Fingerprint of the configuration the plan was made under.
     pub config: u64,
     pub chain: ChainId,
+    /// The request's caller, as budgets and the token metric tell callers apart.
+    pub team: Team,
     pub start_ms: u64,
     pub body_len: u64,
     /// Planning already wrote skips to the attempt log: the first attempt must append to it
@@ -178,9 +182,15 @@ impl PlanRecord<'_> {
         );
         let flags = self.flags();
         push(&mut out, PLAN_VERSION);
+        for (n, radix, width) in [(self.config, 16, 16), (self.chain.index() as u64, 10, 1)] {
+            push_number(&mut out, b'\n', n, radix, width);
+        }
+        match self.team {
+            Team::None => {}
+            Team::Other => push(&mut out, "/o"),
+            Team::Known(i) => push_number(&mut out, b'/', u64::from(i), 10, 1),
+        }
         for (n, radix, width) in [
-            (self.config, 16, 16),
-            (self.chain.index() as u64, 10, 1),
             (self.start_ms, 10, 1),
             (self.body_len, 10, 1),
             (u64::from(flags), 16, 1),
@@ -220,6 +230,7 @@ pub struct PlanText {
     text: String,
     config: u64,
     chain: ChainId,
+    team: Team,
     start_ms: u64,
     body_len: u64,
     log_started: bool,
@@ -244,6 +255,8 @@ pub struct PlanText {
 pub struct PlanView<'a> {
     pub config: u64,
     pub chain: ChainId,
+    /// See [`PlanRecord::team`].
+    pub team: Team,
     pub start_ms: u64,
     pub body_len: u64,
     pub log_started: bool,
@@ -352,9 +365,15 @@ impl PlanText {
             *parsed.get_mut(usize::from(slot_count))? = parse_slot(item)?;
             slot_count += 1;
         }
+        let (chain, team) = match field(&chain)?.split_once('/') {
+            None => (field(&chain)?, Team::None),
+            Some((chain, "o")) => (chain, Team::Other),
+            Some((chain, i)) => (chain, Team::Known(i.parse().ok()?)),
+        };
         Some(PlanText {
             config: u64::from_str_radix(field(&config)?, 16).ok()?,
-            chain: ChainId::parse(field(&chain)?)?,
+            chain: ChainId::parse(chain)?,
+            team,
             start_ms: field(&start)?.parse().ok()?,
             body_len: field(&body)?.parse().ok()?,
             log_started: flags & 1 != 0,
@@ -380,6 +399,7 @@ impl PlanText {
         PlanView {
             config: self.config,
             chain: self.chain,
+            team: self.team,
             start_ms: self.start_ms,
             body_len: self.body_len,
             log_started: self.log_started,
@@ -553,6 +573,7 @@ mod tests {
         let record = PlanRecord {
             config: 0x0123_4567_89ab_cdef,
             chain: 3.into(),
+            team: Default::default(),
             start_ms: 1_700_000_000_123,
             body_len: 5 * 1024 * 1024,
             log_started: true,
@@ -593,6 +614,24 @@ mod tests {
         assert_eq!(view.len(), 3);
         assert_eq!((view.limit(), view.stream), (3, false));
         assert_eq!(view.lists(), (vec![], vec![]));
+        // The caller rides on the chain's line; without one the record is what it was.
+        assert!(record
+            .encode()
+            .starts_with("1\n0123456789abcdef\n3\n1700000000123\n"));
+        for (team, line) in [
+            (Team::Other, "3/o"),
+            (Team::Known(0), "3/0"),
+            (Team::Known(254), "3/254"),
+        ] {
+            let text = PlanRecord { team, ..record }.encode();
+            assert_eq!(text.lines().nth(2), Some(line));
+            let read = PlanText::decode(text).expect("decodes");
+            assert_eq!((read.view().team, read.view().chain.index()), (team, 3));
+        }
+        for bad in ["3/", "3/x", "3/256", "/1"] {
+            let text = record.encode().replacen("\n3\n", &format!("\n{bad}\n"), 1);
+            assert_eq!(PlanText::decode(text), None, "{bad}");
+        }
         let with_lists = PlanRecord {
             stream: true,
             limit: 5,
@@ -631,6 +670,7 @@ mod tests {
         let record = PlanRecord {
             config: 0x0123_4567_89ab_cdef,
             chain: 255.into(),
+            team: Default::default(),
             start_ms: 1_700_000_000_123,
             body_len: 42,
             log_started: true,
@@ -676,6 +716,7 @@ mod tests {
                 let record = PlanRecord {
                     config,
                     chain: 255.into(),
+                    team: Default::default(),
                     start_ms,
                     body_len,
                     log_started: flags & 1 != 0,
@@ -727,6 +768,7 @@ mod tests {
         let record = PlanRecord {
             config: 7,
             chain: ChainId::FIRST,
+            team: Default::default(),
             start_ms: 1,
             body_len: 2,
             log_started: true,
@@ -778,6 +820,7 @@ mod tests {
         let record = PlanRecord {
             config: 1,
             chain: ChainId::FIRST,
+            team: Default::default(),
             start_ms: 1,
             body_len: 0,
             log_started: false,

@@ -386,6 +386,8 @@ pub struct Published<'a> {
     pub model: &'a str,
     /// The caller's API (from its path).
     pub api: Option<Api>,
+    /// The request's caller (`Config::team`).
+    pub team: crate::config::Team,
 }
 
 /// Whether a request that did not ask for a stream is streamed from each provider and its
@@ -422,6 +424,7 @@ impl<'a> Published<'a> {
         PlanRecord {
             config: config.fingerprint,
             chain: self.plan.chain,
+            team: self.team,
             start_ms: self.start_ms,
             body_len: self.body_len as u64,
             log_started: !self.plan.skipped.is_empty(),

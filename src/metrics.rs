@@ -43,9 +43,11 @@ pub const FALLBACKS: &str = "llm_failover_fallbacks_total";
 pub const SKIPPED: &str = "llm_failover_skipped_total";
 /// `llm_failover_exhausted_total{chain}`: a request whose every planned attempt failed over.
 pub const EXHAUSTED: &str = "llm_failover_exhausted_total";
-/// `llm_failover_tokens_total{provider, model, kind}`: tokens the answers callers got cost, by
-/// the provider that served them, its model (`tokens_model`) and kind (`input`, `output`,
-/// `cached_input`; `usage::Kind`). Failed attempts count nothing.
+/// `llm_failover_tokens_total{provider, model, kind, caller}`: tokens the answers callers got
+/// cost, by the provider that served them, its model (`tokens_model`), kind (`input`,
+/// `output`, `cached_input`; `usage::Kind`) and, when the file names callers, the caller (a
+/// named one, `other`; no label without a caller: `Config::team_label`). Failed attempts
+/// count nothing.
 pub const TOKENS: &str = "llm_failover_tokens_total";
 /// `llm_failover_breaker_state{provider}` gauge: 0 closed, 1 open, 2 half-open.
 pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
@@ -78,6 +80,7 @@ pub const REASON: &str = "reason";
 pub const CHAIN: &str = "chain";
 pub const MODEL: &str = "model";
 pub const KIND: &str = "kind";
+pub const CALLER: &str = "caller";
 pub const RESULT: &str = "result";
 
 /// `skipped_total` reasons (docs/behaviour.md section 8).
@@ -151,12 +154,21 @@ pub fn skipped(provider: &str, reason: &str) -> String {
     name(SKIPPED, &[(PROVIDER, provider), (REASON, reason)])
 }
 
-/// `llm_failover_tokens_total.provider=<p>.model=<m>.kind=<kind>`
-pub fn tokens(provider: &str, model: &str, kind: crate::usage::Kind) -> String {
-    name(
-        TOKENS,
-        &[(PROVIDER, provider), (MODEL, model), (KIND, kind.as_str())],
-    )
+/// `llm_failover_tokens_total.provider=<p>.model=<m>.kind=<kind>[.caller=<c>]`
+pub fn tokens(
+    provider: &str,
+    model: &str,
+    kind: crate::usage::Kind,
+    caller: Option<&str>,
+) -> String {
+    let labels = [(PROVIDER, provider), (MODEL, model), (KIND, kind.as_str())];
+    match caller {
+        None => name(TOKENS, &labels),
+        Some(caller) => {
+            let [p, m, k] = labels;
+            name(TOKENS, &[p, m, k, (CALLER, caller)])
+        }
+    }
 }
 
 /// `llm_failover_exhausted_total.chain=<c>`
@@ -218,22 +230,34 @@ pub fn cluster_scoped_stats_tags() -> Vec<TagRule> {
 /// The label rules, for stat names that start with `ns` (a regex).
 fn rules(ns: String) -> Vec<TagRule> {
     let rule = |tag, regex: String| TagRule { tag, regex };
+    // The token metric's optional last label.
+    let caller = format!(r"(?:\.{CALLER}=[^=]+)?");
     vec![
         // Provider: the first label of five metrics, followed by at most one fixed-word label,
-        // or by a model and a kind.
+        // or by a model, a kind and maybe a caller.
         rule(
             PROVIDER,
             format!(
-                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE}|{TOKENS})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+|\.{MODEL}=[^=]+\.{KIND}=[a-z_]+)?$"
+                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE}|{TOKENS})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+|\.{MODEL}=[^=]+\.{KIND}=[a-z_]+{caller})?$"
             ),
         ),
         rule(
             MODEL,
-            format!(r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+(\.{MODEL}=([^=]+))\.{KIND}=[a-z_]+$"),
+            format!(
+                r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+(\.{MODEL}=([^=]+))\.{KIND}=[a-z_]+{caller}$"
+            ),
         ),
         rule(
             KIND,
-            format!(r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+\.{MODEL}=[^=]+(\.{KIND}=([a-z_]+))$"),
+            format!(
+                r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+\.{MODEL}=[^=]+(\.{KIND}=([a-z_]+)){caller}$"
+            ),
+        ),
+        rule(
+            CALLER,
+            format!(
+                r"^{ns}\.{TOKENS}\.{PROVIDER}=[^=]+\.{MODEL}=[^=]+\.{KIND}=[a-z_]+(\.{CALLER}=([^=]+))$"
+            ),
         ),
         rule(
             OUTCOME,
@@ -316,14 +340,31 @@ mod tests {
             "llm_failover_breaker_state.provider=primary"
         );
         assert_eq!(
-            tokens("primary", "gpt-4.1", crate::usage::Kind::CachedInput),
+            tokens("primary", "gpt-4.1", crate::usage::Kind::CachedInput, None),
             "llm_failover_tokens_total.provider=primary.model=gpt-4.1.kind=cached_input"
+        );
+        assert_eq!(
+            tokens("p", "m", crate::usage::Kind::Output, Some("team-a")),
+            "llm_failover_tokens_total.provider=p.model=m.kind=output.caller=team-a"
+        );
+        assert_eq!(
+            parse(&tokens("p", "m", crate::usage::Kind::Input, Some("a.b@c"))),
+            Some((
+                TOKENS,
+                vec![
+                    ("provider", "p"),
+                    ("model", "m"),
+                    ("kind", "input"),
+                    ("caller", "a.b@c")
+                ]
+            ))
         );
         assert_eq!(
             parse(&tokens(
                 "eu.a",
                 "claude-3.5.model",
-                crate::usage::Kind::Input
+                crate::usage::Kind::Input,
+                None
             )),
             Some((
                 TOKENS,
@@ -400,7 +441,7 @@ mod tests {
         assert_eq!(tags.len(), rules.len(), "Envoy refuses a tag name twice");
         assert_eq!(
             tags,
-            vec![CHAIN, FROM, KIND, MODEL, OUTCOME, PROVIDER, REASON, RESULT, TO],
+            vec![CALLER, CHAIN, FROM, KIND, MODEL, OUTCOME, PROVIDER, REASON, RESULT, TO],
             "one rule per label"
         );
         for r in &rules {

@@ -137,6 +137,9 @@ pub fn plan_or_refuse(
     if chain.entries.is_empty() {
         return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
     }
+    if let Some(refusal) = caller_spent(config, chain_index, facts, health) {
+        return Err(refusal);
+    }
     // A request without a model (a GET for a stored object, say) goes to the first provider
     // that can take it: another provider would not know what it asks about (behaviour.md 12).
     let limit = if facts.no_fallback || facts.model.is_empty() {
@@ -255,6 +258,27 @@ pub fn plan_or_refuse(
         skipped,
         context_window: usable(&chain.context_window),
         content_policy: usable(&chain.content_policy),
+    })
+}
+
+/// The refusal of a caller whose own token budget is spent (docs/behaviour.md section 15):
+/// before any provider is looked at (every one is spent for it), back when its window rolls
+/// over. Reads nothing when the file names no callers.
+fn caller_spent(
+    config: &Config,
+    chain: ChainId,
+    facts: &RequestFacts,
+    health: &dyn Gatekeeper,
+) -> Option<Refusal> {
+    let caller = config.caller(config.team(facts.caller))?;
+    let left = health
+        .budgets()?
+        .left(&caller.counter, caller.budget.as_ref()?);
+    left.exhausted().then(|| Refusal {
+        reply: Reply::caller_budget_exhausted(&caller.name),
+        chain: Some(chain),
+        skipped: Vec::new(),
+        retry_at_ms: Some(left.resets_at_ms),
     })
 }
 

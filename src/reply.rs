@@ -117,6 +117,20 @@ impl Reply {
         }
     }
 
+    /// The caller's own token budget is spent for the window: every provider is spent for it
+    /// (`Retry-After` says when its window rolls over).
+    pub fn caller_budget_exhausted(caller: &str) -> Reply {
+        Reply {
+            status: 429,
+            kind: "rate_limit_error",
+            code: "budget_exhausted",
+            message: format!(
+                "Caller {caller:?} has spent its token budget for now; no provider was contacted. Retry after the time Retry-After gives."
+            ),
+            should_retry: true,
+        }
+    }
+
     /// Every provider the request could use announced a spent rate limit, or spent its token
     /// budget (`Retry-After` says when the earliest comes back; docs/behaviour.md section 4).
     pub fn rate_limited_ahead(chain: &str) -> Reply {

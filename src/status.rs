@@ -18,7 +18,10 @@
 //!               "exhausted": false, "resets_at_ms": 1700006400000},
 //!    "tokens": {"window_ms": 900000, "input": 120000, "output": 8000, "cached_input": 64000},
 //!    "rate_limited_ahead": {"skipped_until_ms": 1700000020000, "announced_at_ms": 1699999999000,
-//!               "spent": "requests", "requests_remaining": 0, "tokens_remaining": 148000}}]}
+//!               "spent": "requests", "requests_remaining": 0, "tokens_remaining": 148000}}],
+//!  "callers": [
+//!   {"name": "team-a", "budget": {"tokens": 100000, "window_ms": 86400000, "spent": 100412,
+//!               "left": 0, "exhausted": true, "resets_at_ms": 1700006400000}}]}
 //! ```
 //! With `fleet` configured, a last member `fleet` shows the fleet's store (docs/behaviour.md
 //! section 15): `{"cluster", "domain", "state": "ok"|"unavailable"|"refused"|"unknown",
@@ -34,6 +37,8 @@
 //! `budget` is the provider's token budget (`null` without one, docs/behaviour.md section 15):
 //! what its current window spent, what is left, and when the window rolls over (`exhausted`:
 //! it is skipped until then).
+//! `callers` (only when the file names callers) is each named caller's own token budget, in
+//! the same form (`exhausted`: its requests are refused until `resets_at_ms`).
 //! `tokens` is what the provider's answers cost over the same 15 minutes (docs/behaviour.md
 //! section 15; `cached_input` is part of `input`), up to a second late as well.
 //! `rate_limited_ahead` is the last announcement of a spent rate limit the provider's answers
@@ -102,7 +107,21 @@ fn provider_status(
     }
     out.close_arr();
     recent_health(out.key("health"), s.recent);
-    out.key("budget");
+    budget_status(out.key("budget"), budget);
+    (out.key("tokens").open().key("window_ms"))
+        .num(BUCKETS as u64 * BUCKET_MS)
+        .key("input")
+        .num(used.input)
+        .key("output")
+        .num(used.output)
+        .key("cached_input")
+        .num(used.cached_input)
+        .close();
+}
+
+/// A provider's or a caller's token budget: what is left of it now (`null` without one).
+#[inline]
+fn budget_status(out: &mut Out, budget: Option<(&Budget, Left)>) {
     match budget {
         Some((b, left)) => {
             (out.open().key("tokens").num(b.tokens))
@@ -122,15 +141,6 @@ fn provider_status(
             out.null();
         }
     }
-    (out.key("tokens").open().key("window_ms"))
-        .num(BUCKETS as u64 * BUCKET_MS)
-        .key("input")
-        .num(used.input)
-        .key("output")
-        .num(used.output)
-        .key("cached_input")
-        .num(used.cached_input)
-        .close();
 }
 
 /// The provider's last announcement of a spent rate limit, and the end of its entry.
@@ -249,6 +259,16 @@ pub fn render(
         announced_status(&mut out, ahead, now_ms);
     }
     out.close_arr();
+    if !config.callers.is_empty() {
+        out.key("callers").open_arr();
+        for c in &config.callers {
+            let budget = (c.budget.as_ref()).map(|b| (b, budgets.left(&c.counter, b)));
+            out.open().key("name").str(&c.name);
+            budget_status(out.key("budget"), budget);
+            out.close();
+        }
+        out.close_arr();
+    }
     if let Some(f) = &config.fleet {
         let clock = crate::host::FixedClock(now_ms);
         fleet_status(
@@ -350,6 +370,32 @@ mod tests {
                    "exhausted": true, "resets_at_ms": 1_240_000})
         );
         assert_eq!(v["providers"][1]["budget"], Value::Null);
+        assert_eq!(v.get("callers"), None, "the file names no callers");
+    }
+
+    #[test]
+    fn each_named_callers_budget_says_what_is_left() {
+        let config = Config::from_json(
+            br#"{"providers":[{"name":"a"}],"chains":[{"name":"main","providers":["a"]}],
+                "caller_header":"x-team",
+                "callers":[{"name":"team-a","budget":{"tokens":100,"window":"1m"}},{"name":"team-b"}]}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let store = MemoryStore::default();
+        let clock = ManualClock::at(90_000);
+        let b = SharedBudgets {
+            store: &store,
+            clock: &clock,
+        };
+        b.spend("caller:team-a", &config.callers[0].budget.unwrap(), 30);
+        let v = status(&config, &store, &clock);
+        assert_eq!(
+            v["callers"],
+            json!([{"name": "team-a", "budget": {"tokens": 100, "window_ms": 60_000, "spent": 30,
+                       "left": 70, "exhausted": false, "resets_at_ms": 120_000}},
+                   {"name": "team-b", "budget": null}])
+        );
     }
 
     #[test]

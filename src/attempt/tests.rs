@@ -18,6 +18,7 @@ fn plan(slots: &[Slot]) -> PlanText {
     let record = PlanRecord {
         config: 0,
         chain: ChainId::FIRST,
+        team: Default::default(),
         start_ms: 1_000,
         body_len: 20,
         log_started: false,
@@ -64,6 +65,7 @@ fn same_api_record(
     PlanRecord {
         config: 0,
         chain,
+        team: Default::default(),
         start_ms: 1_000,
         body_len: 20,
         log_started: false,
@@ -268,6 +270,7 @@ fn streamed_plan() -> PlanText {
     let record = PlanRecord {
         config: 0,
         chain: ChainId::FIRST,
+        team: Default::default(),
         start_ms: 1_000,
         body_len: 20,
         log_started: false,
@@ -391,6 +394,7 @@ fn an_empty_or_unreadable_200_is_a_server_error() {
     let record = PlanRecord {
         config: 0,
         chain: ChainId::FIRST,
+        team: Default::default(),
         start_ms: 1_000,
         body_len: 0,
         log_started: false,
@@ -460,6 +464,7 @@ fn limited_plan(slots: &[Slot], limit: u8) -> PlanText {
     let record = PlanRecord {
         config: 0,
         chain: ChainId::FIRST,
+        team: Default::default(),
         start_ms: 1_000,
         body_len: 20,
         log_started: false,
@@ -627,6 +632,7 @@ fn an_entrys_settings_are_written_in_the_dialect_its_provider_gets() {
     let mut record = PlanRecord {
         config: 0,
         chain: ChainId::FIRST,
+        team: Default::default(),
         start_ms: 1_000,
         body_len: 20,
         log_started: false,

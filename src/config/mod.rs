@@ -3,7 +3,7 @@
 //!
 //! `Config::from_json` refuses anything half-valid: every problem is reported at once, each
 //! naming the field path and what to do about it (docs/behaviour.md section 9). One module per section:
-//! [`providers`], [`chains`], [`policies`] (breaker, dead marks, timeouts, request settings),
+//! [`providers`], [`chains`], [`callers`], [`policies`] (breaker, dead marks, timeouts, request settings),
 //! collecting into a path-scoped [`Problems`].
 //!
 //! Loading runs once per configuration, never per request: every function of it (here and in
@@ -11,6 +11,7 @@
 //! opt-level 3 but where it is called, the module crate's `load` at "z" (`module/src/lib.rs`;
 //! BENCHMARKS.md "Module size": about -20 KB). A new loading function is `#[inline]` too.
 
+mod callers;
 mod chains;
 mod envelope;
 mod error_path;
@@ -77,6 +78,7 @@ impl Config {
                 }
             }
         }
+        let callers = callers::validate(&raw.callers, raw.caller_header.as_deref(), &mut problems);
         let caller_chains = chains.iter().any(|c| !c.callers.is_empty());
         // A chain whose `paths` take the liveness path keeps it: the filter never answers a
         // path the configuration routes.
@@ -117,6 +119,7 @@ impl Config {
             liveness_path,
             forwarding,
             fleet,
+            callers,
         })
     }
 

@@ -388,6 +388,39 @@ pub struct Config {
     pub forwarding: super::forward::HeaderPolicy,
     /// The fleet's store, when `fleet:` is configured (`crate::fleet`).
     pub fleet: Option<Fleet>,
+    /// Callers known by name (the file's `callers`), at most [`MAX_CALLERS`].
+    pub callers: Vec<Caller>,
+}
+
+/// A caller known by name (a `caller_header` value): its token budget, if it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub name: String,
+    pub budget: Option<Budget>,
+    /// The name its budget is counted under (`budget::caller_counter`), made once here so a
+    /// request never builds it.
+    pub counter: String,
+}
+
+/// The name a caller's budget is counted under (shared data, the fleet's descriptors):
+/// `caller:<name>`, which no provider's name can be (a provider's name has no `:`).
+#[inline]
+pub fn caller_counter(name: &str) -> String {
+    let mut counter = String::with_capacity(7 + name.len());
+    counter.push_str("caller:");
+    counter.push_str(name);
+    counter
+}
+
+/// Which caller a request is from, as the token metric and the caller budgets tell callers
+/// apart: one the file names (its place in [`Config::callers`]), another (`other`), or none
+/// (no `caller_header` value, or the file names no callers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Team {
+    #[default]
+    None,
+    Other,
+    Known(u8),
 }
 
 impl Config {
@@ -409,6 +442,36 @@ impl Config {
             .map_while(|(i, p)| Some((ProviderId::new(i)?, p)))
     }
 
+    /// Which caller `caller` (the `caller_header` value) is: [`Team::None`] without one or
+    /// when the file names no callers (nothing read then).
+    pub fn team(&self, caller: Option<&str>) -> Team {
+        match caller {
+            Some(name) if !self.callers.is_empty() => (self.callers.iter())
+                .position(|c| c.name == name)
+                .and_then(|i| u8::try_from(i).ok())
+                .map_or(Team::Other, Team::Known),
+            _ => Team::None,
+        }
+    }
+
+    /// The caller a [`Team::Known`] names.
+    pub fn caller(&self, team: Team) -> Option<&Caller> {
+        match team {
+            Team::Known(i) => self.callers.get(usize::from(i)),
+            _ => None,
+        }
+    }
+
+    /// The `caller` label value of `team`'s tokens (docs/observability.md): its name, `other`,
+    /// or `None` for no label.
+    pub fn team_label(&self, team: Team) -> Option<&str> {
+        match team {
+            Team::None => None,
+            Team::Other => Some(OTHER_CALLER),
+            Team::Known(_) => self.caller(team).map(|c| c.name.as_str()),
+        }
+    }
+
     /// The chains with their ids, in configuration order.
     pub fn chain_ids(&self) -> impl Iterator<Item = (ChainId, &Chain)> {
         self.chains
@@ -424,8 +487,12 @@ pub const MAX_PROVIDERS: usize = 64;
 pub const MAX_CHAINS: usize = 256;
 pub const MAX_CHAIN_LEN: usize = 16;
 pub const MAX_BREAKER_FAILURES: u32 = 1000;
+/// Callers the file may name (one byte in the plan record, one metric label value each).
+pub const MAX_CALLERS: usize = 255;
+/// The `caller` label of every caller the file does not name (a name the file may not use).
+pub const OTHER_CALLER: &str = "other";
 
-/// A provider's token budget: at most `tokens` (input and output) per window of `window_ms`.
+/// A provider's or a caller's token budget: at most `tokens` (input and output) per window of `window_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub tokens: u64,

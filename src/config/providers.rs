@@ -170,18 +170,7 @@ fn validate_one(
     }
     let forward = forward_rule(p.forward_headers.as_ref(), api, at);
     let residency = residency(p, envelope, at);
-    let budget = p.budget.as_ref().and_then(|b| {
-        if b.tokens == 0 {
-            at.field("budget.tokens", "must be above 0 (omit budget for none)");
-        }
-        if b.window == 0 {
-            at.field("budget.window", "must be above 0 (e.g. 24h)");
-        }
-        (b.tokens > 0 && b.window > 0).then_some(crate::config::Budget {
-            tokens: b.tokens,
-            window_ms: b.window,
-        })
-    });
+    let budget = super::callers::budget(p.budget.as_ref(), at);
     Provider {
         name: p.name.clone(),
         cluster,

@@ -85,6 +85,19 @@ pub struct RawConfig {
     /// The fleet's store (docs/configuration.md "fleet"): budgets and breaker counts shared by
     /// every replica through Envoy's rate-limit service. Absent: everything per instance.
     pub fleet: Option<RawFleet>,
+    /// Callers (values of `caller_header`) known by name: each may have a token budget of its
+    /// own, and each is a `caller` label of the token metric (docs/behaviour.md section 15).
+    pub callers: Vec<RawCaller>,
+}
+
+/// `callers: [{name: team-a, budget: {tokens: 100000, window: 24h}}]`.
+#[derive(Debug, Clone)]
+pub struct RawCaller {
+    /// The `caller_header` value.
+    pub name: String,
+    /// At most this many tokens per window for this caller's requests, whichever provider
+    /// answers them.
+    pub budget: Option<RawBudget>,
 }
 
 /// `fleet: {address: 127.0.0.1:8081}` or `fleet: {cluster: ratelimit}`.

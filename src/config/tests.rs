@@ -485,6 +485,64 @@ fn a_provider_budget_is_read_and_refused_when_empty() {
 }
 
 #[test]
+fn callers_are_read_with_their_budgets_and_refused_with_the_fix() {
+    let c = load(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],
+            "caller_header":"x-team",
+            "callers":[{"name":"team-a","budget":{"tokens":100000,"window":"24h"}},
+                       {"name":"alice@example.com"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.callers[0],
+        Caller {
+            name: "team-a".into(),
+            budget: Some(Budget {
+                tokens: 100_000,
+                window_ms: 86_400_000
+            }),
+            counter: "caller:team-a".into(),
+        }
+    );
+    assert_eq!(c.callers[1].budget, None);
+    assert_eq!(c.team(Some("team-a")), Team::Known(0));
+    assert_eq!(c.team(Some("alice@example.com")), Team::Known(1));
+    assert_eq!(c.team(Some("team-z")), Team::Other);
+    assert_eq!(c.team(None), Team::None);
+    assert_eq!(
+        [Team::Known(0), Team::Other, Team::None].map(|t| c.team_label(t)),
+        [Some("team-a"), Some("other"), None]
+    );
+    // No callers named: nobody is told apart, whatever the header says.
+    let plain = load(r#"{"caller_header":"x-team","providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}]}"#).unwrap();
+    assert_eq!(plain.team(Some("team-a")), Team::None);
+
+    let e = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],
+            "callers":[{"name":"team-a","budget":{"tokens":0,"window":"24h"}},
+                       {"name":"team-a"},{"name":"other"},{"name":"a b"},{"name":""},
+                       {"name":"b","budget":{"tokens":5,"window":0}}]}"#,
+    );
+    assert_eq!(
+        e,
+        [
+            "callers: callers are told apart by caller_header: set it (the request header your auth filter sets)",
+            "callers[0].budget.tokens: must be above 0 (omit budget for none)",
+            "callers[1].name: caller \"team-a\" is already defined at callers[0]: names must be unique",
+            "callers[2].name: \"other\" is the label of callers the file does not name: rename this caller",
+            "callers[3].name: \"a b\" is not a caller name: write the caller_header value (printable, no spaces or '=', no '.' first or last)",
+            "callers[4].name: \"\" is not a caller name: write the caller_header value (printable, no spaces or '=', no '.' first or last)",
+            "callers[5].budget.window: must be above 0 (e.g. 24h)",
+        ]
+    );
+    let missing = errors_of(
+        r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],
+            "caller_header":"x-team","callers":[{"budget":{"tokens":5,"window":"1h"}}]}"#,
+    );
+    assert!(missing[0].contains("missing field `name`"), "{missing:?}");
+}
+
+#[test]
 fn provider_api_max_tokens_and_the_default_anthropic_version() {
     let c = load(
         r#"{"providers":[{"name":"o","api":"openai"},{"name":"a","api":"anthropic","max_tokens":1024},

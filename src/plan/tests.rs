@@ -123,6 +123,66 @@ fn a_spent_budget_skips_its_provider_without_an_attempt_or_reading_its_health() 
 }
 
 #[test]
+fn a_caller_whose_budget_is_spent_is_refused_before_any_provider_is_read() {
+    let c = config(
+        r#"{"providers":[{"name":"a"},{"name":"b","budget":{"tokens":10,"window":"10s"}}],
+        "chains":[{"name":"main","providers":["a","b"]}],"caller_header":"x-team",
+        "callers":[{"name":"team-a","budget":{"tokens":100,"window":"24h"}},{"name":"team-b"}]}"#,
+    );
+    let mut health = FakeHealth::default();
+    health.spent.insert("caller:team-a", 86_400_000);
+    let as_caller = |caller| RequestFacts {
+        model: "m",
+        caller,
+        ..Default::default()
+    };
+    let refusal = plan_or_refuse(&c, &as_caller(Some("team-a")), &health).unwrap_err();
+    assert_eq!(
+        (
+            refusal.reply.status,
+            refusal.reply.code,
+            refusal.reply.should_retry
+        ),
+        (429, "budget_exhausted", true)
+    );
+    assert!(
+        refusal.reply.message.contains("\"team-a\""),
+        "{}",
+        refusal.reply.message
+    );
+    assert_eq!(
+        refusal.retry_at_ms,
+        Some(86_400_000),
+        "when its window rolls over"
+    );
+    assert_eq!(refusal.chain, Some(ChainId::FIRST));
+    assert!(refusal.skipped.is_empty(), "no provider was looked at");
+    assert!(reads(&health).is_empty());
+    // Another caller, a caller without a budget, an unnamed one and none are planned as usual.
+    for caller in [Some("team-b"), Some("team-c"), None] {
+        assert_eq!(
+            entries(&plan(&c, &as_caller(caller), &health).unwrap()),
+            vec![0, 1]
+        );
+    }
+    // A provider budget spent too: still the caller's refusal (nothing else is read).
+    health.spent.insert("b", 5_000);
+    let refusal = plan_or_refuse(&c, &as_caller(Some("team-a")), &health).unwrap_err();
+    assert_eq!(refusal.retry_at_ms, Some(86_400_000));
+    // Without run-time state (explain) nothing is spent.
+    struct Blind;
+    impl Gatekeeper for Blind {
+        fn gate(&self, _: ProviderId, _: &str) -> Admission {
+            Admission::Available {
+                pristine: true,
+                probe: false,
+            }
+        }
+    }
+    assert!(plan(&c, &as_caller(Some("team-a")), &Blind).is_ok());
+}
+
+#[test]
 fn an_announced_empty_rate_limit_skips_its_provider_until_its_reset() {
     let c = config(THREE);
     let mut health = FakeHealth::default();

@@ -11,15 +11,15 @@
 //! the root's tick ([`Metrics::count_tokens`]), and the attempt log, held from the settle, is
 //! written once, with the tokens, instead of twice.
 //!
-//! Where the usage features plug in: [`Counting::finish`] is the one place a served
-//! answer's `usage::Usage` is known, with its provider: it counts the tokens
-//! (`Metrics::token_slot` holds the provider and model label), spends them from the provider's
-//! budget (`super::spend_budget`), and the attempt log entry it writes carries
+//! [`Counting::finish`] is the one place a served answer's `usage::Usage` is known, with its
+//! provider and caller: it counts the tokens (`Metrics::token_slot` holds the provider, model
+//! and caller labels), spends them from the provider's budget and the caller's
+//! (`super::spend_budget`), and the attempt log entry it writes carries
 //! `in=/out=/cached=` for whatever reads the access log's attempts.
 
 use super::{Host, Metrics};
 use crate::attempt_log;
-use crate::config::Config;
+use crate::config::{Config, Team};
 use crate::ids::ProviderId;
 use crate::usage;
 use crate::wire;
@@ -35,15 +35,24 @@ pub struct Counting {
     /// Its `Metrics::token_slot` (provider and model label).
     slot: usize,
     provider: ProviderId,
+    /// The request's caller (its budget is spent too).
+    team: Team,
 }
 
 impl Counting {
-    pub fn new(dialect: usage::Dialect, log: String, slot: usize, provider: ProviderId) -> Self {
+    pub fn new(
+        dialect: usage::Dialect,
+        log: String,
+        slot: usize,
+        provider: ProviderId,
+        team: Team,
+    ) -> Self {
         Counting {
             dialect,
             log,
             slot,
             provider,
+            team,
         }
     }
 
@@ -60,7 +69,7 @@ impl Counting {
     }
 
     /// The answer's last byte passed with `usage` read from it: counts it, spends it from the
-    /// provider's budget and writes the attempt log with it.
+    /// provider's budget and the caller's and writes the attempt log with it.
     #[inline(never)]
     pub fn finish(
         mut self,
@@ -72,7 +81,7 @@ impl Counting {
         if let Some(usage) = usage {
             metrics.count_tokens(self.slot, &usage);
             if let Some(provider) = config.provider(self.provider) {
-                super::spend_budget(host, provider, &usage);
+                super::spend_budget(host, provider, config.caller(self.team), &usage);
             }
             attempt_log::push_usage(&mut self.log, &usage);
             if config.log_models {

@@ -10,7 +10,7 @@
 
 use super::{health, Host, MetricKind};
 use crate::classify::Class;
-use crate::config::Config;
+use crate::config::{Config, Team};
 use crate::health::{BreakerState, Pending};
 use crate::ids::{ChainId, ProviderId};
 use crate::metrics as names;
@@ -45,8 +45,9 @@ pub struct Metrics {
     /// Provider -> answers this worker counted and has not written to the shared health record
     /// yet (`health::Pending`: the success path writes nothing; the root's tick adds them).
     answers: Vec<Cell<Pending>>,
-    /// `llm_failover_tokens_total` by (provider, model label), in the order first counted: a
-    /// short list (its labels are bounded by configuration, `Attempt::usage_model`).
+    /// `llm_failover_tokens_total` by (provider, model label, caller), in the order first
+    /// counted: a short list (its labels are bounded by configuration,
+    /// `Attempt::usage_model`, `Config::team_label`).
     tokens: RefCell<Vec<TokenSlot>>,
     /// `llm_failover_fleet_sync_total` by result (`fleet::StoreState::RESULTS`), defined at
     /// configure with `fleet` on.
@@ -59,6 +60,7 @@ pub struct Metrics {
 struct TokenSlot {
     provider: ProviderId,
     model: Box<str>,
+    team: Team,
     ids: [Option<u32>; 3],
     held: Usage,
 }
@@ -231,8 +233,8 @@ impl Metrics {
             .unwrap_or_default()
     }
 
-    /// The token slot of `provider` and model label `model` (its counters defined the first
-    /// time), for [`Metrics::count_tokens`].
+    /// The token slot of `provider`, model label `model` and caller `team` (its counters
+    /// defined the first time), for [`Metrics::count_tokens`].
     #[inline(never)]
     pub fn token_slot(
         &self,
@@ -240,23 +242,26 @@ impl Metrics {
         config: &Config,
         provider: ProviderId,
         model: &str,
+        team: Team,
     ) -> usize {
         let mut slots = self.tokens.borrow_mut();
         if let Some(at) = slots
             .iter()
-            .position(|s| s.provider == provider && &*s.model == model)
+            .position(|s| s.provider == provider && s.team == team && &*s.model == model)
         {
             return at;
         }
+        let caller = config.team_label(team);
         let ids = Kind::ALL.map(|kind| {
             host.define_metric(
                 MetricKind::Counter,
-                &names::tokens(name(config, provider), model, kind),
+                &names::tokens(name(config, provider), model, kind, caller),
             )
         });
         slots.push(TokenSlot {
             provider,
             model: model.into(),
+            team,
             ids,
             held: Usage::default(),
         });

@@ -49,7 +49,7 @@ impl LocalAnswers {
 }
 
 use crate::budget::{Budgets, SharedBudgets};
-use crate::config::{Config, Provider};
+use crate::config::{Caller, Config, Provider};
 use crate::health::{Admission, Health};
 use crate::host::{Clock, FixedClock, SharedStore};
 use crate::ids::ProviderId;
@@ -264,10 +264,10 @@ pub fn init_health_records(config: &Config, host: &impl Host) {
 }
 
 /// The usage counting's one call when the answer the caller got has its usage: counts it
-/// against the provider's token budget, if it has one (`budget::spend`, docs/internals.md).
-/// Reads the clock only for a provider with a budget.
-pub fn spend_budget(host: &impl Host, provider: &Provider, usage: &Usage) {
-    if provider.budget.is_none() {
+/// against the provider's token budget and the caller's, whichever has one (`budget::spend`,
+/// docs/internals.md). Reads the clock only when one has.
+pub fn spend_budget(host: &impl Host, provider: &Provider, caller: Option<&Caller>, usage: &Usage) {
+    if !crate::budget::spends(provider, caller) {
         return;
     }
     let clock = FixedClock(host.now_ms());
@@ -275,7 +275,7 @@ pub fn spend_budget(host: &impl Host, provider: &Provider, usage: &Usage) {
         store: host,
         clock: &clock,
     };
-    crate::budget::spend(&budgets, provider, usage);
+    crate::budget::spend(&budgets, provider, caller, usage);
 }
 
 #[cfg(test)]

@@ -371,7 +371,7 @@ impl Gateway {
     /// `llm_failover_tokens_total{provider, model}` by kind, after a tick.
     fn tokens(&self, provider: &str, model: &str) -> [u64; 3] {
         self.tick();
-        crate::usage::Kind::ALL.map(|kind| self.metric(&names::tokens(provider, model, kind)))
+        crate::usage::Kind::ALL.map(|kind| self.metric(&names::tokens(provider, model, kind, None)))
     }
 
     fn chat(&self, model: &str, providers: &[Provider]) -> Response {
@@ -1649,6 +1649,8 @@ mod clouds;
 
 mod announced;
 
+mod callers;
+
 // ---------------------------------------------------------------------------------------------
 // docs/behaviour.md section 15: token budgets, through the downstream role.
 
@@ -1675,7 +1677,7 @@ fn a_spent_budget_skips_its_provider_until_its_window_rolls_over() {
             cached_input: 0,
         };
         let p = &gw.config.providers[provider];
-        super::spend_budget(&host, p, &usage);
+        super::spend_budget(&host, p, None, &usage);
     };
     gw.world.advance(2_500);
     // 9 of a's 10 tokens: a is still tried.
@@ -1757,7 +1759,12 @@ fn the_serving_providers_usage_is_counted_once_and_the_failed_ones_not_at_all() 
     let r = gw.chat("gpt-4o", &[failed, served]);
     assert_eq!(r.clusters(), ["ca", "cb"]);
     assert_eq!(
-        gw.metric(&names::tokens("b", "b-large", crate::usage::Kind::Input)),
+        gw.metric(&names::tokens(
+            "b",
+            "b-large",
+            crate::usage::Kind::Input,
+            None
+        )),
         0,
         "added by the tick"
     );

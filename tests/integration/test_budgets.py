@@ -1,10 +1,15 @@
-"""Token budgets per provider through a real Envoy with two workers (docs/behaviour.md section
-15, docs/configuration.md "Token budgets"): counted exactly across workers from the answers'
-usage, a spent provider skipped without an attempt (metrics, access log, fallback reason,
-status), every provider spent answered 429 budget_exhausted in the caller's dialect with
-Retry-After and x-should-retry, and the provider back when its window rolls over.
+"""Token budgets per provider and per caller through a real Envoy with two workers
+(docs/behaviour.md section 15, docs/configuration.md "Token budgets" and "Token budgets per
+caller"): counted exactly across workers from the answers' usage, a spent provider skipped
+without an attempt (metrics, access log, fallback reason, status), every provider spent
+answered 429 budget_exhausted in the caller's dialect with Retry-After and x-should-retry, and
+the provider back when its window rolls over. A named caller's answers spend its own budget
+whichever provider served them; spent, its requests get 429 budget_exhausted in their own API's
+shape with Retry-After and no attempt, while other callers are answered;
+llm_failover_tokens_total's caller label shows the spend per team (`other` for callers the file
+does not name, no label without a caller).
 
-One Envoy for the module (--concurrency 2, the harness's default); each answer costs 12 tokens
+One Envoy per fixture (--concurrency 2, the harness's default); each answer costs 12 tokens
 (8 input + 4 output)."""
 import json
 import time
@@ -13,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import harness
-from harness import free_port, wait_until
+from harness import free_port, prometheus_samples, wait_until
 
 if harness.external_mode():
     pytest.skip("needs its own gateway with its own budgets", allow_module_level=True)
@@ -119,3 +124,108 @@ def test_a_spent_provider_is_skipped_then_every_provider_spent_is_429_until_the_
     wait_until(lambda: time.time() * 1000 > resets + 20, 3, "the budget window's end")
     r = gw.chat("gpt-b")
     assert r.status == 200 and r.header("x-llm-provider") == "a"
+
+
+TEAMS_CONFIG = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+status_path: /llm-failover/status
+status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
+caller_header: x-team
+providers:
+  - {name: a, endpoint: "127.0.0.1:${A_PORT}"}
+  - {name: b, endpoint: "127.0.0.1:${B_PORT}"}
+chains:
+  - {name: main, models: ["*"], providers: [a, b]}
+callers:
+  - {name: team-a, budget: {tokens: 36, window: 24h}}
+  - {name: team-b}
+"""
+MESSAGES = {"model": "gpt-4o", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+
+
+class Teams(harness.MockedGateway):
+    """One Envoy (two workers) and two mocks, whose callers have budgets."""
+
+    def __init__(self, tmp):
+        self.status_port = free_port()
+        super().__init__(TEAMS_CONFIG, tmp, "ab", env={"STATUS_PORT": str(self.status_port)},
+                         concurrency=2)
+
+    def mocks_started(self):
+        for m in self.mocks.values():
+            m.set_default(usage=USAGE)
+
+    def status(self):
+        r = harness.http_request(f"http://127.0.0.1:{self.status_port}", "GET", STATUS)
+        return json.loads(r.body)
+
+    def tokens(self):
+        """{(caller label or None, kind): tokens} of llm_failover_tokens_total."""
+        out = {}
+        for labels, value in prometheus_samples(self.gw.prometheus(),
+                                                "llm_failover_tokens_total"):
+            key = (labels.get("caller"), labels["kind"])
+            out[key] = out.get(key, 0) + value
+        return out
+
+
+@pytest.fixture(scope="module")
+def teams(tmp_path_factory):
+    m = Teams(tmp_path_factory.mktemp("caller_budgets"))
+    yield m
+    m.stop()
+
+
+def as_team(team):
+    return {"x-team": team} if team else {}
+
+
+def test_a_spent_team_gets_429_in_its_own_api_while_other_teams_are_answered(teams):
+    gw, m = teams.gw, teams.mocks
+    # Three answers at once, on both workers: 36 tokens, team-a's whole budget, each counted.
+    with ThreadPoolExecutor(3) as pool:
+        codes = list(pool.map(lambda _: gw.chat("gpt-4o", headers=as_team("team-a")).status,
+                              range(3)))
+    assert codes == [200] * 3
+    served = m["a"].request_count() + m["b"].request_count()
+    assert served == 3
+    team_a = teams.status()["callers"][0]
+    assert team_a["name"] == "team-a"
+    budget = team_a["budget"]
+    assert (budget["spent"], budget["left"], budget["exhausted"]) == (36, 0, True)
+    assert budget["window_ms"] == 86_400_000 and budget["resets_at_ms"] % 86_400_000 == 0
+
+    # Spent: refused in the caller's own API, no provider contacted.
+    for path, body in [("/v1/chat/completions", None), ("/v1/messages", MESSAGES)]:
+        r = gw.post(path, json=body or {"model": "gpt-4o",
+                                        "messages": [{"role": "user", "content": "hi"}]},
+                    headers=as_team("team-a"))
+        assert r.status == 429, r.body
+        err = json.loads(r.body)
+        assert err["error"]["code"] == "budget_exhausted", err
+        assert err["error"]["type"] == "rate_limit_error", err
+        assert (err.get("type") == "error") == (path == "/v1/messages"), err
+        assert "team-a" in err["error"]["message"], err
+        assert r.header("x-should-retry") == "true"
+        assert 1 <= int(r.header("retry-after")) <= 86_400
+        assert r.header("x-llm-attempts") == "0" and r.header("x-llm-provider") is None
+    assert m["a"].request_count() + m["b"].request_count() == served, "no attempt"
+
+    # Another team, a caller the file does not name and no caller at all are answered.
+    for team in ["team-b", "team-z", None]:
+        r = gw.chat("gpt-4o", headers=as_team(team))
+        assert r.status == 200 and r.header("x-llm-provider") == "a", (team, r.body)
+    assert teams.status()["callers"][1] == {"name": "team-b", "budget": None}
+
+    # Spend per team is one query: llm_failover_tokens_total by caller.
+    want = {("team-a", "input"): 24, ("team-a", "output"): 12,
+            ("team-b", "input"): 8, ("team-b", "output"): 4,
+            ("other", "input"): 8, ("other", "output"): 4,
+            (None, "input"): 8, (None, "output"): 4}
+
+    def counted():
+        got = teams.tokens()
+        return all(got.get(k) == v for k, v in want.items()) and got
+    got = wait_until(counted, 10, "the tokens per caller in the metrics")
+    assert set(k for k in got if got[k]) == set(want), got

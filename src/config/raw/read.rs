@@ -12,8 +12,9 @@
 //! defaults raw.rs names.
 
 use super::{
-    RawBreaker, RawBudget, RawCapabilities, RawChain, RawChainEntry, RawConfig, RawCredential,
-    RawDeadMarks, RawFleet, RawProvider, RawRetrySettings, RawTimeouts, RawTrigger, Role, Routing,
+    RawBreaker, RawBudget, RawCaller, RawCapabilities, RawChain, RawChainEntry, RawConfig,
+    RawCredential, RawDeadMarks, RawFleet, RawProvider, RawRetrySettings, RawTimeouts, RawTrigger,
+    Role, Routing,
 };
 use serde::de::{DeserializeSeed, Deserializer};
 use serde::Deserialize;
@@ -87,6 +88,7 @@ static CONFIG: Shape = Shape {
         "models_path",
         "liveness_path",
         "fleet",
+        "callers",
     ],
     tys: &[
         Ty::Role,
@@ -107,6 +109,7 @@ static CONFIG: Shape = Shape {
         Ty::Str,
         Ty::Str,
         Ty::Opt(&Ty::Struct(&FLEET)),
+        Ty::List(&Ty::Struct(&CALLER)),
     ],
     required: 1 << 6 | 1 << 7,
 };
@@ -130,6 +133,13 @@ static FLEET: Shape = Shape {
         Ty::Str,
     ],
     required: 0,
+};
+
+static CALLER: Shape = Shape {
+    name: "RawCaller",
+    fields: &["name", "budget"],
+    tys: &[Ty::Str, Ty::Opt(&Ty::Struct(&BUDGET))],
+    required: 1,
 };
 
 static PROVIDER: Shape = Shape {
@@ -304,7 +314,7 @@ impl<'de> Deserialize<'de> for RawConfig {
 
 #[inline]
 fn config(v: V) -> RawConfig {
-    let [role, routing, hold_answers, body_limit, log_models, ask_stream_usage, providers, chains, breaker, dead_marks, timeouts, opt_out_header, caller_header, gateway_credential_headers, status_path, models_path, liveness_path, fleet] =
+    let [role, routing, hold_answers, body_limit, log_models, ask_stream_usage, providers, chains, breaker, dead_marks, timeouts, opt_out_header, caller_header, gateway_credential_headers, status_path, models_path, liveness_path, fleet, callers] =
         v.fields();
     RawConfig {
         role: match role {
@@ -344,6 +354,7 @@ fn config(v: V) -> RawConfig {
                 on_unavailable: on_unavailable.str().unwrap_or(d.on_unavailable),
             }
         }),
+        callers: callers.list(caller),
     }
 }
 
@@ -368,14 +379,26 @@ fn provider(v: V) -> RawProvider {
         api: api.str(),
         max_tokens: max_tokens.small(),
         residency: residency.str(),
-        budget: budget.section(|v| {
-            let [tokens, window] = v.fields();
-            RawBudget {
-                tokens: tokens.num().unwrap_or_default(),
-                window: window.num().unwrap_or_default(),
-            }
-        }),
+        budget: budget.section(self::budget),
         reserve_tokens: reserve_tokens.num().unwrap_or_default(),
+    }
+}
+
+#[inline]
+fn caller(v: V) -> RawCaller {
+    let [name, budget] = v.fields();
+    RawCaller {
+        name: name.str().unwrap_or_default(),
+        budget: budget.section(self::budget),
+    }
+}
+
+#[inline]
+fn budget(v: V) -> RawBudget {
+    let [tokens, window] = v.fields();
+    RawBudget {
+        tokens: tokens.num().unwrap_or_default(),
+        window: window.num().unwrap_or_default(),
     }
 }
 

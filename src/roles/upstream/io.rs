@@ -220,8 +220,10 @@ impl<H: Host> Io<H> {
         match (dialect, settled.marker) {
             // Its answer goes to the caller: what it cost is read as it passes.
             (Some(dialect), marker) if marker != Marker::Set => {
-                let slot = metrics.token_slot(host, config, settled.provider, a.usage_model());
-                let counting = Counting::new(dialect, log, slot, settled.provider);
+                let team = a.plan.team;
+                let slot =
+                    metrics.token_slot(host, config, settled.provider, a.usage_model(), team);
+                let counting = Counting::new(dialect, log, slot, settled.provider, team);
                 (marker, Some(counting))
             }
             (_, marker) => {

@@ -34,7 +34,8 @@ const EVERY_FIELD: &str = concat!(
     r#""first_token":"2s"},"opt_out_header":"x-llm-fallback","caller_header":"x-caller","#,
     r#""gateway_credential_headers":["authorization"],"status_path":"/status","#,
     r#""models_path":"/v1/models","liveness_path":"/live","fleet":{"address":"127.0.0.1:8081","#,
-    r#""cluster":"rl","domain":"d","sync":"1s","timeout":"200ms","on_unavailable":"open"}}"#
+    r#""cluster":"rl","domain":"d","sync":"1s","timeout":"200ms","on_unavailable":"open"},"#,
+    r#""callers":[{"name":"c","budget":{"tokens":7,"window":"1h"}},{"name":"d"}]}"#
 );
 
 /// Both readings of `text`: the value printed, or the error with serde_path_to_error's path.

@@ -54,6 +54,8 @@ pub struct RawConfig {
     pub liveness_path: String,
     #[serde(default)]
     pub fleet: Option<RawFleet>,
+    #[serde(default)]
+    pub callers: Vec<RawCaller>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -80,6 +82,14 @@ impl Default for RawFleet {
             on_unavailable: "open".to_string(),
         }
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCaller {
+    pub name: String,
+    #[serde(default)]
+    pub budget: Option<RawBudget>,
 }
 
 impl RawConfig {
