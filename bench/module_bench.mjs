@@ -12,9 +12,11 @@
 //                                                     (deterministic; about 5 min for two modules)
 //   options: --requests N (100000 per run) --warmup N (20000) --runs R (5) --chunks C (20
 //   interleaved slices per run) --max-seconds S (60, per run) --sizes 1KB,50KB --verbose
-//   --budget N (the first provider gets a budget of N tokens a day) --no-ask (ask_stream_usage
-//   off) --fleet (with --budget: the fleet's store configured, so the budget's record carries
-//   the fleet's figure; no sync runs) --rate-limit-headers (every answer carries OpenAI's six rate-limit headers, room left)
+//   --budget N (the first provider gets a budget of N tokens a day) --team-budget N (requests
+//   come from caller team-a, with a budget of N tokens a day) --no-ask (ask_stream_usage off)
+//   --fleet (with --budget: the fleet's store configured, so the budget's record carries the
+//   fleet's figure; no sync runs) --rate-limit-headers (every answer carries OpenAI's six
+//   rate-limit headers, room left)
 //   (sizes 1KB-stream and 50KB-stream: the same bodies asking for a stream with its usage,
 //   answered by a three-chunk event stream; the hostcall sequence Envoy 1.40 makes for a held
 //   stream, not checked against a trace log; 1KB-unasked and 50KB-unasked: a stream whose
@@ -68,13 +70,20 @@ const BUDGET = BUDGET_AT > 0 ? Number(process.argv[BUDGET_AT + 1]) : 0;
 const CONFIG_BUDGET = BUDGET > 0
   ? CONFIG_REST.replace('"value":"sk-primary"}}', `"value":"sk-primary"},"budget":{"tokens":${BUDGET},"window":"24h"}}`)
   : CONFIG_REST;
-// `--no-ask`: ask_stream_usage off (a stream whose caller did not ask for its usage is not
-// asked for it: the unasked sizes' cost of asking is the module's figure with it less without).
 const FLEET = process.argv.includes("--fleet");
 const CONFIG_FLEET = FLEET ? '"fleet":{"cluster":"ratelimit"},' + CONFIG_BUDGET : CONFIG_BUDGET;
-const CONFIG_USED = process.argv.includes("--no-ask")
-  ? '"ask_stream_usage":false,' + CONFIG_FLEET
+// `--team-budget N`: requests come from caller team-a (`x-team`), which has a token budget of
+// N tokens a day (the cost of a caller budget: its check in planning, its spend per answer).
+const TEAM_AT = process.argv.indexOf("--team-budget");
+const TEAM_BUDGET = TEAM_AT > 0 ? Number(process.argv[TEAM_AT + 1]) : 0;
+const CONFIG_TEAM = TEAM_BUDGET > 0
+  ? `"caller_header":"x-team","callers":[{"name":"team-a","budget":{"tokens":${TEAM_BUDGET},"window":"24h"}}],` + CONFIG_FLEET
   : CONFIG_FLEET;
+// `--no-ask`: ask_stream_usage off (a stream whose caller did not ask for its usage is not
+// asked for it: the unasked sizes' cost of asking is the module's figure with it less without).
+const CONFIG_USED = process.argv.includes("--no-ask")
+  ? '"ask_stream_usage":false,' + CONFIG_TEAM
+  : CONFIG_TEAM;
 const CONFIG = {
   downstream: latin1Bytes('{"role":"downstream",' + CONFIG_USED),
   upstream: latin1Bytes('{"role":"upstream",' + CONFIG_USED),
@@ -101,6 +110,7 @@ const requestHeaders = (len) => [
   ["content-type", "application/json"], ["content-length", String(len)],
   ["authorization", "Bearer sk-bench"], ["x-forwarded-proto", "http"],
   ["x-request-id", "6f1c2b1e-8d7a-4c55-9a39-0f6e2d4b7c11"],
+  ...(TEAM_BUDGET > 0 ? [["x-team", "team-a"]] : []),
 ];
 // `--rate-limit-headers`: every answer also carries OpenAI's six rate-limit headers, with room
 // left (the cost of reading them on every answer: docs/configuration.md "Rate limits announced
@@ -688,6 +698,7 @@ function parseArgs(argv) {
     else if (a === "--verbose") o.verbose = true;
     else if (a === "--just") o.just = Number(val());
     else if (a === "--budget") o.budget = val(); // read at load (BUDGET)
+    else if (a === "--team-budget") o.teamBudget = val(); // read at load (TEAM_BUDGET)
     else if (a === "--no-ask") o.noAsk = true; // read at load (CONFIG_USED)
     else if (a === "--fleet") o.fleet = true; // read at load (CONFIG_FLEET)
     else if (a === "--rate-limit-headers") o.rateLimitHeaders = true; // read at load
@@ -695,7 +706,7 @@ function parseArgs(argv) {
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
     }
     else if (a === "-h" || a === "--help") {
-      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 21)
+      console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 23)
         .map((l) => l.replace(/^\/\/ ?/, "")).join("\n"));
       process.exit(0);
     } else if (a.startsWith("--")) throw new Error(`unknown option ${a}`);
@@ -721,6 +732,7 @@ function instructions(file, size, n1, n2) {
       "--cachegrind-out-file=/dev/null", process.execPath, "--predictable",
       fileURLToPath(import.meta.url), file, "--sizes", size, "--just", String(n),
       ...(BUDGET > 0 ? ["--budget", String(BUDGET)] : []),
+      ...(TEAM_BUDGET > 0 ? ["--team-budget", String(TEAM_BUDGET)] : []),
       ...(process.argv.includes("--no-ask") ? ["--no-ask"] : []),
       ...(FLEET ? ["--fleet"] : []),
       ...(RATE_LIMIT_HEADERS.length ? ["--rate-limit-headers"] : [])],

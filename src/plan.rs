@@ -125,18 +125,7 @@ pub fn plan_or_refuse(
     facts: &RequestFacts,
     health: &dyn Gatekeeper,
 ) -> Result<Plan, Refusal> {
-    let Some((chain_index, chain)) = select_chain(config, facts) else {
-        // A request that names no model (a GET, a body without one) asked for an endpoint this
-        // gateway does not serve: say that, not that "" is an unknown model.
-        return Err(Refusal::bare(if facts.model.is_empty() {
-            Reply::route_not_found(facts.path.unwrap_or("/"))
-        } else {
-            Reply::model_not_recognized(facts.model)
-        }));
-    };
-    if chain.entries.is_empty() {
-        return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
-    }
+    let (chain_index, chain) = chain_for(config, facts)?;
     if let Some(refusal) = caller_spent(config, chain_index, facts, health) {
         return Err(refusal);
     }
@@ -259,6 +248,27 @@ pub fn plan_or_refuse(
         context_window: usable(&chain.context_window),
         content_policy: usable(&chain.content_policy),
     })
+}
+
+/// The request's chain ([`select_chain`]), or the refusal when no chain serves it or the one
+/// that does has no provider.
+fn chain_for<'c>(
+    config: &'c Config,
+    facts: &RequestFacts,
+) -> Result<(ChainId, &'c Chain), Refusal> {
+    let Some((chain_index, chain)) = select_chain(config, facts) else {
+        // A request that names no model (a GET, a body without one) asked for an endpoint this
+        // gateway does not serve: say that, not that "" is an unknown model.
+        return Err(Refusal::bare(if facts.model.is_empty() {
+            Reply::route_not_found(facts.path.unwrap_or("/"))
+        } else {
+            Reply::model_not_recognized(facts.model)
+        }));
+    };
+    if chain.entries.is_empty() {
+        return Err(Refusal::bare(Reply::no_provider_configured(&chain.name)));
+    }
+    Ok((chain_index, chain))
 }
 
 /// The refusal of a caller whose own token budget is spent (docs/behaviour.md section 15):
