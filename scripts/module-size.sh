@@ -27,9 +27,9 @@ cd "$(dirname "$0")/.."
 # CEILING leaves 1 KB for the compiler's version, as above.
 # Token budgets per caller (the `callers` section and its validation, the caller refusal, the
 # caller in the plan record, the token metric's `caller` label, the status endpoint's
-# `callers`): +4,990 (531,354 -> 536,344 on aaebad6); SIZE_ON_MAIN.
+# `callers`): +4,990 (531,354 -> 536,344 on aaebad6); 564,988 on main at 185296b with it.
 # CEILING leaves 1 KB for the compiler's version, as above.
-CEILING=565700
+CEILING=566000
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

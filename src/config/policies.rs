@@ -47,7 +47,8 @@ pub fn fleet_window_problem(ms: u64) -> String {
     )
 }
 
-/// The `fleet` section, and what it asks of the rest: budget windows in the service's units,
+/// The `fleet` section, and what it asks of the rest: budget windows (providers' and callers')
+/// in the service's units,
 /// limits that fit its 32-bit `requests_per_unit`, `breaker.fleet_failures` only with it.
 #[inline]
 pub fn fleet(raw: &RawConfig, problems: &mut Problems) -> Option<Fleet> {
@@ -61,9 +62,13 @@ pub fn fleet(raw: &RawConfig, problems: &mut Problems) -> Option<Fleet> {
         return None;
     };
     fleet_section(f, problems.at("fleet"));
-    for (i, p) in raw.providers.iter().enumerate() {
-        let Some(b) = &p.budget else { continue };
-        let mut at = problems.at(format!("providers[{i}].budget"));
+    let providers = (raw.providers.iter().enumerate())
+        .map(|(i, p)| (format!("providers[{i}].budget"), p.budget.as_ref()));
+    let callers = (raw.callers.iter().enumerate())
+        .map(|(i, c)| (format!("callers[{i}].budget"), c.budget.as_ref()));
+    for (path, budget) in providers.chain(callers) {
+        let Some(b) = budget else { continue };
+        let mut at = problems.at(path);
         if b.window > 0 && WindowUnit::of(b.window).is_none() {
             at.field("window", fleet_window_problem(b.window));
         }

@@ -1044,6 +1044,15 @@ fn the_fleet_refuses_windows_the_store_does_not_count_in() {
         errors[0].problem,
         "90m is not a window the fleet's store counts in: with `fleet` on, use 1s, 1m, 1h, 24h, 7d, 30d (the service's month) or 365d (its year)"
     );
+    // A caller's budget the same.
+    let callers = r#","caller_header":"x-team","callers":[{"name":"t","budget":{"tokens":5,"window":"90m"}}]"#;
+    let errors = load(&format!("{fleet}{callers}"), "1h").unwrap_err();
+    assert_eq!(errors[0].field, "callers[0].budget.window");
+    assert!(
+        errors[0].problem.starts_with("90m is not a window"),
+        "{errors:?}"
+    );
+    assert!(load(callers, "1h").is_ok());
     for window in ["1s", "1m", "1h", "24h", "7d", "30d", "365d"] {
         let config = load(fleet, window).unwrap();
         let f = config.fleet.unwrap();
