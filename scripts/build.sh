@@ -3,6 +3,8 @@
 #   dist/llm_failover.wasm        the proxy-wasm module to load in Envoy (release, wasm-opt'ed:
 #                                 binaryen 132 from npm, scripts/binaryen.sh, else Debian's
 #                                 wasm-opt when installed)
+#   dist/libllm_failover.so       the same filter as an Envoy dynamic module (Envoy 1.40/1.41;
+#                                 package llm-failover-native, host toolchain, docs/native.md)
 #   target/release/llm-failover   the host CLI (package llm-failover-cli)
 # The wasm toolchain is picked automatically; LLM_FAILOVER_TOOLCHAIN forces one:
 #   rustup  rustup's stable with the wasm32-wasip1 target (added with a bounded
@@ -109,11 +111,23 @@ fi
 mv "$out.tmp" "$out"
 echo "build: $out: $(wc -c <"$out") bytes, $opt_note, toolchain: $MODE"
 
-# Host CLI: rustup's cargo when it works, otherwise Debian's.
+# Host builds: rustup's cargo when it works, otherwise Debian's.
+host_cargo() {
+  if cargo --version >/dev/null 2>&1; then
+    cargo "$@"
+  else
+    env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc cargo "$@"
+  fi
+}
+
+# The native module: the host target, the `native` profile (release with unwinding, so a
+# panic fails one request closed instead of aborting Envoy).
 start=$SECONDS
-if cargo --version >/dev/null 2>&1; then
-  cargo build --release -p llm-failover-cli
-else
-  env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc cargo build --release -p llm-failover-cli
-fi
+host_cargo build --profile native -p llm-failover-native
+cp "$TDIR/native/libllm_failover.so" dist/libllm_failover.so.tmp
+mv dist/libllm_failover.so.tmp dist/libllm_failover.so
+echo "build: dist/libllm_failover.so: $(wc -c <dist/libllm_failover.so) bytes, in $((SECONDS - start)) s"
+
+start=$SECONDS
+host_cargo build --release -p llm-failover-cli
 echo "build: $TDIR/release/llm-failover built in $((SECONDS - start)) s"

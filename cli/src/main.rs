@@ -79,6 +79,11 @@ enum Command {
         /// conventions' attributes (docs/observability.md, "OpenTelemetry")
         #[arg(long, value_name = "HOST:PORT")]
         otel_collector: Option<String>,
+        /// Which build of the filter Envoy loads: the proxy-wasm module (any Envoy, Istio),
+        /// or the native dynamic module (Envoy 1.40 and 1.41; --module is then the path of
+        /// libllm_failover.so, by default beside the wasm module; docs/native.md)
+        #[arg(long, value_enum, default_value = "wasm")]
+        runtime: RuntimeArg,
     },
     /// Check FILE and report every problem as FILE: field: problem — fix
     Validate {
@@ -111,6 +116,12 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         body: Option<String>,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RuntimeArg {
+    Wasm,
+    Native,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -199,6 +210,13 @@ fn run(command: Command) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let gw = match with_runtime(&command, gw) {
+        Ok(gw) => gw,
+        Err(problem) => {
+            eprintln!("{file}: {problem} — nothing was written");
+            return ExitCode::from(1);
+        }
+    };
     if let Err(code) = warn(&command, input, &gw) {
         return code;
     }
@@ -274,6 +292,51 @@ fn run(command: Command) -> ExitCode {
             explain(&gw, &request)
         }
     }
+}
+
+/// `render --runtime native`: the dynamic module in place of the wasm one, for an Envoy that
+/// can load it; the reason when it cannot be rendered.
+fn with_runtime(
+    command: &Command,
+    mut gw: llm_failover_cli::Gateway,
+) -> Result<llm_failover_cli::Gateway, String> {
+    let Command::Render {
+        runtime: RuntimeArg::Native,
+        module,
+        target,
+        reloadable,
+        ..
+    } = command
+    else {
+        return Ok(gw);
+    };
+    if *target == Target::Istio {
+        return Err(
+            "--runtime native is for a standalone Envoy: Istio loads the wasm module \
+                    (--runtime wasm)"
+                .into(),
+        );
+    }
+    if reloadable.is_some() {
+        return Err(
+            "--runtime native does not go with --reloadable yet: use the wasm module \
+                    for configuration changes under traffic"
+                .into(),
+        );
+    }
+    gw.envoy_version.loads_native()?;
+    gw.runtime = llm_failover_cli::version::Runtime::Native;
+    gw.module = match module {
+        Some(path) => path.clone(),
+        None => {
+            let wasm = Path::new(&gw.module);
+            let dir = wasm.parent().unwrap_or_else(|| Path::new(""));
+            dir.join("libllm_failover.so")
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    Ok(gw)
 }
 
 /// The failover file's text ("-": standard input).

@@ -34,6 +34,22 @@ pub const ROUTER_MODE: EnvoyVersion = EnvoyVersion {
     minor: 39,
 };
 
+/// The Envoy whose dynamic-modules ABI the native module is built against (`native/src/abi.rs`).
+pub const NATIVE_ABI: EnvoyVersion = EnvoyVersion {
+    major: 1,
+    minor: 40,
+};
+
+/// Which build of the filter Envoy loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Runtime {
+    /// The proxy-wasm module (`dist/llm_failover.wasm`): any Envoy rendered for, and Istio.
+    #[default]
+    Wasm,
+    /// The Envoy dynamic module (`dist/libllm_failover.so`): Envoy 1.40 and 1.41 only.
+    Native,
+}
+
 /// How attempts are carried on the target Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -75,6 +91,23 @@ impl EnvoyVersion {
             ));
         }
         Ok(v)
+    }
+
+    /// Whether this Envoy can load the native module: Envoy loads a dynamic module built for
+    /// 1.X on 1.X and 1.(X+1) only; the reason when it cannot.
+    pub fn loads_native(self) -> Result<(), String> {
+        let next = EnvoyVersion {
+            major: NATIVE_ABI.major,
+            minor: NATIVE_ABI.minor + 1,
+        };
+        if self == NATIVE_ABI || self == next {
+            return Ok(());
+        }
+        Err(format!(
+            "Envoy {self} cannot load the native module: it is built against Envoy {NATIVE_ABI}'s \
+             dynamic-modules ABI, which Envoy {NATIVE_ABI} and {next} load and no other release \
+             does — use the wasm module (--runtime wasm) on this Envoy"
+        ))
     }
 
     /// May the upstream role hold an answer to read its body (behaviour.md 3)?

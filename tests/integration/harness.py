@@ -581,6 +581,26 @@ def cli_bin() -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
+def runtime() -> str:
+    """Which build the suite runs: LLM_FAILOVER_RUNTIME=native renders every gateway with the
+    Envoy dynamic module (dist/libllm_failover.so, or LLM_FAILOVER_NATIVE) in place of the
+    wasm module; anything else (the default) the wasm module."""
+    return "native" if os.environ.get("LLM_FAILOVER_RUNTIME") == "native" else "wasm"
+
+
+def native_module() -> Path:
+    p = Path(os.environ.get("LLM_FAILOVER_NATIVE") or REPO_ROOT / "dist/libllm_failover.so")
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def runtime_args(args: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The `render` arguments for the build under test (none for wasm, nor for a render that
+    names its own runtime or target)."""
+    if runtime() != "native" or "--runtime" in args or "--target" in args:
+        return ()
+    return ("--runtime", "native", *(() if "--module" in args else ("--module", str(native_module()))))
+
+
 def render_config(source: str | Path, env: dict | None = None, *,
                   out_dir: str | Path | None = None, out: str | Path | None = None,
                   timeout: float = 60.0, args: tuple[str, ...] = ()) -> Path:
@@ -616,6 +636,7 @@ def render_config(source: str | Path, env: dict | None = None, *,
     out = Path(out)
     out.unlink(missing_ok=True)
     full_env = {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}
+    args = (*runtime_args(args), *args)
     try:
         major, minor = envoy_version()
         r = subprocess.run([str(cli), "render", str(src), "--out", str(out),
@@ -1058,9 +1079,34 @@ _GROUPING_LABELS = re.compile(
     r'^(llm_failover_[a-z_]+)\{llm_failover_scope="",(.*?),?envoy_cluster_name="[^"]*"\}')
 
 
+_SCOPE_LABELS = re.compile(r'llm_failover_scope="",|,?envoy_cluster_name="[^"]*"')
+
+
+def native_prometheus(text: str) -> str:
+    """The native module's metrics as the wasm build's router mode prints them: its upstream
+    role's live in each provider cluster's scope (docs/internals.md "The native build") and carry
+    the two scope labels; taken off, the samples of one name and labels are added up."""
+    out, sums = [], {}
+    for line in text.splitlines():
+        # Envoy 1.40 does not register a dynamic module's metrics namespace as a custom one,
+        # so its Prometheus names keep the envoy_ prefix and the namespace.
+        line = re.sub(r"^(# (?:TYPE|HELP) )?envoy_(?:cluster_)?wasmcustom_llm_failover_", r"\1llm_failover_", line)
+        if line.startswith("llm_failover_") and "{" in line:
+            key, _, value = _SCOPE_LABELS.sub("", line).rpartition(" ")
+            if key not in sums:
+                out.append(key)
+                sums[key] = 0.0
+            sums[key] += float(value)
+            continue
+        out.append(line)
+    return "\n".join(f"{l} {sums[l]:g}" if l in sums else l for l in out) + "\n"
+
+
 def spec_prometheus(text: str) -> str:
     """Prometheus text as router mode prints it: in grouping mode the two labels above are
     taken off the llm_failover_* samples (any other form of them is an error)."""
+    if runtime() == "native":
+        return native_prometheus(text)
     if not grouping_mode():
         return text
     out = []

@@ -61,6 +61,8 @@ pub struct Gateway {
     pub listen: Addr,
     pub admin: Option<Addr>,
     pub module: String,
+    /// Which build of the filter Envoy loads (`render --runtime`): `module` is its path.
+    pub runtime: crate::version::Runtime,
     pub max_request_body: u64,
     pub ca_file: String,
     /// The `istio:` block as written, read by `render --target istio` only (`crate::istio`).
@@ -249,6 +251,7 @@ fn read(
         listen: fields.listen,
         admin: fields.admin,
         module: fields.module,
+        runtime: crate::version::Runtime::Wasm,
         max_request_body: fields.max_request_body,
         ca_file: fields.ca_file,
         istio: fields.istio,

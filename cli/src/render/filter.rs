@@ -2,9 +2,13 @@
 
 use super::{seq, typed, NAME, WASM};
 use crate::input::Gateway;
+use crate::version::Runtime;
 use serde_yaml_ng::{Mapping, Value};
 
 const STRING_VALUE: &str = "type.googleapis.com/google.protobuf.StringValue";
+
+const DYNAMIC_MODULE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter";
 
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 
@@ -30,7 +34,12 @@ fn vm_config(gw: &Gateway) -> Value {
     vm
 }
 
+/// The filter of one role (or the status endpoint) with its plugin configuration: the wasm
+/// plugin, or with `--runtime native` the dynamic module (the same configuration JSON).
 pub(crate) fn wasm_filter(gw: &Gateway, plugin_name: &str, configuration: &str) -> Value {
+    if gw.runtime == Runtime::Native {
+        return native_filter(gw, plugin_name, configuration);
+    }
     map! {
         "name" => NAME,
         "typed_config" => typed(WASM, map! {
@@ -41,6 +50,25 @@ pub(crate) fn wasm_filter(gw: &Gateway, plugin_name: &str, configuration: &str) 
                 "allow_on_headers_stop_iteration" => true,
                 "configuration" => typed(STRING_VALUE, map! { "value" => configuration }),
             },
+        }),
+    }
+}
+
+/// Envoy's dynamic-modules HTTP filter loading `gw.module` (`libllm_failover.so`), in both
+/// roles: the module reads its role from the configuration, like the wasm plugin.
+fn native_filter(gw: &Gateway, plugin_name: &str, configuration: &str) -> Value {
+    map! {
+        "name" => NAME,
+        "typed_config" => typed(DYNAMIC_MODULE, map! {
+            "dynamic_module_config" => map! {
+                "name" => NAME,
+                "module" => map! { "local" => map! { "filename" => gw.module.as_str() } },
+                "do_not_close" => true,
+                // The proxy-wasm build's namespace: the same stat names, so the same tag rules.
+                "metrics_namespace" => llm_failover::metrics::ENVOY_NAMESPACE,
+            },
+            "filter_name" => plugin_name,
+            "filter_config" => typed(STRING_VALUE, map! { "value" => configuration }),
         }),
     }
 }
