@@ -1,5 +1,6 @@
 """The fleet acts as one (docs/behaviour.md section 15, docs/operations.md "Several gateways"):
-three real Envoys (two workers each) share one token budget and one breaker count through the
+three real Envoys (two workers each) share one token budget, one team's budget and one breaker
+count through the
 real rate-limit service on a real Redis (the ``fleet_store`` fixture); a store without the
 domain is a loud error, and the store failing (the service killed and restarted, Redis
 restarted) fails no request and loses no spend.
@@ -30,6 +31,10 @@ status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
 fleet: {address: "${RATELIMIT_HOST}:${RATELIMIT_PORT}", sync: 200ms, timeout: 100ms,
         domain: "${DOMAIN}"}
 breaker: {failures: 100, fleet_failures: 6, fleet_window: 1h, cooldown: 30s}
+caller_header: x-team
+callers:
+  - {name: team-a, budget: {tokens: ${TEAM_BUDGET}, window: 1h}}
+  - {name: team-b}
 providers:
   - {name: a, endpoint: "127.0.0.1:${A_PORT}", budget: {tokens: ${BUDGET}, window: 1h}}
   - {name: b, endpoint: "127.0.0.1:${B_PORT}"}
@@ -41,7 +46,8 @@ chains:
 class Fleet:
     """Three Envoys (two workers each) in front of mocks a and b, on one store."""
 
-    def __init__(self, tmp, store, budget: int, replicas: int = 3, domain: str = "llm-failover"):
+    def __init__(self, tmp, store, budget: int, replicas: int = 3, domain: str = "llm-failover",
+                 team_budget: int = 1_000_000):
         if time.time() % 3600 > 3540:  # the hour's last minute: wait for the next window
             time.sleep(3600 - time.time() % 3600 + 0.5)
         self.store = store
@@ -53,7 +59,8 @@ class Fleet:
             for r in range(replicas):
                 env = {"LISTEN_PORT": free_port(), "ADMIN_PORT": free_port(),
                        "STATUS_PORT": free_port(), "A_PORT": self.a.port, "B_PORT": self.b.port,
-                       "BUDGET": budget, "DOMAIN": domain, **store.env}
+                       "BUDGET": budget, "TEAM_BUDGET": team_budget, "DOMAIN": domain,
+                       **store.env}
                 env = {k: str(v) for k, v in env.items()}
                 config = render_config(CONFIG, env, out_dir=tmp / f"r{r}")
                 self.envoys.append(Envoy(config, tmp / f"envoy{r}", concurrency=2).start())
@@ -64,11 +71,13 @@ class Fleet:
         self.urls = [e.listener_url() for e in self.envoys]
         self.n = 0
 
-    def chat(self):
-        """One request, round-robin over the replicas: (status, provider that answered)."""
+    def chat(self, team: str | None = None):
+        """One request (from caller `team`, if given), round-robin over the replicas: (status,
+        provider that answered)."""
         url = self.urls[self.n % len(self.urls)]
         self.n += 1
         r = http_request(url, "POST", "/v1/chat/completions", timeout=10,
+                         headers={"x-team": team} if team else {},
                          json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         return r.status, r.header("x-llm-provider")
 
@@ -83,11 +92,11 @@ class Fleet:
         return sum(v for e in self.envoys for labels, v in harness.prometheus_samples(
             e.prometheus(), "llm_failover_fleet_sync_total") if labels.get("result") == result)
 
-    def stored_left(self, budget: int) -> int:
-        """The store's own figure for a's budget (a read: hits 0)."""
+    def stored_left(self, budget: int, counter: str = "a") -> int:
+        """The store's own figure for a budget counter, a's by default (a read: hits 0)."""
         with RateLimitClient(self.store.service.grpc_address) as rl:
             s = rl.should_rate_limit("llm-failover", [
-                Descriptor([("budget", "a")], limit=budget, unit="HOUR", hits=0)]).statuses[0]
+                Descriptor([("budget", counter)], limit=budget, unit="HOUR", hits=0)]).statuses[0]
         return s.limit_remaining
 
     def stop(self):
@@ -133,6 +142,33 @@ def test_a_budget_spent_across_replicas_stops_every_replica(fleet_of):
         assert f.status(r)["providers"][0]["budget"]["exhausted"]
     assert f.stored_left(120) == 0
     assert f.syncs("ok") > 0 and f.syncs("unavailable") == 0
+
+
+def test_a_team_budget_spent_across_replicas_stops_that_team_on_every_replica(fleet_of):
+    f = fleet_of(1_000_000, team_budget=120)  # ten answers for team-a, whichever replica
+    wait_until(lambda: all(f.fleet(r)["state"] == "ok" for r in range(3)), 10, "first syncs")
+    codes = []
+    for _ in range(30):
+        code, _ = f.chat("team-a")
+        assert code in (200, 429), code
+        codes.append(code)
+        time.sleep(0.05)
+    per_interval = int(SYNC_S / 0.05) + 1
+    print(f"team budget of 10 answers: {codes.count(200)} served")
+    assert 10 <= codes.count(200) <= 10 + per_interval, codes
+    assert codes[-9:] == [429] * 9, codes
+    assert f.a.request_count() + f.b.request_count() == codes.count(200), "a 429 is no attempt"
+    # Every replica refuses team-a and answers team-b.
+    for r in range(3):
+        assert f.chat("team-a")[0] == 429
+    for r in range(3):
+        assert f.chat("team-b") == (200, "a")
+    for r in range(3):
+        team_a = f.status(r)["callers"][0]
+        assert team_a["name"] == "team-a" and team_a["budget"]["exhausted"], team_a
+        budgets = {b["name"]: b for b in f.fleet(r)["budgets"]}
+        assert budgets["caller:team-a"]["left"] == 0, budgets
+    assert f.stored_left(120, "caller:team-a") == 0
 
 
 def test_a_failing_provider_opens_on_every_replica_at_the_fleets_threshold(fleet_of):
