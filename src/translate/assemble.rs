@@ -4,7 +4,7 @@
 //! stream's events, as its provider dialect's decoder reads them
 //! ([`super::stream::Decoder`] over the four), are collected into an owned [`Collected`];
 //! [`whole`] writes it as the caller's API's JSON answer by that dialect's writer
-//! (`chat::write_answer`, `messages::write_answer`, `responses::answer`,
+//! (`chat::write_answer`, `messages::write_answer`, `responses::write_answer`,
 //! `gemini::write_answer`).
 
 use super::model::{Answer, Block, Event, Output, Stop, Thinking, Usage};
@@ -197,7 +197,7 @@ pub fn write(caller: Api, answer: &Answer<'_>, created: u64) -> Vec<u8> {
     match caller {
         Api::OpenAiChat => super::chat::write_answer(answer, created, false),
         Api::AnthropicMessages => super::messages::write_answer(answer),
-        Api::OpenAiResponses => super::responses::answer(answer, created),
+        Api::OpenAiResponses => super::responses::write_answer(answer, created),
         Api::Gemini => super::gemini::write_answer(answer),
         // No caller speaks Converse (`Api::is_caller`).
         Api::Converse => super::converse::error_body("no caller speaks Bedrock Converse"),

@@ -222,14 +222,16 @@ fn answer(provider: Api, caller: Api, body: &[u8], created: u64) -> Option<Vec<u
                 .flatten();
         }
         Api::OpenAiChat => chat::answer(body),
-        Api::OpenAiResponses => responses::provider::answer(body),
+        Api::OpenAiResponses => responses::answer(body),
         Api::AnthropicMessages => messages::answer(body),
         Api::Converse => converse::answer(body),
     }?;
     Some(match caller {
         // A Chat caller's answers from Messages always had `"logprobs": null`.
         Api::OpenAiChat => chat::write_answer(&answer, created, provider == Api::AnthropicMessages),
-        _ => assemble::write(caller, &answer, created),
+        Api::OpenAiResponses | Api::AnthropicMessages | Api::Gemini | Api::Converse => {
+            assemble::write(caller, &answer, created)
+        }
     })
 }
 

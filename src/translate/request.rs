@@ -66,7 +66,7 @@ enum Conversation<'a> {
     Messages(messages::Conversation),
     Chat(chat::Conversation),
     Gemini(gemini::Conversation<'a>),
-    Responses(responses::provider::Conversation),
+    Responses(responses::Conversation),
     Converse(converse::Conversation),
 }
 
@@ -83,9 +83,9 @@ impl<'a> Conversation<'a> {
             }
             Api::OpenAiChat => Conversation::Chat(chat::Conversation::with_capacity(body_len + 64)),
             Api::Gemini => Conversation::Gemini(gemini::Conversation::with_capacity(body_len + 64)),
-            Api::OpenAiResponses => Conversation::Responses(
-                responses::provider::Conversation::with_capacity(body_len + 64),
-            ),
+            Api::OpenAiResponses => {
+                Conversation::Responses(responses::Conversation::with_capacity(body_len + 64))
+            }
             Api::Converse => {
                 Conversation::Converse(converse::Conversation::with_capacity(body_len + 64))
             }
@@ -109,7 +109,7 @@ impl<'a> Conversation<'a> {
             Conversation::Messages(c) => messages::request(c, head, cx),
             Conversation::Chat(c) => chat::request(c, head, cx),
             Conversation::Gemini(c) => gemini::request(c, head, cx.model),
-            Conversation::Responses(c) => return responses::provider::request(c, head, cx),
+            Conversation::Responses(c) => return responses::request(c, head, cx),
             Conversation::Converse(c) => return converse::request(c, head, cx),
         })
     }

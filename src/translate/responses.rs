@@ -1,812 +1,487 @@
-//! OpenAI's Responses API (`POST /v1/responses`) as a caller dialect of the internal model
-//! ([`super::model`]): its request read into the model ([`read_request`]), an answer
-//! written from the model ([`answer`]), and the model's stream events written as Responses'
-//! typed events ([`Encoder`]). Its errors are OpenAI's (`{"error": {...}}`).
-//! docs/translation.md has the field table.
+//! OpenAI's Responses API as a provider dialect of the internal model (`api: openai_responses`,
+//! models served only through `/v1/responses`: OpenAI's, and Azure OpenAI's v1 API): a request
+//! written from the model ([`Conversation`], [`request`]), a whole answer read into it
+//! ([`answer`]) and its typed event stream read into the model's events ([`Decoder`]). Every
+//! caller dialect that reads into the model reaches it through these; docs/translation.md has
+//! the field table. As a caller: `responses/caller.rs`, as every dialect's caller side is laid out.
 
-use super::common;
-use super::json::{self, put, Digits, Obj, Out, RawStr, EMPTY};
-use super::model::{
-    Answer, Block, Choice, Event, Output, Part, Request, Role, Stop, Thinking, Tool, Usage,
-};
-use super::Untranslatable;
+use std::borrow::Cow;
 
-pub mod provider;
-#[cfg(test)]
-mod tests;
+use crate::translate::common::{self, Sampling};
+use crate::translate::json::{self, number, pick, Obj, Out, RawStr, EMPTY};
+use crate::translate::model::{Answer, Block, Event, Output, Part, Request, Role, Stop};
+use crate::translate::model::{Thinking, Usage};
+use crate::translate::sse::{self, Reader};
+use crate::translate::{field, Api, RequestContext, Untranslatable};
 
-type Checked<T> = core::result::Result<T, Untranslatable>;
-
-use super::field;
-
-/// The caller's request read into the model (translate::request): its parts passed to `push`,
-/// the rest returned.
-pub fn read_request<'a>(
-    req: &Obj<'a>,
-    push: &mut dyn FnMut(Role, Part<'a>),
-) -> Checked<Request<'a>> {
-    let head = head(req)?;
-    walk(req, push)?;
-    Ok(head)
+/// The conversation as Responses writes it: system parts joined as `instructions`, the rest as
+/// `input` items (one `message` per run of a role's text and images, each function call and
+/// each result its own item).
+pub struct Conversation {
+    /// The instructions so far: JSON string contents (escapes as written), without quotes.
+    instructions: Vec<u8>,
+    input: Out,
+    /// The role of the open message (its `content` array is open).
+    open: Option<Role>,
 }
 
-/// The request-wide members: what another dialect cannot carry is refused (dropping it would
-/// change the answer); `store`, `metadata`, `reasoning`, `include`, `truncation`,
-/// `service_tier` and `prompt_cache_key` are dropped (they do not change this answer).
-fn head<'a>(req: &Obj<'a>) -> Checked<Request<'a>> {
-    for state in ["previous_response_id", "conversation", "prompt"] {
-        if req.get(state).is_some_and(|v| v != "null") {
-            return Err(field(state));
+impl Conversation {
+    pub fn with_capacity(n: usize) -> Conversation {
+        Conversation {
+            instructions: Vec::new(),
+            input: Out::with_capacity(n),
+            open: None,
         }
     }
-    if req.bool("background") == Some(true) {
-        return Err(field("background"));
-    }
-    if req.u64("top_logprobs").is_some_and(|n| n > 0) {
-        return Err(field("top_logprobs"));
-    }
-    if req.has("max_tool_calls") {
-        return Err(field("max_tool_calls"));
-    }
-    let format = req.obj("text").and_then(|t| t.obj("format"));
-    if format
-        .and_then(|f| f.tag("type"))
-        .is_some_and(|t| t != "text")
-    {
-        return Err(field("text.format"));
-    }
-    let mut tools = Vec::new();
-    for tool in req.arr("tools").unwrap_or_default() {
-        // Only function tools cross; OpenAI's built-in tools (web search, file search, code
-        // interpreter, ...) run on OpenAI.
-        let tool = json::obj(tool).filter(|t| t.tag("type") == Some("function"));
-        let tool = tool.ok_or(field("tools"))?;
-        tools.push(Tool {
-            name: tool.raw_str("name").ok_or(field("tools"))?,
-            description: tool.raw_str("description"),
-            schema: tool.get("parameters").filter(|p| *p != "null"),
-        });
-    }
-    let choice = tool_choice(req)?;
-    Ok(Request {
-        max_tokens: req.u64("max_output_tokens"),
-        temperature: req.get("temperature").filter(|t| *t != "null"),
-        top_p: req.get("top_p").filter(|t| *t != "null"),
-        top_k: None,
-        stops: Vec::new(),
-        tools,
-        choice,
-        user: req
-            .raw_str("safety_identifier")
-            .or_else(|| req.raw_str("user")),
-        stream: req.bool("stream"),
-        thinking: false,
-    })
-}
 
-/// `tool_choice` (a named function: `{type: function, name}`) and `parallel_tool_calls: false`
-/// in the model's terms.
-fn tool_choice<'a>(req: &Obj<'a>) -> Checked<Option<Choice<'a>>> {
-    super::chat::tool_choice_named(req, |c| c.raw_str("name"))
-}
+    fn close(&mut self) {
+        if self.open.take().is_some() {
+            self.input.close_arr().close();
+        }
+    }
 
-/// Passes each part of the conversation to `push`, with its role: `instructions` first, then
-/// the `input` (a string is one user message).
-fn walk<'a>(req: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
-    if let Some(instructions) = req.raw_str("instructions").filter(|t| *t != EMPTY) {
-        push(Role::System, Part::Text(instructions));
-    }
-    let input = req.get("input").ok_or(field("input"))?;
-    if let Some(text) = json::raw_str(input) {
-        if text == EMPTY {
-            return Err(field("input"));
-        }
-        push(Role::User, Part::Text(text));
-        return Ok(());
-    }
-    let mut last = None;
-    let mut counted = |role, part| {
-        if role != Role::System {
-            last = Some(role);
-        }
-        push(role, part);
-    };
-    for item in json::arr(input).ok_or(field("input"))? {
-        let item = json::obj(item).ok_or(field("input"))?;
-        self::item(&item, &mut counted)?;
-    }
-    // Messages continues a last assistant turn (a prefill) where Responses answers after it,
-    // and refuses a conversation without turns.
-    if last != Some(Role::User) {
-        return Err(field("input"));
-    }
-    Ok(())
-}
-
-/// One input item: a message (with or without `type: message`), a function call or its
-/// output; a reasoning item of ours ([`ours`]) is the thinking it came from, any other is
-/// dropped (another vendor cannot read it); references to items a provider stored, and
-/// built-in tools' calls, cannot be sent elsewhere.
-fn item<'a>(item: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
-    match item.tag("type") {
-        None | Some("message") => message(item, push),
-        Some("function_call") => {
-            let arguments = item.str("arguments").unwrap_or_default();
-            push(
-                Role::Assistant,
-                Part::ToolCall {
-                    id: common::valid_id(item.str("call_id").ok_or(field("input.call_id"))?),
-                    name: item.raw_str("name").ok_or(field("input.name"))?,
-                    input: common::tool_input(arguments)?,
-                },
-            );
-            Ok(())
-        }
-        Some("function_call_output") => {
-            let id = common::valid_id(item.str("call_id").ok_or(field("input.call_id"))?);
-            let output = item.get("output").ok_or(field("input.output"))?;
-            let (content, blocks) = match json::raw_str(output) {
-                Some(text) => (
-                    Vec::from_iter((text != EMPTY).then_some(text.into())),
-                    false,
-                ),
-                None => {
-                    let mut texts = Vec::new();
-                    for p in json::arr(output).ok_or(field("input.output"))? {
-                        let p = json::obj(p).filter(|p| p.tag("type") == Some("input_text"));
-                        let p = p.ok_or(field("input.output"))?;
-                        texts.extend(p.raw_str("text").filter(|t| *t != EMPTY).map(Into::into));
-                    }
-                    (texts, true)
+    /// Adds the next part of the conversation.
+    #[inline(never)]
+    pub fn push(&mut self, role: Role, part: &Part<'_>) {
+        match part {
+            // OpenAI's reasoning again (id, summary, encrypted content); Anthropic's, which
+            // OpenAI cannot read, is dropped.
+            Part::Thinking(t) if t.goes_to() == Api::OpenAiResponses => {
+                self.close();
+                caller::reasoning_item(&mut self.input.raw("").0, b"", t);
+            }
+            Part::Thinking(_) => {}
+            Part::Text(text) if role == Role::System => {
+                if !self.instructions.is_empty() {
+                    self.instructions.extend_from_slice(b"\\n\\n");
                 }
-            };
-            push(
-                Role::User,
-                Part::ToolResult {
-                    id,
-                    content,
-                    blocks,
-                },
-            );
-            Ok(())
-        }
-        Some("reasoning") => {
-            if let Some(thinking) = ours(item) {
-                push(Role::Assistant, Part::Thinking(thinking));
+                self.instructions
+                    .extend_from_slice(RawStr(text.as_bytes()).inner());
             }
-            Ok(())
-        }
-        Some("item_reference") => Err(field("input.item_reference")),
-        Some(_) => Err(field("input.type")),
-    }
-}
-
-/// The `encrypted_content` prefixes of the reasoning items written from Anthropic's thinking
-/// blocks (docs/translation.md "Reasoning"): the signature, or a redacted block's data, follows.
-const SIGNED: &str = "llm-failover:anthropic:";
-const REDACTED: &str = "llm-failover:anthropic-redacted:";
-
-/// The thinking block a reasoning item of ours was written from: its summary's text and the
-/// signature (or redacted data) after our prefix. OpenAI's own reasoning goes back to OpenAI
-/// only, as it is (the same API): no part here.
-fn ours<'a>(item: &Obj<'a>) -> Option<Thinking<'a>> {
-    let content = item.raw_str("encrypted_content")?.get(1..)?;
-    let (rest, redacted) = match content.strip_prefix(SIGNED) {
-        Some(rest) => (rest, false),
-        None => (content.strip_prefix(REDACTED)?, true),
-    };
-    Some(Thinking {
-        text: summary(item),
-        signature: rest.get(..rest.len().saturating_sub(1)).unwrap_or_default(),
-        redacted,
-        item: "",
-    })
-}
-
-/// A reasoning item's first summary text (a JSON string, `""` when it has none).
-pub(crate) fn summary<'a>(item: &Obj<'a>) -> &'a str {
-    let summary = item.arr("summary").unwrap_or_default();
-    let text = summary.first().and_then(|p| json::obj(p)?.raw_str("text"));
-    text.unwrap_or(EMPTY)
-}
-
-/// A reasoning item written from the model's thinking: `id` (a JSON string) for Anthropic's,
-/// whose signature (or redacted data) follows our prefix in `encrypted_content`; OpenAI's
-/// keeps its own id and encrypted content (a gathered stream of a Responses provider, a
-/// Messages caller's thinking block going back to one).
-pub(crate) fn reasoning_item(out: &mut Vec<u8>, id: &[u8], t: &Thinking<'_>) {
-    let (item, sig) = (t.item.as_bytes(), t.signature.as_bytes());
-    reasoning(out, id, item, t.text.as_bytes(), sig, t.redacted);
-}
-
-/// [`reasoning_item`]'s writer (`text` a JSON string; `sig`: the signature's, data's or
-/// encrypted content's contents).
-#[inline(never)]
-fn reasoning(out: &mut Vec<u8>, id: &[u8], item: &[u8], text: &[u8], sig: &[u8], redacted: bool) {
-    let (prefix, quote) = match (item, redacted) {
-        ([], false) => (SIGNED, &b""[..]),
-        ([], true) => (REDACTED, &b""[..]),
-        _ => ("", &b"\""[..]),
-    };
-    put(
-        out,
-        &[
-            br#"{"id":"#,
-            quote,
-            id,
-            item,
-            quote,
-            br#","type":"reasoning","summary":"#,
-        ],
-    );
-    match text == EMPTY.as_bytes() {
-        true => put(out, &[b"[]"]),
-        false => put(out, &[br#"[{"type":"summary_text","text":"#, text, b"}]"]),
-    }
-    put(
-        out,
-        &[br#","encrypted_content":""#, prefix.as_bytes(), sig, b"\"}"],
-    );
-}
-
-fn message<'a>(m: &Obj<'a>, push: &mut dyn FnMut(Role, Part<'a>)) -> Checked<()> {
-    let role = match m.tag("role") {
-        Some("system" | "developer") => Role::System,
-        Some("user") => Role::User,
-        Some("assistant") => Role::Assistant,
-        _ => return Err(field("input.role")),
-    };
-    let content = m.get("content").ok_or(field("input.content"))?;
-    if let Some(text) = json::raw_str(content) {
-        // Messages refuses empty text blocks.
-        if text != EMPTY {
-            push(role, Part::Text(text));
-        }
-        return Ok(());
-    }
-    for p in json::arr(content).ok_or(field("input.content"))? {
-        let p = json::obj(p).ok_or(field("input.content"))?;
-        let text = |key| p.raw_str(key).filter(|t| *t != EMPTY).map(Part::Text);
-        let part = match (p.tag("type"), role) {
-            (Some("input_text" | "output_text"), _) => text("text"),
-            (Some("refusal"), Role::Assistant) => text("refusal"),
-            (Some("input_image"), Role::User) => {
-                if p.has("file_id") && p.get("file_id") != Some("null") {
-                    return Err(field("file_id"));
-                }
-                let url = p.str("image_url").ok_or(field("input_image"))?;
-                common::image(&url)?;
-                Some(Part::Image(url))
-            }
-            (Some("input_file"), _) => return Err(field("input_file")),
-            (Some("input_audio"), _) => return Err(field("input_audio")),
-            _ => return Err(field("input.content")),
-        };
-        if let Some(part) = part {
-            push(role, part);
-        }
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Answers.
-
-/// Writes `"<prefix><id without its own prefix>"` from an id as a JSON string (`"msg_01A"`
-/// with `resp_` is `"resp_01A"`): ids of the caller's dialect derived from the provider's.
-fn derived_id(out: &mut Vec<u8>, prefix: &[u8], id: &[u8]) {
-    let inner = RawStr(id).inner();
-    let rest = match inner.iter().position(|&b| b == b'_') {
-        Some(at) if at < 6 => inner.get(at + 1..).unwrap_or(inner),
-        _ => inner,
-    };
-    put(out, &[b"\"", prefix, rest, b"\""]);
-}
-
-/// The `status` and `incomplete_details` members for a stop reason.
-fn status(stop: Stop) -> &'static [u8] {
-    match stop {
-        Stop::MaxTokens => {
-            br#""status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}"#
-        }
-        Stop::Refusal => {
-            br#""status":"incomplete","incomplete_details":{"reason":"content_filter"}"#
-        }
-        Stop::End | Stop::ToolUse => br#""status":"completed","incomplete_details":null"#,
-    }
-}
-
-/// Responses' `usage`: `input_tokens` counts every input token (cached ones among them, as
-/// `input_tokens_details.cached_tokens`).
-fn write_usage(out: &mut Vec<u8>, u: &Usage) {
-    put(
-        out,
-        &[
-            br#""usage":{"input_tokens":"#,
-            Digits::of(u.prompt_tokens()).get(),
-            br#","input_tokens_details":{"cached_tokens":"#,
-            Digits::of(u.cache_read).get(),
-            br#"},"output_tokens":"#,
-            Digits::of(u.output).get(),
-            br#","output_tokens_details":{"reasoning_tokens":"#,
-            Digits::of(u.reasoning).get(),
-            br#"},"total_tokens":"#,
-            Digits::of(u.total_tokens()).get(),
-            b"}",
-        ],
-    );
-}
-
-/// The start of a `response` object: `{"id":…,"object":"response","created_at":…,` then the
-/// status members, `"model":…,`.
-fn response_head(out: &mut Vec<u8>, id: &[u8], created: u64, status: &[u8], model: &[u8]) {
-    out.extend_from_slice(br#"{"id":"#);
-    derived_id(out, b"resp_", id);
-    put(
-        out,
-        &[
-            br#","object":"response","created_at":"#,
-            Digits::of(created).get(),
-            b",",
-            status,
-            br#","error":null,"model":"#,
-            model,
-            b",",
-        ],
-    );
-}
-
-/// The members every `response` object ends with, after its `output`.
-const RESPONSE_TAIL: &[u8] = br#""parallel_tool_calls":true,"tool_choice":"auto","tools":[],"#;
-
-/// A message output item holding one `output_text` (`text` a JSON string).
-fn message_item(out: &mut Vec<u8>, id: &[u8], status: &[u8], text: Option<&[u8]>) {
-    put(out, &[br#"{"id":"#, id, br#","type":"message","status":""#]);
-    put(out, &[status, br#"","role":"assistant","content":["#]);
-    if let Some(text) = text {
-        put(
-            out,
-            &[
-                br#"{"type":"output_text","annotations":[],"text":"#,
-                text,
-                b"}",
-            ],
-        );
-    }
-    out.extend_from_slice(b"]}");
-}
-
-/// A function call output item (`call_id`, `name` and `arguments` JSON strings).
-fn call_item(out: &mut Vec<u8>, call_id: &[u8], name: &[u8], arguments: &[u8], status: &[u8]) {
-    out.extend_from_slice(br#"{"id":"#);
-    derived_id(out, b"fc_", call_id);
-    put(
-        out,
-        &[
-            br#","type":"function_call","status":""#,
-            status,
-            br#"","arguments":"#,
-            arguments,
-            br#","call_id":"#,
-            call_id,
-            br#","name":"#,
-            name,
-            b"}",
-        ],
-    );
-}
-
-/// A message (`msg_`) or reasoning (`rs_`) item's id: the prefix and the provider's answer id,
-/// numbered after the first.
-fn item_id(out: &mut Vec<u8>, prefix: &[u8], answer_id: &[u8], k: usize) {
-    derived_id(out, prefix, answer_id);
-    if k > 0 {
-        out.pop();
-        put(out, &[b"_", Digits::of(k as u64).get(), b"\""]);
-    }
-}
-
-/// The Responses answer for an answer read into the model. `created`: Unix seconds.
-pub fn answer(answer: &Answer<'_>, created: u64) -> Vec<u8> {
-    let id = answer.id.unwrap_or("\"msg\"").as_bytes();
-    let mut out = Vec::with_capacity(512);
-    response_head(
-        &mut out,
-        id,
-        created,
-        status(answer.stop),
-        answer.model.unwrap_or(EMPTY).as_bytes(),
-    );
-    out.extend_from_slice(br#""output":["#);
-    for (k, output) in answer.output.iter().enumerate() {
-        if k > 0 {
-            out.push(b',');
-        }
-        match output {
-            Output::Text(text) => {
-                let mut msg = Vec::with_capacity(id.len() + 4);
-                item_id(&mut msg, b"msg_", id, k);
-                message_item(&mut out, &msg, b"completed", Some(text.as_bytes()));
-            }
-            Output::Thinking(t) => {
-                // OpenAI's own (a gathered stream of a Responses provider) keeps its id.
-                let mut rs = Vec::with_capacity(id.len() + 4);
-                if t.item.is_empty() {
-                    item_id(&mut rs, b"rs_", id, k);
-                }
-                reasoning_item(&mut out, &rs, t);
-            }
-            Output::ToolCall {
-                id,
-                name,
-                arguments,
-            } => {
-                let arguments = arguments.as_bytes();
-                call_item(
-                    &mut out,
-                    id.as_bytes(),
-                    name.as_bytes(),
-                    arguments,
-                    b"completed",
-                );
-            }
-        }
-    }
-    out.extend_from_slice(b"],");
-    out.extend_from_slice(RESPONSE_TAIL);
-    write_usage(&mut out, &answer.usage);
-    out.push(b'}');
-    out
-}
-
-// ---------------------------------------------------------------------------------------------
-// Streams.
-
-/// One output item of the stream being written.
-#[derive(Debug)]
-struct Item {
-    /// The provider's block index.
-    block: u64,
-    /// Its item id (a JSON string).
-    id: Vec<u8>,
-    /// A function call's call id and name (JSON strings); empty for a message.
-    call: Option<(Vec<u8>, Vec<u8>)>,
-    /// The text or arguments so far, escapes as written (between the quotes).
-    text: Vec<u8>,
-    /// A reasoning item's signature (or redacted data) so far, as `text`, and whether it is
-    /// redacted; `None` for the others.
-    signature: Option<(Vec<u8>, bool)>,
-}
-
-impl Item {
-    /// How its text streams: a message's, a reasoning item's summary; `None` for a function
-    /// call's arguments and a redacted reasoning item (no text).
-    fn texts(&self) -> Option<&'static Texts> {
-        match (&self.call, &self.signature) {
-            (None, None) => Some(&MESSAGE),
-            (None, Some((_, false))) => Some(&SUMMARY),
-            _ => None,
-        }
-    }
-}
-
-/// The events and members of a message's text and of a reasoning item's summary, which
-/// stream alike.
-struct Texts {
-    delta: &'static [u8],
-    done: &'static [u8],
-    part_added: &'static [u8],
-    part_done: &'static [u8],
-    /// The text's index member.
-    index: &'static [u8],
-    /// The part's members up to its text.
-    part: &'static [u8],
-    /// What a delta and the done event end with.
-    tail: &'static [u8],
-}
-
-const MESSAGE: Texts = Texts {
-    delta: b"response.output_text.delta",
-    done: b"response.output_text.done",
-    part_added: b"response.content_part.added",
-    part_done: b"response.content_part.done",
-    index: br#","content_index":0"#,
-    part: br#","part":{"type":"output_text","annotations":[],"text":"#,
-    tail: br#","logprobs":[]"#,
-};
-
-const SUMMARY: Texts = Texts {
-    delta: b"response.reasoning_summary_text.delta",
-    done: b"response.reasoning_summary_text.done",
-    part_added: b"response.reasoning_summary_part.added",
-    part_done: b"response.reasoning_summary_part.done",
-    index: br#","summary_index":0"#,
-    part: br#","part":{"type":"summary_text","text":"#,
-    tail: b"",
-};
-
-/// The model's stream events written as the Responses API's typed events, each `event: <type>`
-/// and `data: {"type": <type>, "sequence_number": n, ...}`, in OpenAI's order.
-#[derive(Debug, Default)]
-pub struct Encoder {
-    created: u64,
-    sequence: u64,
-    /// The answer's id and model as JSON strings.
-    id: Vec<u8>,
-    model: Vec<u8>,
-    items: Vec<Item>,
-    /// The finished output items, comma separated, for the last event.
-    done: Vec<u8>,
-    stop: Stop,
-    usage: Usage,
-    started: bool,
-    /// `response.completed` (or `response.incomplete`) was written.
-    pub finished: bool,
-    /// An error event was written: nothing more goes to the caller.
-    pub failed: bool,
-}
-
-impl Encoder {
-    pub fn new(created: u64) -> Encoder {
-        Encoder {
-            created,
-            id: b"\"msg\"".to_vec(),
-            model: EMPTY.as_bytes().to_vec(),
-            ..Encoder::default()
-        }
-    }
-
-    /// Starts an event: `event: <kind>` and `data: {"type":<kind>,"sequence_number":n,`.
-    fn open(&mut self, out: &mut Vec<u8>, kind: &[u8]) {
-        put(
-            out,
-            &[
-                b"event: ",
-                kind,
-                b"\ndata: {\"type\":\"",
-                kind,
-                b"\",\"sequence_number\":",
-                Digits::of(self.sequence).get(),
-                b",",
-            ],
-        );
-        self.sequence += 1;
-    }
-
-    /// An event whose data holds the whole `response` in this state.
-    fn response_event(&mut self, out: &mut Vec<u8>, kind: &[u8], status: &[u8], output: bool) {
-        self.open(out, kind);
-        out.extend_from_slice(br#""response":"#);
-        response_head(out, &self.id, self.created, status, &self.model);
-        out.extend_from_slice(br#""output":["#);
-        if output {
-            out.extend_from_slice(&self.done);
-        }
-        out.extend_from_slice(b"],");
-        out.extend_from_slice(RESPONSE_TAIL);
-        write_usage(out, &self.usage);
-        out.extend_from_slice(b"}}\n\n");
-    }
-
-    /// Writes what the caller gets for one event of the provider's stream.
-    pub fn event(&mut self, e: Event<'_>, out: &mut Vec<u8>) {
-        if self.finished || self.failed {
-            return;
-        }
-        match e {
-            Event::Start { id, model } => {
-                if RawStr::of(id).is_some() {
-                    self.id = id.to_vec();
-                }
-                if RawStr::of(model).is_some() {
-                    self.model = model.to_vec();
-                }
-                self.start(out);
-            }
-            Event::BlockStart { index, block } => {
-                self.start(out);
-                self.block_start(index, block, out);
-            }
-            Event::Text { index, text } | Event::Arguments { index, json: text } => {
-                self.delta(index, text, false, out);
-            }
-            Event::Thinking {
-                index,
-                text,
-                signature,
-            } => self.delta(index, text, signature, out),
-            Event::BlockStop { index } => self.block_stop(index, out),
-            Event::Stop(stop) => self.stop = stop,
-            Event::Usage(usage) => self.usage = usage,
-            Event::End => {
-                self.start(out);
-                self.finished = true;
-                let (kind, status): (&[u8], _) = match self.stop {
-                    Stop::MaxTokens | Stop::Refusal => (b"response.incomplete", status(self.stop)),
-                    _ => (b"response.completed", status(Stop::End)),
+            Part::Text(text) => {
+                // An assistant's earlier text is `output_text`, as the API gave it.
+                let kind = if role == Role::Assistant {
+                    r#"{"type":"output_text","text":"#
+                } else {
+                    r#"{"type":"input_text","text":"#
                 };
-                self.response_event(out, kind, status, true);
+                self.message(role).raw(kind).raw(text).close();
             }
-            Event::Error { kind, message } => {
-                let message = message.unwrap_or("The provider's stream reported an error.");
-                self.fail(kind.unwrap_or("api_error"), message, out);
+            Part::Image(url) => {
+                let out = self.message(role);
+                out.raw(r#"{"type":"input_image","detail":"auto","image_url":"#);
+                out.str(url).close();
+            }
+            Part::ToolCall { id, name, input } => {
+                self.close();
+                let out = &mut self.input;
+                out.raw(r#"{"type":"function_call","call_id":"#)
+                    .str(common::unsigned(id));
+                out.key("name").raw(name);
+                out.key("arguments").str(input.trim()).close();
+            }
+            Part::ToolResult { id, content, .. } => {
+                self.close();
+                let out = &mut self.input;
+                out.raw(r#"{"type":"function_call_output","call_id":"#)
+                    .str(common::unsigned(id));
+                out.key("output");
+                match content.as_slice() {
+                    [] => {
+                        out.raw(EMPTY);
+                    }
+                    [text] => {
+                        out.raw(text);
+                    }
+                    texts => {
+                        out.open_arr();
+                        for text in texts {
+                            out.raw(r#"{"type":"input_text","text":"#).raw(text).close();
+                        }
+                        out.close_arr();
+                    }
+                }
+                out.close();
             }
         }
     }
 
-    /// `response.created` and `response.in_progress`, once.
-    fn start(&mut self, out: &mut Vec<u8>) {
-        if std::mem::replace(&mut self.started, true) {
-            return;
+    /// The open message of `role` (opened when another was), for a content part.
+    fn message(&mut self, role: Role) -> &mut Out {
+        if self.open != Some(role) {
+            self.close();
+            self.input.raw(if role == Role::Assistant {
+                r#"{"type":"message","role":"assistant","content":["#
+            } else {
+                r#"{"type":"message","role":"user","content":["#
+            });
+            self.open = Some(role);
         }
-        let status = br#""status":"in_progress","incomplete_details":null"#;
-        self.response_event(out, b"response.created", status, false);
-        self.response_event(out, b"response.in_progress", status, false);
+        &mut self.input
     }
+}
 
-    fn output_index(&self, k: usize) -> Digits {
-        Digits::of(k as u64)
+/// The Responses request: the conversation and the rest of the request (`store: false`: the
+/// caller's API keeps no state at the provider). Stop sequences cannot be carried (Responses
+/// has none): such a request is refused.
+#[inline(never)]
+pub fn request(
+    mut conversation: Conversation,
+    req: &Request<'_>,
+    cx: &RequestContext<'_>,
+) -> Result<Vec<u8>, Untranslatable> {
+    if !req.stops.is_empty() {
+        return Err(field("stop"));
     }
-
-    fn block_start(&mut self, block: u64, kind: Block<'_>, out: &mut Vec<u8>) {
-        let k = self.items.len();
-        let index = self.output_index(k);
-        let mut id = Vec::with_capacity(self.id.len() + 8);
-        let mut signature = None;
-        let call = match kind {
-            Block::Text => {
-                item_id(&mut id, b"msg_", &self.id, k);
-                None
+    conversation.close();
+    let input = &conversation.input.0;
+    let mut out = Out::with_capacity(input.len() + conversation.instructions.len() + 512);
+    out.raw(r#"{"model":"#).str(cx.model);
+    out.key("input").open_arr().0.extend_from_slice(input);
+    out.close_arr();
+    if !conversation.instructions.is_empty() {
+        out.key("instructions");
+        json::put(&mut out.0, &[b"\"", &conversation.instructions, b"\""]);
+    }
+    // Responses has no stop sequences (refused above).
+    Sampling {
+        max_tokens: "max_output_tokens",
+        top_p: "top_p",
+        top_k: None,
+        stop: None,
+    }
+    .write(&mut out, req);
+    if !req.tools.is_empty() {
+        out.key("tools").open_arr();
+        for tool in &req.tools {
+            out.raw(r#"{"type":"function","name":"#).raw(tool.name);
+            if let Some(description) = tool.description {
+                out.key("description").raw(description);
             }
-            Block::Thinking { redacted, .. } => {
-                item_id(&mut id, b"rs_", &self.id, k);
-                let redacted = RawStr::of(redacted).map(RawStr::inner);
-                signature = Some((redacted.unwrap_or_default().to_vec(), redacted.is_some()));
-                None
+            if let Some(schema) = tool.schema {
+                out.key("parameters").raw(schema);
             }
-            Block::ToolCall { id: call_id, name } => {
-                derived_id(&mut id, b"fc_", RawStr::or_empty(RawStr::of(call_id)));
-                Some((
-                    RawStr::or_empty(RawStr::of(call_id)).to_vec(),
-                    RawStr::or_empty(RawStr::of(name)).to_vec(),
-                ))
-            }
-        };
-        self.open(out, b"response.output_item.added");
-        put(out, &[br#""output_index":"#, index.get(), br#","item":"#]);
-        match (&call, &signature) {
-            (Some((call_id, name)), _) => {
-                call_item(out, call_id, name, EMPTY.as_bytes(), b"in_progress")
-            }
-            (None, Some(_)) => put(
-                out,
-                &[br#"{"id":"#, &id, br#","type":"reasoning","summary":[]}"#],
-            ),
-            (None, None) => message_item(out, &id, b"in_progress", None),
+            // Chat's and Messages' schemas are not strict unless they say so.
+            out.key("strict").bool(false).close();
         }
-        out.extend_from_slice(b"}\n\n");
-        let item = Item {
-            block,
-            id,
-            call,
-            text: Vec::new(),
-            signature,
-        };
-        if let Some(texts) = item.texts() {
-            self.open(out, texts.part_added);
-            self.part_members(out, &item.id, index.get(), texts.index);
-            put(out, &[texts.part, b"\"\"}}\n\n"]);
-        }
-        self.items.push(item);
-    }
-
-    /// `"item_id":…,"output_index":…` and the text's index (`texts.index`).
-    fn part_members(&self, out: &mut Vec<u8>, id: &[u8], index: &[u8], texts: &[u8]) {
-        put(
-            out,
-            &[br#""item_id":"#, id, br#","output_index":"#, index, texts],
-        );
-    }
-
-    /// More text, arguments or (`signature`) a thinking block's signature, which is kept for
-    /// the item's end.
-    fn delta(&mut self, block: u64, text: &[u8], signature: bool, out: &mut Vec<u8>) {
-        let Some(k) = self.items.iter().position(|i| i.block == block) else {
-            return;
-        };
-        let index = self.output_index(k);
-        let Some(item) = self.items.get_mut(k) else {
-            return;
-        };
-        match &mut item.signature {
-            Some((signed, false)) if signature => {
-                return signed.extend_from_slice(RawStr(text).inner());
+        out.close_arr();
+        if let Some(choice) = &req.choice {
+            out.key("tool_choice");
+            match (choice.kind, choice.name) {
+                ("\"tool\"", Some(name)) => {
+                    out.raw(r#"{"type":"function","name":"#).raw(name).close();
+                }
+                ("\"any\"", _) => {
+                    out.raw("\"required\"");
+                }
+                (kind, _) => {
+                    out.raw(kind);
+                }
             }
-            Some((_, true)) => return,
-            _ if signature => return,
+            if choice.serial {
+                out.key("parallel_tool_calls").bool(false);
+            }
+        }
+    }
+    if let Some(user) = req.user {
+        out.key("user").raw(user);
+    }
+    out.key("store").bool(false);
+    if req.thinking {
+        // Its reasoning, shown and sent back without state at OpenAI (docs/translation.md
+        // "Reasoning").
+        out.raw(r#""reasoning":{"summary":"auto"},"include":["reasoning.encrypted_content"]"#);
+    }
+    if let Some(stream) = req.stream {
+        out.key("stream").bool(stream);
+    }
+    out.close();
+    Ok(out.0)
+}
+
+/// Responses' `usage`: `input_tokens` counts the cached ones too.
+fn usage_of(usage: &[u8]) -> Usage {
+    let [input, output, details] = pick(
+        usage,
+        [b"input_tokens", b"output_tokens", b"input_tokens_details"],
+    );
+    let [cached] = pick(details, [b"cached_tokens"]);
+    let [output_details] = pick(usage, [b"output_tokens_details"]);
+    let [reasoning] = pick(output_details, [b"reasoning_tokens"]);
+    let n = |v| number(v).unwrap_or(0);
+    Usage::from_openai(n(input), n(output), n(cached), 0).with_reasoning(n(reasoning))
+}
+
+/// The stop reason of a finished response: `incomplete_details.reason` for an incomplete one,
+/// else a call or the end of the turn.
+fn stop(response: &[u8], called: bool) -> Stop {
+    let [details] = pick(response, [b"incomplete_details"]);
+    match pick(details, [b"reason"])[0] {
+        br#""max_output_tokens""# => Stop::MaxTokens,
+        br#""content_filter""# => Stop::Refusal,
+        _ if called => Stop::ToolUse,
+        _ => Stop::End,
+    }
+}
+
+/// A Responses answer read into the model (`None`: not a Response): its message items' text
+/// (`output_text` and `refusal` parts), its `function_call` items, its reasoning items with
+/// their encrypted content ([`reasoning`]); built-in tool items are dropped.
+pub fn answer(body: &[u8]) -> Option<Answer<'_>> {
+    let response = Obj::parse_bytes(body)?;
+    let items = response.arr("output")?;
+    let mut output = Vec::new();
+    let mut refused = false;
+    for item in items.iter().filter_map(|i| json::obj(i)) {
+        match item.tag("type") {
+            Some("message") => {
+                for part in item.arr("content").unwrap_or_default() {
+                    let part = json::obj(part).unwrap_or_default();
+                    let text = match part.tag("type") {
+                        Some("output_text") => part.raw_str("text"),
+                        Some("refusal") => {
+                            refused = true;
+                            part.raw_str("refusal")
+                        }
+                        _ => None,
+                    };
+                    output.extend(text.filter(|t| *t != EMPTY).map(Output::Text));
+                }
+            }
+            Some("function_call") => output.push(Output::ToolCall {
+                id: item.raw_str("call_id").unwrap_or(EMPTY),
+                name: item.raw_str("name").unwrap_or(EMPTY),
+                arguments: Cow::Borrowed(item.raw_str("arguments").unwrap_or(EMPTY)),
+            }),
+            Some("reasoning") => {
+                if let (Some(id), Some(signature)) =
+                    (item.raw_str("id"), item.raw_str("encrypted_content"))
+                {
+                    output.push(Output::Thinking(Thinking {
+                        text: caller::summary(&item),
+                        signature: json::contents(signature),
+                        redacted: false,
+                        item: json::contents(id),
+                    }));
+                }
+            }
             _ => {}
         }
-        item.text.extend_from_slice(RawStr(text).inner());
-        let texts = item.texts();
-        let kind = texts.map_or(b"response.function_call_arguments.delta".as_slice(), |t| {
-            t.delta
-        });
-        let id = std::mem::take(&mut item.id);
-        self.open(out, kind);
-        let (members, tail) = texts.map_or((b"".as_slice(), b"".as_slice()), |t| (t.index, t.tail));
-        self.part_members(out, &id, index.get(), members);
-        put(out, &[br#","delta":"#, text, tail, b"}\n\n"]);
-        if let Some(item) = self.items.get_mut(k) {
-            item.id = id;
-        }
+    }
+    let called = output.iter().any(|o| matches!(o, Output::ToolCall { .. }));
+    let stop = match stop(body, called) {
+        Stop::End if refused => Stop::Refusal,
+        stop => stop,
+    };
+    Some(Answer {
+        id: response.raw_str("id"),
+        model: response.raw_str("model"),
+        output,
+        stop,
+        usage: usage_of(response.get("usage").unwrap_or_default().as_bytes()),
+    })
+}
+
+/// A reasoning item as the model's thinking, when it carries its encrypted content (asked with
+/// `include`): without it a request with `store: false` cannot send it back, and it is dropped.
+/// Its `id`, `encrypted_content` and first summary text (JSON strings; `""` for no text).
+fn reasoning(item: &[u8]) -> Option<[&[u8]; 3]> {
+    let mut found = pick(item, [b"id", b"encrypted_content", b"summary"]);
+    // The first part's (`pick` reads the first object after the bracket).
+    let [first] = pick(found[2].get(1..).unwrap_or_default(), [b"text"]);
+    found[2] = Some(first)
+        .filter(|t| t.starts_with(b"\""))
+        .unwrap_or(EMPTY.as_bytes());
+    (RawStr::of(found[0]).is_some() && RawStr::of(found[1]).is_some()).then_some(found)
+}
+
+/// A Responses event stream (`event: <type>` and `data: {"type": ...}`) read into the
+/// model's events, whatever the chunk boundaries: output items are the model's blocks (their
+/// `output_index` the block's index), `response.completed` / `.incomplete` the end,
+/// `response.failed` and `error` the provider's error.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    sse: Reader,
+    state: State,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    started: bool,
+    /// The open output item: its index, whether it is a call, whether its arguments came.
+    open: Option<(u64, bool, bool)>,
+    called: bool,
+    /// `response.completed` (and an error) is the stop and the end at once: both are set.
+    ends: sse::Ends,
+}
+
+impl Decoder {
+    /// The final event came (`response.completed` is the stop and the end at once).
+    pub fn stopped(&self) -> bool {
+        self.state.ends.stopped
     }
 
-    fn block_stop(&mut self, block: u64, out: &mut Vec<u8>) {
-        let Some(k) = self.items.iter().position(|i| i.block == block) else {
-            return;
-        };
-        let Some(item) = self.items.get_mut(k) else {
-            return;
-        };
-        let texts = item.texts();
-        let id = std::mem::take(&mut item.id);
-        let call = item.call.take();
-        let signature = item.signature.take();
-        let mut text = Vec::with_capacity(item.text.len() + 2);
-        put(&mut text, &[b"\"", &item.text, b"\""]);
-        let index = self.output_index(k);
-        let mut done = Vec::with_capacity(text.len() + 128);
-        if let Some(t) = texts {
-            self.open(out, t.done);
-            self.part_members(out, &id, index.get(), t.index);
-            put(out, &[br#","text":"#, &text, t.tail, b"}\n\n"]);
-            self.open(out, t.part_done);
-            self.part_members(out, &id, index.get(), t.index);
-            put(out, &[t.part, &text, b"}}\n\n"]);
-        }
-        match (&call, signature) {
-            (_, Some((signature, redacted))) => {
-                reasoning(&mut done, &id, b"", &text, &signature, redacted);
-            }
-            (None, None) => message_item(&mut done, &id, b"completed", Some(&text)),
-            (Some((call_id, name)), None) => {
-                self.open(out, b"response.function_call_arguments.done");
-                self.part_members(out, &id, index.get(), b"");
-                put(out, &[br#","arguments":"#, &text, b"}\n\n"]);
-                call_item(&mut done, call_id, name, &text, b"completed");
-            }
-        }
-        self.open(out, b"response.output_item.done");
-        put(
-            out,
-            &[
-                br#""output_index":"#,
-                index.get(),
-                br#","item":"#,
-                &done,
-                b"}\n\n",
-            ],
-        );
-        if !self.done.is_empty() {
-            self.done.push(b',');
-        }
-        self.done.extend_from_slice(&done);
-    }
-
-    /// Ends the caller's stream with an error event (`event: error`, Responses' `type`,
-    /// `code`, `message`, `param` and `sequence_number`, and an `error` object, which OpenAI's
-    /// SDKs raise on): the provider's error event, or a stream cut short.
-    pub fn fail(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        if self.finished || self.failed {
-            return;
-        }
-        self.failed = true;
-        self.open(out, b"error");
-        let mut body = Out::with_capacity(message.len() * 2 + 64);
-        body.raw(r#""code":"#).str(kind).key("message").str(message);
-        body.raw(r#""param":null,"error":{"type":"#).str(kind);
-        body.key("message").str(message).close().close();
-        out.extend_from_slice(&body.0);
-        out.extend_from_slice(b"\n\n");
+    /// Reads the next chunk (`end`: the last), passing each event to `on`.
+    pub fn push(&mut self, chunk: &[u8], end: bool, on: &mut dyn FnMut(Event<'_>)) {
+        self.sse.decode(&mut self.state, chunk, end, on);
     }
 }
+
+impl sse::Decode for State {
+    fn ends(&mut self) -> &mut sse::Ends {
+        &mut self.ends
+    }
+
+    fn event(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+        self.read(e, on);
+    }
+}
+
+impl State {
+    #[inline(never)]
+    fn read(&mut self, e: sse::Event<'_>, on: &mut dyn FnMut(Event<'_>)) {
+        let [kind, response, item, index, delta] = pick(
+            e.data,
+            [b"type", b"response", b"item", b"output_index", b"delta"],
+        );
+        let kind = RawStr::of(kind).map_or(&b""[..], RawStr::inner);
+        let kind = if e.name == b"error" { b"error" } else { kind };
+        let index = number(index).unwrap_or(0);
+        match kind {
+            b"response.created" | b"response.in_progress" => self.start(response, on),
+            b"response.output_item.added" => {
+                self.start(response, on);
+                self.stop_block(on);
+                let [item_type, call_id, name] = pick(item, [b"type", b"call_id", b"name"]);
+                let block = match item_type {
+                    br#""message""# => Block::Text,
+                    br#""function_call""# => Block::ToolCall { id: call_id, name },
+                    // Reasoning and built-in tools' items do not cross dialects.
+                    _ => return,
+                };
+                let call = matches!(block, Block::ToolCall { .. });
+                self.called |= call;
+                self.open = Some((index, call, false));
+                on(Event::BlockStart { index, block });
+            }
+            b"response.output_text.delta" | b"response.refusal.delta" => {
+                if let (Some((open, false, _)), Some(text)) = (self.open, RawStr::of(delta)) {
+                    if open == index && !text.is_empty() {
+                        on(Event::Text {
+                            index,
+                            text: text.0,
+                        });
+                    }
+                }
+            }
+            b"response.function_call_arguments.delta" => {
+                if let (Some((open, true, _)), Some(json)) = (self.open, RawStr::of(delta)) {
+                    if open == index && !json.is_empty() {
+                        self.open = Some((open, true, true));
+                        on(Event::Arguments {
+                            index,
+                            json: json.0,
+                        });
+                    }
+                }
+            }
+            b"response.output_item.done" => {
+                // A reasoning item (the one kind with encrypted content) is one thinking
+                // block: its encrypted content comes only here.
+                if let Some([id, signature, summary]) = reasoning(item) {
+                    let block = Block::Thinking {
+                        redacted: b"",
+                        item: id,
+                    };
+                    on(Event::BlockStart { index, block });
+                    // Its summary's text, then its signature.
+                    for (text, signature) in [(summary, false), (signature, true)] {
+                        on(Event::Thinking {
+                            index,
+                            text,
+                            signature,
+                        });
+                    }
+                    return on(Event::BlockStop { index });
+                }
+                if let Some((open, true, false)) = self.open.filter(|o| o.0 == index) {
+                    // A call whose arguments came whole, in its last event only.
+                    let [arguments] = pick(item, [b"arguments"]);
+                    if let Some(json) = RawStr::of(arguments).filter(|a| !a.is_empty()) {
+                        on(Event::Arguments {
+                            index: open,
+                            json: json.0,
+                        });
+                    }
+                }
+                if self.open.is_some_and(|o| o.0 == index) {
+                    self.stop_block(on);
+                }
+            }
+            b"response.completed" | b"response.incomplete" => {
+                self.start(response, on);
+                self.stop_block(on);
+                self.ends = sse::Ends {
+                    stopped: true,
+                    done: true,
+                };
+                let [usage] = pick(response, [b"usage"]);
+                if usage.starts_with(b"{") {
+                    on(Event::Usage(usage_of(usage)));
+                }
+                on(Event::Stop(stop(response, self.called)));
+                on(Event::End);
+            }
+            b"response.failed" | b"error" => {
+                // Nothing more is read (`stopped` as before: the encoder has failed anyway).
+                self.ends = sse::Ends {
+                    stopped: true,
+                    done: true,
+                };
+                failed(
+                    if response.starts_with(b"{") {
+                        response
+                    } else {
+                        e.data
+                    },
+                    on,
+                );
+            }
+            _ => {} // content parts' start and end, text `done` events, annotations
+        }
+    }
+
+    fn start(&mut self, response: &[u8], on: &mut dyn FnMut(Event<'_>)) {
+        if !std::mem::replace(&mut self.started, true) {
+            let [id, model] = pick(response, [b"id", b"model"]);
+            on(Event::Start { id, model });
+        }
+    }
+
+    fn stop_block(&mut self, on: &mut dyn FnMut(Event<'_>)) {
+        if let Some((index, ..)) = self.open.take() {
+            on(Event::BlockStop { index });
+        }
+    }
+}
+
+/// The provider's error: `response.failed`'s `response.error` (`code`, `message`), or an
+/// `error` event's (its members, or an `error` object in it).
+#[cold]
+#[inline(never)]
+fn failed(data: &[u8], on: &mut dyn FnMut(Event<'_>)) {
+    let outer = Obj::parse_bytes(data).unwrap_or_default();
+    let error = outer.obj("error").unwrap_or(outer);
+    let kind = (error.str("code"))
+        .or_else(|| error.str("type"))
+        .filter(|k| k != "error");
+    on(Event::Error {
+        kind: kind.as_deref(),
+        message: error.str("message").as_deref(),
+    });
+}
+
+mod caller;
+pub use caller::*;
+#[cfg(test)]
+mod tests;

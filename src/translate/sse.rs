@@ -228,7 +228,8 @@ pub fn cut_stream_event(caller: Api) -> &'static [u8] {
     match caller {
         Api::AnthropicMessages => b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the provider's stream ended before its final event\"}}\n\n",
         Api::Gemini => b"data: {\"error\":{\"code\":502,\"message\":\"the provider's stream ended before its final event\",\"status\":\"INTERNAL\"}}\r\n\r\n",
-        _ => b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n",
+        // Converse is no caller dialect; listed so a new API is placed here by hand.
+        Api::OpenAiChat | Api::OpenAiResponses | Api::Converse => b"data: {\"error\":{\"message\":\"the provider's stream ended before its final event\",\"type\":\"server_error\",\"code\":\"stream_cut_short\"}}\n\n",
     }
 }
 

@@ -12,7 +12,7 @@ pub enum Decoder {
     Messages(messages::Decoder),
     Chat(chat::Decoder),
     Gemini(gemini::Decoder),
-    Responses(responses::provider::Decoder),
+    Responses(responses::Decoder),
     Converse(converse::Decoder),
 }
 
@@ -21,7 +21,7 @@ impl Decoder {
         match provider {
             Api::OpenAiChat => Decoder::Chat(chat::Decoder::default()),
             Api::Gemini => Decoder::Gemini(gemini::Decoder::default()),
-            Api::OpenAiResponses => Decoder::Responses(responses::provider::Decoder::default()),
+            Api::OpenAiResponses => Decoder::Responses(responses::Decoder::default()),
             Api::AnthropicMessages => Decoder::Messages(messages::Decoder::default()),
             Api::Converse => Decoder::Converse(converse::Decoder::default()),
         }

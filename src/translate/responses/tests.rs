@@ -440,7 +440,7 @@ fn a_responses_stream_incomplete_or_failing_ends_the_chat_stream_as_it_should() 
 #[test]
 fn only_a_reasoning_item_of_ours_is_a_thinking_block_again() {
     fn item(json: &str) -> Option<Thinking<'_>> {
-        ours(&json::Obj::parse(json).unwrap())
+        caller::ours(&json::Obj::parse(json).unwrap())
     }
     let signed = item(
         r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"Think \"twice\"."}],"encrypted_content":"llm-failover:anthropic:EqQB+/x="}"#,
@@ -560,8 +560,8 @@ fn openai_reasoning_gathered_is_the_answers_thinking_and_keeps_its_id() {
     };
     let claude = messages::request(claude, &Request::default(), &cx);
     assert!(!String::from_utf8(claude).unwrap().contains("thinking"));
-    let mut openai = provider::Conversation::with_capacity(64);
+    let mut openai = Conversation::with_capacity(64);
     openai.push(Role::Assistant, &Part::Thinking(thinking("")));
-    let openai = provider::request(openai, &Request::default(), &cx).unwrap();
+    let openai = request(openai, &Request::default(), &cx).unwrap();
     assert!(!String::from_utf8(openai).unwrap().contains("reasoning"));
 }
