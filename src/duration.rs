@@ -1,5 +1,6 @@
-//! Durations as people write them in config: "250ms", "30s", "5m", "6h", or a bare number of
-//! seconds. Stored as milliseconds.
+//! Durations as people write them in config: "250ms", "30s", "5m", "6h": one number, one unit.
+//! A number without its unit is refused (is `window: 24` hours or seconds?), but for `0`, which
+//! is zero in every unit. Stored as milliseconds.
 
 /// What every duration message ends with: the one form allowed.
 const ONE_UNIT: &str = "write one number with one unit (ms, s, m, h or d), e.g. \"30s\"";
@@ -15,6 +16,9 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let (number, unit) = split_number(t);
     if number.is_empty() {
         return Err(format!("{text:?} is not a duration: {ONE_UNIT}"));
+    }
+    if unit.trim().is_empty() && number.bytes().any(|b| b != b'0') {
+        return Err(no_unit(number));
     }
     // ("1m30s" lands here too; the CLI says which one unit to write instead.)
     let Some(scale) = unit_ns(unit.trim()) else {
@@ -47,6 +51,11 @@ const NS_PER_MS: u128 = 1_000_000;
 /// About 31,700 years: past it a duration is a typo.
 const MAX_MS: u64 = 1_000_000_000_000_000;
 
+/// A number written without its unit: the message names the two readings people mean.
+pub fn no_unit(number: &str) -> String {
+    format!("{number} has no unit: write \"{number}s\" for seconds, \"{number}h\" for hours (ms, s, m, h or d)")
+}
+
 fn split_number(t: &str) -> (&str, &str) {
     let split = t
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -58,6 +67,7 @@ fn split_number(t: &str) -> (&str, &str) {
 fn unit_ns(unit: &str) -> Option<u128> {
     match unit {
         "ms" => Some(NS_PER_MS),
+        // A bare number reaches here only as 0 ([`parse_duration_ms`]).
         "" | "s" => Some(1_000 * NS_PER_MS),
         "m" => Some(60_000 * NS_PER_MS),
         "h" => Some(3_600_000 * NS_PER_MS),
@@ -96,7 +106,8 @@ pub(crate) fn parse_decimal_ns(s: &str, unit_ns: u128) -> Option<u128> {
     Some(ns)
 }
 
-/// Accepts either a string ("30s") or a number of seconds in serde input.
+/// Reads a duration from serde input: a string ("30s"); a number only when it is 0 (a bare
+/// number has no unit: refused, [`no_unit`]).
 pub(crate) mod serde_duration {
     use serde::de::{Deserializer, Error, Visitor};
     use std::fmt;
@@ -106,14 +117,16 @@ pub(crate) mod serde_duration {
     impl Visitor<'_> for DurationVisitor {
         type Value = u64;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a duration such as \"30s\" or a number of seconds")
+            f.write_str("a duration such as \"30s\"")
         }
         fn visit_str<E: Error>(self, v: &str) -> Result<u64, E> {
             super::parse_duration_ms(v).map_err(E::custom)
         }
         fn visit_u64<E: Error>(self, v: u64) -> Result<u64, E> {
-            v.checked_mul(1000)
-                .ok_or_else(|| E::custom("duration is too large"))
+            match v {
+                0 => Ok(0),
+                _ => Err(E::custom(super::no_unit(&v.to_string()))),
+            }
         }
         fn visit_i64<E: Error>(self, v: i64) -> Result<u64, E> {
             u64::try_from(v)
@@ -121,13 +134,13 @@ pub(crate) mod serde_duration {
                 .and_then(|s| self.visit_u64(s))
         }
         fn visit_f64<E: Error>(self, v: f64) -> Result<u64, E> {
-            if v.is_finite() && (0.0..1e12).contains(&v) {
-                Ok((v * 1000.0).round() as u64)
-            } else {
-                Err(E::custom(
-                    "a duration must be a non-negative number of seconds",
-                ))
+            // (Not formatted: std's float printing would add kilobytes to the module.)
+            if v == 0.0 {
+                return Ok(0);
             }
+            Err(E::custom(
+                "a number has no unit: write it with one, e.g. \"1.5s\" (ms, s, m, h or d)",
+            ))
         }
     }
 
@@ -164,7 +177,12 @@ mod tests {
         assert_eq!(parse_duration_ms("1.5s"), Ok(1_500));
         assert_eq!(parse_duration_ms("5m"), Ok(300_000));
         assert_eq!(parse_duration_ms("6h"), Ok(21_600_000));
-        assert_eq!(parse_duration_ms("12"), Ok(12_000));
+        // A bare number has no unit (seconds or hours?): refused, but for 0.
+        assert_eq!(
+            parse_duration_ms("24").unwrap_err(),
+            "24 has no unit: write \"24s\" for seconds, \"24h\" for hours (ms, s, m, h or d)"
+        );
+        assert_eq!(parse_duration_ms("0"), Ok(0));
     }
 
     #[test]

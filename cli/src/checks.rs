@@ -1,7 +1,8 @@
 //! Cross-checks on a valid configuration: things that load fine but cannot be what was meant.
 
 use crate::diag::Diag;
-use llm_failover::config::{Config, ModelPattern};
+use llm_failover::config::{Config, ModelPattern, Provider};
+use llm_failover::envelope::Envelope;
 use llm_failover::pattern::covers;
 
 pub fn cross_check(config: &Config) -> Vec<Diag> {
@@ -10,7 +11,68 @@ pub fn cross_check(config: &Config) -> Vec<Diag> {
     shadowed_chains(config, &mut out);
     providers_outside_their_chain(config, &mut out);
     routes_of_the_rendered_gateway(config, &mut out);
+    gemini_credentials(config, &mut out);
+    gemini_entries_without_a_model(config, &mut out);
     out
+}
+
+/// Google AI's native Gemini API takes its key in `x-goog-api-key`; as `Authorization: Bearer`
+/// it is refused (that header takes an OAuth access token there, and a Vertex AI one on
+/// Vertex, whose path_prefix names the project).
+fn gemini_credentials(config: &Config, out: &mut Vec<Diag>) {
+    for (id, p) in config.provider_ids() {
+        let google_ai = p.envelope == Some(Envelope::GeminiNative)
+            && !(p.path_prefix.as_deref())
+                .is_some_and(|prefix| prefix.starts_with("/v1/projects/"));
+        let bearer = (p.set_headers.first()).is_some_and(|(name, value)| {
+            name.eq_ignore_ascii_case("authorization") && value.starts_with("Bearer ")
+        });
+        if google_ai && p.credential && bearer {
+            out.push(Diag::warning(
+                format!("providers[{id}].credential"),
+                format!(
+                    "provider {:?} (api: gemini_native on Google AI) sends its key as Authorization: Bearer, which Google AI refuses for an API key — write credential: {{header: x-goog-api-key, env: GEMINI_API_KEY}} (Bearer is for an OAuth access token)",
+                    p.name
+                ),
+            ));
+        }
+    }
+}
+
+/// A Gemini entry without `model` sends the caller's model name: in a chain whose patterns
+/// take other vendors' names (`gpt-*`, `*`), a request for `gpt-4o` would reach Gemini as
+/// `gpt-4o`, which it does not serve.
+fn gemini_entries_without_a_model(config: &Config, out: &mut Vec<Diag>) {
+    for (j, chain) in config.chains.iter().enumerate() {
+        for (k, entry) in chain.main_entries().iter().enumerate() {
+            let Some(p) = config.provider(entry.provider) else {
+                continue;
+            };
+            if entry.model.is_some() || !is_gemini(p) {
+                continue;
+            }
+            let foreign = chain.models.iter().find(|m| {
+                !pattern_text(m).trim_matches('"').starts_with("gemini")
+                    && p.models.iter().any(|pm| overlap(m, pm))
+            });
+            if let Some(m) = foreign {
+                out.push(Diag::warning(
+                    format!("chains[{j}].providers[{k}]"),
+                    format!(
+                        "chain {:?} takes models {}, and this entry sends provider {:?} (Gemini) the caller's model name as it is (a request for gpt-4o would reach Gemini as gpt-4o) — give the entry a model: (e.g. {{provider: {}, model: gemini-2.5-flash}}) or limit the provider's models to Gemini's",
+                        chain.name,
+                        pattern_text(m),
+                        p.name,
+                        p.name
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+fn is_gemini(p: &Provider) -> bool {
+    matches!(p.envelope, Some(Envelope::Gemini | Envelope::GeminiNative))
 }
 
 /// The rendered gateway has one route, named `llm_failover`; a chain limited to other routes
@@ -201,6 +263,62 @@ mod tests {
 
     fn p(s: &str) -> ModelPattern {
         ModelPattern::parse(s)
+    }
+
+    fn warnings(yaml_json: &str) -> Vec<String> {
+        let config = Config::from_json(yaml_json.as_bytes(), &|_| Some("k".into())).expect("valid");
+        cross_check(&config)
+            .into_iter()
+            .map(|d| format!("{}: {}", d.field, d.problem))
+            .collect()
+    }
+
+    #[test]
+    fn a_google_ai_gemini_key_sent_as_bearer_is_named() {
+        let bearer = r#"{"providers":[{"name":"g","api":"gemini_native","models":["gemini-*"],
+            "credential":{"header":"authorization","prefix":"Bearer ","env":"K"}}],
+            "chains":[{"name":"c","models":["gemini-*"],"providers":["g"]}]}"#;
+        let w = warnings(bearer);
+        assert!(
+            w.len() == 1 && w[0].starts_with("providers[0].credential: provider \"g\" (api: gemini_native on Google AI) sends its key as Authorization: Bearer"),
+            "{w:?}"
+        );
+        // x-goog-api-key, Vertex AI's token, and Gemini's OpenAI endpoint (which takes Bearer) pass.
+        for fine in [
+            bearer.replace(
+                r#""header":"authorization","prefix":"Bearer ""#,
+                r#""header":"x-goog-api-key""#,
+            ),
+            bearer.replace(
+                r#""api":"gemini_native","#,
+                r#""api":"gemini_native","path_prefix":"/v1/projects/p/locations/us-central1","#,
+            ),
+            bearer.replace("gemini_native", "gemini"),
+        ] {
+            assert_eq!(warnings(&fine), Vec::<String>::new(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn a_gemini_entry_without_a_model_in_a_chain_of_other_vendors_names_is_named() {
+        let gpt = r#"{"providers":[{"name":"openai"},{"name":"g","api":"gemini_native",
+            "credential":{"header":"x-goog-api-key","env":"K"}}],
+            "chains":[{"name":"gpt","models":["gpt-*"],"providers":["openai","g"]}]}"#;
+        let w = warnings(gpt);
+        assert!(
+            w.len() == 1 && w[0].starts_with("chains[0].providers[1]: chain \"gpt\" takes models \"gpt-*\", and this entry sends provider \"g\" (Gemini) the caller's model name"),
+            "{w:?}"
+        );
+        // With a model, in a chain of Gemini's names, or a provider limited to them: fine.
+        for fine in [
+            gpt.replace(
+                r#""openai","g"]"#,
+                r#""openai",{"provider":"g","model":"gemini-2.5-flash"}]"#,
+            ),
+            gpt.replace(r#""models":["gpt-*"]"#, r#""models":["gemini-*"]"#),
+        ] {
+            assert_eq!(warnings(&fine), Vec::<String>::new(), "{fine}");
+        }
     }
 
     #[test]

@@ -100,7 +100,7 @@ fn bad_durations_name_the_field() {
         r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"30 parsecs"}}"#,
     );
     assert!(e[0].starts_with("breaker.window:"), "{e:?}");
-    let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"10s","cooldown":5,"max_cooldown":"2m","failures":3}}"#).unwrap();
+    let ok = load(r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"]}],"breaker":{"window":"10s","cooldown":"5s","max_cooldown":"2m","failures":3}}"#).unwrap();
     assert_eq!(
         ok.breaker,
         BreakerPolicy {

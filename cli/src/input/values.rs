@@ -91,12 +91,8 @@ pub(super) fn one_unit_instead(problem: &str) -> Option<String> {
 pub(super) fn duration_ms(v: &Value) -> Result<u64, String> {
     match v {
         Value::String(s) => parse_duration_ms(s).map_err(|e| one_unit_instead(&e).unwrap_or(e)),
-        Value::Number(n) => match n.as_f64() {
-            Some(secs) if secs.is_finite() && (0.0..1e9).contains(&secs) => {
-                Ok((secs * 1000.0).round() as u64)
-            }
-            _ => Err(format!("{n} is not a duration — write e.g. \"5s\"")),
-        },
+        Value::Number(n) if n.as_f64() == Some(0.0) => Ok(0),
+        Value::Number(n) => Err(llm_failover::duration::no_unit(&n.to_string())),
         other => Err(format!(
             "{} is not a duration — write e.g. \"5s\"",
             show(other)

@@ -20,7 +20,7 @@ fn full() -> Value {
             "fallback_on": [429, "server_error"], "try_last": false, "fallbacks_exhausted": true,
             "context_window": ["b"], "content_policy": [{"provider": "a"}]
         }],
-        "breaker": {"failures": 3, "window": "30s", "cooldown": 60, "max_cooldown": "5m"},
+        "breaker": {"failures": 3, "window": "30s", "cooldown": "60s", "max_cooldown": "5m"},
         "dead_marks": {"model_not_found": "6h", "setup_fault": "1h", "quota_exhausted": "1h"},
         "timeouts": {"attempt": "120s", "stall": 0, "budget": "300s", "min_remaining": "10s"},
         "opt_out_header": "x-llm-fallback", "caller_header": "x-caller",
