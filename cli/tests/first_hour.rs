@@ -491,3 +491,23 @@ fn every_value_the_reference_marks_default_is_the_default() {
         "the reference's fallback_on is not the default"
     );
 }
+
+/// docs/configuration.md's residency example, as written, is a valid file.
+#[test]
+fn the_residency_example_validates_as_written() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md"),
+    )
+    .expect("docs/configuration.md");
+    let section = &doc[doc
+        .find("## Keeping a walk in one residency")
+        .expect("the section")..];
+    let start = section.find("```yaml\n").expect("its YAML block") + "```yaml\n".len();
+    let block = &section[start..start + section[start..].find("```").expect("its end")];
+    let dir = Scratch::new("residency-example");
+    let file = dir.0.join("residency.failover.yaml");
+    std::fs::write(&file, block).expect("written");
+    let (code, stdout, stderr) = run(&["validate", &file.display().to_string(), "--no-env"], None);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("valid"), "{stdout}");
+}

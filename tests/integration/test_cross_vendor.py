@@ -531,6 +531,27 @@ def test_docs_show_the_example_file_and_explains_real_output():
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 0, p.stderr
         assert p.stdout == output, f"explain {command} prints:\n{p.stdout}"
+def test_the_example_file_points_at_mocks_through_its_endpoint_variables(gateway):
+    """envoy/cross-vendor.failover.yaml as shipped, its providers moved to local mocks by the
+    variables its header names: OpenAI down, the OpenAI-SDK app is answered by Anthropic."""
+    openai_mock, anthropic_mock, gemini_mock, local = gateway.mocks(
+        "openai", "anthropic", "gemini", "local")
+    openai_mock.set_default(status=503)
+    env = {"OPENAI_ENDPOINT": f"127.0.0.1:{openai_mock.port}",
+           "ANTHROPIC_ENDPOINT": f"127.0.0.1:{anthropic_mock.port}",
+           "GEMINI_ENDPOINT": f"127.0.0.1:{gemini_mock.port}",
+           "LOCAL_LLM": f"127.0.0.1:{local.port}",
+           "OPENAI_API_KEY": "sk-o", "ANTHROPIC_API_KEY": "sk-a", "GEMINI_API_KEY": "g-k"}
+    gw = gateway.start(EXAMPLE_CONFIG, env=env)
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="gw-key", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-llm-provider"] == "anthropic"
+    assert raw.headers["x-llm-attempts"] == "2"
+    assert (openai_mock.request_count(), anthropic_mock.request_count()) == (1, 1)
+    assert header(anthropic_mock.requests()[0], "x-api-key") == ["sk-a"]
+
+
 # ------------------------------------------------- an OpenAI-SDK app, Anthropic as the fallback
 
 def test_openai_sdk_json_answer_from_an_anthropic_fallback(xv):

@@ -135,6 +135,19 @@ def test_readme_quick_start_runs_as_written(providers, tmp_path):
     assert hosts == [f"127.0.0.1:{anthropic.port}"], hosts
 
 
+def test_readme_watch_it_fail_over_says_which_line_does_what():
+    readme = (REPO_ROOT / "README.md").read_text()
+    _, _, _, _, watch = _quickstart()
+    prose = readme[readme.index("### Watch it fail over"):readme.index(watch)]
+    said = re.search(r"The (first|second|third|fourth|fifth) line makes OpenAI answer `503`", prose)
+    assert said, prose
+    line = watch.splitlines()[["first", "second", "third", "fourth", "fifth"].index(said[1])]
+    assert "19101/behaviour" in line and '"status": 503' in line, line
+    # Envoy refuses to start without the credentials' variables: README must not promise
+    # a run without keys, and must say where they come from.
+    assert "without keys" not in prose and "key variables set" in prose, prose
+
+
 def test_readme_watch_it_fail_over_runs_as_written(tmp_path):
     setup, file_text, commands, expected, watch = _quickstart()
     setup = _setup(setup)
