@@ -132,6 +132,39 @@ def test_liveness_never_shadows_a_users_route(two, render):
     assert primary.request_count() == 1
 
 
+def test_envoys_api_key_auth_in_front_authenticates_callers(two, render):
+    """docs/operations.md "Authenticating callers": its api_key_auth snippet, as written, put
+    first in the rendered listener's http_filters. Unknown or missing keys get Envoy's 401 and
+    reach no provider; a listed key passes, as Bearer or x-api-key, and the provider sees only
+    its own credential."""
+    yaml = pytest.importorskip("yaml")  # not in the docker-compose run's test image
+    gateway, primary, _ = two
+    doc = (REPO_ROOT / "docs" / "operations.md").read_text()
+    section = doc[doc.index("## Authenticating callers"):]
+    snippet = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    [auth] = yaml.safe_load(snippet)
+    path = render(CONFIG, gateway.env)
+    config = yaml.safe_load(path.read_text())
+    [api] = [listener for listener in config["static_resources"]["listeners"]
+             if listener["name"] == "llm_failover"]
+    hcm = api["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["http_filters"].insert(0, auth)
+    path.write_text(yaml.safe_dump(config))
+    gw = gateway.start_bootstrap(path)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    for headers in ({}, {"authorization": "Bearer wrong-key"}, {"x-api-key": "wrong-key"}):
+        r = gw.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status == 401, (headers, r.status, r.text)
+    assert primary.request_count() == 0, "an unauthenticated request reaches no provider"
+    for headers in ({"authorization": "Bearer team-a-secret-key"},
+                    {"x-api-key": "team-b-secret-key"}):
+        r = gw.post("/v1/chat/completions", json=body, headers=headers)
+        assert r.status == 200 and r.header("x-llm-provider") == "primary", (headers, r.text)
+    seen = [dict((k.lower(), v) for k, v in rec["headers"]) for rec in primary.requests()]
+    assert [h["authorization"] for h in seen] == ["Bearer sk-primary"] * 2
+    assert [h.get("x-api-key") for h in seen] == [None, None], "the caller's key is removed"
+
+
 # ------------------------------------------------------------------------ health over time
 
 def wait_for(pred, timeout, what):
