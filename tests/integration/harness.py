@@ -1085,7 +1085,8 @@ _SCOPE_LABELS = re.compile(r'llm_failover_scope="",|,?envoy_cluster_name="[^"]*"
 def native_prometheus(text: str) -> str:
     """The native module's metrics as the wasm build's router mode prints them: its upstream
     role's live in each provider cluster's scope (docs/internals.md "The native build") and carry
-    the two scope labels; taken off, the samples of one name and labels are added up."""
+    the two scope labels; taken off, the samples of one name and labels are added up, and
+    counters still at 0 are left out."""
     out, sums = [], {}
     for line in text.splitlines():
         # Envoy 1.40 does not register a dynamic module's metrics namespace as a custom one,
@@ -1099,7 +1100,10 @@ def native_prometheus(text: str) -> str:
             sums[key] += float(value)
             continue
         out.append(line)
-    return "\n".join(f"{l} {sums[l]:g}" if l in sums else l for l in out) + "\n"
+    # It defines every counter when the configuration loads (Envoy refuses a definition later),
+    # so unused ones show at 0, where the wasm build defines each when first counted.
+    return "\n".join(f"{l} {sums[l]:g}" if l in sums else l for l in out
+                     if l not in sums or sums[l] or "_total{" not in l) + "\n"
 
 
 def spec_prometheus(text: str) -> str:

@@ -14,6 +14,10 @@ import test_translation_wiring as translation_wiring
 
 DEMO = "envoy/demo.failover.yaml"
 
+pytestmark = pytest.mark.skipif(
+    harness.envoy_version() not in ((1, 40), (1, 41)),
+    reason="the native module loads on Envoy 1.40 and 1.41 only (docs/native.md)")
+
 # test_translation_wiring.py's gateway: an OpenAI chain falling over to an Anthropic provider.
 TRANSLATING = translation_wiring.CONFIG
 
