@@ -105,7 +105,9 @@ fn flush_answers(config: &Config, metrics: &Metrics, host: &host::NativeHost) {
         if now.saturating_sub(last.get()) >= 1000 {
             last.set(now);
             metrics.flush_answers(config, host);
-            metrics.refresh_breaker_states(config, host);
+            if config.role == llm_failover::config::Role::Downstream {
+                metrics.refresh_breaker_states(config, host);
+            }
         }
     });
 }

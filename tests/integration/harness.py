@@ -1085,8 +1085,8 @@ _SCOPE_LABELS = re.compile(r'llm_failover_scope="",|,?envoy_cluster_name="[^"]*"
 def native_prometheus(text: str) -> str:
     """The native module's metrics as the wasm build's router mode prints them: its upstream
     role's live in each provider cluster's scope (docs/internals.md "The native build") and carry
-    the two scope labels; taken off, the samples of one name and labels are added up, and
-    counters still at 0 are left out."""
+    the two scope labels; taken off, the counters of one name and labels are added up (and left
+    out while 0), and a gauge is the downstream role's."""
     out, sums = [], {}
     for line in text.splitlines():
         # Envoy 1.40 does not register a dynamic module's metrics namespace as a custom one,
@@ -1097,7 +1097,11 @@ def native_prometheus(text: str) -> str:
             if key not in sums:
                 out.append(key)
                 sums[key] = 0.0
-            sums[key] += float(value)
+            if "_total{" in key:
+                sums[key] += float(value)
+            elif "envoy_cluster_name=" not in line:
+                # A gauge: the downstream role's (Envoy's root scope) is the one it keeps.
+                sums[key] = float(value)
             continue
         out.append(line)
     # It defines every counter when the configuration loads (Envoy refuses a definition later),
