@@ -23,7 +23,8 @@ cd "$(dirname "$0")/.."
 # setup_fault: +1,468 (531,354 on main at aaebad6 -> 532,822). CEILING leaves 1 KB, as above.
 # The fleet's store (budgets and breaker counts across replicas through Envoy's rate-limit
 # service: fleet.rs, its protobuf wire, the sync's glue and gRPC callbacks, the fleet
-# config section, the status member) added 26.8 KB (532,822 -> 559,670 on fd621e0).
+# config section, the status member) added 26.8 KB (532,822 -> 559,670 on fd621e0); the
+# hand-back of a sync whose worker goes +629 (559,670 -> 560,299 on 4a00325).
 # CEILING leaves 1 KB for the compiler's version, as above.
 # Token budgets per caller (the `callers` section and its validation, the caller refusal, the
 # caller in the plan record, the token metric's `caller` label, the status endpoint's

@@ -332,6 +332,17 @@ pub fn finish(
     }
 }
 
+/// Gives back what a sync took without an answer (its worker's VM goes away with the call in
+/// flight, e.g. on a configuration change): the next sync of any worker reports it. The
+/// store's state is left as it is.
+pub fn hand_back(config: &Config, store: &dyn SharedStore, clock: &dyn Clock, sync: Sync) {
+    let budgets = SharedBudgets { store, clock };
+    for (c, taken) in &sync.budgets {
+        budgets.settle(&c.name, &c.budget, *taken, None, false);
+    }
+    settle_failures(config, store, clock, &sync.failures, &[]);
+}
+
 /// Hands failures back when the store did not answer; otherwise opens each provider whose
 /// fleet count reached the threshold, once per window.
 fn settle_failures(

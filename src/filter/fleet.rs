@@ -42,6 +42,13 @@ impl InFlight {
         }
     }
 
+    /// The worker's VM goes: a sync still in flight gives back what it took.
+    pub fn abandon(&mut self, config: &Config) {
+        if let Some((_, sync)) = self.0.take() {
+            fleet::hand_back(config, &EnvoyHost, &EnvoyHost, sync);
+        }
+    }
+
     /// The call's answer (`status` 0: OK, with `size` bytes of response).
     pub fn answered(
         &mut self,

@@ -70,6 +70,7 @@ impl Context for Root {
         // Answers held in this VM reach shared data before it goes.
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
             metrics.flush_answers(config, &EnvoyHost);
+            self.fleet.abandon(config);
         }
         true
     }

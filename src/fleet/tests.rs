@@ -240,3 +240,15 @@ fn one_worker_claims_each_interval() {
     w.clock.advance(100);
     assert!(claim(fleet, &w.store, &w.clock));
 }
+
+#[test]
+fn a_sync_handed_back_is_reported_by_the_next() {
+    let w = World::new("");
+    w.spend(10);
+    count_failure(&w.store, &w.clock, "b");
+    let sync = w.start();
+    assert_eq!(reported(&sync), vec![10, 0, 1]);
+    hand_back(&w.config, &w.store, &w.clock, sync);
+    assert_eq!(reported(&w.start()), vec![10, 0, 1]);
+    assert_eq!(SyncRecord::read(&w.store).state, StoreState::Unknown);
+}

@@ -211,7 +211,9 @@ def test_the_store_failing_fails_no_request_and_its_held_spend_is_reported(fleet
     f.store.service.start()
     wait_until(lambda: all(f.fleet(r)["state"] == "ok" and f.fleet(r)["budgets"][0]["held"] == 0
                            for r in range(3)), 10, "held spend reported")
-    assert f.stored_left(budget) == budget - 15 * 12
+    # Nothing lost; a sync that timed out after the store counted it is counted again (at
+    # least once: docs/operations.md), so on a loaded machine a little more.
+    assert 15 * 12 <= budget - f.stored_left(budget) <= (15 + 9) * 12
     assert all("fleet store" in e.log() and "answers again" in e.log() for e in f.envoys)
     # Redis restarted (no persistence: it counts from zero): the spend of its outage is reported.
     f.store.redis.kill()
@@ -222,7 +224,7 @@ def test_the_store_failing_fails_no_request_and_its_held_spend_is_reported(fleet
     traffic(3)
     wait_until(lambda: all(f.fleet(r)["state"] == "ok" and f.fleet(r)["budgets"][0]["held"] == 0
                            for r in range(3)), 15, "held spend reported after Redis")
-    assert f.stored_left(budget) == budget - 9 * 12
+    assert 9 * 12 <= budget - f.stored_left(budget) <= (9 + 6) * 12
     assert f.a.request_count() == 24
 
 
