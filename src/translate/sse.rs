@@ -83,6 +83,11 @@ impl Reader {
     /// Reads `chunk`, calling `on_event` for each event it completes, in order.
     pub fn feed(&mut self, chunk: &[u8], on_event: &mut dyn FnMut(Event<'_>)) {
         let mut rest = chunk;
+        // An empty chunk (Envoy passes them) leaves a `\r` at the last one's end waiting for
+        // its `\n`.
+        if rest.is_empty() {
+            return;
+        }
         if std::mem::take(&mut self.after_cr) {
             rest = rest.strip_prefix(b"\n").unwrap_or(rest);
         }
@@ -279,6 +284,20 @@ mod tests {
         assert_eq!(
             events(&[b"event: a\r", b"\ndata: 1\r", b"\ndata: 2\r\n\r", b"\n"]),
             vec![pair("a", "1\n2")]
+        );
+        // An empty chunk between the two halves changes nothing.
+        assert_eq!(
+            events(&[
+                b"event: a\r",
+                b"",
+                b"\ndata: 1\r",
+                b"",
+                b"",
+                b"\n\r",
+                b"",
+                b"\n"
+            ]),
+            vec![pair("a", "1")]
         );
     }
 
