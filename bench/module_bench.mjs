@@ -70,8 +70,22 @@ const BUDGET = BUDGET_AT > 0 ? Number(process.argv[BUDGET_AT + 1]) : 0;
 const CONFIG_BUDGET = BUDGET > 0
   ? CONFIG_REST.replace('"value":"sk-primary"}}', `"value":"sk-primary"},"budget":{"tokens":${BUDGET},"window":"24h"}}`)
   : CONFIG_REST;
+// `--group weighted|least_busy`: primary and secondary are one group at the chain's first
+// position (docs/configuration.md "Groups of equal deployments"), the cost of the group pick.
+// weighted: weights 4294967295 and 1, so primary is picked (secondary about once in 4e9);
+// least_busy: secondary counted as holding 1000 requests (set before the roots load), so
+// primary, the least busy, is picked, its count raised and lowered per request.
+const GROUP_AT = process.argv.indexOf("--group");
+const GROUP = GROUP_AT > 0 ? process.argv[GROUP_AT + 1] : "";
+const GROUP_ENTRY = { weighted: '{"group":["primary","secondary"],"weights":[4294967295,1]}',
+  least_busy: '{"group":["primary","secondary"],"policy":"least_busy"}' }[GROUP];
+if (GROUP && !GROUP_ENTRY) throw new Error(`--group ${GROUP}: weighted or least_busy`);
+const CONFIG_GROUP = GROUP_ENTRY
+  ? CONFIG_BUDGET.replace('"providers":["primary","secondary",', `"providers":[${GROUP_ENTRY},`)
+  : CONFIG_BUDGET;
+if (GROUP_ENTRY && CONFIG_GROUP === CONFIG_BUDGET) throw new Error("--group: the chain was not found");
 const FLEET = process.argv.includes("--fleet");
-const CONFIG_FLEET = FLEET ? '"fleet":{"cluster":"ratelimit"},' + CONFIG_BUDGET : CONFIG_BUDGET;
+const CONFIG_FLEET = FLEET ? '"fleet":{"cluster":"ratelimit"},' + CONFIG_GROUP : CONFIG_GROUP;
 // `--team-budget N`: requests come from caller team-a (`x-team`), which has a token budget of
 // N tokens a day (the cost of a caller budget: its check in planning, its spend per answer).
 const TEAM_AT = process.argv.indexOf("--team-budget");
@@ -243,6 +257,11 @@ class Host {
     this.x = trace ? wrapForTrace({ ...instance.exports }, trace, "host->vm", "host<-vm", "")
       : instance.exports;
     this.x._initialize?.();
+    if (GROUP === "least_busy") {
+      const busy = new Uint8Array(4);
+      new DataView(busy.buffer).setUint32(0, 1000, true);
+      this.shared.set("llm_failover.busy.secondary", [busy, ++this.casSeq]);
+    }
     this.root(ROOT_UPSTREAM, CONFIG.upstream);
     this.root(ROOT_DOWNSTREAM, CONFIG.downstream);
   }
@@ -702,6 +721,7 @@ function parseArgs(argv) {
     else if (a === "--no-ask") o.noAsk = true; // read at load (CONFIG_USED)
     else if (a === "--fleet") o.fleet = true; // read at load (CONFIG_FLEET)
     else if (a === "--rate-limit-headers") o.rateLimitHeaders = true; // read at load
+    else if (a === "--group") o.group = val(); // read at load (GROUP)
     else if (a === "--instructions") { // optionally followed by N1,N2
       o.instructions = /^\d+,\d+$/.test(rest[0] ?? "") ? rest.shift().split(",").map(Number) : [];
     }
@@ -735,7 +755,8 @@ function instructions(file, size, n1, n2) {
       ...(TEAM_BUDGET > 0 ? ["--team-budget", String(TEAM_BUDGET)] : []),
       ...(process.argv.includes("--no-ask") ? ["--no-ask"] : []),
       ...(FLEET ? ["--fleet"] : []),
-      ...(RATE_LIMIT_HEADERS.length ? ["--rate-limit-headers"] : [])],
+      ...(RATE_LIMIT_HEADERS.length ? ["--rate-limit-headers"] : []),
+      ...(GROUP ? ["--group", GROUP] : [])],
     { encoding: "utf8", maxBuffer: 1 << 26 });
     const m = r.stderr?.match(/I\s+refs:\s+([\d,]+)/);
     if (r.status !== 0 || !m) throw new Error(`valgrind (${file}, ${n}): ${r.error || r.stderr?.slice(-2000)}`);

@@ -30,7 +30,10 @@ cd "$(dirname "$0")/.."
 # caller in the plan record, the token metric's `caller` label, the status endpoint's
 # `callers`): +4,990 (531,354 -> 536,344 on aaebad6); 564,988 on main at 185296b with it.
 # CEILING leaves 1 KB for the compiler's version, as above.
-CEILING=566000
+# Groups of equal entries (config reading and checks, the planner's walk through a group,
+# pick.rs's draw, the least_busy counts and the status endpoint's `groups`) added 9.6 KB
+# (532,822 -> 542,450 on main at 8f3f995). CEILING leaves 1 KB as above.
+CEILING=576500
 module=${1:-dist/llm_failover.wasm}
 if [ ! -f "$module" ]; then
   echo "module-size: $module missing: run scripts/build.sh"

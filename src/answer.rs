@@ -141,7 +141,7 @@ pub fn answer<'a>(
             Some(fallbacks),
             reads.outcome(last_fallback - 1).map(Class::as_str),
         )
-    } else if let Some(reason) = plan.skip_before_start() {
+    } else if let Some(reason) = plan.skip_before_start(chain) {
         (None, Some(reason))
     } else {
         (None, None)

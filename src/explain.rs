@@ -4,7 +4,9 @@
 //! says what a healthy gateway does; at run time open breakers and dead marks are skipped too.
 
 use crate::classify::Class;
-use crate::config::{Chain, ChainEntry, Config, ModelPattern, Provider, ProviderId, RetryInPlace};
+use crate::config::{
+    Chain, ChainEntry, Config, GroupPolicy, ModelPattern, Provider, ProviderId, RetryInPlace,
+};
 use crate::duration::display_ms;
 use crate::envelope::Envelope;
 use crate::health::Admission;
@@ -167,6 +169,7 @@ pub fn explain_with(
     };
     chain_line(&mut out, chain, &plan);
     let walk = walk_line(&mut out, config, chain, &plan);
+    group_lines(&mut out, config, chain);
     for (k, slot) in plan.slots.iter().enumerate() {
         let Some(entry) = chain.entry(slot.entry) else {
             continue;
@@ -360,6 +363,37 @@ fn walk_line(out: &mut String, config: &Config, chain: &Chain, plan: &Plan) -> W
         limit,
         planned,
         in_place,
+    }
+}
+
+/// Each group of the chain: its members' shares and how a request walks it (the attempts
+/// below show one such pick).
+fn group_lines(out: &mut String, config: &Config, chain: &Chain) {
+    for g in &chain.groups {
+        let members: Vec<String> = (chain.entries.get(g.members()).unwrap_or_default())
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let name = config.provider(e.provider).map_or("", |p| p.name.as_str());
+                match g.policy {
+                    GroupPolicy::Weighted => {
+                        format!("{name} {}%", crate::config::percent(g.share_tenths(i)))
+                    }
+                    GroupPolicy::LeastBusy => name.to_string(),
+                }
+            })
+            .collect();
+        let how = match g.policy {
+            GroupPolicy::Weighted => "picked at random by weight",
+            GroupPolicy::LeastBusy => "the one with the fewest requests in flight across workers",
+        };
+        let _ = writeln!(
+            out,
+            "group at providers[{}] ({}): {}; each request starts with one member, {how}, among those that may take it (open, dead, spent, rate-limited ahead or unfit ones left out), then the others, each once, before the chain goes on (below: one such pick)",
+            chain.written_position(g.first),
+            g.policy.as_str(),
+            members.join(", ")
+        );
     }
 }
 

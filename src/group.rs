@@ -70,51 +70,64 @@ fn chain_orders(chain: &Chain, limit: usize, out: &mut BTreeSet<Vec<ProviderId>>
     let descents = usize::from(chain.try_last);
     let mut seq: Vec<usize> = Vec::with_capacity(max_len);
     let mut used = vec![false; entries.len()];
-    walk(entries, max_len, descents, &mut seq, &mut used, limit, out);
+    // A group's members stand at one position: the planner tries them in any order.
+    let positions: Vec<usize> = (chain.main_ids())
+        .map(|(id, _)| chain.position(id))
+        .collect();
+    let walk_in = Walk {
+        entries,
+        positions: &positions,
+        max_len,
+    };
+    walk_in.walk(descents, &mut seq, &mut used, limit, out);
 }
 
-fn walk(
-    entries: &[ChainEntry],
+/// What the order walk reads: the chain's own entries, where each stands, the longest order.
+struct Walk<'a> {
+    entries: &'a [ChainEntry],
+    positions: &'a [usize],
     max_len: usize,
-    descents_left: usize,
-    seq: &mut Vec<usize>,
-    used: &mut [bool],
-    limit: usize,
-    out: &mut BTreeSet<Vec<ProviderId>>,
-) {
-    if seq.len() >= 2 {
-        out.insert(
-            seq.iter()
-                .filter_map(|&e| entries.get(e).map(|x| x.provider))
-                .collect(),
-        );
-    }
-    if seq.len() == max_len || out.len() > limit {
-        return;
-    }
-    for next in 0..entries.len() {
-        if used.get(next).copied().unwrap_or(true) {
-            continue;
+}
+
+impl Walk<'_> {
+    fn walk(
+        &self,
+        descents_left: usize,
+        seq: &mut Vec<usize>,
+        used: &mut [bool],
+        limit: usize,
+        out: &mut BTreeSet<Vec<ProviderId>>,
+    ) {
+        let entries = self.entries;
+        if seq.len() >= 2 {
+            out.insert(
+                seq.iter()
+                    .filter_map(|&e| entries.get(e).map(|x| x.provider))
+                    .collect(),
+            );
         }
-        let descent = seq.last().is_some_and(|&last| next < last);
-        if descent && descents_left == 0 {
-            continue;
-        }
-        set(used, next, true);
-        seq.push(next);
-        walk(
-            entries,
-            max_len,
-            descents_left - usize::from(descent),
-            seq,
-            used,
-            limit,
-            out,
-        );
-        seq.pop();
-        set(used, next, false);
-        if out.len() > limit {
+        if seq.len() == self.max_len || out.len() > limit {
             return;
+        }
+        let position = |i: usize| self.positions.get(i).copied().unwrap_or(i);
+        for next in 0..entries.len() {
+            if used.get(next).copied().unwrap_or(true) {
+                continue;
+            }
+            let descent = seq
+                .last()
+                .is_some_and(|&last| position(next) < position(last));
+            if descent && descents_left == 0 {
+                continue;
+            }
+            set(used, next, true);
+            seq.push(next);
+            self.walk(descents_left - usize::from(descent), seq, used, limit, out);
+            seq.pop();
+            set(used, next, false);
+            if out.len() > limit {
+                return;
+            }
         }
     }
 }
@@ -181,7 +194,7 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
         for (i, e) in main.iter().enumerate() {
             if main.iter().take(i).any(|o| o.provider == e.provider) {
                 errors.push(ConfigError {
-                    field: format!("chains[{c}].providers[{i}]"),
+                    field: format!("chains[{c}].{}", chain.entry_field(i)),
                     problem: format!(
                         "provider {:?} is listed twice: on Envoy before 1.39 one request cannot \
                          reach the same provider twice (a grouping cluster lists each cluster \
@@ -241,6 +254,62 @@ mod tests {
 
     /// Health double: provider i's gate is bit i of `open` (open breaker) or available.
     struct Gates(u32);
+
+    /// [`Gates`] drawing `.1` for group picks.
+    struct Drawn(u32, std::cell::Cell<u64>);
+
+    impl Gatekeeper for Drawn {
+        fn gate(&self, provider: ProviderId, model: &str) -> Admission {
+            Gates(self.0).gate(provider, model)
+        }
+        fn draw(&self) -> u64 {
+            let mut s = self.1.get();
+            let r = crate::pick::next(&mut s);
+            self.1.set(s);
+            r
+        }
+    }
+
+    #[test]
+    fn a_group_of_three_then_one_provider_makes_twenty_one_orders() {
+        let c = config(r#"[{"name": "x", "providers": [{"group": ["a", "b", "c"]}, "d"]}]"#);
+        // 6 + 3 pairs, 6 + 6 triples: the members in any order, d only last.
+        assert_eq!(groups(&c).unwrap().len(), 21);
+    }
+
+    #[test]
+    fn a_group_s_members_in_any_order_route_to_rendered_clusters() {
+        for try_last in [false, true] {
+            let c = config(&format!(
+                r#"[{{"name": "x", "providers": ["a", {{"group": ["b", "c", "e"], "weights": [2, 1, 1]}}],
+                     "max_attempts": 3, "try_last": {try_last}}}]"#
+            ));
+            let rendered: Vec<String> = groups(&c).unwrap().into_iter().map(|g| g.name).collect();
+            // b, c, e in any order after a: 3 + 6 pairs, 6 + 6 triples (a first or not).
+            let health = Drawn(0, std::cell::Cell::new(1));
+            let mut seen = std::collections::BTreeSet::new();
+            for open in 0..(1u32 << 5) {
+                let health = Drawn(open, std::cell::Cell::new(health.draw()));
+                for _ in 0..20 {
+                    let facts = RequestFacts {
+                        model: "m",
+                        ..Default::default()
+                    };
+                    let Ok(plan) = plan_or_refuse(&c, &facts, &health) else {
+                        continue;
+                    };
+                    let chain = c.chain(plan.chain).unwrap();
+                    if plan.slots.len() > 1 {
+                        let target = route_cluster(&c, chain, &plan.slots);
+                        assert!(rendered.contains(&target), "{target} not rendered");
+                        seen.insert(target);
+                    }
+                }
+            }
+            assert!(seen.contains("llm_failover~e~c~b"), "{seen:?}");
+            assert!(seen.len() >= 12, "{seen:?}");
+        }
+    }
 
     impl Gatekeeper for Gates {
         fn gate(&self, provider: ProviderId, _model: &str) -> Admission {

@@ -18,6 +18,15 @@ pub trait Gatekeeper {
     fn budgets(&self) -> Option<&dyn Budgets> {
         None
     }
+    /// A random number for this request's group picks (`pick::order`); 0 where none is drawn
+    /// (`explain`: the weights' first member order).
+    fn draw(&self) -> u64 {
+        0
+    }
+    /// Requests in flight to `provider` across every worker, for `least_busy` groups.
+    fn in_flight(&self, _provider: ProviderId) -> u32 {
+        0
+    }
 }
 
 /// One planned attempt: which chain entry, and what the health read said.
@@ -70,12 +79,12 @@ impl Plan {
     /// When the first planned provider is not the chain's first eligible one because an open
     /// breaker, a dead mark, a spent budget or an announced empty rate limit moved it: its
     /// `x-llm-fallback-reason`, `budget_exhausted` (`rate_limited_ahead`) when only spent
-    /// budgets (announcements) moved it, else `breaker_open`.
-    pub fn skip_before_start(&self) -> Option<&'static str> {
+    /// budgets (announcements) moved it, else `breaker_open`. A group member left out while
+    /// another member of its group serves moved nothing: the position served.
+    pub fn skip_before_start(&self, chain: &Chain) -> Option<&'static str> {
+        let start = chain.position(self.slots.first()?.entry);
         let mut before = (self.skipped.iter())
-            .filter(|(e, r)| {
-                *r != SkipReason::Model && self.slots.first().is_some_and(|s| *e < s.entry)
-            })
+            .filter(|(e, r)| *r != SkipReason::Model && chain.position(*e) < start)
             .map(|(_, r)| *r);
         let first = before.next()?;
         let waits = matches!(
@@ -146,7 +155,10 @@ pub fn plan_or_refuse(
     // The provider of the first entry that serves the model: never skipped for what the
     // request carries (behaviour.md 2.4).
     let mut first = None;
-    for (index, entry) in chain.main_ids() {
+    for index in walk_order(chain, health) {
+        let Some(entry) = chain.entry(index) else {
+            continue;
+        };
         let Some(provider) = config.provider(entry.provider) else {
             continue;
         };
@@ -289,6 +301,40 @@ fn caller_spent(
         chain: Some(chain),
         skipped: Vec::new(),
         retry_at_ms: Some(left.resets_at_ms),
+    })
+}
+
+/// The chain's own entries in the order this request considers them: chain order, each group's
+/// members in the order `pick::order` draws for it (behaviour.md 2.10). A chain without groups
+/// draws nothing.
+fn walk_order<'a>(
+    chain: &'a Chain,
+    health: &'a dyn Gatekeeper,
+) -> impl Iterator<Item = EntryId> + 'a {
+    let mut next = 0usize;
+    let mut group: Option<(usize, crate::pick::Order, usize)> = None;
+    std::iter::from_fn(move || loop {
+        if let Some((first, order, k)) = &mut group {
+            match order.members().get(*k) {
+                Some(&m) => {
+                    *k += 1;
+                    return EntryId::new(*first + usize::from(m));
+                }
+                None => group = None,
+            }
+        }
+        if next >= chain.main_len {
+            return None;
+        }
+        let here = next;
+        let Some(g) = chain.groups.iter().find(|g| g.first == here) else {
+            next += 1;
+            return EntryId::new(here);
+        };
+        next = g.members().end;
+        let busy =
+            |i: usize| (chain.entries.get(g.first + i)).map_or(0, |e| health.in_flight(e.provider));
+        group = Some((g.first, crate::pick::order(g, health.draw(), busy), 0));
     })
 }
 
@@ -489,3 +535,6 @@ impl Walk<'_> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod groups_tests;

@@ -51,8 +51,9 @@
 
 use crate::announced::{Announced, SharedAnnouncements};
 use crate::budget::{Budget, Budgets, Left};
-use crate::config::Config;
+use crate::config::{percent, Config, GroupPolicy};
 use crate::health::{Health, HealthSnapshot, Recent, BUCKETS, BUCKET_MS};
+use crate::host::SharedStore;
 use crate::tokens::SharedTokens;
 use crate::translate::json::Out;
 use crate::usage::Usage;
@@ -278,10 +279,57 @@ pub fn render(
             now_ms,
         );
     }
+    groups_status(&mut out, config, tokens.store);
     out.close();
     let mut text = pretty(&out.0);
     text.push('\n');
     text
+}
+
+/// The chains' groups (a member `null` when none): where each stands, how it picks, and each
+/// member's share by weight, with its requests in flight for `least_busy`.
+#[inline]
+fn groups_status(out: &mut Out, config: &Config, store: &dyn SharedStore) {
+    out.key("groups").open_arr();
+    for chain in &config.chains {
+        for g in &chain.groups {
+            let position = chain.written_position(g.first);
+            (out.open().key("chain").str(&chain.name))
+                .key("position")
+                .num(position as u64)
+                .key("policy")
+                .str(g.policy.as_str())
+                .key("members")
+                .open_arr();
+            for (i, e) in chain
+                .entries
+                .get(g.members())
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                let name = config.provider(e.provider).map_or("", |p| p.name.as_str());
+                out.open().key("provider").str(name).key("model");
+                match &e.model {
+                    Some(m) => out.str(m),
+                    None => out.null(),
+                };
+                (out.key("weight")
+                    .num(g.weights.get(i).copied().unwrap_or(0).into()))
+                .key("share_percent")
+                .raw(&percent(g.share_tenths(i)))
+                .key("in_flight");
+                if g.policy == GroupPolicy::LeastBusy {
+                    out.num(crate::busy::in_flight(store, name).into());
+                } else {
+                    out.null();
+                }
+                out.close();
+            }
+            out.close_arr().close();
+        }
+    }
+    out.close_arr();
 }
 
 /// Compact JSON (as [`Out`] writes it) indented as `serde_json::to_string_pretty` prints it:

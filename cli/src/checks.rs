@@ -177,7 +177,7 @@ fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
                 if !p.models.iter().any(|pm| pm.matches(model)) {
                     skipped += 1;
                     out.push(Diag::warning(
-                        format!("chains[{j}].providers[{k}].model"),
+                        format!("chains[{j}].{}.model", chain.entry_field(k)),
                         format!(
                             "provider {:?} does not list {model:?} in its models, so this entry is always skipped — add it to the provider's models or fix the name",
                             p.name
@@ -193,7 +193,7 @@ fn providers_outside_their_chain(config: &Config, out: &mut Vec<Diag>) {
             if !serves_some {
                 skipped += 1;
                 out.push(Diag::warning(
-                    format!("chains[{j}].providers[{k}]"),
+                    format!("chains[{j}].{}", chain.entry_field(k)),
                     format!(
                         "provider {:?} serves none of chain {:?}'s models, so it is always skipped — fix its models, or give this entry a model: to send instead",
                         p.name, chain.name

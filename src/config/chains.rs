@@ -5,8 +5,8 @@ use super::any_matches;
 use super::problems::{is_token, At, Problems};
 use super::raw::{RawChain, RawChainEntry, RawTrigger};
 use super::{
-    Capabilities, Chain, ChainEntry, EntryId, ModelPattern, Provider, ProviderId, RetryInPlace,
-    MAX_CHAINS, MAX_CHAIN_LEN,
+    Capabilities, Chain, ChainEntry, EntryGroup, EntryId, GroupPolicy, ModelPattern, Provider,
+    ProviderId, RetryInPlace, MAX_CHAINS, MAX_CHAIN_LEN,
 };
 use crate::classify::{Class, FailoverSet};
 use crate::envelope::Envelope;
@@ -96,6 +96,7 @@ fn validate_one(
         }
     }
     let mut entries = Vec::with_capacity(c.providers.len());
+    let mut groups = Vec::new();
     resolve(
         "providers",
         &c.providers,
@@ -103,8 +104,15 @@ fn validate_one(
         providers,
         at,
         &mut entries,
+        Some(&mut groups),
     );
     let main_len = entries.len();
+    if main_len > MAX_CHAIN_LEN {
+        at.field(
+            "providers",
+            format!("at most {MAX_CHAIN_LEN} providers per chain, group members counted"),
+        );
+    }
     let context_window = resolve(
         "context_window",
         &c.context_window,
@@ -112,6 +120,7 @@ fn validate_one(
         providers,
         at,
         &mut entries,
+        None,
     );
     let content_policy = resolve(
         "content_policy",
@@ -120,6 +129,7 @@ fn validate_one(
         providers,
         at,
         &mut entries,
+        None,
     );
     for (field, list) in [
         ("context_window", &c.context_window),
@@ -166,6 +176,7 @@ fn validate_one(
         callers: c.callers.clone(),
         entries,
         main_len,
+        groups,
         context_window,
         content_policy,
         max_attempts: (c.max_attempts as usize).clamp(1, MAX_CHAIN_LEN),
@@ -195,28 +206,30 @@ fn residency(chain: &Chain, providers: &[Provider], at: &mut At) {
         return;
     };
     let first_provider = provider(first);
-    let always_first = first_provider.is_some_and(|p| {
-        p.callers.is_empty()
-            && match &first.model {
-                Some(model) => any_matches(&p.models, model),
-                None => (chain.models.iter()).all(|m| p.models.iter().any(|pm| covers(pm, m))),
-            }
-    });
+    // A group first: which member is first is decided per request.
+    let grouped = chain.groups.first().is_some_and(|g| g.first == 0);
+    let always_first = !grouped
+        && first_provider.is_some_and(|p| {
+            p.callers.is_empty()
+                && match &first.model {
+                    Some(model) => any_matches(&p.models, model),
+                    None => (chain.models.iter()).all(|m| p.models.iter().any(|pm| covers(pm, m))),
+                }
+        });
     let lists = [
         ("context_window", &chain.context_window),
         ("content_policy", &chain.content_policy),
     ];
-    let main = chain.main_ids().map(|(id, _)| id).enumerate();
-    let places = main.map(|(j, id)| ("providers", j, id)).chain(
-        lists
-            .into_iter()
-            .flat_map(|(name, ids)| ids.iter().enumerate().map(move |(j, &id)| (name, j, id))),
-    );
-    for (list, j, id) in places {
+    let main = chain
+        .main_ids()
+        .map(|(id, _)| (chain.entry_field(id.index()), id));
+    let places = main.chain(lists.into_iter().flat_map(|(name, ids)| {
+        (ids.iter().enumerate()).map(move |(j, &id)| (format!("{name}[{j}]"), id))
+    }));
+    for (field, id) in places {
         let Some(p) = chain.entry(id).and_then(provider) else {
             continue;
         };
-        let field = format!("{list}[{j}]");
         let Some(residency) = p.residency else {
             at.field(
                 &field,
@@ -244,7 +257,9 @@ fn residency(chain: &Chain, providers: &[Provider], at: &mut At) {
 }
 
 /// Appends the entries of one list (`providers`, `context_window` or `content_policy`) to
-/// `entries` and returns their indices there. A duplicate is refused within its own list only.
+/// `entries` and returns their indices there (a group's, its members'). A duplicate is refused
+/// within its own list only (a group member too). `groups`: where the chain's own providers'
+/// groups go; `None` for a list, which takes none.
 #[inline]
 fn resolve(
     list: &str,
@@ -253,72 +268,217 @@ fn resolve(
     providers: &[Provider],
     at: &mut At,
     entries: &mut Vec<ChainEntry>,
+    mut groups: Option<&mut Vec<EntryGroup>>,
 ) -> Vec<EntryId> {
     let first = entries.len();
     let mut indices = Vec::with_capacity(raw.len());
     for (j, e) in raw.iter().enumerate() {
         let field = format!("{list}[{j}]");
-        let name = &e.provider;
-        let model = e.model.clone();
-        let capabilities = e.capabilities.unwrap_or_default();
-        if capabilities.context_window == Some(0) {
-            at.field(
-                &format!("{field}.capabilities.context_window"),
-                "must be a number of tokens above 0 (omit it when unknown)",
-            );
-        }
-        let Some(&index) = names.get(name.as_str()) else {
-            at.field(
-                &field,
-                format!("unknown provider {name:?}: define it under providers or fix the name"),
-            );
-            continue;
-        };
-        // Past one byte's ids the providers are refused anyway (`MAX_PROVIDERS`).
-        let Some(provider) = ProviderId::new(index) else {
-            continue;
-        };
-        if model.is_none() {
-            if let Some(problem) = providers.get(index).and_then(model_required) {
-                at.field(&field, problem);
+        if e.group.is_empty() {
+            if e.weights.is_some() || e.policy.is_some() {
+                at.field(
+                    &field,
+                    "weights and policy are a group's: write {group: [a, b], weights: [2, 1]}, or remove them",
+                );
             }
-        }
-        let converse = providers
-            .get(index)
-            .is_some_and(|p| p.envelope == Some(Envelope::BedrockConverse));
-        if converse && e.effort.is_some() {
-            at.field(
-                &format!("{field}.effort"),
-                "not for api: bedrock_converse: Bedrock takes a model's reasoning settings in additionalModelRequestFields, in that model's own terms, which this filter does not write yet — remove it (max_tokens is written as inferenceConfig.maxTokens)",
-            );
-        }
-        let entry = ChainEntry {
-            provider,
-            model,
-            capabilities: Capabilities {
-                vision: capabilities.vision,
-                tools: capabilities.tools,
-                context_window: capabilities.context_window,
-            },
-            settings: settings(e, &field, at),
-        };
-        let others = entries.get(first..).unwrap_or_default();
-        if others.iter().any(|e| e.same_destination(&entry)) {
             let place = if list == "providers" {
                 "this chain"
             } else {
                 "this list"
             };
-            at.field(&field, format!("provider {name:?} with the same model appears twice in {place}: remove the duplicate"));
+            indices.extend(one(e, &field, place, names, providers, at, entries, first));
             continue;
         }
-        // Within one byte: a chain holds at most 3 * MAX_CHAIN_LEN entries.
-        if let Some(id) = EntryId::new(entries.len()) {
-            indices.push(id);
-            entries.push(entry);
+        let Some(groups) = groups.as_deref_mut() else {
+            at.field(
+                &format!("{field}.group"),
+                "a group stands among the chain's providers only: list its members here one by one",
+            );
+            continue;
+        };
+        let members_at = entries.len();
+        let group = group(e, &field, at);
+        let mut kept = Vec::with_capacity(e.group.len());
+        for (k, (m, w)) in e.group.iter().zip(&group.weights).enumerate() {
+            let field = format!("{field}.group[{k}]");
+            if !m.group.is_empty() {
+                at.field(
+                    &field,
+                    "groups do not nest: list the inner group's members in this one",
+                );
+                continue;
+            }
+            if m.weights.is_some() || m.policy.is_some() {
+                at.field(
+                    &field,
+                    "weights and policy are the group's, not a member's: write them beside group",
+                );
+            }
+            if let Some(id) = one(
+                m,
+                &field,
+                "this chain",
+                names,
+                providers,
+                at,
+                entries,
+                first,
+            ) {
+                indices.push(id);
+                kept.push(*w);
+            }
+        }
+        // Members refused above leave the group; what remains still stands together.
+        if kept.len() >= 2 {
+            groups.push(EntryGroup {
+                first: members_at,
+                weights: kept,
+                policy: group.policy,
+            });
         }
     }
     indices
+}
+
+/// A group's own fields checked (`provider` and the entry's settings belong on the members,
+/// at least two members, one weight above 0 per member, a known policy); its weights, one per
+/// member as written (1 when none are).
+#[inline]
+fn group(e: &RawChainEntry, field: &str, at: &mut At) -> EntryGroup {
+    if !e.provider.is_empty()
+        || e.model.is_some()
+        || e.capabilities.is_some()
+        || e.effort.is_some()
+        || e.max_tokens.is_some()
+    {
+        at.field(
+            field,
+            "a group takes no provider, model, capabilities, effort or max_tokens of its own: write them on its members ({group: [{provider: a, model: m}, b]})",
+        );
+    }
+    let n = e.group.len();
+    if n == 1 {
+        at.field(
+            &format!("{field}.group"),
+            "a group of one member: write the member itself in the chain, or add the deployments it shares the load with",
+        );
+    }
+    let policy = match e.policy.as_deref() {
+        None => GroupPolicy::Weighted,
+        Some(word) => GroupPolicy::parse(word).unwrap_or_else(|| {
+            at.field(
+                &format!("{field}.policy"),
+                format!(
+                    "{word:?} is not a policy: use {}",
+                    GroupPolicy::NAMES.join(" or ")
+                ),
+            );
+            GroupPolicy::Weighted
+        }),
+    };
+    let mut weights = vec![1u32; n];
+    if let Some(written) = &e.weights {
+        if policy == GroupPolicy::LeastBusy {
+            at.field(
+                &format!("{field}.weights"),
+                "least_busy picks by requests in flight, not by weight: remove weights, or use policy: weighted",
+            );
+        } else if written.len() != n {
+            at.field(
+                &format!("{field}.weights"),
+                format!(
+                    "{} weights for {n} members: give one weight per member, in the members' order",
+                    written.len()
+                ),
+            );
+        } else {
+            for (k, &w) in written.iter().enumerate() {
+                if w == 0 {
+                    at.field(
+                        &format!("{field}.weights[{k}]"),
+                        "a weight of 0 never picks the member (it would only be tried after the others): give it 1 or more, or remove the member",
+                    );
+                }
+            }
+            weights.clone_from(written);
+        }
+    }
+    EntryGroup {
+        first: 0,
+        weights,
+        policy,
+    }
+}
+
+/// One entry checked and appended to `entries` (its id), unless refused; `first`: where its
+/// list starts in `entries` (a duplicate within the list is refused, `place` naming the list).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn one(
+    e: &RawChainEntry,
+    field: &str,
+    place: &str,
+    names: &BTreeMap<&str, usize>,
+    providers: &[Provider],
+    at: &mut At,
+    entries: &mut Vec<ChainEntry>,
+    first: usize,
+) -> Option<EntryId> {
+    let name = &e.provider;
+    let model = e.model.clone();
+    let capabilities = e.capabilities.unwrap_or_default();
+    if capabilities.context_window == Some(0) {
+        at.field(
+            &format!("{field}.capabilities.context_window"),
+            "must be a number of tokens above 0 (omit it when unknown)",
+        );
+    }
+    if name.is_empty() {
+        at.field(field, "missing field `provider`");
+        return None;
+    }
+    let Some(&index) = names.get(name.as_str()) else {
+        at.field(
+            field,
+            format!("unknown provider {name:?}: define it under providers or fix the name"),
+        );
+        return None;
+    };
+    // Past one byte's ids the providers are refused anyway (`MAX_PROVIDERS`).
+    let provider = ProviderId::new(index)?;
+    if model.is_none() {
+        if let Some(problem) = providers.get(index).and_then(model_required) {
+            at.field(field, problem);
+        }
+    }
+    let converse = providers
+        .get(index)
+        .is_some_and(|p| p.envelope == Some(Envelope::BedrockConverse));
+    if converse && e.effort.is_some() {
+        at.field(
+            &format!("{field}.effort"),
+            "not for api: bedrock_converse: Bedrock takes a model's reasoning settings in additionalModelRequestFields, in that model's own terms, which this filter does not write yet — remove it (max_tokens is written as inferenceConfig.maxTokens)",
+        );
+    }
+    let entry = ChainEntry {
+        provider,
+        model,
+        capabilities: Capabilities {
+            vision: capabilities.vision,
+            tools: capabilities.tools,
+            context_window: capabilities.context_window,
+        },
+        settings: settings(e, field, at),
+    };
+    let others = entries.get(first..).unwrap_or_default();
+    if others.iter().any(|e| e.same_destination(&entry)) {
+        at.field(field, format!("provider {name:?} with the same model appears twice in {place} (group members included): remove the duplicate"));
+        return None;
+    }
+    // Within one byte: a chain holds at most 3 * MAX_CHAIN_LEN entries.
+    let id = EntryId::new(entries.len())?;
+    entries.push(entry);
+    Some(id)
 }
 
 /// Why an entry naming no model cannot go to `provider`: a cloud whose model names are its own

@@ -80,6 +80,7 @@ impl Config {
         }
         let callers = callers::validate(&raw.callers, raw.caller_header.as_deref(), &mut problems);
         let caller_chains = chains.iter().any(|c| !c.callers.is_empty());
+        let busy_counted = busy_counted(&chains);
         // A chain whose `paths` take the liveness path keeps it: the filter never answers a
         // path the configuration routes.
         let liveness_path = Some(raw.liveness_path.clone()).filter(|p| {
@@ -115,6 +116,7 @@ impl Config {
             status_path: raw.status_path,
             fingerprint: 0,
             caller_chains,
+            busy_counted,
             models_path: Some(raw.models_path).filter(|p| !p.is_empty()),
             liveness_path,
             forwarding,
@@ -126,6 +128,19 @@ impl Config {
     pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
         ProviderId::new(self.providers.iter().position(|p| p.name == name)?)
     }
+}
+
+/// Bit `i`: provider `i` is in a `least_busy` group, so its requests in flight are counted.
+fn busy_counted(chains: &[Chain]) -> u64 {
+    let mut bits = 0u64;
+    for chain in chains {
+        for g in (chain.groups.iter()).filter(|g| g.policy == GroupPolicy::LeastBusy) {
+            for e in chain.entries.get(g.members()).unwrap_or_default() {
+                bits |= 1u64.checked_shl(e.provider.index() as u32).unwrap_or(0);
+            }
+        }
+    }
+    bits
 }
 
 /// A fingerprint of a plugin configuration, the same for both roles of one rendered
@@ -156,6 +171,9 @@ pub fn fingerprint(json: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod groups_tests;
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod proptests;

@@ -163,6 +163,9 @@ pub struct Chain {
     pub entries: Vec<ChainEntry>,
     /// How many of `entries` are the chain's own providers, walked in order.
     pub main_len: usize,
+    /// Groups of equal entries among the chain's own providers, in chain order; each
+    /// member is one of `entries`, a group's members consecutive (docs/behaviour.md 2.10).
+    pub groups: Vec<EntryGroup>,
     /// Entries of the `context_window` list, in order.
     pub context_window: Vec<EntryId>,
     /// Entries of the `content_policy` list, in order.
@@ -224,6 +227,94 @@ impl Chain {
     /// Does this chain name any alternative list?
     pub fn has_lists(&self) -> bool {
         !self.context_window.is_empty() || !self.content_policy.is_empty()
+    }
+
+    /// The group entry `id` is a member of, if any.
+    pub fn group_of(&self, id: EntryId) -> Option<&EntryGroup> {
+        (self.groups.iter()).find(|g| g.members().contains(&id.index()))
+    }
+
+    /// The place in the chain's `providers` list, as written, of the entry at `index` (a
+    /// group's members all at the group's).
+    pub fn written_position(&self, index: usize) -> usize {
+        let stands =
+            |i: &usize| (self.groups.iter()).all(|g| g.first == *i || !g.members().contains(i));
+        (0..index).filter(stands).count()
+    }
+
+    /// The field of the chain's own entry at `index` as written: `providers[k]`, or a group
+    /// member's `providers[k].group[m]`.
+    pub fn entry_field(&self, index: usize) -> String {
+        let k = self.written_position(index);
+        match self.groups.iter().find(|g| g.members().contains(&index)) {
+            Some(g) => format!("providers[{k}].group[{}]", index - g.first),
+            None => format!("providers[{k}]"),
+        }
+    }
+
+    /// Where entry `id` stands in the chain's walk order: a group's members all stand at
+    /// its first member's place.
+    pub fn position(&self, id: EntryId) -> usize {
+        self.group_of(id).map_or(id.index(), |g| g.first)
+    }
+}
+
+/// Several equal entries at one position of a chain (behaviour.md 2.10): one is picked per
+/// request, the others are tried next, each at most once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryGroup {
+    /// Its first member's index in `Chain::entries`; the members follow it.
+    pub first: usize,
+    /// Each member's weight (at least 1), in member order.
+    pub weights: Vec<u32>,
+    pub policy: GroupPolicy,
+}
+
+impl EntryGroup {
+    /// The members' indices in `Chain::entries`.
+    pub fn members(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.weights.len()
+    }
+
+    /// Member `i`'s share of the requests, as its weight says, in tenths of a percent
+    /// (`least_busy`: an even share, before load moves it); [`percent`] writes it.
+    pub fn share_tenths(&self, i: usize) -> u64 {
+        let total: u64 = self.weights.iter().map(|&w| u64::from(w)).sum();
+        let w = u64::from(self.weights.get(i).copied().unwrap_or(0));
+        (w * 1000 + total / 2).checked_div(total).unwrap_or(0)
+    }
+}
+
+/// Tenths of a percent as a number with one decimal: `500` is `"50.0"`.
+pub fn percent(tenths: u64) -> String {
+    format!("{}.{}", tenths / 10, tenths % 10)
+}
+
+/// How a group picks the member a request goes to first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// At random, in proportion to the weights, among the members that may take it.
+    Weighted,
+    /// The member with the fewest requests in flight across every worker.
+    LeastBusy,
+}
+
+impl GroupPolicy {
+    pub const NAMES: [&'static str; 2] = ["weighted", "least_busy"];
+
+    pub fn parse(word: &str) -> Option<GroupPolicy> {
+        match word {
+            "weighted" => Some(GroupPolicy::Weighted),
+            "least_busy" => Some(GroupPolicy::LeastBusy),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupPolicy::Weighted => "weighted",
+            GroupPolicy::LeastBusy => "least_busy",
+        }
     }
 }
 
@@ -378,6 +469,8 @@ pub struct Config {
     pub fingerprint: u64,
     /// Some chain names callers: chain selection must look past the first generic match.
     pub caller_chains: bool,
+    /// Bit `i`: provider `i` is in a `least_busy` group ([`Config::counts_in_flight`]).
+    pub busy_counted: u64,
     /// Where the filter answers `GET /v1/models` itself (`None`: turned off); `models::answer`
     /// builds the answers from the chains, outside this module.
     pub models_path: Option<String>,
@@ -425,6 +518,12 @@ pub enum Team {
 
 impl Config {
     /// The provider `id` names; `None` for an id out of range.
+    /// Whether attempts to `id` count toward its requests in flight (`busy`): it is in a
+    /// `least_busy` group.
+    pub fn counts_in_flight(&self, id: ProviderId) -> bool {
+        (self.busy_counted >> (id.index() & 63)) & 1 == 1
+    }
+
     pub fn provider(&self, id: ProviderId) -> Option<&Provider> {
         self.providers.get(id.index())
     }

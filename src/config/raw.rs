@@ -295,11 +295,18 @@ pub struct RawChainEntry {
     pub effort: Option<String>,
     /// The `max_tokens` this entry's requests are sent with, in its provider's dialect.
     pub max_tokens: Option<u32>,
+    /// A group of equal entries at this position (`provider` then unset): one is picked per
+    /// request, the others tried next (docs/configuration.md "Groups of equal deployments").
+    pub group: Vec<RawChainEntry>,
+    /// The group members' weights, in the members' order; `None`: equal.
+    pub weights: Option<Vec<u32>>,
+    /// How a group picks: `weighted` (the default) or `least_busy`.
+    pub policy: Option<String>,
 }
 
 /// What a chain entry is, in serde's "expected ..." of a refused one.
 pub(super) const ENTRY_EXPECTED: &str =
-    "a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}";
+    "a provider's name or a mapping {provider, model, capabilities, effort, max_tokens} or {group, weights, policy}";
 
 /// A chain entry's `capabilities`: what its model takes. An unset field means capable.
 #[derive(Debug, Clone, Copy, Default)]

@@ -236,20 +236,20 @@ fn parse_errors_name_the_field() {
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",5,"a"]}]}"#
                 .to_string(),
             "chains[0].providers[1]",
-            "invalid type: integer `5`, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}",
+            "invalid type: integer `5`, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens} or {group, weights, policy}",
         ),
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",["a"]]}]}"#
                 .to_string(),
             "chains[0].providers[1]",
-            "invalid type: sequence, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}",
+            "invalid type: sequence, expected a provider's name or a mapping {provider, model, capabilities, effort, max_tokens} or {group, weights, policy}",
         ),
         // Inside an entry: the field itself, never "no model" or "capable".
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a",{"provider":"a","modle":"m"}]}]}"#
                 .to_string(),
             "chains[0].providers[1].modle",
-            "unknown field `modle`, expected one of `provider`, `model`, `capabilities`, `effort`, `max_tokens`",
+            "unknown field `modle`, expected one of `provider`, `model`, `capabilities`, `effort`, `max_tokens`, `group`, `weights`, `policy`",
         ),
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"provider":"a","capabilities":{"context_window":"200k"}}]}]}"#
@@ -261,7 +261,7 @@ fn parse_errors_name_the_field() {
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":["a"],"context_window":[{"provider":"a","capabilites":{}}]}]}"#
                 .to_string(),
             "chains[0].context_window[0].capabilites",
-            "unknown field `capabilites`, expected one of `provider`, `model`, `capabilities`, `effort`, `max_tokens`",
+            "unknown field `capabilites`, expected one of `provider`, `model`, `capabilities`, `effort`, `max_tokens`, `group`, `weights`, `policy`",
         ),
         (
             r#"{"providers":[{"name":"a"}],"chains":[{"name":"c","providers":[{"model":"m"}]}]}"#

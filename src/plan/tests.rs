@@ -190,11 +190,14 @@ fn an_announced_empty_rate_limit_skips_its_provider_until_its_reset() {
     let p = plan(&c, &facts("m"), &health).unwrap();
     assert_eq!(entries(&p), vec![1, 2, 3], "no attempt, not even last");
     assert_eq!(skips(&p.skipped), vec![(0, SkipReason::RateLimitedAhead)]);
-    assert_eq!(p.skip_before_start(), Some("rate_limited_ahead"));
+    assert_eq!(
+        p.skip_before_start(&c.chains[0]),
+        Some("rate_limited_ahead")
+    );
     // Announced and open before the first planned one: the breakers' reason.
     health.gates.insert(1u8.into(), Admission::BreakerOpen);
     let p = plan(&c, &facts("m"), &health).unwrap();
-    assert_eq!(p.skip_before_start(), Some("breaker_open"));
+    assert_eq!(p.skip_before_start(&c.chains[0]), Some("breaker_open"));
     // Every one announced: 429 rate_limited_ahead, back at the earliest reset.
     for (index, until) in [(1, 9_000), (2, 30_000), (3, 12_000)] {
         health.ahead.insert(index, until);
@@ -248,7 +251,7 @@ fn open_breakers_and_dead_marks_spend_no_attempt() {
         skips(&p.skipped),
         vec![(0, SkipReason::BreakerOpen), (1, SkipReason::Dead)]
     );
-    assert!(p.skip_before_start().is_some());
+    assert!(p.skip_before_start(&c.chains[0]).is_some());
 }
 
 #[test]
@@ -304,7 +307,7 @@ fn providers_that_cannot_serve_the_model_are_dropped() {
     assert_eq!(entries(&p), vec![1, 2]);
     assert_eq!(skips(&p.skipped), vec![(0, SkipReason::Model)]);
     assert!(
-        p.skip_before_start().is_none(),
+        p.skip_before_start(&c.chains[0]).is_none(),
         "a model skip is not a breaker fallback"
     );
     let err = plan(&c, &facts("llama"), &FakeHealth::default()).unwrap_err();
@@ -672,7 +675,7 @@ fn entries_that_cannot_take_the_request_are_skipped_never_the_first() {
         ]
     );
     assert!(
-        p.skip_before_start().is_none(),
+        p.skip_before_start(&c.chains[0]).is_none(),
         "a content skip is no breaker fallback"
     );
     assert!(

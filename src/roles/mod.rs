@@ -242,6 +242,54 @@ impl<H: Host> Gatekeeper for SharedGatekeeper<'_, H> {
     fn budgets(&self) -> Option<&dyn Budgets> {
         Some(&self.budgets)
     }
+
+    fn draw(&self) -> u64 {
+        draw(self.host)
+    }
+
+    fn in_flight(&self, provider: ProviderId) -> u32 {
+        let name = self
+            .config
+            .provider(provider)
+            .map_or("", |p| p.name.as_str());
+        crate::busy::in_flight(self.host, name)
+    }
+}
+
+thread_local! {
+    /// This worker's random sequence for group picks (a VM per worker: each has its own);
+    /// 0 until the first draw seeds it.
+    static DRAWS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Key of the count of workers that seeded their draws, so no two seed alike.
+const SEEDED_KEY: &str = "llm_failover.seeded";
+
+/// The next number of this worker's random sequence (`pick::next`), for a request's group
+/// picks: no shared data per request. The first draw seeds the sequence from the clock and
+/// this worker's place among the workers that seeded (one compare-and-swap, once).
+pub fn draw(host: &impl Host) -> u64 {
+    DRAWS.with(|state| {
+        let mut s = state.get();
+        if s == 0 {
+            let place = crate::health::update_key(host, host, SEEDED_KEY, |bytes, _| {
+                let n = (bytes.as_deref())
+                    .and_then(|b| b.get(..8)?.try_into().ok())
+                    .map_or(0, u64::from_le_bytes);
+                crate::health::Step::Write((n + 1).to_le_bytes().to_vec(), n)
+            });
+            s = (host.now_ms() ^ place.unwrap_or(0).rotate_left(40)) | 1;
+        }
+        let r = crate::pick::next(&mut s);
+        state.set(s);
+        r
+    })
+}
+
+/// Seeds this worker's draws with `seed` (tests: a known sequence).
+#[cfg(test)]
+pub fn seed_draws(seed: u64) {
+    DRAWS.with(|state| state.set(seed | 1));
 }
 
 /// Creates each provider's health record if no worker has yet, so that every later update is
@@ -252,8 +300,11 @@ pub fn init_health_records(config: &Config, host: &impl Host) {
         store: host,
         clock: host,
     };
-    for provider in &config.providers {
+    for (i, provider) in config.provider_ids() {
         health.ensure_record(&provider.name);
+        if config.counts_in_flight(i) {
+            crate::busy::ensure_record(host, &provider.name);
+        }
     }
     for counter in crate::budget::counters(config) {
         budgets.ensure_record(&counter.name, config.fleet.is_some());

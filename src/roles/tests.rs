@@ -1651,6 +1651,8 @@ mod announced;
 
 mod callers;
 
+mod groups;
+
 // ---------------------------------------------------------------------------------------------
 // docs/behaviour.md section 15: token budgets, through the downstream role.
 

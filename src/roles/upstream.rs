@@ -13,6 +13,7 @@ use crate::classify::Class;
 use crate::config::Config;
 use crate::destination::{self, Refusal};
 use crate::handoff::{self, Outcomes, PlanText};
+use crate::ids::ProviderId;
 use crate::translate::Api;
 use crate::wire;
 use std::rc::Rc;
@@ -49,6 +50,9 @@ pub struct Upstream<H: Host> {
     settled: bool,
     /// What the answer that goes to the caller cost, counted when it ends.
     counting: Option<Counting>,
+    /// The provider whose requests in flight this attempt raised (`least_busy`): lowered
+    /// when the stream ends.
+    busy: Option<ProviderId>,
 }
 
 /// What the role talks to: Envoy, and the configuration and metrics the attempt runs under.
@@ -71,6 +75,7 @@ impl<H: Host> Upstream<H> {
             passage: Passage::default(),
             settled: false,
             counting: None,
+            busy: None,
         }
     }
 
@@ -125,6 +130,9 @@ impl<H: Host> Upstream<H> {
     /// out, or the caller went away (docs/internals.md "How attempts are carried": these reach
     /// upstream filters only here).
     pub fn on_done(&mut self) {
+        if let Some(provider) = self.busy.take() {
+            self.io.count_in_flight(provider, false);
+        }
         if let Some(counting) = self.counting.take() {
             counting.abandon(&self.io.host); // its answer did not end: no tokens
         }
@@ -240,6 +248,10 @@ impl<H: Host> Upstream<H> {
         let host_provider = || host.property(wire::HOST_PROVIDER_PROPERTY);
         if let Err(refusal) = destination::confirm(a.provider, number, &cluster, host_provider) {
             return self.refuse(&refusal, caller());
+        }
+        if config.counts_in_flight(a.provider_id) {
+            self.io.count_in_flight(a.provider_id, true);
+            self.busy = Some(a.provider_id);
         }
         let edits = attempt::request_edits(&config, &a, end_of_stream);
         let kept = self.io.edit_headers(&edits, a.provider_id);

@@ -241,15 +241,28 @@ static RETRY: Shape = Shape {
 
 static ENTRY: Shape = Shape {
     name: "RawChainEntry",
-    fields: &["provider", "model", "capabilities", "effort", "max_tokens"],
+    fields: &[
+        "provider",
+        "model",
+        "capabilities",
+        "effort",
+        "max_tokens",
+        "group",
+        "weights",
+        "policy",
+    ],
     tys: &[
         Ty::Str,
         Ty::Opt(&Ty::Str),
         Ty::Opt(&Ty::Struct(&CAPABILITIES)),
         Ty::Opt(&Ty::Str),
         Ty::Opt(&Ty::U32),
+        Ty::List(&Ty::Entry),
+        Ty::Opt(&Ty::List(&Ty::U32)),
+        Ty::Opt(&Ty::Str),
     ],
-    required: 1,
+    // `provider` or `group`: the validator says which is missing.
+    required: 0,
 };
 
 static CAPABILITIES: Shape = Shape {
@@ -449,9 +462,15 @@ fn chain(v: V) -> RawChain {
 
 #[inline]
 fn entry(v: V) -> RawChainEntry {
-    let [provider, model, capabilities, effort, max_tokens] = match v {
+    let [provider, model, capabilities, effort, max_tokens, group, weights, policy] = match v {
         // A bare name: the provider, the rest absent.
-        V::Str(name) => [V::Str(name), V::Absent, V::Absent, V::Absent, V::Absent],
+        V::Str(name) => {
+            let mut fields: [V; 8] = std::array::from_fn(|_| V::Absent);
+            if let Some(first) = fields.first_mut() {
+                *first = V::Str(name);
+            }
+            fields
+        }
         v => v.fields(),
     };
     RawChainEntry {
@@ -467,6 +486,9 @@ fn entry(v: V) -> RawChainEntry {
         }),
         effort: effort.str(),
         max_tokens: max_tokens.small(),
+        group: group.list(entry),
+        weights: weights.section(|v| v.list(|w| w.small().unwrap_or_default())),
+        policy: policy.str(),
     }
 }
 

@@ -18,6 +18,14 @@ use crate::translate::Api;
 use crate::wire;
 
 impl<H: Host> Io<H> {
+    /// An attempt to `provider` started (`up`) or its stream ended: its requests in flight
+    /// (`busy`, for `least_busy` groups).
+    pub(super) fn count_in_flight(&self, provider: crate::ids::ProviderId, up: bool) {
+        if let Some(p) = self.config.provider(provider) {
+            crate::busy::count(&self.host, &self.host, &p.name, up);
+        }
+    }
+
     /// `len` bytes of the response body from `at`.
     pub(super) fn read(&self, at: usize, len: usize) -> Vec<u8> {
         (self.host)

@@ -236,6 +236,7 @@ impl Default for RawRetrySettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawChainEntry {
+    #[serde(default)]
     pub provider: String,
     #[serde(default)]
     pub model: Option<String>,
@@ -245,10 +246,16 @@ pub struct RawChainEntry {
     pub effort: Option<String>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    #[serde(default, deserialize_with = "entries")]
+    pub group: Vec<RawChainEntry>,
+    #[serde(default)]
+    pub weights: Option<Vec<u32>>,
+    #[serde(default)]
+    pub policy: Option<String>,
 }
 
 const ENTRY_EXPECTED: &str =
-    "a provider's name or a mapping {provider, model, capabilities, effort, max_tokens}";
+    "a provider's name or a mapping {provider, model, capabilities, effort, max_tokens} or {group, weights, policy}";
 
 #[inline]
 fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>, D::Error> {
@@ -274,6 +281,9 @@ fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<RawChainEntry>,
                 capabilities: None,
                 effort: None,
                 max_tokens: None,
+                group: Vec::new(),
+                weights: None,
+                policy: None,
             })
         }
         #[inline]
