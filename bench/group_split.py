@@ -5,25 +5,20 @@
 workers pick, each from its own random sequence), counted by the mock that answered. Prints
 each member's share against its weight's, in percentage points.
 
-    PATH=$PWD/target/release:$PWD/.venv/bin:$PATH LLM_FAILOVER_WASM=$PWD/dist/llm_failover.wasm \\
-        .venv/bin/python bench/group_split.py --requests 10000
+Run from the repository with the CLI, the venv and the module built (scripts/build.sh):
+``PATH=$PWD/target/release:$PWD/.venv/bin:$PATH LLM_FAILOVER_WASM=$PWD/dist/llm_failover.wasm
+.venv/bin/python bench/group_split.py --requests 10000``.
 """
-from __future__ import annotations
-
 import argparse
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 import harness  # noqa: E402
 
-CONFIG = """
-listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
-admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
-providers:
+CONFIG = harness.GATEWAY_HEAD + """providers:
   - {name: east, endpoint: "127.0.0.1:${EAST_PORT}"}
   - {name: west, endpoint: "127.0.0.1:${WEST_PORT}"}
   - {name: spare, endpoint: "127.0.0.1:${SPARE_PORT}"}

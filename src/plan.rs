@@ -3,7 +3,7 @@
 
 use crate::budget::Budgets;
 use crate::classify::Class;
-use crate::config::{any_matches, AltList, Chain, Config, Provider};
+use crate::config::{any_matches, AltList, Chain, ChainEntry, Config, Provider};
 use crate::eligible;
 pub use crate::eligible::{RequestFacts, SkipReason};
 use crate::health::Admission;
@@ -155,10 +155,7 @@ pub fn plan_or_refuse(
     // The provider of the first entry that serves the model: never skipped for what the
     // request carries (behaviour.md 2.4).
     let mut first = None;
-    for index in walk_order(chain, health) {
-        let Some(entry) = chain.entry(index) else {
-            continue;
-        };
+    for (index, entry) in walk_order(chain, health) {
         let Some(provider) = config.provider(entry.provider) else {
             continue;
         };
@@ -310,7 +307,7 @@ fn caller_spent(
 fn walk_order<'a>(
     chain: &'a Chain,
     health: &'a dyn Gatekeeper,
-) -> impl Iterator<Item = EntryId> + 'a {
+) -> impl Iterator<Item = (EntryId, &'a ChainEntry)> + 'a {
     let mut next = 0usize;
     let mut group: Option<(usize, crate::pick::Order, usize)> = None;
     std::iter::from_fn(move || loop {
@@ -318,7 +315,7 @@ fn walk_order<'a>(
             match order.members().get(*k) {
                 Some(&m) => {
                     *k += 1;
-                    return EntryId::new(*first + usize::from(m));
+                    return with_entry(chain, *first + usize::from(m));
                 }
                 None => group = None,
             }
@@ -329,13 +326,19 @@ fn walk_order<'a>(
         let here = next;
         let Some(g) = chain.groups.iter().find(|g| g.first == here) else {
             next += 1;
-            return EntryId::new(here);
+            return with_entry(chain, here);
         };
         next = g.members().end;
         let busy =
             |i: usize| (chain.entries.get(g.first + i)).map_or(0, |e| health.in_flight(e.provider));
         group = Some((g.first, crate::pick::order(g, health.draw(), busy), 0));
     })
+}
+
+/// The chain's entry at `index`, with its id.
+fn with_entry(chain: &Chain, index: usize) -> Option<(EntryId, &ChainEntry)> {
+    let id = EntryId::new(index)?;
+    Some((id, chain.entry(id)?))
 }
 
 /// The refusal when planning left no provider: every one spent its budget (or announced its

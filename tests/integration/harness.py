@@ -1140,5 +1140,17 @@ def prometheus_samples(text: str, name: str) -> list[tuple[dict[str, str], float
     return out
 
 
+# The head of a failover file for a gateway a test starts itself: its listener and admin on
+# free ports (``MockedGateway`` fills LISTEN_PORT and ADMIN_PORT), and (STATUS_HEAD) the status
+# endpoint on its own listener at STATUS_PORT.
+GATEWAY_HEAD = """
+listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
+admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+"""
+STATUS_HEAD = GATEWAY_HEAD + """status_path: /llm-failover/status
+status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
+"""
+
+
 def external_mode() -> bool:
     return bool(os.environ.get("LLM_FAILOVER_GATEWAY_URL"))

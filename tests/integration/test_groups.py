@@ -11,15 +11,9 @@ import harness
 from harness import free_port, wait_until
 
 if harness.external_mode():
-    pytest.skip("needs its own gateway", allow_module_level=True)
+    pytest.skip("needs its own gateway: its groups and mocks are its own", allow_module_level=True)
 
-STATUS = "/llm-failover/status"
-CONFIG = """
-listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
-admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
-status_path: /llm-failover/status
-status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
-breaker: {failures: 3, window: 30s, cooldown: 60s}
+CONFIG = harness.STATUS_HEAD + """breaker: {failures: 3, window: 30s, cooldown: 60s}
 providers:
   - {name: east, endpoint: "127.0.0.1:${EAST_PORT}"}
   - {name: west, endpoint: "127.0.0.1:${WEST_PORT}"}
@@ -48,7 +42,8 @@ class Module(harness.MockedGateway):
                          concurrency=2)
 
     def status(self):
-        r = harness.http_request(f"http://127.0.0.1:{self.status_port}", "GET", STATUS)
+        r = harness.http_request(f"http://127.0.0.1:{self.status_port}", "GET",
+                                 "/llm-failover/status")
         return harness.jsonlib.loads(r.body)
 
     def counts(self):
