@@ -6,8 +6,11 @@
 # Envoy's access log shows each request's walk. Ports: 127.0.0.1 only
 # (mocks 18101-18103 and controls 19101-19103, gateway 10000, admin 9901; override with
 # PRIMARY_PORT, SECONDARY_PORT, TERTIARY_PORT, LISTEN_PORT, ADMIN_PORT).
+#   ./scripts/demo.sh --fleet    two replicas sharing one budget through Envoy's rate-limit
+#                                service on Redis instead (scripts/demo-fleet.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ "${1:-}" = --fleet ] && exec ./scripts/demo-fleet.sh
 
 ./scripts/setup.sh
 ./scripts/build.sh

@@ -1,0 +1,39 @@
+"""README's fleet demo, run as written (`scripts/demo.sh --fleet`): two gateway replicas share
+one provider budget through the real rate-limit service on a real Redis, so once the fleet has
+spent it both replicas skip the primary, though neither spent it alone."""
+import os
+import re
+import subprocess
+
+import pytest
+
+import fleet_store
+import harness
+
+if harness.external_mode():
+    pytest.skip("runs its own gateways and store", allow_module_level=True)
+
+
+def test_the_fleet_demo_shows_two_replicas_spending_one_budget():
+    why = fleet_store.missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the fleet demo must run under CI: {why}")
+        pytest.skip(why)
+    p = subprocess.run(["scripts/demo.sh", "--fleet"], cwd=harness.REPO_ROOT, capture_output=True,
+                       text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = re.findall(r"request +(\d+) via replica (\d) \(:\d+\): answered by (\w+) *(.*)", p.stdout)
+    assert len(rows) == 10, p.stdout
+    answered = [provider for _, _, provider, _ in rows]
+    # 60 tokens, 12 an answer: five answers, and at most one sync's overshoot past them.
+    primary = answered.count("primary")
+    assert 5 <= primary <= 7, answered
+    assert answered[:5] == ["primary"] * 5, answered
+    # Once spent, every later request goes to the secondary, from either replica.
+    assert answered[primary:] == ["secondary"] * (10 - primary), answered
+    skipped = [(replica, note) for _, replica, provider, note in rows if provider == "secondary"]
+    assert {replica for replica, _ in skipped} == {"1", "2"}, rows
+    assert all("budget_exhausted" in note for _, note in skipped), rows
+    fleets = re.findall(r'"state": "(\w+)".*?"left": (\d+)', p.stdout)
+    assert fleets == [("ok", "0"), ("ok", "0")], p.stdout
