@@ -5,7 +5,9 @@
 # 200 concurrent callers, streaming and not. Checks every request and the run (see
 # tests/integration/soak.py), prints a table, exits 1 on any violation.
 #
-#   scripts/soak.sh                  # 60 s (what CI runs)
+#   scripts/soak.sh                  # 60 s
+#   scripts/soak.sh --fleet          # with the fleet's store (Redis, Envoy's rate-limit service):
+#                                    # what CI runs; the store counts every token spent
 #   scripts/soak.sh --minutes 30     # on demand
 #   scripts/soak.sh --seconds 20 --callers 250 --table-out soak.md
 set -euo pipefail

@@ -146,9 +146,22 @@ def is_stream(rid: str) -> bool:
         return False
 
 
+# With --fleet: the budgets every replica shares through the fleet's store (docs/operations.md
+# "The fleet's store"), too large to be spent, so the soak's walks are as without it while every
+# answer of p2 and p3 is reported at each sync.
+FLEET_BUDGET = 4_000_000_000
+FLEET = f"""
+fleet: {{address: "${{RATELIMIT_HOST}}:${{RATELIMIT_PORT}}", sync: 1s}}
+"""
+FLEET_BUDGETED = ("p2", "p3")
+
+
 class Soak:
-    def __init__(self, seconds: float, callers: int, workdir: Path, seed: int):
+    def __init__(self, seconds: float, callers: int, workdir: Path, seed: int,
+                 fleet: bool = False):
         self.seconds, self.callers, self.workdir = seconds, callers, workdir
+        self.fleet = fleet
+        self.store = None
         self.table_out: str | None = None
         self.scrape_out: str | None = None
         self.rng = random.Random(seed)
@@ -181,7 +194,16 @@ class Soak:
         self.served = {n: collections.Counter() for n in PROVIDERS}
         env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port())}
         env.update({f"{n.upper()}_PORT": str(m.port) for n, m in self.mocks.items()})
-        config = render_config(FAILOVER, env, out_dir=self.workdir / "rendered")
+        failover = FAILOVER
+        if self.fleet:
+            from fleet_store import FleetStore
+            self.store = FleetStore(self.workdir / "store").start()
+            env.update(self.store.env)
+            failover += FLEET
+            for n in FLEET_BUDGETED:
+                failover = failover.replace(
+                    f"{{name: {n}, ", f"{{name: {n}, budget: {{tokens: {FLEET_BUDGET}, window: 1h}}, ")
+        config = render_config(failover, env, out_dir=self.workdir / "rendered")
         self.envoy = Envoy(config, self.workdir / "envoy", concurrency=2).start()
         self.url = self.envoy.listener_url()
 
@@ -189,6 +211,8 @@ class Soak:
         for m in self.mocks.values():
             m.stop()
         self.envoy.stop()
+        if self.store:
+            self.store.stop()
 
     # ------------------------------------------------------------------ chaos
     def feed(self) -> None:
@@ -390,6 +414,8 @@ class Soak:
         self.check_providers()
         self.check_metrics()
         self.check_tokens()
+        if self.fleet:
+            self.check_fleet()
         self.check_memory()
         self.check_log()
         return self.report()
@@ -563,6 +589,37 @@ class Soak:
             self.violation("tokens counted differ from what the mocks reported",
                            f"counted for no provider the soak knows: {stray}")
 
+    def check_fleet(self) -> None:
+        """With the store on: the syncs answered all along, and the store counted at least what
+        the filter counted for each budgeted provider (never less: docs/operations.md says a
+        sync retried after a slow answer may count twice)."""
+        from ratelimit_client import Descriptor, RateLimitClient
+        time.sleep(2.5)  # two syncs: the last spend reported
+        syncs = collections.Counter()
+        for labels, v in prometheus_samples(self.envoy.admin("/stats/prometheus"),
+                                            "llm_failover_fleet_sync_total"):
+            syncs[labels.get("result")] += int(v)
+        self.fleet_syncs = dict(syncs)
+        if syncs["ok"] < self.seconds / 2:
+            self.violation("the fleet's store did not sync", f"syncs by result: {dict(syncs)}")
+        if sum(v for k, v in syncs.items() if k != "ok"):
+            self.violation("a sync with the fleet's store failed", f"syncs by result: {dict(syncs)}")
+        counted = collections.Counter()
+        for labels, v in prometheus_samples(self.envoy.admin("/stats/prometheus"),
+                                            "llm_failover_tokens_total"):
+            if labels.get("kind") in ("input", "output"):
+                counted[labels.get("provider")] += int(v)
+        self.fleet_rows = []
+        with RateLimitClient(self.store.service.grpc_address) as rl:
+            for n in FLEET_BUDGETED:
+                status = rl.should_rate_limit("llm-failover", [Descriptor(
+                    [("budget", n)], limit=FLEET_BUDGET, unit="HOUR", hits=0)]).statuses[0]
+                stored = FLEET_BUDGET - status.limit_remaining
+                self.fleet_rows.append((n, counted[n], stored))
+                if stored < counted[n]:
+                    self.violation("the fleet's store counted less than was spent",
+                                   f"{n}: store {stored}, counted {counted[n]}")
+
     def check_memory(self) -> None:
         warm = [s for s in self.mem if s[0] >= max(10.0, 0.2 * self.seconds)]
         self.mem_summary = None
@@ -604,6 +661,10 @@ class Soak:
             lines.append(f"| Envoy RSS after warm-up, first third -> last third (max) | {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB ({rss_max / 2**20:.1f}) |")
             lines.append(f"| Envoy heap allocated, first third -> last third | {heap0 / 2**20:.1f} -> {heap1 / 2**20:.1f} MiB |")
         lines.append(f"| wasm panics / VM failures in the log | {len(self.panics)} |")
+        if self.fleet:
+            lines.append(f"| fleet syncs by result | {getattr(self, 'fleet_syncs', {})} |")
+            for n, counted, stored in getattr(self, "fleet_rows", []):
+                lines.append(f"| {n}: tokens counted / the fleet's store's count | {counted} / {stored} |")
         lines += ["", "| provider | served 200 / 5xx / 429 / hang / reset | counted ok / 5xx / 429 / timeout / connection_error / client_disconnect |",
                   "|---|---|---|"]
         for n, served, m in self.metric_rows:
@@ -631,6 +692,8 @@ def main(argv=None) -> int:
     ap.add_argument("--callers", type=int, default=200)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--table-out", help="also write the table to this file")
+    ap.add_argument("--fleet", action="store_true", help="with the fleet's store (Redis and "
+                    "Envoy's rate-limit service): budgets on p2 and p3 counted by it")
     ap.add_argument("--scrape", help="write the filter's Prometheus metrics every second to "
                     "this file (JSON lines; examples/grafana/plot.py draws them)")
     args = ap.parse_args(argv)
@@ -638,7 +701,7 @@ def main(argv=None) -> int:
     if args.callers < 1 or seconds <= 0 or seconds > 24 * 3600:
         ap.error("--callers >= 1 and a duration up to 24 h")
     with tempfile.TemporaryDirectory(prefix="llm-failover-soak-") as tmp:
-        soak = Soak(seconds, args.callers, Path(tmp), args.seed)
+        soak = Soak(seconds, args.callers, Path(tmp), args.seed, fleet=args.fleet)
         soak.table_out = args.table_out
         soak.scrape_out = args.scrape
         soak.start()
