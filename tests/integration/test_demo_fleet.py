@@ -37,3 +37,26 @@ def test_the_fleet_demo_shows_two_replicas_spending_one_budget():
     assert all("budget_exhausted" in note for _, note in skipped), rows
     fleets = re.findall(r'"state": "(\w+)".*?"left": (\d+)', p.stdout)
     assert fleets == [("ok", "0"), ("ok", "0")], p.stdout
+
+
+def test_readmes_fleet_snippet_is_a_valid_file_that_render_gives_the_service(tmp_path):
+    """README's scale-out snippet, with a chain added, validates strictly and renders with the
+    rate-limit service's cluster at the address it names."""
+    readme = (harness.REPO_ROOT / "README.md").read_text()
+    section = readme.split("## Scale-out: several gateways\n", 1)[1].split("\n## ", 1)[0]
+    snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "fleet: {address: 127.0.0.1:8081}" in snippet
+    path = tmp_path / "fleet.failover.yaml"
+    path.write_text(snippet + "chains:\n  - {name: c, providers: [openai]}\n")
+    cli = str(harness.cli_bin())
+    p = subprocess.run([cli, "validate", "--strict", str(path)], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = tmp_path / "envoy.yaml"
+    p = subprocess.run([cli, "render", str(path), "--out", str(out)], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rendered = out.read_text()
+    assert "llm_failover_fleet" in rendered and "8081" in rendered, rendered[-2000:]
+    # The two commands README gives start the service on that port, for that domain.
+    assert "GRPC_PORT=8081" in section and "domain: llm-failover" in section
