@@ -30,6 +30,8 @@ trap cleanup EXIT
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
   > "$work/redis.log" 2>&1 &
 pids+=($!)
+# The service refuses to start without its Redis: wait until Redis takes connections.
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null && break; sleep 0.1; done
 echo 'domain: llm-failover' > "$work/rl/ratelimit/config/llm-failover.yaml"
 USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
   RUNTIME_ROOT="$PWD/$work/rl" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
