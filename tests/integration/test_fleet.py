@@ -9,6 +9,7 @@ Each answer costs 12 tokens (8 input + 4 output). Windows are an hour long (the 
 unit), so a test never straddles one unless it starts in the hour's last minute (it waits).
 """
 import json
+import os
 import time
 
 import pytest
@@ -19,6 +20,9 @@ from ratelimit_client import Descriptor, RateLimitClient
 
 if harness.external_mode():
     pytest.skip("needs its own gateways and store", allow_module_level=True)
+if os.environ.get("ENVOY_VERSION") == "1.36":
+    # Grouping mode's fleet is the same on 1.36 as on 1.38, whose pass runs this file: CI's time.
+    pytest.skip("grouping mode's fleet runs in the Envoy 1.38 pass", allow_module_level=True)
 
 STATUS = "/llm-failover/status"
 USAGE = {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}
