@@ -95,17 +95,27 @@ echo "build: wasm built with the $MODE toolchain in $((SECONDS - start)) s"
 # 1 KB of memory, which Rust code never does (its pointer arithmetic never wraps; the first
 # 1 KB is the far end of the 1 MB stack); BENCHMARKS.md "Module size".
 out=dist/llm_failover.wasm
+opt_flags=(-Oz --low-memory-unused --strip-debug --strip-producers --strip-target-features --enable-bulk-memory --enable-sign-ext --enable-mutable-globals
+  --enable-nontrapping-float-to-int --enable-multivalue --enable-reference-types)
+# wasm-opt takes 15-80 s on two cores and CI builds four times (one per Envoy pass): an
+# unchanged cargo output with the same wasm-opt and flags keeps the module already optimized.
+stamp=dist/.llm_failover.wasm.from
 opt_note="not optimized (wasm-opt not installed)"
 if wasm_opt=$(./scripts/binaryen.sh); then
-  if "$wasm_opt" -Oz --low-memory-unused --strip-debug --strip-producers --strip-target-features --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
-    --enable-nontrapping-float-to-int --enable-multivalue --enable-reference-types \
-    "$raw" -o "$out.tmp"; then
+  key="$(sha256sum <"$raw" | cut -d' ' -f1) $("$wasm_opt" --version) ${opt_flags[*]}"
+  if [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
+    opt_note="unchanged since the last build (wasm-opt skipped)"
+    cp "$out" "$out.tmp"
+  elif "$wasm_opt" "${opt_flags[@]}" "$raw" -o "$out.tmp"; then
     opt_note="$("$wasm_opt" --version | cut -d' ' -f1-3) -Oz: $(wc -c <"$raw") -> $(wc -c <"$out.tmp") bytes"
+    printf '%s' "$key" >"$stamp"
   else
     opt_note="not optimized (wasm-opt failed, unoptimized module kept)"
+    rm -f "$stamp"
     cp "$raw" "$out.tmp"
   fi
 else
+  rm -f "$stamp"
   cp "$raw" "$out.tmp"
 fi
 mv "$out.tmp" "$out"
