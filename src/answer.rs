@@ -303,6 +303,7 @@ mod tests {
             skipped: Vec::new(),
             context_window: Vec::new(),
             content_policy: Vec::new(),
+            team: Default::default(),
         };
         let chat = "/v1/chat/completions";
         let openai = Some(Api::OpenAiChat);

@@ -617,6 +617,7 @@ mod tests {
             skipped: Vec::new(),
             context_window: Vec::new(),
             content_policy: Vec::new(),
+            team: Default::default(),
         }
     }
 

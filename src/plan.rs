@@ -3,7 +3,7 @@
 
 use crate::budget::Budgets;
 use crate::classify::Class;
-use crate::config::{any_matches, AltList, Chain, ChainEntry, Config, Provider};
+use crate::config::{any_matches, AltList, Chain, ChainEntry, Config, Provider, Team};
 use crate::eligible;
 pub use crate::eligible::{RequestFacts, SkipReason};
 use crate::health::Admission;
@@ -49,6 +49,8 @@ pub struct Plan {
     pub context_window: Vec<EntryId>,
     /// The same for the `content_policy` list.
     pub content_policy: Vec<EntryId>,
+    /// The caller's team (`caller_header` among the named callers), found once.
+    pub team: Team,
 }
 
 impl Plan {
@@ -135,7 +137,8 @@ pub fn plan_or_refuse(
     health: &dyn Gatekeeper,
 ) -> Result<Plan, Refusal> {
     let (chain_index, chain) = chain_for(config, facts)?;
-    if let Some(refusal) = caller_spent(config, chain_index, facts, health) {
+    let team = config.team(facts.caller);
+    if let Some(refusal) = caller_spent(config, chain_index, team, health) {
         return Err(refusal);
     }
     // A request without a model (a GET for a stored object, say) goes to the first provider
@@ -256,6 +259,7 @@ pub fn plan_or_refuse(
         skipped,
         context_window: usable(&chain.context_window),
         content_policy: usable(&chain.content_policy),
+        team,
     })
 }
 
@@ -286,10 +290,10 @@ fn chain_for<'c>(
 fn caller_spent(
     config: &Config,
     chain: ChainId,
-    facts: &RequestFacts,
+    team: Team,
     health: &dyn Gatekeeper,
 ) -> Option<Refusal> {
-    let caller = config.caller(config.team(facts.caller))?;
+    let caller = config.caller(team)?;
     let left = health
         .budgets()?
         .left(&caller.counter, caller.budget.as_ref()?);

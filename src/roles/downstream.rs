@@ -314,7 +314,7 @@ impl<H: Host> Downstream<H> {
             authority: &self.authority,
             model: &request.model,
             api: facts.api,
-            team: config.team(facts.caller),
+            team: plan.team,
         };
         let record = published.record(&config).encode();
         self.host.set_property(handoff::PLAN, record.as_bytes());

@@ -201,12 +201,16 @@ pub fn request(
 
 /// Responses' `usage`: `input_tokens` counts the cached ones too.
 fn usage_of(usage: &[u8]) -> Usage {
-    let [input, output, details] = pick(
+    let [input, output, details, output_details] = pick(
         usage,
-        [b"input_tokens", b"output_tokens", b"input_tokens_details"],
+        [
+            b"input_tokens",
+            b"output_tokens",
+            b"input_tokens_details",
+            b"output_tokens_details",
+        ],
     );
     let [cached] = pick(details, [b"cached_tokens"]);
-    let [output_details] = pick(usage, [b"output_tokens_details"]);
     let [reasoning] = pick(output_details, [b"reasoning_tokens"]);
     let n = |v| number(v).unwrap_or(0);
     Usage::from_openai(n(input), n(output), n(cached), 0).with_reasoning(n(reasoning))

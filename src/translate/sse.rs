@@ -91,7 +91,7 @@ impl Reader {
         if std::mem::take(&mut self.after_cr) {
             rest = rest.strip_prefix(b"\n").unwrap_or(rest);
         }
-        while let Some(at) = rest.iter().position(|&c| c == b'\n' || c == b'\r') {
+        while let Some(at) = crate::bytes::find_line_end(rest) {
             let (line, tail) = rest.split_at(at);
             rest = match tail.split_first() {
                 Some((b'\r', after)) if after.is_empty() => {
@@ -187,26 +187,17 @@ pub(crate) fn event_end(bytes: &[u8]) -> Option<(usize, usize)> {
     if crate::bytes::find_byte(b'\r', before).is_none() {
         return plain.map(|at| (at, 2));
     }
-    // The start of the line end that ended the previous line, while the line after it is
-    // still empty.
-    let (mut i, mut ended) = (0, None);
-    while let Some(&c) = bytes.get(i) {
-        let len = match c {
-            b'\r' if bytes.get(i + 1) == Some(&b'\n') => 2,
-            b'\r' | b'\n' => 1,
-            _ => {
-                ended = None;
-                i += 1;
-                continue;
-            }
-        };
-        if let Some(start) = ended {
-            return Some((start, i + len - start));
+    // Line by line: an empty line right after a line end ends the event; `ended` is where the
+    // previous line's end starts.
+    let (mut at, mut ended) = (0, None);
+    loop {
+        let (n, len) = line_end(bytes.get(at..)?)?;
+        if let (0, Some(start)) = (n, ended) {
+            return Some((start, at + len - start));
         }
-        ended = Some(i);
-        i += len;
+        ended = Some(at + n);
+        at += n + len;
     }
-    None
 }
 
 /// The lines of an event, whatever its line ends (`\r\n`, `\n`, `\r`; the empty pieces
@@ -277,6 +268,38 @@ mod tests {
             events(&[b"event: a\rdata: 1\r\rdata: 2\r\revent: c\rdata:3\r\r"]),
             want
         );
+    }
+
+    /// `event_end` line by line finds what a byte-by-byte reading of the format finds, for
+    /// every text of up to 8 bytes of `a`, `\r` and `\n`.
+    #[test]
+    fn the_event_end_is_the_first_blank_line() {
+        fn by_bytes(b: &[u8]) -> Option<(usize, usize)> {
+            let (mut i, mut ended) = (0, None);
+            while let Some(&c) = b.get(i) {
+                let len = match c {
+                    b'\r' if b.get(i + 1) == Some(&b'\n') => 2,
+                    b'\r' | b'\n' => 1,
+                    _ => {
+                        ended = None;
+                        i += 1;
+                        continue;
+                    }
+                };
+                if let Some(start) = ended {
+                    return Some((start, i + len - start));
+                }
+                ended = Some(i);
+                i += len;
+            }
+            None
+        }
+        for len in 0..=8u32 {
+            for n in 0..3usize.pow(len) {
+                let text: Vec<u8> = (0..len).map(|k| b"a\r\n"[n / 3usize.pow(k) % 3]).collect();
+                assert_eq!(event_end(&text), by_bytes(&text), "{text:?}");
+            }
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ impl<H: Host> Io<H> {
     /// (`busy`, for `least_busy` groups).
     pub(super) fn count_in_flight(&self, provider: crate::ids::ProviderId, up: bool) {
         if let Some(p) = self.config.provider(provider) {
-            crate::busy::count(&self.host, &self.host, &p.name, up);
+            crate::busy::count(&self.host, &p.name, up);
         }
     }
 
