@@ -56,16 +56,14 @@ pub struct Counter {
 pub fn counters(config: &Config) -> Vec<Counter> {
     let providers = (config.providers.iter()).map(|p| (&p.name, p.budget));
     let callers = (config.callers.iter()).map(|c| (&c.counter, c.budget));
-    let mut out: Vec<Counter> = (providers.chain(callers))
+    (providers.chain(callers))
         .filter_map(|(name, budget)| {
             Some(Counter {
                 name: name.clone(),
                 budget: budget?,
             })
         })
-        .collect();
-    out.shrink_to_fit();
-    out
+        .collect()
 }
 
 /// What is left of a budget now.
@@ -155,16 +153,18 @@ impl Record {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut fields = vec![self.end, self.spent];
-        if self.fleet {
-            fields.extend([
-                self.reported,
-                self.in_flight,
-                self.fleet_left,
-                self.fleet_end,
-            ]);
+        let fleet = [
+            self.reported,
+            self.in_flight,
+            self.fleet_left,
+            self.fleet_end,
+        ];
+        let fleet = if self.fleet { &fleet[..] } else { &[] };
+        let mut out = Vec::with_capacity(RECORD_LEN + 8 * fleet.len());
+        for field in [self.end, self.spent].iter().chain(fleet) {
+            out.extend_from_slice(&field.to_le_bytes());
         }
-        fields.iter().flat_map(|f| f.to_le_bytes()).collect()
+        out
     }
 
     /// The record for the window ending at `end`: itself, or (another window) a fresh one.
@@ -198,14 +198,6 @@ impl Record {
 }
 
 /// What `bytes` (a stored record, if any) leave of `budget` at `now`.
-fn left_of(bytes: Option<&[u8]>, budget: &Budget, now: u64) -> Left {
-    let end = budget.window_end(now);
-    bytes
-        .map_or_else(Record::default, Record::decode)
-        .in_window(end)
-        .left(budget)
-}
-
 /// A counter's spend handed to one sync (`SharedBudgets::take`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
@@ -239,10 +231,16 @@ impl SharedBudgets<'_> {
     fn update<T>(&self, name: &str, budget: &Budget, f: impl Fn(&mut Record) -> T) -> Option<T> {
         with_key(KEY_PREFIX, name, |key| {
             update_key(self.store, self.clock, key, |bytes, now| {
-                let mut record = (bytes.as_deref())
+                let read = (bytes.as_deref())
                     .map_or_else(Record::default, Record::decode)
                     .in_window(budget.window_end(now));
+                let mut record = read;
                 let out = f(&mut record);
+                // Unchanged (a sync with nothing to report): no write, so a spend racing it
+                // does not lose its compare-and-swap for nothing.
+                if record == read {
+                    return Step::Done(out);
+                }
                 Step::Write(record.encode(), out)
             })
         })
@@ -290,26 +288,28 @@ impl SharedBudgets<'_> {
         });
     }
 
-    /// Tokens this Envoy spent and has not reported (held while the store fails).
-    pub fn unreported(&self, name: &str, budget: &Budget) -> u64 {
+    /// What is left of the counter's budget, and the tokens this Envoy spent and has not
+    /// reported (held while the store fails), from one read.
+    pub fn left_and_unreported(&self, name: &str, budget: &Budget) -> (Left, u64) {
+        let r = self.record(name, budget);
+        (r.left(budget), r.spent.saturating_sub(r.reported))
+    }
+
+    /// The counter's record for the window `budget` is in now.
+    fn record(&self, name: &str, budget: &Budget) -> Record {
         let now = self.clock.now_ms();
         with_key(KEY_PREFIX, name, |key| {
             let stored = self.store.get(key);
-            let r = (stored.as_ref())
+            (stored.as_ref())
                 .map_or_else(Record::default, |(b, _)| Record::decode(b))
-                .in_window(budget.window_end(now));
-            r.spent.saturating_sub(r.reported)
+                .in_window(budget.window_end(now))
         })
     }
 }
 
 impl Budgets for SharedBudgets<'_> {
     fn left(&self, name: &str, budget: &Budget) -> Left {
-        let now = self.clock.now_ms();
-        with_key(KEY_PREFIX, name, |key| {
-            let stored = self.store.get(key);
-            left_of(stored.as_ref().map(|(b, _)| b.as_slice()), budget, now)
-        })
+        self.record(name, budget).left(budget)
     }
 
     fn spend(&self, name: &str, budget: &Budget, tokens: u64) {

@@ -108,6 +108,17 @@ fn encode(fields: &[u64]) -> Vec<u8> {
     fields.iter().flat_map(|f| f.to_le_bytes()).collect()
 }
 
+/// A failure record's step: writes `fields` unless the record already holds them (a sync with
+/// nothing counted), so an attempt's failure racing the sync does not lose its swap for nothing.
+fn write_changed<T>(before: &[u8], fields: &[u64], out: T) -> Step<T> {
+    let after = encode(fields);
+    if after == before {
+        Step::Done(out)
+    } else {
+        Step::Write(after, out)
+    }
+}
+
 impl SyncRecord {
     fn decode(bytes: &[u8]) -> SyncRecord {
         SyncRecord {
@@ -194,9 +205,12 @@ pub struct Sync {
 pub fn start(config: &Config, store: &dyn SharedStore, clock: &dyn Clock) -> Option<Sync> {
     let fleet = config.fleet.as_ref()?;
     let budgets = SharedBudgets { store, clock };
+    // A counter the service cannot count (validation refuses one with the store on) is in
+    // neither the request nor the answer's matching, so the two stay in step.
     let taken: Vec<(Counter, Taken)> = budget::counters(config)
         .into_iter()
         .filter_map(|c| {
+            budget_descriptor(&c, 0)?;
             let t = budgets.take(&c.name, &c.budget)?;
             Some((c, t))
         })
@@ -205,28 +219,18 @@ pub fn start(config: &Config, store: &dyn SharedStore, clock: &dyn Clock) -> Opt
     if taken.is_empty() && failures.is_empty() {
         return None;
     }
-    let mut descriptors: Vec<Descriptor> = taken
-        .iter()
-        .filter_map(|(c, t)| {
-            Some(Descriptor {
-                key: BUDGET_KEY,
-                value: &c.name,
-                limit: u32::try_from(c.budget.tokens).ok()?,
-                unit: WindowUnit::of(c.budget.window_ms)?,
-                hits: t.tokens,
-            })
-        })
+    let mut descriptors: Vec<Descriptor> = (taken.iter())
+        .filter_map(|(c, t)| budget_descriptor(c, t.tokens))
         .collect();
-    let failure_unit = WindowUnit::of(config.breaker.fleet_window_ms);
-    descriptors.extend(failures.iter().filter_map(|(p, n)| {
-        Some(Descriptor {
+    if let Some(unit) = WindowUnit::of(config.breaker.fleet_window_ms) {
+        descriptors.extend(failures.iter().map(|(p, n)| Descriptor {
             key: FAILURES_KEY,
             value: p,
             limit: config.breaker.fleet_failures,
-            unit: failure_unit?,
+            unit,
             hits: *n,
-        })
-    }));
+        }));
+    }
     let message = wire::encode_request(&fleet.domain, &descriptors);
     Some(Sync {
         budgets: taken,
@@ -235,12 +239,27 @@ pub fn start(config: &Config, store: &dyn SharedStore, clock: &dyn Clock) -> Opt
     })
 }
 
+/// A budget counter's descriptor reporting `hits`; `None` when the service cannot count it.
+fn budget_descriptor(c: &Counter, hits: u64) -> Option<Descriptor<'_>> {
+    Some(Descriptor {
+        key: BUDGET_KEY,
+        value: &c.name,
+        limit: u32::try_from(c.budget.tokens).ok()?,
+        unit: WindowUnit::of(c.budget.window_ms)?,
+        hits,
+    })
+}
+
 fn take_failures(
     config: &Config,
     store: &dyn SharedStore,
     clock: &dyn Clock,
 ) -> Vec<(String, u64)> {
-    if config.breaker.fleet_failures == 0 {
+    // No threshold, or a window the service cannot count (validation refuses it with the
+    // store on): nothing is taken, so nothing waits for an answer that cannot come.
+    if config.breaker.fleet_failures == 0
+        || WindowUnit::of(config.breaker.fleet_window_ms).is_none()
+    {
         return Vec::new();
     }
     (config.providers.iter())
@@ -249,8 +268,7 @@ fn take_failures(
                 update_key(store, clock, key, |bytes, _| {
                     let b = bytes.unwrap_or_default();
                     let (counted, in_flight) = (u64_at(&b, 0), u64_at(&b, 1));
-                    let fields = [0, in_flight + counted, u64_at(&b, 2)];
-                    Step::Write(encode(&fields), counted)
+                    write_changed(&b, &[0, in_flight + counted, u64_at(&b, 2)], counted)
                 })
             });
             (p.name.clone(), n.unwrap_or(0))
@@ -366,11 +384,11 @@ fn settle_failures(
                 let end = (now / window + 1) * window;
                 let Some(status) = status else {
                     // Not reported: counted again with the next sync.
-                    return Step::Write(encode(&[counted + n, in_flight, opened_end]), false);
+                    return write_changed(&b, &[counted + n, in_flight, opened_end], false);
                 };
                 let reached = status.remaining == 0 && opened_end != end;
                 let opened_end = if reached { end } else { opened_end };
-                Step::Write(encode(&[counted, in_flight, opened_end]), reached)
+                write_changed(&b, &[counted, in_flight, opened_end], reached)
             })
         });
         if reached == Some(true) && health.open_for_fleet(provider).is_some() {
@@ -436,15 +454,13 @@ pub struct Report {
 
 /// What the status page shows.
 pub fn report(config: &Config, store: &dyn SharedStore, clock: &dyn Clock) -> Report {
-    use budget::Budgets;
     let budgets = SharedBudgets { store, clock };
     Report {
         sync: SyncRecord::read(store),
         budgets: budget::counters(config)
             .into_iter()
             .map(|c| {
-                let left = budgets.left(&c.name, &c.budget);
-                let held = budgets.unreported(&c.name, &c.budget);
+                let (left, held) = budgets.left_and_unreported(&c.name, &c.budget);
                 (c, left, held)
             })
             .collect(),

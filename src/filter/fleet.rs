@@ -65,7 +65,7 @@ impl InFlight {
             return end(config, metrics, sync, None);
         }
         let body = hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size);
-        let body = body.ok().flatten().map(|b| b.to_vec()).unwrap_or_default();
+        let body = body.ok().flatten().unwrap_or_default();
         end(config, metrics, sync, Some(&body));
     }
 }

@@ -157,7 +157,7 @@ fn spend_held_while_the_store_fails_is_reported_once_it_answers() {
     assert_eq!(o.held_reported, 10);
     assert_eq!(w.left(), 60);
     let budget = w.config.providers[0].budget.unwrap();
-    assert_eq!(w.budgets().unreported("a", &budget), 0);
+    assert_eq!(w.budgets().left_and_unreported("a", &budget).1, 0);
     // Held spend of a window that ended is not reported into the next.
     w.spend(4);
     w.finish(w.start(), None);
