@@ -11,11 +11,13 @@
 //! The planner keeps chain order, drops entries (model, caller, open breaker, dead mark) and
 //! stops at `max_attempts`; with `try_last` the dropped-for-health entries follow, again in chain
 //! order. So a plan is a sequence of distinct chain entries of length 1..=max_attempts with no
-//! descent in chain order (at most one with `try_last`), and every such sequence can happen
+//! descent in chain order (at most one with `try_last`), a group's members standing at one
+//! position in any order among themselves (`Walk`), and every such sequence can happen
 //! (make the others not serve the model, and the `try_last` tail open). One-attempt plans go
 //! straight to the provider's cluster; every longer order is a group. A chain of n entries
-//! makes sum(C(n, k), k = 2..=max_attempts) groups (n = 3, 3 attempts: 4; with `try_last`: 11;
-//! n = 5, 3 attempts: 20), deduplicated across chains. Above [`MAX_GROUPS`] rendering is refused.
+//! makes, without groups, sum(C(n, k), k = 2..=max_attempts) groups (n = 3, 3 attempts: 4; with
+//! `try_last`: 11; n = 5, 3 attempts: 20), deduplicated across chains; a group's members add
+//! their orders among themselves. Above [`MAX_GROUPS`] rendering is refused.
 
 use crate::config::{Chain, ChainEntry, Config, ConfigError, ProviderId};
 use crate::plan::Slot;

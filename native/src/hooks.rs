@@ -91,10 +91,7 @@ fn body_status(flow: Flow) -> u32 {
 
 /// The size of the body the roles see in a body hook (buffered plus this chunk).
 fn body_size(filter: FilterEnvoy, map: Map) -> usize {
-    let (buffered, received) = match map {
-        Map::Request => (abi::BUFFERED_REQUEST_BODY, abi::RECEIVED_REQUEST_BODY),
-        Map::Response => (abi::BUFFERED_RESPONSE_BODY, abi::RECEIVED_RESPONSE_BODY),
-    };
+    let (buffered, received) = crate::host::body_types(map);
     // SAFETY: a live filter pointer, in its hook.
     unsafe {
         abi::envoy_dynamic_module_callback_http_get_body_size(filter, buffered)

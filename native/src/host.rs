@@ -48,7 +48,7 @@ fn header_type(map: Map) -> u32 {
     }
 }
 
-fn body_types(map: Map) -> (u32, u32) {
+pub(crate) fn body_types(map: Map) -> (u32, u32) {
     match map {
         Map::Request => (abi::BUFFERED_REQUEST_BODY, abi::RECEIVED_REQUEST_BODY),
         Map::Response => (abi::BUFFERED_RESPONSE_BODY, abi::RECEIVED_RESPONSE_BODY),
@@ -309,9 +309,7 @@ impl SharedStore for NativeHost {
 
 impl Clock for NativeHost {
     fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+        crate::timers::now_ms()
     }
 }
 
@@ -486,9 +484,11 @@ impl Host for NativeHost {
     }
 
     fn body_range(&self, map: Map, start: usize, len: usize) -> Option<Vec<u8>> {
-        let body = self.whole_body(map);
-        let end = start.saturating_add(len).min(body.len());
-        Some(body.get(start..end).unwrap_or_default().to_vec())
+        // The range cut out of the body's one copy, not copied again.
+        let mut body = self.whole_body(map);
+        body.truncate(start.saturating_add(len));
+        body.drain(..start.min(body.len()));
+        Some(body)
     }
 
     fn append_body(&self, map: Map, _size: usize, value: &[u8]) {

@@ -22,7 +22,8 @@ static START: Once = Once::new();
 /// The event id the shell's scheduled hook is given (one kind of event).
 pub const DEADLINE_EVENT: u64 = 1;
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (the roles' clock).
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

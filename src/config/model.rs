@@ -246,7 +246,7 @@ impl Chain {
     /// member's `providers[k].group[m]`.
     pub fn entry_field(&self, index: usize) -> String {
         let k = self.written_position(index);
-        match self.groups.iter().find(|g| g.members().contains(&index)) {
+        match EntryId::new(index).and_then(|id| self.group_of(id)) {
             Some(g) => format!("providers[{k}].group[{}]", index - g.first),
             None => format!("providers[{k}]"),
         }
@@ -517,13 +517,13 @@ pub enum Team {
 }
 
 impl Config {
-    /// The provider `id` names; `None` for an id out of range.
     /// Whether attempts to `id` count toward its requests in flight (`busy`): it is in a
     /// `least_busy` group.
     pub fn counts_in_flight(&self, id: ProviderId) -> bool {
         (self.busy_counted >> (id.index() & 63)) & 1 == 1
     }
 
+    /// The provider `id` names; `None` for an id out of range.
     pub fn provider(&self, id: ProviderId) -> Option<&Provider> {
         self.providers.get(id.index())
     }
