@@ -260,4 +260,29 @@ extern "C" {
         event_id: u64,
     );
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: Scheduler);
+
+    // The configuration's own: a scheduler whose events run on Envoy's main thread
+    // (`on_http_filter_config_scheduled`), and its metrics used from there.
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        config: FilterConfigEnvoy,
+    ) -> Scheduler;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: Scheduler,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: Scheduler);
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: FilterConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_set_gauge(
+        config: FilterConfigEnvoy,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> u32;
 }

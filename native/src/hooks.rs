@@ -137,6 +137,21 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *co
 }
 
 #[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    config_envoy: FilterConfigEnvoy,
+    config: *const c_void,
+    _event_id: u64,
+) {
+    // SAFETY: the pointer config_new returned; Envoy runs this on its main thread, where the
+    // configuration is destroyed, so it is alive here.
+    if let Some(config) = unsafe { (config as *const NativeConfig).as_ref() } {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            config.on_main_thread_tick(config_envoy)
+        }));
+    }
+}
+
+#[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
     _name: EnvoyBuffer,
     _config: EnvoyBuffer,
@@ -308,7 +323,8 @@ fn finish(module: *const c_void) {
             }
             Part::Up(up, _) => up.on_done(),
         }
-        crate::flush_answers(&f.config, &f.metrics, &f.host);
+        // What proxy-wasm's tick does on this worker, for this configuration.
+        f.metrics.after_request(&f.config, &f.host);
         0
     });
 }

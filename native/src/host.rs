@@ -59,6 +59,9 @@ pub(crate) fn body_types(map: Map) -> (u32, u32) {
 /// use (shared data and the clock only).
 pub struct NativeHost {
     filter: FilterEnvoy,
+    /// The configuration's own pointer, for its work on Envoy's main thread (metrics only;
+    /// null otherwise).
+    config: abi::FilterConfigEnvoy,
     stream: Rc<Stream>,
     /// The metric ids of the filter's configuration (none: the roles count nothing).
     metrics: Option<Arc<MetricTable>>,
@@ -78,8 +81,18 @@ impl NativeHost {
     pub fn new(filter: FilterEnvoy, metrics: Option<Arc<MetricTable>>) -> NativeHost {
         NativeHost {
             filter,
+            config: std::ptr::null_mut(),
             stream: Rc::default(),
             metrics,
+        }
+    }
+
+    /// The host of a configuration's work on Envoy's main thread (no stream): its metrics
+    /// counted through the configuration.
+    pub fn for_config(config: abi::FilterConfigEnvoy, metrics: Arc<MetricTable>) -> NativeHost {
+        NativeHost {
+            config,
+            ..NativeHost::new(std::ptr::null_mut(), Some(metrics))
         }
     }
 
@@ -87,6 +100,7 @@ impl NativeHost {
     pub fn twin(&self) -> NativeHost {
         NativeHost {
             filter: self.filter,
+            config: self.config,
             stream: Rc::clone(&self.stream),
             metrics: self.metrics.clone(),
         }
@@ -107,13 +121,17 @@ impl NativeHost {
         self.filter
     }
 
-    /// Adds to a counter or sets a gauge (`call`) of the filter's configuration, unlabelled.
-    fn metric(&self, call: abi::MetricCall, id: u32, value: u64) {
-        if self.filter.is_null() {
-            return;
-        }
-        // SAFETY: live filter pointer of the configuration that defined `id`; no labels.
-        unsafe { call(self.filter, id as usize, std::ptr::null_mut(), 0, value) };
+    /// Adds to a counter or sets a gauge of the filter's configuration, unlabelled: through the
+    /// stream (`call`), or else through the configuration itself (`config_call`).
+    fn metric(&self, call: abi::MetricCall, config_call: abi::MetricCall, id: u32, value: u64) {
+        let (call, target) = match (self.filter.is_null(), self.config.is_null()) {
+            (false, _) => (call, self.filter),
+            (true, false) => (config_call, self.config),
+            (true, true) => return,
+        };
+        // SAFETY: a live filter pointer of the configuration that defined `id`, or that
+        // configuration's own on its main thread; no labels.
+        unsafe { call(target, id as usize, std::ptr::null_mut(), 0, value) };
     }
 
     /// Marks the body callback of `map` running (or none).
@@ -553,6 +571,7 @@ impl Host for NativeHost {
     fn add_metric(&self, id: u32, delta: u64) {
         self.metric(
             abi::envoy_dynamic_module_callback_http_filter_increment_counter,
+            abi::envoy_dynamic_module_callback_http_filter_config_increment_counter,
             id,
             delta,
         );
@@ -561,6 +580,7 @@ impl Host for NativeHost {
     fn record_metric(&self, id: u32, value: u64) {
         self.metric(
             abi::envoy_dynamic_module_callback_http_filter_set_gauge,
+            abi::envoy_dynamic_module_callback_http_filter_config_set_gauge,
             id,
             value,
         );

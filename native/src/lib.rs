@@ -12,8 +12,9 @@
 //! - A panic in a role is caught at the hook: the request fails closed with a 500 (the
 //!   filter answers nothing else for that stream), and Envoy goes on.
 //! - Periodic work: the upstream role's deadlines run from a thread of the module's own
-//!   (`timers`); the answers each worker holds for the health windows are written when one of
-//!   its requests ends a second or more after the last write (proxy-wasm: every second's tick).
+//!   (`timers`); a configuration's periodic work (`Metrics::tick`: the answers a worker holds
+//!   for the health windows, the gauges) runs when one of its requests on that worker ends a
+//!   second or more after the last time (proxy-wasm: every second's tick).
 //!
 //! docs/internals.md "The native build" says what Envoy does not give a dynamic module yet.
 
@@ -26,7 +27,7 @@ mod timers;
 
 use llm_failover::config::Config;
 use llm_failover::roles::{self, Metrics};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// A filter configuration as Envoy holds it (one per filter in the bootstrap): the validated
@@ -36,6 +37,17 @@ pub(crate) struct NativeConfig {
     json: Vec<u8>,
     /// Its metrics, defined while it loaded.
     metrics: std::sync::Arc<metrics::MetricTable>,
+    /// Its periodic work on Envoy's main thread, if it has some.
+    main: Option<MainThread>,
+}
+
+/// A configuration's parse for its work on Envoy's main thread (proxy-wasm: the root's tick),
+/// used there only: made while it loads, run by its [`timers::Tick`], dropped with it.
+struct MainThread {
+    config: Config,
+    metrics: Metrics,
+    /// Stops (unlisted, then deleted) when the configuration goes.
+    _tick: timers::Tick,
 }
 
 /// One configuration as one worker thread parsed it: (configuration id, config, metrics).
@@ -54,13 +66,29 @@ impl NativeConfig {
         match Config::from_json(json, &env) {
             Ok(config) => {
                 roles::init_health_records(&config, &host::NativeHost::detached());
+                let table =
+                    std::sync::Arc::new(metrics::MetricTable::define(config_envoy, &config));
+                // The root's tick, for what it reads from shared data alone (the downstream
+                // role's gauges, so they follow a cooldown's end with no traffic): each
+                // worker's held answers are written by its own requests (`after_request`).
+                let main = (config.role == llm_failover::config::Role::Downstream)
+                    .then(|| timers::Tick::start(config_envoy, roles::TICK_MS))
+                    .flatten()
+                    .map(|tick| {
+                        let host = host::NativeHost::for_config(config_envoy, table.clone());
+                        let metrics = Metrics::new(&config, &host);
+                        metrics.tick_shared(&config, &host);
+                        MainThread {
+                            config,
+                            metrics,
+                            _tick: tick,
+                        }
+                    });
                 Ok(NativeConfig {
                     id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                     json: json.to_vec(),
-                    metrics: std::sync::Arc::new(metrics::MetricTable::define(
-                        config_envoy,
-                        &config,
-                    )),
+                    metrics: table,
+                    main,
                 })
             }
             Err(problems) => Err(problems
@@ -68,6 +96,14 @@ impl NativeConfig {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ")),
+        }
+    }
+
+    /// The configuration's tick on Envoy's main thread.
+    fn on_main_thread_tick(&self, config_envoy: abi::FilterConfigEnvoy) {
+        if let Some(main) = &self.main {
+            let host = host::NativeHost::for_config(config_envoy, self.metrics.clone());
+            main.metrics.tick_shared(&main.config, &host);
         }
     }
 
@@ -91,25 +127,6 @@ impl NativeConfig {
             Some((config, metrics))
         })
     }
-}
-
-/// Writes the answers this worker holds into the health windows, and sets the breaker and
-/// health gauges from shared data, at most once a second (proxy-wasm's build does both on
-/// every root's one-second tick).
-fn flush_answers(config: &Config, metrics: &Metrics, host: &host::NativeHost) {
-    thread_local! {
-        static LAST: Cell<u64> = const { Cell::new(0) };
-    }
-    let now = llm_failover::host::Clock::now_ms(host);
-    LAST.with(|last| {
-        if now.saturating_sub(last.get()) >= 1000 {
-            last.set(now);
-            metrics.flush_answers(config, host);
-            if config.role == llm_failover::config::Role::Downstream {
-                metrics.refresh_breaker_states(config, host);
-            }
-        }
-    });
 }
 
 /// Envoy's log, at `level` (`abi::LOG_*`).

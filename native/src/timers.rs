@@ -4,6 +4,10 @@
 //! the filter's own worker from any thread (`scheduler_commit`). So one thread of the module's
 //! own keeps every attempt's next deadline and, when it passes, commits the event; Envoy then
 //! calls `on_http_filter_scheduled` on the worker, which wakes the attempt.
+//!
+//! The same thread commits each filter configuration's one-second tick ([`Tick`]) to Envoy's
+//! main thread (`on_http_filter_config_scheduled`): a configuration's periodic work that needs
+//! no worker (the downstream role's gauges read from shared data).
 
 use crate::abi::{self, FilterEnvoy, Scheduler};
 use std::sync::{Condvar, Mutex, Once};
@@ -11,8 +15,12 @@ use std::time::Duration;
 
 struct Entry {
     at: u64,
-    /// The filter's scheduler (a pointer Envoy made; only committed while listed here).
+    /// A scheduler Envoy made (a filter's or a configuration's; only committed while listed
+    /// here), and how to commit to it.
     scheduler: usize,
+    commit: unsafe extern "C" fn(Scheduler, u64),
+    /// 0: once; else committed again this many milliseconds later.
+    every: u64,
 }
 
 static ENTRIES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
@@ -21,6 +29,9 @@ static START: Once = Once::new();
 
 /// The event id the shell's scheduled hook is given (one kind of event).
 pub const DEADLINE_EVENT: u64 = 1;
+
+/// The event id of a configuration's tick.
+pub const TICK_EVENT: u64 = 2;
 
 /// Milliseconds since the Unix epoch (the roles' clock).
 pub(crate) fn now_ms() -> u64 {
@@ -64,14 +75,14 @@ impl Timer {
         let mut list = entries();
         list.retain(|e| e.scheduler != scheduler);
         if let Some(at) = at {
-            list.push(Entry { at, scheduler });
-            drop(list);
-            START.call_once(|| {
-                let _ = std::thread::Builder::new()
-                    .name("llm_failover_timers".into())
-                    .spawn(run);
+            list.push(Entry {
+                at,
+                scheduler,
+                commit: abi::envoy_dynamic_module_callback_http_filter_scheduler_commit,
+                every: 0,
             });
-            WAKE.notify_one();
+            drop(list);
+            wake();
         }
     }
 
@@ -95,27 +106,78 @@ impl Timer {
     }
 }
 
+/// The thread runs (started the first time) and looks at its list again.
+fn wake() {
+    START.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("llm_failover_timers".into())
+            .spawn(run);
+    });
+    WAKE.notify_one();
+}
+
+/// A filter configuration's tick: [`TICK_EVENT`] committed to its main-thread scheduler every
+/// `period_ms` while it lives.
+pub struct Tick {
+    scheduler: usize,
+}
+
+impl Tick {
+    /// Starts ticking `config` (on Envoy's main thread, while the configuration loads).
+    pub fn start(config: abi::FilterConfigEnvoy, period_ms: u64) -> Option<Tick> {
+        // SAFETY: Envoy's configuration pointer, in its config_new hook.
+        let s =
+            unsafe { abi::envoy_dynamic_module_callback_http_filter_config_scheduler_new(config) };
+        if s.is_null() {
+            return None;
+        }
+        let scheduler = s as usize;
+        entries().push(Entry {
+            at: now_ms() + period_ms,
+            scheduler,
+            commit: abi::envoy_dynamic_module_callback_http_filter_config_scheduler_commit,
+            every: period_ms,
+        });
+        wake();
+        Some(Tick { scheduler })
+    }
+}
+
+impl Drop for Tick {
+    fn drop(&mut self) {
+        entries().retain(|e| e.scheduler != self.scheduler);
+        // SAFETY: made by `config_scheduler_new`, no longer listed, so never committed again.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+                self.scheduler as Scheduler,
+            )
+        };
+    }
+}
+
 /// The timer thread: commits each passed deadline's event, sleeps until the next one.
 fn run() {
     let mut list = entries();
     loop {
         let now = now_ms();
         let mut next = None::<u64>;
-        list.retain(|e| {
+        list.retain_mut(|e| {
             if e.at <= now {
-                // SAFETY: listed, so its filter has not deleted it (deletion unlists first,
-                // under this lock); commit only posts to the filter's worker.
-                unsafe {
-                    abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(
-                        e.scheduler as Scheduler,
-                        DEADLINE_EVENT,
-                    )
+                let event = if e.every == 0 {
+                    DEADLINE_EVENT
+                } else {
+                    TICK_EVENT
                 };
-                false
-            } else {
-                next = Some(next.map_or(e.at, |n| n.min(e.at)));
-                true
+                // SAFETY: listed, so its owner has not deleted it (deletion unlists first,
+                // under this lock); commit only posts to the owner's thread.
+                unsafe { (e.commit)(e.scheduler as Scheduler, event) };
+                if e.every == 0 {
+                    return false;
+                }
+                e.at = now + e.every;
             }
+            next = Some(next.map_or(e.at, |n| n.min(e.at)));
+            true
         });
         let wait = next.map_or(Duration::from_secs(1), |at| {
             Duration::from_millis(at.saturating_sub(now).max(1))

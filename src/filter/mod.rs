@@ -15,9 +15,9 @@ use proxy_wasm::types::{Action, ContextType, LogLevel};
 use std::rc::Rc;
 use std::time::Duration;
 
-/// How often every root writes the answers its worker held (`Metrics::flush_answers`), and the
-/// downstream root re-reads the breaker and health states into the gauges.
-const TICK: Duration = Duration::from_secs(1);
+/// How often every root does its periodic work (`Metrics::tick`: the answers its worker held
+/// to shared data, the downstream root's gauges read again).
+const TICK: Duration = Duration::from_millis(roles::TICK_MS);
 
 /// Parses and validates the plugin configuration ([`Config::from_json`]). The module crate
 /// (`module/`) passes it to [`start`] so that configuration loading, which runs once per
@@ -117,12 +117,9 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         if let (Some(config), Some(metrics)) = (&self.config, &self.metrics) {
-            metrics.flush_answers(config, &EnvoyHost);
+            metrics.tick(config, &EnvoyHost);
             match config.role {
-                Role::Downstream => {
-                    metrics.refresh_breaker_states(config, &EnvoyHost);
-                    self.fleet.tick(config, metrics);
-                }
+                Role::Downstream => self.fleet.tick(config, metrics),
                 Role::Upstream => self.timers.fire(),
             }
         }

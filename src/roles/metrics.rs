@@ -52,7 +52,13 @@ pub struct Metrics {
     /// `llm_failover_fleet_sync_total` by result (`fleet::StoreState::RESULTS`), defined at
     /// configure with `fleet` on.
     fleet_sync: Vec<Option<u32>>,
+    /// When [`Metrics::after_request`] last read the gauges for this configuration on this
+    /// worker (ms; 0: never).
+    last_tick: Cell<u64>,
 }
+
+/// How often a root does its periodic work ([`Metrics::tick`]): every second.
+pub const TICK_MS: u64 = 1000;
 
 /// One provider and model label's `llm_failover_tokens_total` counters (by `usage::Kind`) and
 /// the tokens this worker counted and has not added to them yet (the root's tick adds them, so
@@ -120,7 +126,44 @@ impl Metrics {
                     .collect(),
                 None => Vec::new(),
             },
+            last_tick: Cell::new(0),
         }
+    }
+
+    /// A root's periodic work for its configuration: the answers this worker held go to the
+    /// shared health records (and its tokens to their counters), and the downstream role's
+    /// breaker and health gauges are read again from shared data. proxy-wasm's roots run it on
+    /// every tick ([`TICK_MS`]); a host without a tick on its workers runs
+    /// [`Metrics::after_request`] and [`Metrics::tick_shared`].
+    pub fn tick(&self, config: &Config, host: &impl Host) {
+        self.flush_answers(config, host);
+        self.tick_shared(config, host);
+    }
+
+    /// The part of [`Metrics::tick`] that reads only shared data (none of a worker's held
+    /// answers): the downstream role's breaker and health gauges. A host whose periodic work
+    /// runs off the workers (the native build's main thread) runs this alone.
+    pub fn tick_shared(&self, config: &Config, host: &impl Host) {
+        if config.role == crate::config::Role::Downstream {
+            self.refresh_breaker_states(config, host);
+        }
+    }
+
+    /// The end of one of this configuration's requests on a worker, where the host has no tick
+    /// on its workers (the native build): the answers the worker held are written at once (no
+    /// tick of this worker would write them if it went idle), and [`Metrics::tick_shared`]
+    /// runs when a tick's time ([`TICK_MS`]) passed since this configuration last ran it on
+    /// this worker; whether it ran. The time is kept per configuration (one `Metrics` per
+    /// configuration and worker), so a busy configuration never holds back another's gauges.
+    pub fn after_request(&self, config: &Config, host: &impl Host) -> bool {
+        self.flush_answers(config, host);
+        let now = host.now_ms();
+        let due = now.saturating_sub(self.last_tick.get()) >= TICK_MS;
+        if due {
+            self.last_tick.set(now);
+            self.tick_shared(config, host);
+        }
+        due
     }
 
     /// `llm_failover_fleet_sync_total{result}` += 1.

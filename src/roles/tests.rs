@@ -1368,6 +1368,61 @@ fn successes_write_nothing_until_the_tick_then_the_status_counts_every_attempt()
     assert_eq!(gw.metric(&names::health_state("c")), 3, "idle");
 }
 
+/// Two configurations on one worker (two listeners' filters, or both roles' filters), where the
+/// host has no tick on its workers (the native build): each request's end writes what its
+/// configuration's worker held, and reads that configuration's gauges once a second, timed per
+/// configuration: one configuration's requests never hold back the other's gauges.
+#[test]
+fn each_configuration_on_a_tickless_worker_keeps_its_own_time() {
+    let gw = Gateway::new(THREE);
+    let root = Recording {
+        world: Rc::clone(&gw.world),
+        stream: Rc::default(),
+    };
+    let other = Config::from_json(
+        br#"{"providers": [{"name": "z", "cluster": "cz", "credential": {"header": "api-key", "value": "sk-z"}}],
+             "chains": [{"name": "zed", "models": ["z-*"], "providers": ["z"]}]}"#,
+        &|_: &str| None,
+    )
+    .expect("valid config");
+    init_health_records(&other, &root);
+    let other_metrics = Metrics::new(&other, &root);
+    gw.world.advance(TICK_MS);
+    assert!(gw.down_metrics.after_request(&gw.config, &root));
+    assert_eq!(
+        gw.metric(&names::health_state("c")),
+        3,
+        "idle, read at once"
+    );
+    gw.world.advance(10);
+    assert!(
+        other_metrics.after_request(&other, &root),
+        "the other configuration's gauges are due whatever the first one did"
+    );
+    assert_eq!(gw.metric(&names::health_state("z")), 3);
+    assert!(
+        !gw.down_metrics.after_request(&gw.config, &root),
+        "a second has not passed"
+    );
+    gw.world.advance(TICK_MS - 10);
+    assert!(gw.down_metrics.after_request(&gw.config, &root));
+    assert!(
+        !other_metrics.after_request(&other, &root),
+        "10 ms short of its second"
+    );
+    // What a worker held is written at every request's end, due or not.
+    let key = crate::wire::health_key("z");
+    let before = gw.world.store.get(&key).map(|(_, cas)| cas);
+    let z = other.provider_ids().next().map(|(id, _)| id).expect("z");
+    assert_eq!(other_metrics.hold_answer(z, gw.world.now.get()), None);
+    assert!(!other_metrics.after_request(&other, &root));
+    assert_ne!(
+        gw.world.store.get(&key).map(|(_, cas)| cas),
+        before,
+        "written"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // docs/behaviour.md section 7: fail closed.
 
