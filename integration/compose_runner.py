@@ -129,8 +129,11 @@ def main() -> int:
     # compose_plugin lives next to this file; the repo is read-only: no cache, no bytecode.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "tests/integration", "-p", "compose_plugin",
-           "-p", "no:cacheprovider", "-ra", *shlex.split(os.environ.get("PYTEST_ARGS", ""))]
+    args = shlex.split(os.environ.get("PYTEST_ARGS", ""))
+    # Test files named first run alone; otherwise the whole suite, narrowed by the arguments.
+    suite = [] if args and args[0].startswith("tests/") else ["tests/integration"]
+    cmd = [sys.executable, "-m", "pytest", *suite, "-p", "compose_plugin",
+           "-p", "no:cacheprovider", "-ra", *args]
     log("running " + " ".join(shlex.quote(c) for c in cmd))
     return subprocess.run(cmd, cwd=str(REPO), env=env).returncode
 

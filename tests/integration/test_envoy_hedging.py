@@ -11,11 +11,15 @@ import copy
 import shutil
 import time
 
-import yaml
-
 import pytest
 
 import harness
+
+if harness.external_mode():
+    # Before yaml's import: the compose harness's image has no yaml module.
+    pytest.skip("edits the rendered bootstrap: needs its own Envoy", allow_module_level=True)
+
+import yaml  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(
