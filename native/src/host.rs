@@ -75,6 +75,9 @@ struct Stream {
     /// The body callback running now, if any: its chunk is part of the body the roles see
     /// (proxy-wasm's buffered body is what Envoy buffered plus this chunk).
     receiving: Cell<Option<Map>>,
+    /// An upstream filter's: the downstream configuration that counts its metrics (found
+    /// the first time it counts; none: it counts in its own cluster's scope).
+    counted_by: std::cell::OnceCell<Option<Arc<MetricTable>>>,
 }
 
 impl NativeHost {
@@ -121,17 +124,45 @@ impl NativeHost {
         self.filter
     }
 
-    /// Adds to a counter or sets a gauge of the filter's configuration, unlabelled: through the
-    /// stream (`call`), or else through the configuration itself (`config_call`).
+    /// Adds to a counter or sets a gauge, unlabelled: through the configuration that counts
+    /// for the stream (`config_call`: an upstream filter's request's downstream configuration,
+    /// or the configuration's own work on the main thread), else through the stream (`call`).
     fn metric(&self, call: abi::MetricCall, config_call: abi::MetricCall, id: u32, value: u64) {
-        let (call, target) = match (self.filter.is_null(), self.config.is_null()) {
-            (false, _) => (call, self.filter),
-            (true, false) => (config_call, self.config),
-            (true, true) => return,
+        let (call, target) = match self.counted_by() {
+            Some(config) => (config_call, config),
+            None => (call, self.filter),
         };
-        // SAFETY: a live filter pointer of the configuration that defined `id`, or that
-        // configuration's own on its main thread; no labels.
+        if target.is_null() {
+            return;
+        }
+        // SAFETY: a live filter pointer of the configuration that defined `id`; or a
+        // configuration whose table has the same ids: this one's own (on Envoy's main thread),
+        // or the downstream configuration of the request this stream belongs to, which Envoy
+        // keeps while the listener that made the request lives; no labels.
         unsafe { call(target, id as usize, std::ptr::null_mut(), 0, value) };
+    }
+
+    /// The configuration counting this stream's metrics, if not the stream's own filter: the
+    /// configuration's own work, or an upstream filter's request's downstream configuration
+    /// ([`MetricTable::counts_for`]; null: an upstream filter that finds none counts nothing).
+    fn counted_by(&self) -> Option<abi::FilterConfigEnvoy> {
+        if !self.config.is_null() {
+            return Some(self.config);
+        }
+        let own = self.metrics.as_ref()?;
+        if !own.cluster_scoped() {
+            return None;
+        }
+        let by = self.stream.counted_by.get_or_init(|| {
+            if self.filter.is_null() {
+                return None;
+            }
+            requests::downstream_metrics(self.request_id()).filter(|d| own.counts_for(d))
+        });
+        Some(
+            by.as_ref()
+                .map_or(std::ptr::null_mut(), |table| table.owner()),
+        )
     }
 
     /// Marks the body callback of `map` running (or none).
@@ -145,7 +176,7 @@ impl NativeHost {
         if self.stream.request.get() != 0 {
             return;
         }
-        let id = requests::open();
+        let id = requests::open(self.metrics.clone());
         self.stream.request.set(id);
         let text = id.to_string();
         self.set_filter_state(REQUEST_ID_KEY, text.as_bytes());

@@ -68,6 +68,7 @@ impl NativeConfig {
                 roles::init_health_records(&config, &host::NativeHost::detached());
                 let table =
                     std::sync::Arc::new(metrics::MetricTable::define(config_envoy, &config));
+                metrics::register(&table);
                 // The root's tick, for what it reads from shared data alone (the downstream
                 // role's gauges, so they follow a cooldown's end with no traffic): each
                 // worker's held answers are written by its own requests (`after_request`).

@@ -16,18 +16,38 @@ use llm_failover::eligible::SkipReason;
 use llm_failover::metrics as names;
 use llm_failover::roles::MetricKind;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, Weak};
 
 /// Envoy's metric ids of one filter configuration, by name.
+///
+/// Only the downstream role's configuration defines them, in Envoy's root scope: Envoy would
+/// define an upstream filter's in its provider cluster's scope (`cluster.<name>.wasmcustom.*`,
+/// where a dotted provider name cannot be told from the cluster's). The upstream role's
+/// configuration defines none; its filters count through the downstream configuration of
+/// their request, whose table has the same layout ([`MetricTable::counts_for`]), so every
+/// metric is one root-scope series as in the wasm build's router mode.
 #[derive(Default)]
 pub struct MetricTable {
     ids: HashMap<String, (MetricKind, u32)>,
+    /// The configuration that defined them (Envoy's pointer, as an address).
+    owner: usize,
+    /// The names and kinds defined, in order: two tables of the same layout give every name
+    /// the same id.
+    layout: u64,
+    /// Defined in a provider cluster's scope (the upstream role's configuration).
+    cluster_scoped: bool,
 }
 
 impl MetricTable {
     /// Defines every metric the roles can name under `config` (on Envoy's main thread, in
     /// `on_http_filter_config_new`).
     pub fn define(config_envoy: FilterConfigEnvoy, config: &Config) -> MetricTable {
-        let mut table = MetricTable::default();
+        let mut table = MetricTable {
+            owner: config_envoy as usize,
+            cluster_scoped: config.role == llm_failover::config::Role::Upstream,
+            ..MetricTable::default()
+        };
         let providers: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
         for p in &providers {
             for class in Class::ALL {
@@ -59,6 +79,12 @@ impl MetricTable {
     }
 
     fn add(&mut self, config_envoy: FilterConfigEnvoy, kind: MetricKind, name: String) {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (self.layout, kind as u8, &name).hash(&mut hasher);
+        self.layout = hasher.finish();
+        if self.cluster_scoped {
+            return;
+        }
         let mut id = 0usize;
         let bytes = ModuleBuffer::of(name.as_bytes());
         // SAFETY: Envoy's configuration pointer, in its config_new hook; the name lives for the
@@ -92,10 +118,64 @@ impl MetricTable {
         }
     }
 
-    /// The id of a metric defined under `name` as `kind`.
+    /// The table of the request's downstream configuration (`downstream`) counts for this
+    /// upstream one: its metrics then live in Envoy's root scope, as the wasm build's router
+    /// mode has them, not in the provider cluster's (labels as the wasm build's, a dotted
+    /// provider name kept whole). Only where both define the same names in the same order.
+    pub fn counts_for(&self, downstream: &MetricTable) -> bool {
+        self.cluster_scoped && !downstream.cluster_scoped && self.layout == downstream.layout
+    }
+
+    /// The upstream role's (it defines nothing of its own).
+    pub fn cluster_scoped(&self) -> bool {
+        self.cluster_scoped
+    }
+
+    /// The configuration that defined the table (Envoy's pointer).
+    pub fn owner(&self) -> FilterConfigEnvoy {
+        self.owner as FilterConfigEnvoy
+    }
+
+    /// The id of a metric defined under `name` as `kind`: the upstream role's, that of a
+    /// downstream configuration of the same layout (its filters count through such a one).
     pub fn id(&self, kind: MetricKind, name: &str) -> Option<u32> {
+        if self.cluster_scoped {
+            return DOWNSTREAM.with_same_layout(self.layout, |d| d.id(kind, name));
+        }
         self.ids
             .get(name)
             .and_then(|(k, id)| (*k == kind).then_some(*id))
     }
+}
+
+/// The downstream configurations' tables loaded in this process.
+struct Registry(Mutex<Vec<Weak<MetricTable>>>);
+
+static DOWNSTREAM: Registry = Registry(Mutex::new(Vec::new()));
+
+impl Registry {
+    fn with_same_layout<T>(
+        &self,
+        layout: u64,
+        f: impl FnOnce(&MetricTable) -> Option<T>,
+    ) -> Option<T> {
+        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let table = list
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|t| t.layout == layout)?;
+        drop(list);
+        f(&table)
+    }
+}
+
+/// A downstream configuration's table, for the upstream ones of the same layout (and forgets
+/// those of configurations gone).
+pub fn register(table: &Arc<MetricTable>) {
+    if table.cluster_scoped {
+        return;
+    }
+    let mut list = DOWNSTREAM.0.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|t| t.strong_count() > 0);
+    list.push(Arc::downgrade(table));
 }

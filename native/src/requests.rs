@@ -4,11 +4,13 @@
 //! and it goes when the last of them is destroyed (a caller that leaves destroys the downstream
 //! filter before the attempt's, which still reports its outcome).
 
+use crate::metrics::MetricTable;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::Arc;
 
-/// The filters holding the record, and its properties.
-type Properties = (u32, Vec<(String, Vec<u8>)>);
+/// The filters holding the record, its properties, and the downstream filter's metrics.
+type Properties = (u32, Vec<(String, Vec<u8>)>, Option<Arc<MetricTable>>);
 
 thread_local! {
     static NEXT: Cell<u64> = const { Cell::new(0) };
@@ -30,17 +32,23 @@ fn next_id() -> u64 {
     })
 }
 
-/// Opens a request's record; its id.
-pub fn open() -> u64 {
+/// Opens a request's record for its downstream filter, whose configuration's metrics are
+/// `metrics`; its id.
+pub fn open(metrics: Option<Arc<MetricTable>>) -> u64 {
     let id = next_id();
-    OPEN.with(|open| open.borrow_mut().insert(id, (1, Vec::new())));
+    OPEN.with(|open| open.borrow_mut().insert(id, (1, Vec::new(), metrics)));
     id
+}
+
+/// The metrics of the request's downstream filter's configuration.
+pub fn downstream_metrics(id: u64) -> Option<Arc<MetricTable>> {
+    OPEN.with(|open| open.borrow().get(&id)?.2.clone())
 }
 
 /// Another filter holds the record (false when it is gone).
 pub fn hold(id: u64) -> bool {
     OPEN.with(|open| match open.borrow_mut().get_mut(&id) {
-        Some((holders, _)) => {
+        Some((holders, _, _)) => {
             *holders += 1;
             true
         }
@@ -55,7 +63,7 @@ pub fn close(id: u64) {
     }
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        if let Some((holders, _)) = open.get_mut(&id) {
+        if let Some((holders, _, _)) = open.get_mut(&id) {
             *holders -= 1;
             if *holders == 0 {
                 open.remove(&id);
@@ -67,7 +75,7 @@ pub fn close(id: u64) {
 pub fn get(id: u64, name: &str) -> Option<Vec<u8>> {
     OPEN.with(|open| {
         let open = open.borrow();
-        let (_, props) = open.get(&id)?;
+        let (_, props, _) = open.get(&id)?;
         props
             .iter()
             .find(|(n, _)| n == name)
@@ -78,7 +86,7 @@ pub fn get(id: u64, name: &str) -> Option<Vec<u8>> {
 pub fn set(id: u64, name: &str, value: &[u8]) {
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        let Some((_, props)) = open.get_mut(&id) else {
+        let Some((_, props, _)) = open.get_mut(&id) else {
             return;
         };
         match props.iter_mut().find(|(n, _)| n == name) {

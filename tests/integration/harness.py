@@ -1083,10 +1083,11 @@ _SCOPE_LABELS = re.compile(r'llm_failover_scope="",|,?envoy_cluster_name="[^"]*"
 
 
 def native_prometheus(text: str) -> str:
-    """The native module's metrics as the wasm build's router mode prints them: its upstream
-    role's live in each provider cluster's scope (docs/internals.md "The native build") and carry
-    the two scope labels; taken off, the counters of one name and labels are added up (and left
-    out while 0), and a gauge is the downstream role's."""
+    """The native module's metrics as the wasm build's router mode prints them (docs/internals.md
+    "The native build"): the envoy_wasmcustom_ prefix taken off, and counters left out while 0
+    (it defines every one at load). Series in a provider cluster's scope (none since both roles
+    count in the root scope) would lose the two scope labels, counters adding up and a gauge
+    kept from the root scope."""
     out, sums = [], {}
     for line in text.splitlines():
         # Envoy 1.40 does not register a dynamic module's metrics namespace as a custom one,

@@ -2,7 +2,7 @@
 
 use super::seq;
 use crate::input::Gateway;
-use crate::version::{Mode, Runtime};
+use crate::version::Mode;
 use serde_yaml_ng::{Mapping, Value};
 
 /// Tag extraction that gives the filter's metrics their labels in `/stats/prometheus`
@@ -12,11 +12,11 @@ pub fn stats_config() -> Value {
 }
 
 /// [`stats_config`] for the gateway's Envoy: on 1.36-1.38 the metrics carry their VM's cluster
-/// scope (`cluster.<name>.wasmcustom.*`) and need the cluster-scoped rules; so do the native
-/// module's upstream role's, which Envoy defines in the cluster's scope.
+/// scope (`cluster.<name>.wasmcustom.*`) and need the cluster-scoped rules. The native module
+/// (Envoy 1.40+) counts both roles' metrics in the root scope, as router mode does.
 pub fn stats_config_for(gw: &Gateway) -> Value {
-    match (gw.envoy_version.mode(), gw.runtime) {
-        (Mode::Router, Runtime::Wasm) => stats_config(),
+    match gw.envoy_version.mode() {
+        Mode::Router => stats_config(),
         _ => tags_value(llm_failover::metrics::cluster_scoped_stats_tags()),
     }
 }
