@@ -13,7 +13,7 @@
 //! proxy-wasm build, so the rendered routes and log formats are the same for both.
 
 use crate::abi::{self, EnvoyBuffer, FilterEnvoy, Header, ModuleBuffer};
-use crate::metrics::MetricTable;
+use crate::metrics::{self, MetricTable};
 use crate::requests;
 use llm_failover::host::{Cas, Clock, ProcessStore, SetError, SharedStore};
 use llm_failover::roles::{Host, Map, MetricKind};
@@ -21,6 +21,16 @@ use llm_failover::wire;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
+
+/// Ids [`NativeHost::define_tokens_counter`] gives: this bit and an index into [`LABELLED`].
+const LABELLED_ID: u32 = 1 << 31;
+
+thread_local! {
+    /// A labelled metric's id in its table and its label values, by the index of the id this
+    /// worker gave for them (bounded by configuration, as the wasm build's flat names are).
+    static LABELLED: std::cell::RefCell<Vec<(u32, Vec<String>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// The process-wide shared data.
 pub static STORE: ProcessStore = ProcessStore::new();
@@ -135,11 +145,35 @@ impl NativeHost {
         if target.is_null() {
             return;
         }
-        // SAFETY: a live filter pointer of the configuration that defined `id`; or a
-        // configuration whose table has the same ids: this one's own (on Envoy's main thread),
-        // or the downstream configuration of the request this stream belongs to, which Envoy
-        // keeps while the listener that made the request lives; no labels.
-        unsafe { call(target, id as usize, std::ptr::null_mut(), 0, value) };
+        if id & LABELLED_ID == 0 {
+            // SAFETY: a live filter pointer of the configuration that defined `id`; or a
+            // configuration whose table has the same ids: this one's own (on Envoy's main
+            // thread), or the downstream configuration of the request this stream belongs to,
+            // which Envoy keeps while the listener that made the request lives; no labels.
+            unsafe { call(target, id as usize, std::ptr::null_mut(), 0, value) };
+            return;
+        }
+        LABELLED.with(|labelled| {
+            let labelled = labelled.borrow();
+            let Some((id, values)) = labelled.get((id & !LABELLED_ID) as usize) else {
+                return;
+            };
+            let mut values: Vec<ModuleBuffer> = values
+                .iter()
+                .map(|v| ModuleBuffer::of(v.as_bytes()))
+                .collect();
+            // SAFETY: as above; `id` has as many label names as `values` has values, which
+            // live for the call.
+            unsafe {
+                call(
+                    target,
+                    *id as usize,
+                    values.as_mut_ptr(),
+                    values.len(),
+                    value,
+                )
+            };
+        });
     }
 
     /// The configuration counting this stream's metrics, if not the stream's own filter: the
@@ -588,6 +622,45 @@ impl Host for NativeHost {
                 ModuleBuffer::of(b"llm_failover"),
             )
         };
+    }
+
+    fn define_tokens_counter(
+        &self,
+        provider: &str,
+        model: &str,
+        kind: llm_failover::usage::Kind,
+        caller: Option<&str>,
+    ) -> Option<u32> {
+        let labels = match caller {
+            None => metrics::TOKEN_LABELS.as_slice(),
+            Some(_) => metrics::TOKEN_LABELS_BY_CALLER.as_slice(),
+        };
+        let id = self.define_metric(
+            MetricKind::Counter,
+            &metrics::labelled(llm_failover::metrics::TOKENS, labels),
+        )?;
+        let values: Vec<String> = [provider, model, kind.as_str()]
+            .into_iter()
+            .chain(caller)
+            .map(str::to_string)
+            .collect();
+        LABELLED
+            .with(|labelled| {
+                let mut labelled = labelled.borrow_mut();
+                let at = match labelled.iter().position(|(i, v)| *i == id && *v == values) {
+                    Some(at) => at,
+                    None => {
+                        labelled.push((id, values));
+                        labelled.len() - 1
+                    }
+                };
+                u32::try_from(at).ok().map(|at| at | LABELLED_ID)
+            })
+            .inspect(|id| {
+                // Envoy makes a labelled series when first counted: shown from its definition on,
+                // at 0, as the wasm build's.
+                self.add_metric(*id, 0);
+            })
     }
 
     fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32> {

@@ -6,8 +6,8 @@
 //! `metrics_namespace`) and the same flat names as the proxy-wasm build: Envoy's tag rules
 //! (`llm_failover::metrics::stats_tags`) give them the same labels.
 //!
-//! Names only known at run time are not defined: `llm_failover_tokens_total` per model label
-//! (docs/internals.md "The native build").
+//! Names only known at run time (`llm_failover_tokens_total` per model label) are one counter
+//! with label names, whose values Envoy takes when counted.
 
 use crate::abi::{self, FilterConfigEnvoy, ModuleBuffer};
 use llm_failover::classify::Class;
@@ -18,6 +18,20 @@ use llm_failover::roles::MetricKind;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
+
+/// `llm_failover_tokens_total`'s labels, in the order [`crate::host`] gives their values.
+pub const TOKEN_LABELS: [&str; 3] = [names::PROVIDER, names::MODEL, names::KIND];
+/// The same, with the caller's label.
+pub const TOKEN_LABELS_BY_CALLER: [&str; 4] =
+    [names::PROVIDER, names::MODEL, names::KIND, names::CALLER];
+
+/// The key of a metric `name` with label names `labels` in a [`MetricTable`].
+pub fn labelled(name: &str, labels: &[&str]) -> String {
+    match labels {
+        [] => name.to_string(),
+        _ => format!("{name}{{{}}}", labels.join(",")),
+    }
+}
 
 /// Envoy's metric ids of one filter configuration, by name.
 ///
@@ -75,28 +89,54 @@ impl MetricTable {
                 names::exhausted(&chain.name),
             );
         }
+        // Tokens by model: labels known at run time only, so Envoy labels them (a counter
+        // with label names, its values given when counted), with and without the caller.
+        for labels in [TOKEN_LABELS.as_slice(), &TOKEN_LABELS_BY_CALLER] {
+            let name = names::TOKENS.to_string();
+            table.add_labelled(config_envoy, MetricKind::Counter, name, labels);
+        }
         table
     }
 
     fn add(&mut self, config_envoy: FilterConfigEnvoy, kind: MetricKind, name: String) {
+        self.add_labelled(config_envoy, kind, name, &[]);
+    }
+
+    /// Defines `name` with `labels` (none: a plain metric), under [`labelled`]'s key.
+    fn add_labelled(
+        &mut self,
+        config_envoy: FilterConfigEnvoy,
+        kind: MetricKind,
+        name: String,
+        labels: &[&str],
+    ) {
+        let key = labelled(&name, labels);
         let mut hasher = std::hash::DefaultHasher::new();
-        (self.layout, kind as u8, &name).hash(&mut hasher);
+        (self.layout, kind as u8, &key).hash(&mut hasher);
         self.layout = hasher.finish();
         if self.cluster_scoped {
             return;
         }
         let mut id = 0usize;
         let bytes = ModuleBuffer::of(name.as_bytes());
-        // SAFETY: Envoy's configuration pointer, in its config_new hook; the name lives for the
-        // call; no labels.
+        let mut label_names: Vec<ModuleBuffer> = labels
+            .iter()
+            .map(|l| ModuleBuffer::of(l.as_bytes()))
+            .collect();
+        let (names_ptr, names_len) = match label_names.len() {
+            0 => (std::ptr::null_mut(), 0),
+            n => (label_names.as_mut_ptr(), n),
+        };
+        // SAFETY: Envoy's configuration pointer, in its config_new hook; the name and the label
+        // names live for the call.
         let result = unsafe {
             match kind {
                 MetricKind::Counter => {
                     abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
                         config_envoy,
                         bytes,
-                        std::ptr::null_mut(),
-                        0,
+                        names_ptr,
+                        names_len,
                         &mut id,
                     )
                 }
@@ -104,8 +144,8 @@ impl MetricTable {
                     abi::envoy_dynamic_module_callback_http_filter_config_define_gauge(
                         config_envoy,
                         bytes,
-                        std::ptr::null_mut(),
-                        0,
+                        names_ptr,
+                        names_len,
                         &mut id,
                     )
                 }
@@ -113,7 +153,7 @@ impl MetricTable {
         };
         if result == abi::METRICS_SUCCESS {
             if let Ok(id) = u32::try_from(id) {
-                self.ids.insert(name, (kind, id));
+                self.ids.insert(key, (kind, id));
             }
         }
     }

@@ -295,12 +295,8 @@ impl Metrics {
             return at;
         }
         let caller = config.team_label(team);
-        let ids = Kind::ALL.map(|kind| {
-            host.define_metric(
-                MetricKind::Counter,
-                &names::tokens(name(config, provider), model, kind, caller),
-            )
-        });
+        let ids = Kind::ALL
+            .map(|kind| host.define_tokens_counter(name(config, provider), model, kind, caller));
         slots.push(TokenSlot {
             provider,
             model: model.into(),

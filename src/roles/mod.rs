@@ -122,6 +122,19 @@ pub trait Host: SharedStore + Clock {
     fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>);
     /// Defines (or finds) a metric; `None` when the host refuses.
     fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32>;
+    /// Defines (or finds) `llm_failover_tokens_total`'s counter for these labels: by its flat
+    /// name (Envoy's tag rules label it), unless the host labels counters itself (the native
+    /// build, where names cannot be defined at run time).
+    fn define_tokens_counter(
+        &self,
+        provider: &str,
+        model: &str,
+        kind: crate::usage::Kind,
+        caller: Option<&str>,
+    ) -> Option<u32> {
+        let name = crate::metrics::tokens(provider, model, kind, caller);
+        self.define_metric(MetricKind::Counter, &name)
+    }
     fn increment_metric(&self, id: u32);
     /// Adds `delta` to a counter.
     fn add_metric(&self, id: u32, delta: u64);

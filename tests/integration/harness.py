@@ -1085,7 +1085,7 @@ _SCOPE_LABELS = re.compile(r'llm_failover_scope="",|,?envoy_cluster_name="[^"]*"
 def native_prometheus(text: str) -> str:
     """The native module's metrics as the wasm build's router mode prints them (docs/internals.md
     "The native build"): the envoy_wasmcustom_ prefix taken off, and counters left out while 0
-    (it defines every one at load). Series in a provider cluster's scope (none since both roles
+    (it defines every one at load) but the tokens' (made when first counted, as the wasm build's). Series in a provider cluster's scope (none since both roles
     count in the root scope) would lose the two scope labels, counters adding up and a gauge
     kept from the root scope."""
     out, sums = [], {}
@@ -1108,7 +1108,8 @@ def native_prometheus(text: str) -> str:
     # It defines every counter when the configuration loads (Envoy refuses a definition later),
     # so unused ones show at 0, where the wasm build defines each when first counted.
     return "\n".join(f"{l} {sums[l]:g}" if l in sums else l for l in out
-                     if l not in sums or sums[l] or "_total{" not in l) + "\n"
+                     if l not in sums or sums[l] or "_total{" not in l
+                     or l.startswith("llm_failover_tokens_total{")) + "\n"
 
 
 def spec_prometheus(text: str) -> str:
