@@ -123,6 +123,8 @@ pub type MetricCall =
 
 extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
+    /// The level of Envoy's `dynamic_modules` logger (spdlog's: 0 trace ... 6 off).
+    pub fn envoy_dynamic_module_callback_get_log_level() -> u32;
 
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
         config: FilterConfigEnvoy,

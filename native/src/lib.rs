@@ -63,6 +63,7 @@ impl NativeConfig {
     /// not a valid configuration.
     fn load(config_envoy: abi::FilterConfigEnvoy, json: &[u8]) -> Result<NativeConfig, String> {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        follow_envoy_log_level();
         match Config::from_json(json, &env) {
             Ok(config) => {
                 roles::init_health_records(&config, &host::NativeHost::detached());
@@ -157,6 +158,22 @@ impl log::Log for EnvoyLogger {
     }
 
     fn flush(&self) {}
+}
+
+/// Follows the level of Envoy's `dynamic_modules` logger (`-l debug`, or
+/// `--component-log-level dynamic_modules:debug`), read when a configuration loads as the wasm
+/// build reads its own: debug lines cost nothing unless that level is on.
+fn follow_envoy_log_level() {
+    // SAFETY: no arguments; Envoy's logger outlives the module.
+    let level = unsafe { abi::envoy_dynamic_module_callback_get_log_level() };
+    log::set_max_level(match level {
+        0 => log::LevelFilter::Trace,
+        1 => log::LevelFilter::Debug,
+        2 => log::LevelFilter::Info,
+        3 => log::LevelFilter::Warn,
+        4 | 5 => log::LevelFilter::Error,
+        _ => log::LevelFilter::Off,
+    });
 }
 
 /// The library's start: the logger and the panic hook (say what it was, once, at the

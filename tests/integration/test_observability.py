@@ -12,7 +12,7 @@ import time
 import pytest
 
 import harness
-from harness import http_request, prometheus_samples, wait_until
+from harness import http_request, prometheus_samples, runtime, wait_until
 
 DEMO = "envoy/demo.failover.yaml"
 STATUS = "/llm-failover/status"
@@ -402,7 +402,10 @@ def test_access_log_durations_are_the_attempts_own(demo):
 # ------------------------------------------------------------------------------------ log levels
 
 def wasm_log_lines(text):
-    return [l for l in text.splitlines() if "wasm log" in l]
+    """The filter's own log lines: Envoy's `wasm` logger's, or `dynamic_modules`' for the native
+    module (docs/native.md)."""
+    mark = "[dynamic_modules]" if runtime() == "native" else "wasm log"
+    return [l for l in text.splitlines() if mark in l]
 
 
 def test_at_info_level_traffic_logs_nothing_per_request_even_failing_over(demo):
