@@ -101,10 +101,17 @@ else
   if [ $# -gt 0 ] && [ -e "$1" ]; then suite=(); fi
   run integration pytest_integration "${suite[@]}" -q "${parallel[@]}" "$@" || true
   # The native build (docs/native.md) on Envoy 1.40: the failover and translation scenarios
-  # again, with the dynamic module in place of the wasm one (about a minute).
+  # again, with the dynamic module in place of the wasm one (about a minute), and what its shell
+  # does its own way (about 10 s): the main thread's tick, root-scope metrics, labelled tokens,
+  # answers written by each worker, the debug log level.
   native_scenarios() {
+    local t=tests/integration
     LLM_FAILOVER_RUNTIME=native pytest_integration -q "${parallel[@]}" \
-      tests/integration/test_failover.py tests/integration/test_translation_wiring.py
+      $t/test_failover.py $t/test_translation_wiring.py $t/test_usage.py \
+      $t/test_observability.py::test_breaker_gauge_follows_a_cooldown_ending_with_no_traffic \
+      $t/test_observability.py::test_model_and_budget_skips_and_dotted_provider_names \
+      $t/test_observability.py::test_at_debug_level_a_failover_logs_its_provider_and_class \
+      $t/test_operators.py::test_health_windows_are_exact_under_two_workers_and_concurrent_traffic
   }
   if [ $# -gt 0 ]; then
     skip integration-native "a selection of the suite was asked for"
