@@ -270,13 +270,19 @@ impl NativeHost {
 
     fn set_filter_state(&self, key: &[u8], value: &[u8]) {
         // SAFETY: live filter pointer; both buffers live for the call.
-        unsafe {
+        let written = unsafe {
             abi::envoy_dynamic_module_callback_http_set_filter_state_bytes(
                 self.filter,
                 ModuleBuffer::of(key),
                 ModuleBuffer::of(value),
             )
         };
+        if !written {
+            log::debug!(
+                "llm_failover: Envoy kept filter state {} as first written (read-only)",
+                String::from_utf8_lossy(key)
+            );
+        }
     }
 
     /// Filter state under the proxy-wasm build's name for a property (`wasm.<name>`).
