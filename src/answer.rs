@@ -10,6 +10,10 @@ use crate::reply::Reply;
 use crate::translate::Api;
 use crate::wire;
 
+/// `x-llm-fallback-reason` of a hedged request its hedge served (its first attempt had not
+/// failed: it was slow).
+pub const HEDGE_REASON: &str = "hedge";
+
 /// What the downstream role knows about the final answer without extra reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AnswerFacts {
@@ -33,6 +37,11 @@ pub trait AnswerReads {
     fn refused(&self) -> Option<Refused>;
     /// The time now (ms), read only for an error answer (is the time budget spent?).
     fn now_ms(&self) -> u64;
+    /// A hedged request: the attempt whose answer this is ([`crate::handoff::ANSWERED`]),
+    /// read only for such a request (the other attempt may have been started last).
+    fn answered(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The caller's view of the request's attempts, to write on the answer.
@@ -40,6 +49,9 @@ pub trait AnswerReads {
 pub struct Answer<'a> {
     /// Provider calls made.
     pub attempts: usize,
+    /// The attempt whose answer this is: the last one, except when a hedged request's first
+    /// attempt won its race (behaviour.md 5, hedging).
+    pub served: usize,
     /// `x-llm-attempts`, when the answer shows it.
     pub attempts_header: Option<usize>,
     /// The provider that answered, or was tried last (`x-llm-provider`); `None` when the attempt
@@ -112,6 +124,13 @@ pub fn answer<'a>(
     let Some(chain) = config.chain(plan.chain) else {
         return Answer::none(attempts);
     };
+    // A hedged request's answer is the race's winner, whichever attempt Envoy started last.
+    let served = match plan.hedge_after(chain) {
+        Some(_) => (reads.answered())
+            .filter(|&n| (1..=attempts).contains(&n))
+            .unwrap_or(attempts),
+        None => attempts,
+    };
     let provider_of = |attempt: usize| {
         plan.slot(attempt)
             .and_then(|slot| chain.entry(slot.entry))
@@ -129,17 +148,18 @@ pub fn answer<'a>(
     let exhausted = time_refused
         || facts.marker
         || (attempts == plan.slots.len() && ended_without_response(chain, facts, attempts, reads));
-    let Some(provider) = provider_of(attempts) else {
+    let Some(provider) = provider_of(served) else {
         return Answer::none(attempts);
     };
     // Fallbacks are the attempts that moved to another entry, not in-place retries (behaviour.md 5, 6;
     // as `llm_failover_fallbacks_total` counts them); the reason is the failure that made the
-    // last of them.
-    let (fallbacks, last_fallback) = crate::plan::fallbacks(&plan.slots, attempts);
+    // last of them (a hedge that won: `hedge`, its first attempt was still running).
+    let (fallbacks, last_fallback) = crate::plan::fallbacks(&plan.slots, served);
     let (fallback_count, fallback_reason) = if fallbacks > 0 {
+        let reason = reads.outcome(last_fallback - 1).map(Class::as_str);
         (
             Some(fallbacks),
-            reads.outcome(last_fallback - 1).map(Class::as_str),
+            reason.or_else(|| plan.hedge_after(chain).map(|_| HEDGE_REASON)),
         )
     } else if let Some(reason) = plan.skip_before_start(chain) {
         (None, Some(reason))
@@ -152,6 +172,7 @@ pub fn answer<'a>(
     let should_retry = should_retry(config, status, time_refused, facts.start_ms, reads);
     Answer {
         attempts,
+        served,
         attempts_header: Some(attempts),
         provider: Some(provider),
         fallback_count,
@@ -198,6 +219,7 @@ impl Answer<'_> {
     fn none(attempts: usize) -> Self {
         Answer {
             attempts,
+            served: attempts,
             attempts_header: None,
             provider: None,
             fallback_count: None,

@@ -43,6 +43,14 @@ pub struct Translation {
     pub provider: Api,
 }
 
+impl Attempt<'_, '_> {
+    /// It belongs to a hedged request (docs/behaviour.md 5, hedging): its chain hedges and its
+    /// plan has the two slots a race needs (`plan::Plan::hedge_after`).
+    pub fn hedged(&self) -> bool {
+        self.chain.hedge_after_ms.is_some() && self.plan.len() == 2
+    }
+}
+
 /// Attempt `number` of the plan read from filter state (`None`: it was there but unreadable),
 /// or why it must be refused before anything is attached to it (docs/behaviour.md section 7, fail closed):
 /// a plan from another configuration, an attempt the plan has no slot for (Envoy retrying past
@@ -399,7 +407,10 @@ pub fn settle<'a>(
             time_skips = later().collect();
         }
     }
-    let next = a.number < a.plan.limit() && later().next().is_some();
+    // A hedged request's failing answer is marked for a retry even with no attempt left, so
+    // Envoy drops it while the other attempt runs (behaviour.md 5, hedging); alone, the
+    // downstream role reads it as the chain's end all the same.
+    let next = (a.number < a.plan.limit() && later().next().is_some()) || a.hedged();
     let marker = match (status, falls_over) {
         (None, _) => Marker::Untouched,
         (Some(_), true) if next => Marker::Set,

@@ -178,6 +178,15 @@ pub fn explain_with(
             continue;
         };
         attempt_lines(&mut out, config, &facts, k + 1, entry, provider, sending);
+        if let Some(after) = plan.hedge_after(chain).filter(|_| k == 0) {
+            // Where a hedge starts (behaviour.md 5, hedging).
+            let _ = writeln!(
+                out,
+                "  hedge: when {} has produced no output {} after it started, attempt 2 starts beside it without cancelling it; the first to produce output answers, the other is cancelled",
+                provider.name,
+                display_ms(after),
+            );
+        }
         // Its in-place retry (behaviour.md 5) is an attempt slot of its own, when one can be left: it
         // comes right after this attempt and pushes the later providers back by one.
         if let Some(policy) = walk.in_place.filter(|_| k + 1 < walk.limit) {

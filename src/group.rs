@@ -189,6 +189,18 @@ pub fn groups(config: &Config) -> Result<Vec<Group>, Vec<ConfigError>> {
                     .to_string(),
             });
         }
+        if chain.hedge_after_ms.is_some() {
+            // Hedging is carried by router mode's composite clusters (docs/internals.md,
+            // hedging); grouping mode's attempts never reach them.
+            errors.push(ConfigError {
+                field: format!("chains[{c}].hedge_after"),
+                problem: "hedging needs Envoy 1.39 or later (router mode, where the hedge \
+                          reaches the next provider through a composite cluster; grouping \
+                          mode does not carry it) — remove it (a slow provider is then waited \
+                          for until first_token or the attempt timeout)"
+                    .to_string(),
+            });
+        }
         let main = chain.main_entries();
         if chain.max_attempts.min(main.len()) < 2 {
             continue;

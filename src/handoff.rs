@@ -36,6 +36,13 @@ pub const REFUSED: &str = "llm_failover.refused";
 /// the failed attempt, read by its retry (behaviour.md 5).
 pub const RETRY_AT: &str = "llm_failover.retry_at";
 
+/// A hedged request (docs/behaviour.md 5, hedging): its second attempt started while the first
+/// ran (written by the second attempt, "1"), so both are in a race.
+pub const HEDGED: &str = "llm_failover.hedged";
+/// A hedged request: the attempt whose answer goes to the caller (its number, decimal),
+/// written by that attempt as it lets the answer go; the other attempt, reset by Envoy, lost.
+pub const ANSWERED: &str = "llm_failover.answered";
+
 /// Version of the plan record's text format (its first line).
 pub const PLAN_VERSION: &str = "1";
 /// Version of the outcomes record (its first byte).

@@ -348,10 +348,30 @@ pub fn route_properties(config: &Config, plan: &Plan, mut set: impl FnMut(&'stat
             );
         }
     } else {
+        let pair = hedge_pair(config, plan);
         for (property, cluster) in slot_clusters(config, plan) {
-            set(property, cluster);
+            match &pair {
+                // Attempt 1 of a hedged request goes to its pair's composite cluster, whose
+                // second sub-cluster takes the hedge (docs/internals.md, hedging).
+                Some(pair) if property == wire::SLOT_PROPERTIES[0] => set(property, pair),
+                _ => set(property, cluster),
+            }
         }
     }
+}
+
+/// When a request's second attempt starts beside its first (behaviour.md 5, hedging), ms.
+pub fn hedge_after(config: &Config, plan: &Plan) -> Option<u64> {
+    config.chain(plan.chain).and_then(|c| plan.hedge_after(c))
+}
+
+/// The composite cluster a hedged request's first attempt goes to (`wire::hedge_cluster`);
+/// `None` when it is not hedged or both slots are one cluster.
+pub fn hedge_pair(config: &Config, plan: &Plan) -> Option<String> {
+    hedge_after(config, plan)?;
+    let mut clusters = slot_clusters(config, plan).map(|(_, cluster)| cluster);
+    let (first, second) = (clusters.next()?, clusters.next()?);
+    wire::hedge_cluster(first, second)
 }
 
 /// The filter-state slot properties the route's matcher reads: (property, cluster) per attempt.

@@ -34,6 +34,7 @@ pub mod group;
 pub mod handoff;
 pub mod header_pairs;
 pub mod health;
+pub mod hedge;
 pub mod host;
 pub mod ids;
 pub mod intake;

@@ -49,6 +49,10 @@ pub const EXHAUSTED: &str = "llm_failover_exhausted_total";
 /// named one, `other`; no label without a caller: `Config::team_label`). Failed attempts
 /// count nothing.
 pub const TOKENS: &str = "llm_failover_tokens_total";
+/// `llm_failover_hedges_total{provider, outcome}`: attempts of hedged requests that raced
+/// (docs/behaviour.md section 5, hedging), by how each ended: `won` (its answer went to the
+/// caller), `lost` (the other's did first: reset), `failed`.
+pub const HEDGES: &str = "llm_failover_hedges_total";
 /// `llm_failover_breaker_state{provider}` gauge: 0 closed, 1 open, 2 half-open.
 pub const BREAKER_STATE: &str = "llm_failover_breaker_state";
 
@@ -60,12 +64,13 @@ pub const HEALTH_STATE: &str = "llm_failover_health_state";
 /// domain).
 pub const FLEET_SYNC: &str = "llm_failover_fleet_sync_total";
 /// Every metric, for docs and tests.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     ATTEMPTS,
     FALLBACKS,
     SKIPPED,
     TOKENS,
     EXHAUSTED,
+    HEDGES,
     BREAKER_STATE,
     HEALTH_STATE,
     FLEET_SYNC,
@@ -147,6 +152,11 @@ pub fn attempts(provider: &str, outcome: Class) -> String {
 /// `llm_failover_fallbacks_total.from=<p>.to=<q>`
 pub fn fallbacks(from: &str, to: &str) -> String {
     name(FALLBACKS, &[(FROM, from), (TO, to)])
+}
+
+/// `llm_failover_hedges_total.provider=<p>.outcome=<won|lost|failed>`
+pub fn hedges(provider: &str, outcome: crate::hedge::Outcome) -> String {
+    name(HEDGES, &[(PROVIDER, provider), (OUTCOME, outcome.as_str())])
 }
 
 /// `llm_failover_skipped_total.provider=<p>.reason=<reason>`
@@ -238,7 +248,7 @@ fn rules(ns: String) -> Vec<TagRule> {
         rule(
             PROVIDER,
             format!(
-                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE}|{TOKENS})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+|\.{MODEL}=[^=]+\.{KIND}=[a-z_]+{caller})?$"
+                r"^{ns}\.(?:{ATTEMPTS}|{SKIPPED}|{BREAKER_STATE}|{HEALTH_STATE}|{TOKENS}|{HEDGES})(\.{PROVIDER}=([^=]+?))(?:\.(?:{OUTCOME}|{REASON})=[a-z_]+|\.{MODEL}=[^=]+\.{KIND}=[a-z_]+{caller})?$"
             ),
         ),
         rule(
@@ -261,7 +271,7 @@ fn rules(ns: String) -> Vec<TagRule> {
         ),
         rule(
             OUTCOME,
-            format!(r"^{ns}\.{ATTEMPTS}\.{PROVIDER}=[^=]+(\.{OUTCOME}=([a-z_]+))$"),
+            format!(r"^{ns}\.(?:{ATTEMPTS}|{HEDGES})\.{PROVIDER}=[^=]+(\.{OUTCOME}=([a-z_]+))$"),
         ),
         rule(
             REASON,

@@ -73,6 +73,12 @@ impl Plan {
             .max(self.slots.len())
     }
 
+    /// When this request's second attempt starts beside its first (ms; behaviour.md 5,
+    /// hedging): its chain's `hedge_after`, for a plan of two slots.
+    pub fn hedge_after(&self, chain: &Chain) -> Option<u64> {
+        chain.hedge_after_ms.filter(|_| self.slots.len() == 2)
+    }
+
     /// The provider planned for attempt `attempt` (1-based, as Envoy counts).
     pub fn slot(&self, attempt: usize) -> Option<&Slot> {
         slot_for_attempt(&self.slots, attempt)
@@ -145,6 +151,9 @@ pub fn plan_or_refuse(
     // that can take it: another provider would not know what it asks about (behaviour.md 12).
     let limit = if facts.no_fallback || facts.model.is_empty() {
         1
+    } else if chain.hedge_after_ms.is_some() {
+        // A hedged request is its two racing attempts (behaviour.md 5, hedging).
+        chain.max_attempts.min(2)
     } else {
         chain.max_attempts
     };

@@ -41,6 +41,9 @@
 //! the same form (`exhausted`: its requests are refused until `resets_at_ms`).
 //! `tokens` is what the provider's answers cost over the same 15 minutes (docs/behaviour.md
 //! section 15; `cached_input` is part of `input`), up to a second late as well.
+//! `hedges` (only when a chain has `hedge_after`) counts the provider's attempts in hedged
+//! races since this Envoy started: `{"won": 3, "lost": 12, "failed": 0}` (docs/behaviour.md
+//! section 5, hedging).
 //! `rate_limited_ahead` is the last announcement of a spent rate limit the provider's answers
 //! made (`null`: none since this Envoy started; docs/behaviour.md section 4): when, which
 //! dimension, what remained, and until when it is skipped (`null` once that passed).
@@ -249,6 +252,7 @@ pub fn render(
     let announcements = SharedAnnouncements {
         store: tokens.store,
     };
+    let hedging = config.chains.iter().any(|c| c.hedge_after_ms.is_some());
     for p in &config.providers {
         let snapshot = health.snapshot(&p.name);
         let ahead = announcements.last(&p.name);
@@ -257,6 +261,9 @@ pub fn render(
         provider_status(
             &mut out, &p.name, &p.cluster, config, snapshot, budget, used,
         );
+        if hedging {
+            hedge_status(out.key("hedges"), crate::hedge::read(tokens.store, &p.name));
+        }
         announced_status(&mut out, ahead, now_ms);
     }
     out.close_arr();
@@ -284,6 +291,17 @@ pub fn render(
     let mut text = pretty(&out.0);
     text.push('\n');
     text
+}
+
+/// A provider's hedged races (docs/behaviour.md section 5, hedging) since the Envoy started:
+/// `{"won", "lost", "failed"}`; only with a hedging chain in the file.
+#[inline]
+fn hedge_status(out: &mut Out, counts: [u64; 3]) {
+    out.open();
+    for (outcome, n) in crate::hedge::Outcome::ALL.iter().zip(counts) {
+        out.key(outcome.as_str()).num(n);
+    }
+    out.close();
 }
 
 /// The chains' groups (a member `null` when none): where each stands, how it picks, and each

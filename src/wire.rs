@@ -32,6 +32,19 @@ pub const GROUP_PROPERTY: &str = "llm_failover.group";
 pub const GROUP_CLUSTER_PREFIX: &str = "llm_failover~";
 /// Separator of the provider clusters in a grouping cluster's name.
 pub const GROUP_CLUSTER_SEPARATOR: char = '~';
+/// Separator of the two provider clusters in a hedging pair's composite cluster name,
+/// `<first>+<second>` ([`hedge_cluster`]): not a character provider names use.
+pub const HEDGE_CLUSTER_SEPARATOR: char = '+';
+/// Envoy's per-request switch for hedging on the per-try timeout (a steering header callers
+/// cannot send: the downstream role strips it, then sets it for a hedged request).
+pub const HEDGE_HEADER: &str = "x-envoy-hedge-on-per-try-timeout";
+
+/// The composite cluster of a hedging pair (docs/internals.md, hedging): attempt 1 goes to
+/// `first`'s sub-cluster, attempt 2 (the hedge, or a fallback) to `second`'s. `None` when both
+/// are one cluster: then a hedge keeping the first attempt's cluster is already where it goes.
+pub fn hedge_cluster(first: &str, second: &str) -> Option<String> {
+    (first != second).then(|| format!("{first}{HEDGE_CLUSTER_SEPARATOR}{second}"))
+}
 /// Envoy stores wasm-set properties under this prefix in filter state.
 pub const ENVOY_WASM_STATE_PREFIX: &str = "wasm.";
 /// Names of the route the gateway's traffic takes: the standalone renderer's (and the snippet it

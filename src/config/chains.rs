@@ -139,6 +139,7 @@ fn validate_one(
             at.field(field, format!("at most {MAX_CHAIN_LEN} entries per list"));
         }
     }
+    check_hedge(c, at);
     let mut fallback_on = match &c.fallback_on {
         None => FailoverSet::default(),
         Some(triggers) => {
@@ -188,10 +189,33 @@ fn validate_one(
         try_last: c.try_last,
         fallbacks_exhausted: c.fallbacks_exhausted,
         same_residency: c.same_residency,
+        hedge_after_ms: c.hedge_after,
         signs_calls,
         wraps_thinking,
         wraps_reasoning,
     }
+}
+
+/// `hedge_after` (docs/behaviour.md 5, hedging): a hedged request makes its two attempts
+/// race, so it cannot also retry in place or reroute to an alternative list, and it needs a
+/// second attempt.
+fn check_hedge(c: &RawChain, at: &mut At) {
+    let Some(ms) = c.hedge_after else {
+        return;
+    };
+    let problem = if ms == 0 {
+        "must be more than 0 (omit it to turn hedging off)"
+    } else if c.retry_in_place.is_some() {
+        "cannot be used with retry_in_place: a hedge already retries, on the next entry"
+    } else if !c.context_window.is_empty() || !c.content_policy.is_empty() {
+        "cannot be used with context_window or content_policy lists: a hedged request makes \
+         only its two racing attempts"
+    } else if c.max_attempts < 2 {
+        "needs max_attempts of at least 2 (the hedge is the second attempt)"
+    } else {
+        return;
+    };
+    at.field("hedge_after", problem);
 }
 
 /// `same_residency` (docs/behaviour.md 2.4): what the file already decides. An entry whose

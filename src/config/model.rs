@@ -178,6 +178,9 @@ pub struct Chain {
     pub fallbacks_exhausted: bool,
     /// Only entries of the request's first entry's residency (docs/behaviour.md 2.4).
     pub same_residency: bool,
+    /// Hedging (docs/behaviour.md 5): a plan of two or more slots races its first two, the
+    /// second started when the first has produced no output this long (ms).
+    pub hedge_after_ms: Option<u64>,
     /// An entry is on a Gemini-native provider, whose tool calls reach the caller with their
     /// `thoughtSignature` in the id (`translate::common::SIGNATURE`): a same-API attempt to
     /// another provider sends them without it (`attempt::request::Mend::unsign`).

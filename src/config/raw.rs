@@ -260,6 +260,9 @@ pub struct RawChain {
     /// Send a request only to entries whose provider has the residency of its first entry's
     /// (an unknown residency never matches).
     pub same_residency: bool,
+    /// Race the first two entries (docs/behaviour.md 5, hedging): the second starts, without
+    /// cancelling the first, when the first has produced no output this long (ms).
+    pub hedge_after: Option<u64>,
 }
 
 #[derive(Debug, Clone)]

@@ -37,6 +37,9 @@ pub struct Counting {
     provider: ProviderId,
     /// The request's caller (its budget is spent too).
     team: Team,
+    /// A hedged request: where this attempt's entry starts in `log`. The losing attempt's
+    /// entry may be added to the record meanwhile: written after it, not over it.
+    merge_from: Option<usize>,
 }
 
 impl Counting {
@@ -53,7 +56,13 @@ impl Counting {
             slot,
             provider,
             team,
+            merge_from: None,
         }
+    }
+
+    /// This attempt's entry starts at `own` in its log (a hedged request's, see `merge_from`).
+    pub fn merge_from(&mut self, own: usize) {
+        self.merge_from = Some(own);
     }
 
     /// Keeps what a settle returned in the attempt's `slot` (a settle that returns none, the
@@ -93,8 +102,27 @@ impl Counting {
 
     /// The attempt ended without its answer's end: its log entry as it is, no tokens.
     pub fn abandon(self, host: &impl Host) {
-        host.set_property(wire::ATTEMPTS_PROPERTY, self.log.as_bytes());
+        let merged = self.merge_from.and_then(|own| {
+            let now = host.property(wire::ATTEMPTS_PROPERTY.as_bytes())?;
+            let mine = self.log.get(own..)?;
+            merged_log(&now, self.log.get(..own)?.as_bytes(), mine)
+        });
+        let log = merged.as_deref().unwrap_or(&self.log);
+        host.set_property(wire::ATTEMPTS_PROPERTY, log.as_bytes());
     }
+}
+
+/// The attempt log written meanwhile (`now`), when it grew past what this attempt read
+/// (`before`), with this attempt's entry (`mine`, led by a comma when `before` had entries)
+/// after it; `None` when nothing was added.
+fn merged_log(now: &[u8], before: &[u8], mine: &str) -> Option<String> {
+    if now.len() <= before.len() || !now.starts_with(before) {
+        return None;
+    }
+    let mut out = String::from_utf8(now.to_vec()).ok()?;
+    out.push(',');
+    out.push_str(mine.strip_prefix(',').unwrap_or(mine));
+    Some(out)
 }
 
 /// The served answer's tokens for the OpenTelemetry access log (`log_models`, set by `render
@@ -105,4 +133,26 @@ fn log_tokens(host: &impl Host, usage: &usage::Usage) {
     let output = usage.output.to_string();
     host.set_property(wire::INPUT_TOKENS_PROPERTY, input.as_bytes());
     host.set_property(wire::OUTPUT_TOKENS_PROPERTY, output.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_losers_entry_written_meanwhile_stays_before_the_winners() {
+        let merged = super::merged_log(
+            b"a:skipped:dead,b:hedge_lost:9ms",
+            b"a:skipped:dead",
+            ",c:ok:5ms",
+        );
+        assert_eq!(
+            merged.as_deref(),
+            Some("a:skipped:dead,b:hedge_lost:9ms,c:ok:5ms")
+        );
+        let first = super::merged_log(b"b:hedge_lost:9ms", b"", "c:ok:5ms:in=1/out=2/cached=0");
+        assert_eq!(
+            first.as_deref(),
+            Some("b:hedge_lost:9ms,c:ok:5ms:in=1/out=2/cached=0")
+        );
+        assert_eq!(super::merged_log(b"a", b"a", ",c:ok:5ms"), None);
+    }
 }

@@ -77,6 +77,11 @@ impl<H: Host> AnswerReads for Reads<'_, H> {
     fn now_ms(&self) -> u64 {
         self.0.now_ms()
     }
+
+    fn answered(&self) -> Option<usize> {
+        let bytes = self.0.property(handoff::ANSWERED.as_bytes())?;
+        crate::hedge::parse_answered(&bytes)
+    }
 }
 
 impl<H: Host> Downstream<H> {
@@ -323,7 +328,17 @@ impl<H: Host> Downstream<H> {
         let retries = published.max_retries(&config).to_string();
         self.host
             .set_header(Map::Request, wire::MAX_RETRIES_HEADER, Some(&retries));
-        if config
+        if let Some(after) = intake::hedge_after(&config, &plan) {
+            // Envoy's per-try timer becomes the hedge's trigger for this request
+            // (docs/internals.md, hedging): the second attempt starts beside the first.
+            self.host
+                .set_header(Map::Request, wire::HEDGE_HEADER, Some("true"));
+            self.host.set_header(
+                Map::Request,
+                wire::PER_TRY_TIMEOUT_HEADER,
+                Some(&after.to_string()),
+            );
+        } else if config
             .timeouts
             .first_token(request.stream() || gather)
             .is_some()
@@ -482,10 +497,7 @@ impl<H: Host> Downstream<H> {
             host.set_header(Map::Response, wire::PROVIDER_HEADER, Some(provider));
         }
         if self.config.log_models {
-            self.log_models(
-                None,
-                answer::entry_model(&self.config, plan, answer.attempts),
-            );
+            self.log_models(None, answer::entry_model(&self.config, plan, answer.served));
         }
         if let Some(attempts) = answer.attempts_header {
             host.set_header(

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 
 const CLASSES: usize = Class::ALL.len();
 const REASONS: usize = SkipReason::ALL.len();
+const HEDGE_OUTCOMES: usize = crate::hedge::Outcome::ALL.len();
 
 fn reason_index(reason: SkipReason) -> usize {
     reason.index()
@@ -55,6 +56,8 @@ pub struct Metrics {
     /// When [`Metrics::after_request`] last read the gauges for this configuration on this
     /// worker (ms; 0: never).
     last_tick: Cell<u64>,
+    /// `provider * 3 + outcome` -> `llm_failover_hedges_total` counter id (`hedge::Outcome`).
+    hedges: Vec<Cell<Option<u32>>>,
 }
 
 /// How often a root does its periodic work ([`Metrics::tick`]): every second.
@@ -118,6 +121,9 @@ impl Metrics {
                 .collect(),
             answers: (0..providers).map(|_| Cell::default()).collect(),
             tokens: RefCell::new(Vec::new()),
+            hedges: (0..providers * HEDGE_OUTCOMES)
+                .map(|_| Cell::new(None))
+                .collect(),
             fleet_sync: match config.fleet {
                 Some(_) => (crate::fleet::StoreState::RESULTS.iter())
                     .map(|r| {
@@ -175,6 +181,25 @@ impl Metrics {
             host,
             at.and_then(|i| self.fleet_sync.get(i).copied().flatten()),
         );
+    }
+
+    /// `llm_failover_hedges_total{provider, outcome}` += 1 (a hedged request's racing attempt).
+    #[inline(never)]
+    pub fn hedge(
+        &self,
+        host: &impl Host,
+        config: &Config,
+        provider: ProviderId,
+        outcome: crate::hedge::Outcome,
+    ) {
+        let at = crate::hedge::Outcome::ALL
+            .iter()
+            .position(|o| *o == outcome);
+        let slot = at.and_then(|i| self.hedges.get(provider.index() * HEDGE_OUTCOMES + i));
+        let id = cached(host, slot, || {
+            names::hedges(name(config, provider), outcome)
+        });
+        increment(host, id);
     }
 
     /// `llm_failover_attempts_total{provider, outcome}` += 1.

@@ -30,6 +30,9 @@ struct Current {
     known: attempt::Known,
     /// When it must act by itself (behaviour.md 5; see [`Upstream::deadline`]).
     timers: Timers,
+    /// It is a hedge: the second attempt of a hedged request, started while the first ran
+    /// (behaviour.md 5, hedging).
+    hedge: bool,
 }
 
 impl Current {
@@ -139,6 +142,10 @@ impl<H: Host> Upstream<H> {
         let Some(current) = self.current.as_ref().filter(|_| !self.settled) else {
             return;
         };
+        if self.io.lost_race(current) {
+            self.settled = true;
+            return;
+        }
         let host = &self.io.host;
         let transport_failure = host
             .property(b"upstream\0transport_failure_reason")
@@ -249,6 +256,7 @@ impl<H: Host> Upstream<H> {
         if let Err(refusal) = destination::confirm(a.provider, number, &cluster, host_provider) {
             return self.refuse(&refusal, caller());
         }
+        let hedge = a.hedged() && self.io.starts_hedge(number);
         if config.counts_in_flight(a.provider_id) {
             self.io.count_in_flight(a.provider_id, true);
             self.busy = Some(a.provider_id);
@@ -281,6 +289,7 @@ impl<H: Host> Upstream<H> {
             start_ms,
             known,
             timers,
+            hedge,
         });
         // Hold the headers until the body is edited and its length known, and until the
         // back-off is over.

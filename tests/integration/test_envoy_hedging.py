@@ -349,11 +349,11 @@ def start_composite_gateway(gateway, tmp_path, timeouts: str):
 
 def test_the_filter_confirms_a_composite_hedge_by_host_metadata_but_counts_the_loser_a_timeout(
         gateway, tmp_path):
-    # With today's filter, unchanged: the upstream role runs on the composite (Envoy reports the
-    # composite as the attempt's cluster) and confirms each attempt by its host's metadata, so
-    # each provider gets its own key; the hedge's answer wins. What a hedging build must change:
-    # the reset loser settles as a `timeout` against primary's breaker, and the access log's
-    # attempt list leaves it out.
+    # A hand-made composite on a chain without hedge_after: the upstream role runs on the
+    # composite (Envoy reports the composite as the attempt's cluster) and confirms each attempt
+    # by its host's metadata, so each provider gets its own key; the hedge's answer wins. What
+    # hedge_after changes (test_hedging.py): the reset loser settles as a `timeout` against
+    # primary's breaker here, and the access log's attempt list leaves it out.
     primary, secondary = gateway.mocks("primary", "secondary")
     primary.set_default(delay_ms=3000)
     secondary.set_default(delay_ms=200)

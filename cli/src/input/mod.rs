@@ -242,6 +242,10 @@ fn read(
         Mode::Router => Vec::new(),
         Mode::Grouping => grouping_clusters(&config, envoy_version)?,
     };
+    let hedge_errors = hedge_filters(&config, &resolved);
+    if !hedge_errors.is_empty() {
+        return Err(hedge_errors);
+    }
     let env_keys = credential_env_keys(&root);
     let warnings = checks::cross_check(&config);
     if warnings.iter().any(Diag::is_error) {
@@ -270,6 +274,39 @@ fn read(
         secret_dir: None,
         otel: None,
     })
+}
+
+/// A hedged attempt runs its composite cluster's filters, not its provider cluster's
+/// (docs/internals.md, hedging): a provider whose requests Envoy signs (Bedrock SigV4) or
+/// whose credential Envoy injects from a file cannot be in a hedging chain.
+fn hedge_filters(config: &Config, upstreams: &[Upstream]) -> Vec<Diag> {
+    let mut errors = Vec::new();
+    for (c, chain) in config.chains.iter().enumerate() {
+        if chain.hedge_after_ms.is_none() {
+            continue;
+        }
+        for e in chain.main_entries() {
+            let Some(p) = config.provider(e.provider) else {
+                continue;
+            };
+            let u = upstreams.iter().find(|u| u.provider == p.name);
+            let why = match u {
+                Some(u) if u.aws_signing.is_some() => "is signed by Envoy (AWS Signature V4)",
+                Some(u) if u.token_file.is_some() => {
+                    "has its credential injected by Envoy from a file"
+                }
+                _ => continue,
+            };
+            errors.push(Diag::error(
+                format!("chains[{c}].hedge_after"),
+                format!(
+                    "provider {:?} {why}: a hedged attempt runs its pair's composite cluster's filters, not the provider's — give it a credential the filter sets (value: or env:), or remove hedge_after",
+                    p.name
+                ),
+            ));
+        }
+    }
+    errors
 }
 
 /// Reads and removes the renderer's top-level fields (`listen`, `admin`, `status_listen`,

@@ -20,6 +20,9 @@ const UPSTREAM_TLS: &str =
 const AGGREGATE_CLUSTER: &str =
     "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig";
 
+const COMPOSITE_CLUSTER: &str =
+    "type.googleapis.com/envoy.extensions.clusters.composite.v3.ClusterConfig";
+
 /// Distinct provider clusters, in provider order.
 pub fn clusters(gw: &Gateway) -> Vec<&Upstream> {
     let mut out: Vec<&Upstream> = Vec::new();
@@ -63,9 +66,10 @@ fn cluster(gw: &Gateway, u: &Upstream, upstream: &Value) -> Value {
         endpoint.insert("hostname".into(), name.as_str().into());
     }
     let mut lb_endpoint = map! { "endpoint" => Value::Mapping(endpoint) };
-    if gw.envoy_version.mode() == Mode::Grouping {
-        // The upstream filter on a grouping cluster sees the group's name, not the provider's:
-        // it confirms the attempt's provider from the chosen host's metadata.
+    if gw.envoy_version.mode() == Mode::Grouping || !hedge_pairs(gw).is_empty() {
+        // The upstream filter on a grouping cluster, or a hedging pair's composite cluster,
+        // sees that cluster's name, not the provider's: it confirms the attempt's provider
+        // from the chosen host's metadata.
         if let Value::Mapping(m) = &mut lb_endpoint {
             m.insert(
                 "metadata".into(),
@@ -221,13 +225,72 @@ fn group_cluster(gw: &Gateway, group: &llm_failover::group::Group, upstream: &Va
     }
 }
 
-/// Every cluster the gateway needs (the providers', then grouping mode's), each carrying the
-/// upstream filter `upstream`.
+/// The composite clusters hedging chains need (docs/internals.md, hedging): one per ordered
+/// pair of distinct clusters among a hedging chain's providers (skips and picks may put any
+/// two first), as (name, first cluster, second cluster), in chain and entry order.
+pub fn hedge_pairs(gw: &Gateway) -> Vec<(String, &str, &str)> {
+    let config = &gw.config;
+    let mut out: Vec<(String, &str, &str)> = Vec::new();
+    for chain in config.chains.iter().filter(|c| c.hedge_after_ms.is_some()) {
+        let cluster_of = |e: &llm_failover::config::ChainEntry| {
+            let p = config.provider(e.provider)?;
+            gw.upstreams
+                .iter()
+                .find(|u| u.provider == p.name)
+                .map(|u| u.cluster.as_str())
+        };
+        let names: Vec<&str> = chain.main_entries().iter().filter_map(cluster_of).collect();
+        for &first in &names {
+            for &second in &names {
+                let Some(name) = llm_failover::wire::hedge_cluster(first, second) else {
+                    continue;
+                };
+                if !out.iter().any(|(n, _, _)| *n == name) {
+                    out.push((name, first, second));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A hedging pair's composite cluster: attempt 1 to `first`'s cluster, attempt 2 to
+/// `second`'s. Like a grouping cluster, only its own upstream filter runs on its attempts;
+/// each host keeps its own cluster's transport socket (TLS) and protocol.
+fn hedge_cluster(gw: &Gateway, name: &str, first: &str, second: &str, upstream: &Value) -> Value {
+    map! {
+        "name" => name,
+        "connect_timeout" => "5s",
+        "lb_policy" => "CLUSTER_PROVIDED",
+        "per_connection_buffer_limit_bytes" => gw.max_request_body,
+        "cluster_type" => map! {
+            "name" => "envoy.clusters.composite",
+            "typed_config" => typed(COMPOSITE_CLUSTER, map! { "clusters" => seq(vec![
+                map! { "name" => first },
+                map! { "name" => second },
+            ]) }),
+        },
+        "circuit_breakers" => circuit_breakers(),
+        "typed_extension_protocol_options" => upstream_options((
+            "explicit_http_config",
+            map! { "http_protocol_options" => map! {} },
+        ), upstream, None, None),
+    }
+}
+
+/// Every cluster the gateway needs (the providers', then grouping mode's or the hedging
+/// pairs'), each carrying the upstream filter `upstream`.
 pub(crate) fn cluster_values(gw: &Gateway, upstream: &Value) -> Vec<Value> {
+    let pairs = hedge_pairs(gw);
     clusters(gw)
         .into_iter()
         .map(|u| cluster(gw, u, upstream))
         .chain(gw.groups.iter().map(|g| group_cluster(gw, g, upstream)))
+        .chain(
+            pairs
+                .iter()
+                .map(|(name, first, second)| hedge_cluster(gw, name, first, second, upstream)),
+        )
         .chain(super::otel::cluster(gw))
         .chain(super::otel::fleet_cluster(gw))
         .collect()

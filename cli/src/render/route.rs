@@ -92,9 +92,13 @@ pub fn cluster_matcher(gw: &Gateway) -> Value {
         return group_matcher(gw);
     }
     let names: Vec<&str> = clusters(gw).iter().map(|u| u.cluster.as_str()).collect();
+    // Attempt 1 of a hedged request goes to its pair's composite cluster.
+    let pairs = super::cluster::hedge_pairs(gw);
+    let mut first: Vec<&str> = names.clone();
+    first.extend(pairs.iter().map(|(name, _, _)| name.as_str()));
     let slots = slot_count(gw);
     if slots == 1 {
-        return slot_matcher(1, &names);
+        return slot_matcher(1, &first);
     }
     let mut by_attempt = Mapping::new();
     for k in 2..=slots {
@@ -108,7 +112,7 @@ pub fn cluster_matcher(gw: &Gateway) -> Value {
             "input" => map! { "name" => "attempt", "typed_config" => typed(HEADER_INPUT, map! { "header_name" => wire::ATTEMPT_COUNT_HEADER }) },
             "exact_match_map" => map! { "map" => Value::Mapping(by_attempt) },
         },
-        "on_no_match" => map! { "matcher" => slot_matcher(1, &names) },
+        "on_no_match" => map! { "matcher" => slot_matcher(1, &first) },
     }
 }
 

@@ -212,6 +212,7 @@ static CHAIN: Shape = Shape {
         "content_policy",
         "retry_in_place",
         "same_residency",
+        "hedge_after",
     ],
     tys: &[
         Ty::Str,
@@ -228,6 +229,7 @@ static CHAIN: Shape = Shape {
         Ty::List(&Ty::Entry),
         Ty::Opt(&Ty::Struct(&RETRY)),
         Ty::Bool,
+        Ty::Duration,
     ],
     required: 1 | 1 << 5,
 };
@@ -428,7 +430,7 @@ fn credential(v: V) -> RawCredential {
 
 #[inline]
 fn chain(v: V) -> RawChain {
-    let [name, models, routes, paths, callers, providers, max_attempts, fallback_on, try_last, fallbacks_exhausted, context_window, content_policy, retry_in_place, same_residency] =
+    let [name, models, routes, paths, callers, providers, max_attempts, fallback_on, try_last, fallbacks_exhausted, context_window, content_policy, retry_in_place, same_residency, hedge_after] =
         v.fields();
     RawChain {
         name: name.str().unwrap_or_default(),
@@ -457,6 +459,7 @@ fn chain(v: V) -> RawChain {
             }
         }),
         same_residency: same_residency.bool().unwrap_or_default(),
+        hedge_after: hedge_after.num(),
     }
 }
 

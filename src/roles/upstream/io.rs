@@ -85,6 +85,75 @@ impl<H: Host> Io<H> {
         send_reply(host, &ended.reply, caller);
     }
 
+    /// Attempt `number` of a hedged request is a hedge (the first still runs,
+    /// `hedge::is_hedge`): says so to the first attempt (`handoff::HEDGED`).
+    pub(super) fn starts_hedge(&self, number: usize) -> bool {
+        let host = &self.host;
+        let first_recorded = number == 2
+            && host
+                .property(handoff::OUTCOMES.as_bytes())
+                .is_some_and(|b| Outcomes::new(&b).of(1).is_some());
+        let hedge = crate::hedge::is_hedge(number, first_recorded);
+        if hedge {
+            host.set_property(handoff::HEDGED, b"1");
+        }
+        hedge
+    }
+
+    /// An attempt of a hedged request that ended without an answer because the other one's
+    /// went to the caller (Envoy reset it): settled as lost, for no breaker (behaviour.md 5,
+    /// hedging). `false` for any other attempt, which settles as usual.
+    pub(super) fn lost_race(&self, current: &Current) -> bool {
+        let config = &*self.config;
+        let Some(a) = current.attempt(config).filter(attempt::Attempt::hedged) else {
+            return false;
+        };
+        let host = &self.host;
+        let answered = (host.property(handoff::ANSWERED.as_bytes()))
+            .and_then(|b| crate::hedge::parse_answered(&b));
+        if !crate::hedge::lost(current.number, answered) {
+            return false;
+        }
+        let lost = crate::hedge::Outcome::Lost;
+        self.metrics.hedge(host, config, a.provider_id, lost);
+        crate::hedge::count(host, host, &a.provider.name, lost);
+        if a.slot.probe {
+            // Its half-open probe told nothing: the next request may probe.
+            let clock = FixedClock(host.now_ms());
+            let gatekeeper = SharedGatekeeper::new(host, config, &self.metrics, &clock);
+            gatekeeper.health().release_probe(&a.provider.name);
+        }
+        let elapsed = host.now_ms().saturating_sub(current.start_ms);
+        self.log(true, |log| {
+            crate::attempt_log::push_attempt(
+                log,
+                &a.provider.name,
+                crate::hedge::Outcome::LOST_LOG,
+                elapsed,
+            )
+        });
+        true
+    }
+
+    /// A hedged request's attempt settled: whether its answer goes to the caller
+    /// (`handoff::ANSWERED`, read by the other attempt and the downstream role) and, when it
+    /// raced, `llm_failover_hedges_total`.
+    fn settle_hedged(&self, current: &Current, a: &attempt::Attempt<'_, '_>, answers: bool) {
+        let host = &self.host;
+        if answers {
+            let number = current.number.to_string();
+            host.set_property(handoff::ANSWERED, number.as_bytes());
+        }
+        let raced = current.hedge
+            || (current.number == 1 && host.property(handoff::HEDGED.as_bytes()).is_some());
+        if raced {
+            let outcome = crate::hedge::settled_outcome(answers);
+            self.metrics
+                .hedge(host, &self.config, a.provider_id, outcome);
+            crate::hedge::count(host, host, &a.provider.name, outcome);
+        }
+    }
+
     /// Adds to the access log's attempt record (`started`: it has entries already).
     pub(super) fn log(&self, started: bool, write: impl FnOnce(&mut String)) {
         let mut log = self.log_so_far(started);
@@ -215,6 +284,11 @@ impl<H: Host> Io<H> {
         for &skipped in &settled.time_skips {
             metrics.skipped(host, config, skipped, SkipReason::TotalTime);
         }
+        let hedged = a.hedged();
+        if hedged {
+            let answers = crate::hedge::answers(status, settled.marker == Marker::Set);
+            self.settle_hedged(current, &a, answers);
+        }
         if settled.records_outcome() {
             let previous =
                 (current.number > 1).then(|| host.property(handoff::OUTCOMES.as_bytes()));
@@ -223,6 +297,7 @@ impl<H: Host> Io<H> {
             host.set_property(handoff::OUTCOMES, &record);
         }
         let mut log = self.log_so_far(a.log_started());
+        let own = log.len();
         settled.write_log(config, &mut log);
         let dialect = (class == Class::Ok).then(|| a.usage_dialect());
         match (dialect, settled.marker) {
@@ -231,7 +306,11 @@ impl<H: Host> Io<H> {
                 let team = a.plan.team;
                 let slot =
                     metrics.token_slot(host, config, settled.provider, a.usage_model(), team);
-                let counting = Counting::new(dialect, log, slot, settled.provider, team);
+                let mut counting = Counting::new(dialect, log, slot, settled.provider, team);
+                if hedged {
+                    // The loser's entry may join the log before this answer ends.
+                    counting.merge_from(own);
+                }
                 (marker, Some(counting))
             }
             (_, marker) => {

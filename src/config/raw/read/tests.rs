@@ -26,7 +26,7 @@ const EVERY_FIELD: &str = concat!(
     r#""weights":[2,1],"policy":"weighted"}],"max_attempts":3,"#,
     r#""fallback_on":[429,"server_error",-1],"try_last":true,"fallbacks_exhausted":true,"#,
     r#""context_window":["b"],"content_policy":[{"provider":"a"}],"#,
-    r#""retry_in_place":{"back_off":"1s","max_retry_after":"3s"},"same_residency":true}],"#,
+    r#""retry_in_place":{"back_off":"1s","max_retry_after":"3s"},"same_residency":true,"hedge_after":"500ms"}],"#,
     r#""breaker":{"failures":3,"window":"30s","cooldown":"60s","max_cooldown":"5m","#,
     r#""fleet_failures":20,"fleet_window":"1m"},"#,
     r#""dead_marks":{"model_not_found":"6h","setup_fault":"1h","quota_exhausted":"1500ms","#,

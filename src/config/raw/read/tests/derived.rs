@@ -212,6 +212,12 @@ pub struct RawChain {
     pub retry_in_place: Option<RawRetrySettings>,
     #[serde(default)]
     pub same_residency: bool,
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub hedge_after: Option<u64>,
+}
+
+fn opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    serde_duration::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Clone, Deserialize)]
