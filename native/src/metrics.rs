@@ -63,6 +63,7 @@ impl MetricTable {
             ..MetricTable::default()
         };
         let providers: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
+        let hedging = config.chains.iter().any(|c| c.hedge_after_ms.is_some());
         for p in &providers {
             for class in Class::ALL {
                 table.add(config_envoy, MetricKind::Counter, names::attempts(p, class));
@@ -81,6 +82,13 @@ impl MetricTable {
             }
             table.add(config_envoy, MetricKind::Gauge, names::breaker_state(p));
             table.add(config_envoy, MetricKind::Gauge, names::health_state(p));
+            // A hedged race's attempts (`hedge_after`): only where a chain hedges.
+            for outcome in llm_failover::hedge::Outcome::ALL
+                .into_iter()
+                .filter(|_| hedging)
+            {
+                table.add(config_envoy, MetricKind::Counter, names::hedges(p, outcome));
+            }
         }
         for chain in &config.chains {
             table.add(
