@@ -236,8 +236,12 @@ def dashboard_queries():
 def test_every_dashboard_query_names_a_metric_and_labels_the_filter_exports(two):
     """The dashboard users import (examples/grafana/llm-failover.json) against the real
     /stats/prometheus of a gateway that saw every kind of event: each query's metrics and
-    labels exist, and every llm_failover metric the filter exports has a panel."""
+    labels exist, and every llm_failover metric the filter exports has a panel. A metric
+    defined only where a chain hedges (HEDGING_ONLY) is checked against a second gateway whose
+    chain hedges and raced once (router mode only: elsewhere no gateway can export it, and its
+    panels are the only ones not checked)."""
     gateway, primary, secondary = two
+    hedged = hedged_families(gateway, primary, secondary)
     gw = gateway.start(CONFIG, env={"BREAKER_FAILURES": "1"})
     primary.set_default(status=500)
     assert gw.chat("gpt-4o").header("x-mock-provider") == "secondary"  # fallback; opens
@@ -251,10 +255,20 @@ def test_every_dashboard_query_names_a_metric_and_labels_the_filter_exports(two)
                         "llm_failover_skipped_total", "llm_failover_exhausted_total",
                         "llm_failover_breaker_state", "llm_failover_health_state"}, families
     labels = {f: set().union(*[set(ls) for ls, _ in prometheus_samples(prom, f)]) for f in families}
+    assert not families & HEDGING_ONLY, "defined without a hedging chain"
+    if hedged is not None:
+        hedged_prom, hedged_families_ = hedged
+        assert hedged_families_ >= HEDGING_ONLY, hedged_families_
+        for f in HEDGING_ONLY:
+            labels[f] = set().union(*[set(ls) for ls, _ in prometheus_samples(hedged_prom, f)])
+        families |= HEDGING_ONLY
     used = set()
     for title, expr, legend in dashboard_queries():
         names = set(re.findall(r"\bllm_failover_\w+", expr))
         assert names, f"{title}: {expr} names no metric of the filter"
+        if hedged is None and names <= HEDGING_ONLY:
+            used |= names
+            continue
         assert names <= families, f"{title}: {names - families} not exported"
         used |= names
         wanted = set(re.findall(r"by \(([^)]*)\)", expr))
@@ -264,4 +278,35 @@ def test_every_dashboard_query_names_a_metric_and_labels_the_filter_exports(two)
         wanted |= set(re.findall(r"label_values\(\w+, (\w+)\)", expr))
         for name in names:
             assert wanted <= labels[name], f"{title}: {name} has no {wanted - labels[name]}"
-    assert used == families, f"exported but on no panel: {families - used}"
+    assert used >= families, f"exported but on no panel: {families - used}"
+    assert used <= families | HEDGING_ONLY
+
+
+# Metrics the filter defines only when a chain of its file has hedge_after (docs/behaviour.md
+# section 5, hedging).
+HEDGING_ONLY = {"llm_failover_hedges_total"}
+
+HEDGED = harness.GATEWAY_HEAD + """providers:
+  - {name: primary, endpoint: "127.0.0.1:${PRIMARY_PORT}", credential: {header: authorization, value: sk-primary}}
+  - {name: secondary, endpoint: "127.0.0.1:${SECONDARY_PORT}", credential: {header: authorization, value: sk-secondary}}
+timeouts: {first_token: 8s}
+chains: [{name: main, hedge_after: 300ms, providers: [primary, secondary]}]
+"""
+
+
+def hedged_families(gateway, primary, secondary):
+    """(/stats/prometheus, its llm_failover families) of a gateway whose chain hedges, after one
+    race (primary's first token at 2 s loses to secondary's); None where hedging cannot run
+    (grouping mode, Envoy 1.36)."""
+    if harness.grouping_mode() or not harness.holds_answers():
+        return None
+    primary.set_default(stream=True, first_chunk_delay_ms=2000)
+    gw = gateway.start(HEDGED, env={"LISTEN_PORT": harness.free_port(),
+                                    "ADMIN_PORT": harness.free_port()})
+    r = gw.chat("gpt-4o", stream=True)
+    assert (r.status, r.header("x-llm-provider")) == (200, "secondary"), r.text
+    prom = wait_for(lambda: 'outcome="lost"' in (t := gw.prometheus()) and t, 5, "the race")
+    gw.envoy.stop()
+    primary.reset()
+    secondary.reset()
+    return prom, set(re.findall(r"^# TYPE (llm_failover_\w+) ", prom, re.M))
