@@ -17,6 +17,17 @@ the mocks served, ``llm_failover_tokens_total`` per provider and kind equals exa
 the mocks reported in the answers callers got whole (docs/behaviour.md section 15), Envoy's
 memory is flat after warm-up, and Envoy's log has no wasm panic.
 
+Hedging: one caller in ten asks for HEDGE_MODEL, the chain [h1, h2] with ``hedge_after`` 250 ms
+(docs/behaviour.md section 5). h1 stalls its first token past it at random (400-750 ms), h2 now
+and then too (300-700 ms after the hedge starts), and neither fails, so every such request must
+be answered whole by one of them (none lost, no answer with the other's bytes), and over the run
+(check_hedging) each answer's provider's mock served it, a request its answer says raced
+(``x-llm-attempts: 2``) was won by that provider and lost by the other, whose mock saw its
+client go, sent its answer before the reset reached it, or never saw it; one that did not race
+reached h1 only. llm_failover_hedges_total and the status endpoint's ``hedges`` count exactly
+those won and lost, none failed, and the attempts counted for h1 and h2 are only ``ok``, one
+per answer, with no failure in their breakers: a loser never counts as a failure.
+
 Usage: every answer a mock serves reports its own drawn usage (the mock's ``usage`` behaviour,
 cache tokens included, Anthropic's in each of its three event shapes, some streams cut into
 13-byte pieces whatever the event boundaries); the mock's request record keeps the usage it
@@ -53,17 +64,25 @@ from harness import (Envoy, ProcessMock, free_port, http_request,  # noqa: E402
                      prometheus_samples, render_config)
 
 PROVIDERS = ["p1", "p2", "p3"]
+# The hedging chain's providers (HEDGE_AFTER): h1 stalls its first token past it at random, h2
+# (the hedge) now and then too, so races are won both ways; neither ever fails.
+HEDGING = ["h1", "h2"]
+MOCKS = PROVIDERS + HEDGING
 # The API each provider speaks (p3's answers are translated for the Chat callers).
-API = {"p1": "chat", "p2": "chat", "p3": "messages"}
+API = {"p1": "chat", "p2": "chat", "p3": "messages", "h1": "chat", "h2": "chat"}
 KINDS = ("input", "output", "cached_input")
 KEYS = {"p1": ("authorization", "Bearer sk-p1"), "p2": ("authorization", "Bearer sk-p2"),
-        "p3": ("x-api-key", "sk-p3")}
+        "p3": ("x-api-key", "sk-p3"), "h1": ("authorization", "Bearer sk-h1"),
+        "h2": ("authorization", "Bearer sk-h2")}
+HEDGE_MODEL = "hedge-4o"
 MAX_ATTEMPTS = 3
 ATTEMPT_S = 1.0
 
 FAILOVER = """
 listen: {address: 127.0.0.1, port: "${LISTEN_PORT}"}
 admin: {address: 127.0.0.1, port: "${ADMIN_PORT}"}
+status_path: /llm-failover/status
+status_listen: {address: 127.0.0.1, port: "${STATUS_PORT}"}
 providers:
   - {name: p1, endpoint: "127.0.0.1:${P1_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-p1},
      forward_headers: [x-mock-behaviour]}   # what a caller leaving mid-way asks (LEAVING)
@@ -71,7 +90,14 @@ providers:
      forward_headers: [x-mock-behaviour]}
   - {name: p3, endpoint: "127.0.0.1:${P3_PORT}", api: anthropic, credential: {header: x-api-key, value: sk-p3},
      forward_headers: [x-mock-behaviour]}   # Anthropic Messages: translated for the Chat callers
+  - {name: h1, endpoint: "127.0.0.1:${H1_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-h1}}
+  - {name: h2, endpoint: "127.0.0.1:${H2_PORT}", credential: {header: authorization, prefix: "Bearer ", value: sk-h2}}
 chains:
+  - name: hedge                         # the hedge callers' model only
+    models: ["hedge-*"]
+    providers: [h1, h2]
+    max_attempts: 2
+    hedge_after: 250ms
   - name: soak
     providers: [p1, p2, p3]
     max_attempts: 3
@@ -94,7 +120,11 @@ FAULTS = {
     "slow": {"chunks": 5, "first_chunk_delay_ms": 100, "chunk_interval_ms": 150},
     # Usage events cut anywhere: 13-byte pieces whatever the event boundaries.
     "split": {"chunk_bytes": 13},
+    # The hedging chain's: a first token past hedge_after (250 ms), drawn in STALL_MS, well
+    # within first_token (1 s) so that neither attempt of a race ever fails.
+    "stall": {},
 }
+STALL_MS = {"h1": (400, 750), "h2": (300, 700)}
 # What a caller that goes away mid-way asks its provider for: a chunk a second, so the answer
 # is far from its end when the caller leaves after the first.
 LEAVING = {"chunks": 6, "chunk_interval_ms": 1000}
@@ -104,6 +134,8 @@ WEIGHTS = {
     "p2": {"ok": 55, "500": 5, "503": 5, "429": 5, "reset": 5, "hang": 3, "abort0": 5,
            "abort1": 7, "slow": 5, "split": 5},
     "p3": {"ok": 80, "500": 3, "429": 2, "reset": 2, "abort1": 3, "slow": 5, "split": 5},
+    "h1": {"ok": 55, "stall": 40, "split": 5},
+    "h2": {"ok": 75, "stall": 20, "split": 5},
 }
 PANIC = re.compile(r"panicked|wasm.*(crash|VM failed|failed to)|Function: proxy_on_\w+ failed",
                    re.I)
@@ -135,6 +167,18 @@ def counted_kinds(api: str, usage: dict | None) -> tuple[int, int, int]:
                 usage.get("output_tokens", 0), cached)
     return (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
             (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+
+
+def hedge_caller(index: int) -> bool:
+    """One caller in ten asks for HEDGE_MODEL: the hedging chain (never one that leaves)."""
+    return index % 10 == 9
+
+
+def caller_index(rid: str) -> int:
+    try:
+        return int(rid.split("-")[1])
+    except (IndexError, ValueError):
+        return -1
 
 
 def is_stream(rid: str) -> bool:
@@ -184,15 +228,19 @@ class Soak:
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
         self.mocks = {n: ProcessMock(n, extra_args=["--max-records", "20000"])
-                      for n in PROVIDERS}
-        self.harvested = {n: 0 for n in PROVIDERS}
+                      for n in MOCKS}
+        self.harvested = {n: 0 for n in MOCKS}
         # Records read before they finished (their usage is known once they have), and the
         # usage each finished record reports.
-        self.unfinished: dict[str, set[int]] = {n: set() for n in PROVIDERS}
+        self.unfinished: dict[str, set[int]] = {n: set() for n in MOCKS}
         self.usage: dict[tuple[str, int], dict | None] = {}
+        # The hedging chain's finished records: {request id: {provider: outcome}}.
+        self.raced: dict[str, dict[str, str]] = collections.defaultdict(dict)
         self.seen: dict[str, list[str]] = collections.defaultdict(list)
-        self.served = {n: collections.Counter() for n in PROVIDERS}
-        env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port())}
+        self.served = {n: collections.Counter() for n in MOCKS}
+        self.status_port = free_port()
+        env = {"LISTEN_PORT": str(free_port()), "ADMIN_PORT": str(free_port()),
+               "STATUS_PORT": str(self.status_port)}
         env.update({f"{n.upper()}_PORT": str(m.port) for n, m in self.mocks.items()})
         failover = FAILOVER
         if self.fleet:
@@ -217,18 +265,23 @@ class Soak:
     # ------------------------------------------------------------------ chaos
     def feed(self) -> None:
         """Keeps each mock's one-shot queue full of randomly drawn behaviours."""
-        names = {n: list(WEIGHTS[n]) for n in PROVIDERS}
+        names = {n: list(WEIGHTS[n]) for n in MOCKS}
         while not self.stop.is_set():
             for n, m in self.mocks.items():
                 try:
                     if m.health()["queue_length"] < 300:
                         picks = self.rng.choices(names[n], [WEIGHTS[n][k] for k in names[n]],
                                                  k=600)
-                        m.enqueue(*[{**FAULTS[p], **draw_usage(self.rng, API[n])}
+                        m.enqueue(*[{**self.fault(n, p), **draw_usage(self.rng, API[n])}
                                     for p in picks])
                 except Exception as e:  # noqa: BLE001 - a control hiccup is reported, not fatal
                     self.violation("harness", f"feeding {n}: {e!r}")
             self.stop.wait(0.2)
+
+    def fault(self, n: str, pick: str) -> dict:
+        if pick == "stall":
+            return {"first_chunk_delay_ms": self.rng.randint(*STALL_MS[n])}
+        return FAULTS[pick]
 
     def flap(self) -> None:
         """p2 goes down (connections refused) for 2 s every 10 s."""
@@ -274,7 +327,8 @@ class Soak:
             n += 1
             rid = f"soak-{index}-{n}"
             stream = (index + n) % 2 == 0
-            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": rid}]}
+            body = {"model": HEDGE_MODEL if hedge_caller(index) else "gpt-4o",
+                    "messages": [{"role": "user", "content": rid}]}
             if stream:
                 body["stream"] = True
                 if index % 2:
@@ -331,7 +385,7 @@ class Soak:
             if mock is None or mock != provider:
                 self.violation("answer not from x-llm-provider", f"{rid}: {provider} vs {mock}")
             if stream:
-                names = set(re.findall(rb'"content": ?"(p\d):\d+ ', r.body))
+                names = set(re.findall(rb'"content": ?"([ph]\d):\d+ ', r.body))
                 if names - {(provider or "").encode()}:
                     self.violation("mixed providers", f"{rid}: {names} header {provider}")
                 done = b"data: [DONE]" in r.body
@@ -355,7 +409,7 @@ class Soak:
                     content = ""
                 # Gathered from the provider's stream under first_token: its pieces, all from
                 # the provider that answered.
-                pieces = set(re.findall(r"(p\d):\d+ ", content))
+                pieces = set(re.findall(r"([ph]\d):\d+ ", content))
                 if f"Hello from {provider} " not in content and pieces != {provider}:
                     self.violation("mixed providers", f"{rid}: {content!r} header {provider}")
                 kind = "json"
@@ -370,6 +424,10 @@ class Soak:
                 kind = f"{r.status} {json.loads(r.body)['error'].get('code')}"
             except Exception:  # noqa: BLE001
                 self.violation("error answer without a JSON error", f"{rid}: {r.status} {r.body[:200]!r}")
+        if hedge_caller(caller_index(rid)) and kind not in ("json", "stream"):
+            # The hedging chain's providers never fail: anything but a whole answer is a lost
+            # request.
+            self.violation("hedged request lost", f"{rid}: {r.status} {kind} {r.body[:200]!r}")
         if attempts > MAX_ATTEMPTS:
             self.violation("more attempts than max_attempts", f"{rid}: {attempts}")
         if took > 10 + ATTEMPT_S + 6:  # budget + one attempt + the slowest stream, with slack
@@ -413,6 +471,7 @@ class Soak:
         time.sleep(1.5)  # the last attempts' reports land
         self.check_providers()
         self.check_metrics()
+        self.check_hedging()
         self.check_tokens()
         if self.fleet:
             self.check_fleet()
@@ -440,6 +499,10 @@ class Soak:
                 else:
                     unfinished.discard(rec["id"])
                     self.usage[(n, rec["id"])] = rec.get("usage")
+                    if n in HEDGING:
+                        rid = next((v for k, v in rec["headers"] if k.lower() == "x-request-id"),
+                                   "?")
+                        self.raced[rid][n] = rec["outcome"]
             if new:
                 self.harvested[n] = new[-1]["id"]
             self.check_records(n, new)
@@ -458,7 +521,9 @@ class Soak:
             b = rec.get("behaviour") or {}
             status = b.get("status", 200)
             rid = next((v for k, v in rec["headers"] if k.lower() == "x-request-id"), "?")
-            if b.get("action") == "hang":
+            if n in HEDGING:
+                pass  # what each attempt of a race came to: check_hedging, from finished records
+            elif b.get("action") == "hang":
                 self.served[n]["timeout"] += 1
             elif b.get("abort_after_chunks") == 0:
                 # Reset before the first event: the filter holds the first event, so this is
@@ -544,6 +609,82 @@ class Soak:
                                    f"{n} {k}: metric {metric} vs served {mock} ({m} / {dict(served)})")
             self.metric_rows.append((n, served, m))
 
+    def check_hedging(self) -> None:
+        """The hedging chain over the whole run, from what its mocks saw: every request answered
+        whole by one provider (the splice check is check_answer's), a race (both mocks saw the
+        request) won by the answer's provider and lost by the other, whose mock saw its client
+        go; and the gateway's counts exactly that: llm_failover_hedges_total and the status
+        endpoint's `hedges` won/lost with none failed, llm_failover_attempts_total only `ok`,
+        one per answer (the loser is no failure: no other outcome, no failure in the breakers'
+        windows)."""
+        answers = {r[0]: r for r in self.results if hedge_caller(caller_index(r[0]))}
+        want = {n: collections.Counter() for n in HEDGING}
+        # What the loser's mock saw of each race: its client gone (reset), its whole answer sent
+        # (its first token came a moment after the winner's and the rest went before the reset
+        # reached it: the caller still got none of it, check_answer), or never the request
+        # (Envoy reset the hedge before it reached the provider).
+        self.losers = collections.Counter()
+        for rid, (_, status, kind, provider, attempts, _) in answers.items():
+            raced = self.raced.get(rid, {})
+            if status != 200 or provider not in HEDGING:
+                continue  # check_answer reported it
+            want[provider]["ok"] += 1
+            if raced.get(provider) not in ("streamed", "responded"):
+                self.violation("answer from a provider whose mock did not serve it",
+                               f"{rid}: answered by {provider}, mocks {raced}")
+            other = next(n for n in HEDGING if n != provider)
+            if attempts == 2:
+                want[provider]["won"] += 1
+                want[other]["lost"] += 1
+                seen = raced.get(other, "never reached")
+                self.losers[seen] += 1
+                if seen not in ("client_gone", "streamed", "never reached"):
+                    self.violation("a race's loser ended otherwise than lost",
+                                   f"{rid}: answered by {provider}, mocks {raced}")
+            elif attempts != 1 or provider != HEDGING[0] or other in raced:
+                self.violation("a request's attempts differ from what the mocks saw",
+                               f"{rid}: answered by {provider}, attempts {attempts}, mocks {raced}")
+        asked = sum(1 for rid in self.seen if hedge_caller(caller_index(rid)))
+        if len(answers) != asked:
+            self.violation("hedged request lost",
+                           f"{asked} reached a provider, {len(answers)} answered")
+        unfinished = {n: len(self.unfinished[n]) for n in HEDGING if self.unfinished[n]}
+        if unfinished:
+            self.violation("a race's attempt never ended", f"unfinished records: {unfinished}")
+        text = self.envoy.admin("/stats/prometheus")
+        got = {n: collections.Counter() for n in HEDGING}
+        for labels, v in prometheus_samples(text, "llm_failover_hedges_total"):
+            if labels.get("provider") in got:
+                got[labels["provider"]][labels.get("outcome")] += int(v)
+        for labels, v in prometheus_samples(text, "llm_failover_attempts_total"):
+            if labels.get("provider") in got and v:
+                got[labels["provider"]][f"attempt {labels.get('outcome')}"] += int(v)
+        status = {p["name"]: p for p in http_request(
+            f"http://127.0.0.1:{self.status_port}", "GET", "/llm-failover/status").json()["providers"]}
+        self.hedge_rows = []
+        for n in HEDGING:
+            expect = {"won": want[n]["won"], "lost": want[n]["lost"], "failed": 0}
+            metric = {k: got[n][k] for k in expect}
+            attempts = {k.split(" ", 1)[1]: v for k, v in got[n].items() if k.startswith("attempt ")}
+            entry = status.get(n, {})
+            shown = entry.get("hedges")
+            self.hedge_rows.append((n, want[n]["ok"], expect, metric, shown, attempts,
+                                    entry.get("failures_in_window")))
+            if metric != expect:
+                self.violation("hedge counts differ from what the mocks saw",
+                               f"{n}: llm_failover_hedges_total {metric}, mocks {expect}")
+            if shown != expect:
+                self.violation("hedge counts differ from what the mocks saw",
+                               f"{n}: status endpoint {shown}, mocks {expect}")
+            if attempts != {"ok": want[n]["ok"]}:
+                self.violation("a hedging provider's attempts counted otherwise than answered",
+                               f"{n}: llm_failover_attempts_total {attempts}, "
+                               f"answers {want[n]['ok']}")
+            if entry.get("failures_in_window") or entry.get("last_failure") is not None or \
+                    entry.get("state") != "closed":
+                self.violation("a hedging provider's breaker saw a failure",
+                               f"{n}: {json.dumps(entry)[:300]}")
+
     def expected_tokens(self) -> dict[tuple[str, str], int]:
         """{(provider, kind): tokens} the mocks reported in the answers callers got whole."""
         expected = collections.Counter()
@@ -568,17 +709,17 @@ class Soak:
         whole (docs/behaviour.md section 15), per provider and kind. Each worker adds what it
         counted once a second (its tick): waits up to 5 s for the counters to get there."""
         expected = self.expected_tokens()
-        want = {(n, k): expected[(n, k)] for n in PROVIDERS for k in KINDS}
+        want = {(n, k): expected[(n, k)] for n in MOCKS for k in KINDS}
         deadline = time.monotonic() + 5
         while True:
             counted = self.counted_tokens()
-            got = {(n, k): counted[(n, k)] for n in PROVIDERS for k in KINDS}
+            got = {(n, k): counted[(n, k)] for n in MOCKS for k in KINDS}
             if got == want or time.monotonic() > deadline:
                 break
             time.sleep(0.25)
         stray = {key: v for key, v in counted.items() if key not in want and v}
         self.token_rows = [(n, [want[(n, k)] for k in KINDS], [got[(n, k)] for k in KINDS])
-                           for n in PROVIDERS]
+                           for n in MOCKS]
         for n, reported, counts in self.token_rows:
             if reported != counts:
                 diff = ", ".join(f"{k} {c - r:+d} ({c} counted, {r} reported)"
@@ -670,6 +811,14 @@ class Soak:
         for n, served, m in self.metric_rows:
             lines.append(f"| {n} | {served['200']} / {served['5xx']} / {served['429']} / {served['timeout']} / {served['reset']} "
                          f"| {m['200']} / {m['5xx']} / {m['429']} / {m['timeout']} / {m['reset']} / {m['client_disconnect']} |")
+        lines += ["", "| hedging provider | answers | races won / lost / failed: the mocks' | llm_failover_hedges_total | status endpoint | llm_failover_attempts_total | breaker failures in window |",
+                  "|---|---|---|---|---|---|---|"]
+        fmt = lambda d: " / ".join(str(d.get(k)) for k in ("won", "lost", "failed")) if d else str(d)  # noqa: E731
+        for n, ok, expect, metric, shown, attempts, failures in getattr(self, "hedge_rows", []):
+            lines.append(f"| {n} | {ok} | {fmt(expect)} | {fmt(metric)} | {fmt(shown)} | {attempts} | {failures} |")
+        losers = getattr(self, "losers", {})
+        lines.append(f"\nraces: {sum(losers.values())}; what the loser's mock saw: "
+                     f"{', '.join(f'{k} {v}' for k, v in sorted(losers.items())) or '-'}")
         lines += ["", "| provider (API) | tokens the mocks reported in answers got whole: input / output / cached_input | llm_failover_tokens_total: input / output / cached_input |",
                   "|---|---|---|"]
         for n, reported, counts in self.token_rows:
