@@ -89,14 +89,26 @@ fn body_status(flow: Flow) -> u32 {
     }
 }
 
-/// The size of the body the roles see in a body hook (buffered plus this chunk).
-fn body_size(filter: FilterEnvoy, map: Map) -> usize {
+/// The size of the body the roles see in a body hook (buffered plus this chunk), and whether
+/// this chunk is a chunk of its own: after a filter that buffered the whole body (the Bedrock
+/// signer), Envoy hands the next filters the buffer itself as the chunk, and counting both
+/// would see the body twice.
+fn body_size(filter: FilterEnvoy, map: Map) -> (usize, bool) {
     let (buffered, received) = crate::host::body_types(map);
     // SAFETY: a live filter pointer, in its hook.
-    unsafe {
-        abi::envoy_dynamic_module_callback_http_get_body_size(filter, buffered)
-            + abi::envoy_dynamic_module_callback_http_get_body_size(filter, received)
+    let (b, r) = unsafe {
+        (
+            abi::envoy_dynamic_module_callback_http_get_body_size(filter, buffered),
+            abi::envoy_dynamic_module_callback_http_get_body_size(filter, received),
+        )
+    };
+    if b == r
+        && b > 0
+        && crate::host::first_chunk(filter, buffered) == crate::host::first_chunk(filter, received)
+    {
+        return (b, false);
     }
+    (b + r, true)
 }
 
 #[no_mangle]
@@ -230,8 +242,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
 fn body_hook(filter_envoy: FilterEnvoy, module: *const c_void, map: Map, end: bool) -> u32 {
     let (go, stop) = (abi::BODY_CONTINUE, abi::BODY_STOP_ITERATION_AND_BUFFER);
     guard(module, go, stop, |f| {
-        let size = body_size(filter_envoy, map);
-        f.host.set_receiving(Some(map));
+        let (size, own_chunk) = body_size(filter_envoy, map);
+        f.host.set_receiving(own_chunk.then_some(map));
         let flow = match (&mut f.part, map) {
             (Part::Down(down), Map::Request) => down.on_request_body(size, end),
             (Part::Down(down), Map::Response) => down.on_response_body(size, end),

@@ -58,6 +58,26 @@ fn header_type(map: Map) -> u32 {
     }
 }
 
+/// Where the first chunk of body `body_type` starts (null: none), to tell two buffers apart.
+pub(crate) fn first_chunk(filter: FilterEnvoy, body_type: u32) -> *const u8 {
+    // SAFETY: live filter pointer, in its hook; the vector has room for the count Envoy gave.
+    unsafe {
+        let n = abi::envoy_dynamic_module_callback_http_get_body_chunks_size(filter, body_type);
+        if n == 0 {
+            return std::ptr::null();
+        }
+        let mut chunks = vec![EnvoyBuffer::NULL; n];
+        if !abi::envoy_dynamic_module_callback_http_get_body_chunks(
+            filter,
+            body_type,
+            chunks.as_mut_ptr(),
+        ) {
+            return std::ptr::null();
+        }
+        chunks.first().map_or(std::ptr::null(), |c| c.ptr)
+    }
+}
+
 pub(crate) fn body_types(map: Map) -> (u32, u32) {
     match map {
         Map::Request => (abi::BUFFERED_REQUEST_BODY, abi::RECEIVED_REQUEST_BODY),
