@@ -86,12 +86,14 @@ def test_a_group_splits_by_weight_and_keeps_answering_when_a_member_fails(setup)
         ("east", 2, 50.0), ("west", 1, 25.0), ("spare", 1, 25.0)]
 
     # west fails every call: no request is lost, and west's breaker (3 failures) stops its
-    # calls; its share goes to east and spare by their weights.
+    # calls; its share goes to east and spare by their weights. 120 requests: east about 80,
+    # spare about 40, so "east more than spare" fails on chance about once in 10,000 runs
+    # (at 40 requests it did about once in 70: seen in CI).
     setup.mocks["west"].set_default(status=500)
     west_before = setup.mocks["west"].request_count()
-    served = split(setup, 40)
+    served = split(setup, 120)
     assert set(served) <= {"east", "spare"}, served
-    assert sum(served.values()) == 40
+    assert sum(served.values()) == 120
     assert setup.mocks["west"].request_count() - west_before <= 3
     assert served.get("east", 0) > served.get("spare", 0) > 0, served
     providers = {p["name"]: p for p in setup.status()["providers"]}
