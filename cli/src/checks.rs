@@ -13,19 +13,7 @@ pub fn cross_check(config: &Config) -> Vec<Diag> {
     routes_of_the_rendered_gateway(config, &mut out);
     gemini_credentials(config, &mut out);
     gemini_entries_without_a_model(config, &mut out);
-    fleet_address(config, &mut out);
     out
-}
-
-/// `fleet.address` is written into the store's cluster as an endpoint, so it is held to the
-/// providers' rule (no scheme, no path; the filter itself only checks it names a port).
-fn fleet_address(config: &Config, out: &mut Vec<Diag>) {
-    let Some(address) = config.fleet.as_ref().and_then(|f| f.address.as_deref()) else {
-        return;
-    };
-    if let Err(problem) = crate::input::parse_endpoint(address) {
-        out.push(Diag::error("fleet.address", problem));
-    }
 }
 
 /// Google AI's native Gemini API takes its key in `x-goog-api-key`; as `Authorization: Bearer`
@@ -331,22 +319,6 @@ mod tests {
         ] {
             assert_eq!(warnings(&fine), Vec::<String>::new(), "{fine}");
         }
-    }
-
-    #[test]
-    fn a_fleet_address_that_is_no_endpoint_is_refused() {
-        let with = |a: &str| {
-            format!(
-                r#"{{"providers":[{{"name":"a"}}],"chains":[{{"name":"c","providers":["a"]}}],
-                "fleet":{{"address":"{a}"}}}}"#
-            )
-        };
-        let w = warnings(&with("http://rl:8081"));
-        assert!(
-            w.len() == 1 && w[0].starts_with("fleet.address: \"http://rl:8081\" has a scheme"),
-            "{w:?}"
-        );
-        assert_eq!(warnings(&with("ratelimit:8081")), Vec::<String>::new());
     }
 
     #[test]

@@ -247,7 +247,8 @@ fn read(
         return Err(hedge_errors);
     }
     let env_keys = credential_env_keys(&root);
-    let warnings = checks::cross_check(&config);
+    let mut warnings = checks::cross_check(&config);
+    warnings.extend(upstream::fleet_address_problem(&config));
     if warnings.iter().any(Diag::is_error) {
         return Err(warnings);
     }

@@ -546,6 +546,15 @@ fn bedrock_residency(
     }
 }
 
+/// `fleet.address` is written into the store's cluster as an endpoint, so it is held to the
+/// providers' rule (no scheme, no path; the filter itself only checks it names a port).
+pub(super) fn fleet_address_problem(config: &llm_failover::config::Config) -> Option<Diag> {
+    let address = config.fleet.as_ref()?.address.as_deref()?;
+    parse_endpoint(address)
+        .err()
+        .map(|problem| Diag::error("fleet.address", problem))
+}
+
 /// `host:port`, `1.2.3.4:port` or `[v6]:port`.
 pub fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
     const EXAMPLE: &str = "e.g. \"api.openai.com:443\" or \"127.0.0.1:8000\"";
@@ -651,6 +660,25 @@ pub(super) fn add_default_authorities(root: &mut Mapping, upstreams: &[Upstream]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fleet_address_that_is_no_endpoint_is_refused() {
+        let problem = |a: &str| {
+            let json = format!(
+                r#"{{"providers":[{{"name":"a"}}],"chains":[{{"name":"c","providers":["a"]}}],
+                "fleet":{{"address":"{a}"}}}}"#
+            );
+            let config =
+                llm_failover::config::Config::from_json(json.as_bytes(), &|_| None).expect("valid");
+            fleet_address_problem(&config).map(|d| format!("{}: {}", d.field, d.problem))
+        };
+        let refused = problem("http://rl:8081").unwrap_or_default();
+        assert!(
+            refused.starts_with("fleet.address: \"http://rl:8081\" has a scheme"),
+            "{refused}"
+        );
+        assert_eq!(problem("ratelimit:8081"), None);
+    }
 
     #[test]
     fn endpoints_parse_names_ips_and_v6() {
