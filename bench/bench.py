@@ -703,12 +703,30 @@ TARGETS = {
 }
 EXPERIMENTS = ["x_route", "x_noop1", "x_noop2", "x_down", "x_fo_route", "x_fo_noop2"]
 # The native build's success and failover paths (full runs and --only; not the smoke).
-NATIVE_KEYS = ["native", "native_failover"]
+# Also its HTTP/2 failover, a translated request and stream (the wasm build's xv_json and
+# xv_sse), and its held stream (the first-byte rows: native_sse and native_xv_sse).
+NATIVE_KEYS = ["native", "native_failover", "native_failover_h2", "native_xv_json",
+               "native_sse", "native_xv_sse"]
 TARGETS["native"] = lambda: Target("native", "llm-failover native module, success path", NGINX_OK,
                                    expect_provider="primary", expect_attempts="1", runtime="native")
 TARGETS["native_failover"] = lambda: Target(
     "native_failover", "llm-failover native module, failover path (primary 503)", NGINX_FAIL,
     expect_provider="secondary", expect_attempts="2", runtime="native")
+TARGETS["native_failover_h2"] = lambda: Target(
+    "native_failover_h2", "llm-failover native module, failover path, HTTP/2 upstreams",
+    NGINX_FAIL_H2, upstream_h2, expect_provider="secondary", expect_attempts="2",
+    secondary=NGINX_OK_H2, runtime="native")
+TARGETS["native_xv_json"] = lambda: Target(
+    "native_xv_json", "native module, translated: OpenAI caller, Anthropic provider (JSON)",
+    NGINX_MSG, expect_provider="primary", expect_attempts="1", api="anthropic",
+    secondary=NGINX_MSG, runtime="native")
+TARGETS["native_sse"] = lambda: Target(
+    "native_sse", "llm-failover native module, same API, stream", NGINX_SSE,
+    expect_provider="primary", expect_attempts="1", request="chat_stream", runtime="native")
+TARGETS["native_xv_sse"] = lambda: Target(
+    "native_xv_sse", "native module, translated: OpenAI caller, Anthropic provider (stream)",
+    NGINX_MSG_SSE, expect_provider="primary", expect_attempts="1", api="anthropic",
+    secondary=NGINX_MSG_SSE, request="chat_stream", runtime="native")
 # Streaming first byte (behaviour.md 3: a 200 stream is held until its first event): a healthy SSE
 # answer through the plain route and through the filter, timed per request on one connection.
 STREAM_KEYS = ["plain_sse", "success_sse"]
@@ -804,7 +822,8 @@ REQUESTS = {"chat": ("/v1/chat/completions", ""),
 # nginx over h2 answers `return` before reading a large body and then resets the stream, which
 # Envoy reports as 503 UR: the HTTP/2 experiments use the 1 KB body only. The cross-vendor rows
 # are 1 KB too.
-ONE_KB_ONLY = {"plain_h2", "failover_h2"} | set(XV_KEYS)
+ONE_KB_ONLY = {"plain_h2", "failover_h2", "native_failover_h2", "native_xv_json", "native_sse",
+               "native_xv_sse"} | set(XV_KEYS)
 
 
 def fourth_wave_requests(model, system, text="PAD"):
@@ -872,6 +891,12 @@ def first_byte_rows(envoys, n, rounds):
     if "xv_sse_rev" in envoys:
         cells.append(("xv_sse_rev", messages_req, "/v1/messages", "llm-failover, translated "
                       "stream (Anthropic caller, OpenAI provider)"))
+    # The native build's: held, and translated (compared with the native held row).
+    if "native_sse" in envoys:
+        cells.append(("native_sse", stream_req, PATH, "native module, held until the first event"))
+    if "native_xv_sse" in envoys:
+        cells.append(("native_xv_sse", stream_req, PATH, "native module, translated stream "
+                      "(OpenAI caller, Anthropic provider)"))
     small = dict(fourth_wave_requests("gpt-4o-mini", "You are terse.", "hi"))
     small["-stream"] = json.loads(stream_req)
     small["-messages-stream"] = json.loads(messages_req)
@@ -1152,6 +1177,46 @@ def machine():
 # ------------------------------------------------------------------------------------------
 
 
+def make_body_files():
+    """The request bodies, written into RUN: OpenAI chat requests padded to exactly 1 KiB and
+    50 KiB, and the 1 KiB one streamed and in the other callers' APIs; {name: path}."""
+    body_files = {}
+    for name, size in (("1KB", 1024), ("50KB", 50 * 1024)):
+        head = '{"model":"gpt-4o-mini","temperature":0.2,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"'
+        tail = '"}]}'
+        text = head + "x" * (size - len(head) - len(tail)) + tail
+        assert len(text) == size
+        json.loads(text)
+        p = RUN / f"body-{name}.json"
+        p.write_text(text)
+        body_files[name] = p
+    # The same 1 KiB request streamed, and as Anthropic Messages requests (cross-vendor rows).
+    chat = json.loads(body_files["1KB"].read_text())
+    system = chat["messages"][0]["content"]
+    for suffix, doc in fourth_wave_requests(chat["model"], system):  # Responses, Gemini
+        text = json.dumps(doc, separators=(",", ":"))
+        text = text.replace("PAD", "x" * (1024 - len(text) + 3))
+        assert len(text) == 1024, (suffix, len(text))
+        p = RUN / f"body-1KB{suffix}.json"
+        p.write_text(text)
+        body_files["1KB" + suffix] = p
+    for suffix, doc in (
+            ("-stream", {**chat, "stream": True}),
+            ("-messages", {"model": chat["model"], "max_tokens": 256, "temperature": 0.2,
+                           "system": system, "messages": chat["messages"][1:]}),
+            ("-messages-stream", {"model": chat["model"], "max_tokens": 256, "temperature": 0.2,
+                                  "system": system, "messages": chat["messages"][1:],
+                                  "stream": True})):
+        text = json.dumps(doc, separators=(",", ":"))
+        content = doc["messages"][-1]["content"]
+        text = text.replace(content, "x" * (len(content) - (len(text) - 1024)))
+        assert len(text) == 1024, (suffix, len(text))
+        p = RUN / f"body-1KB{suffix}.json"
+        p.write_text(text)
+        body_files["1KB" + suffix] = p
+    return body_files
+
+
 def main():
     global MODULE, CLI, EXPERIMENTS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1202,41 +1267,8 @@ def main():
     nginx_cpus = "0" if ncpu >= 2 else None
     wrk_cpus = str(ncpu - 1) if ncpu >= 2 else None
 
-    # Request bodies: OpenAI chat requests padded to exactly 1 KiB and 50 KiB.
-    body_files = {}
-    for name, size in (("1KB", 1024), ("50KB", 50 * 1024)):
-        head = '{"model":"gpt-4o-mini","temperature":0.2,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"'
-        tail = '"}]}'
-        text = head + "x" * (size - len(head) - len(tail)) + tail
-        assert len(text) == size
-        json.loads(text)
-        p = RUN / f"body-{name}.json"
-        p.write_text(text)
-        body_files[name] = p
-    # The same 1 KiB request streamed, and as Anthropic Messages requests (cross-vendor rows).
-    chat = json.loads(body_files["1KB"].read_text())
-    system = chat["messages"][0]["content"]
-    for suffix, doc in fourth_wave_requests(chat["model"], system):  # Responses, Gemini
-        text = json.dumps(doc, separators=(",", ":"))
-        text = text.replace("PAD", "x" * (1024 - len(text) + 3))
-        assert len(text) == 1024, (suffix, len(text))
-        p = RUN / f"body-1KB{suffix}.json"
-        p.write_text(text)
-        body_files["1KB" + suffix] = p
-    for suffix, doc in (
-            ("-stream", {**chat, "stream": True}),
-            ("-messages", {"model": chat["model"], "max_tokens": 256, "temperature": 0.2,
-                           "system": system, "messages": chat["messages"][1:]}),
-            ("-messages-stream", {"model": chat["model"], "max_tokens": 256, "temperature": 0.2,
-                                  "system": system, "messages": chat["messages"][1:],
-                                  "stream": True})):
-        text = json.dumps(doc, separators=(",", ":"))
-        content = doc["messages"][-1]["content"]
-        text = text.replace(content, "x" * (len(content) - (len(text) - 1024)))
-        assert len(text) == 1024, (suffix, len(text))
-        p = RUN / f"body-1KB{suffix}.json"
-        p.write_text(text)
-        body_files["1KB" + suffix] = p
+    body_files = make_body_files()
+
 
     if args.calibrate:
         return calibrate(args, body_files["1KB"], nginx_cpus, wrk_cpus, args.rounds or 5,
@@ -1351,8 +1383,11 @@ def main():
     rows = summarize(results, rounds)
     labels = {k: t.label for k, t in envoys.items()}
     labels["plain503"] = "plain route, failing primary (503)"
-    order = ["plain", "success", "success_b", "native", "failover", "native_failover", "plain503", "plain_h2", "failover_h2", "litellm"] + EXPERIMENTS + XV_KEYS
-    main_order = [k for k in order if not k.startswith("x") and k != "sse"]
+    order = ["plain", "success", "success_b", "native", "failover", "native_failover", "plain503",
+             "plain_h2", "failover_h2", "native_failover_h2", "litellm"] + EXPERIMENTS + XV_KEYS + \
+        ["native_xv_json", "native_sse", "native_xv_sse"]
+    main_order = [k for k in order if not k.startswith("x") and k != "sse"
+                  and k not in ("native_xv_json", "native_sse", "native_xv_sse")]
     elapsed = time.monotonic() - t_start
 
     print(f"\n## llm-failover benchmark ({'smoke' if args.smoke else 'full'}, "
@@ -1371,19 +1406,23 @@ def main():
         print("\nExperiments, failover path:\n")
         print(table(rows, labels, ["plain", "plain503", "x_fo_route", "x_fo_noop2", "failover",
                                    "plain_h2", "failover_h2"], bodies, [32]))
-    if any(k in envoys for k in XV_KEYS):
+    if any(k in envoys for k in XV_KEYS + ["native_xv_json", "native_xv_sse"]):
         print("\nCross-vendor chains (1 KB; the caller's API differs from the provider's, each "
               "request and answer translated), next to the same-API paths:\n")
         xv4 = [x[0] for x in XV4]
         print(table(rows, labels, ["plain", "success", "xv_json", "xv_json_rev"] +
                     [k for k in xv4 if k not in XV4_STREAMS] + ["sse", "xv_sse", "xv_sse_rev"] +
-                    [k for k in xv4 if k in XV4_STREAMS], ["1KB"], conns_list))
+                    [k for k in xv4 if k in XV4_STREAMS] +
+                    ["native", "native_xv_json", "native_sse", "native_xv_sse"], ["1KB"], conns_list))
         for conns in conns_list:
             for key, base in (("xv_json", "success"), ("xv_json_rev", "success"),
-                              ("xv_sse", "sse"), ("xv_sse_rev", "sse")):
+                              ("xv_sse", "sse"), ("xv_sse_rev", "sse"),
+                              ("native_xv_json", "native"), ("native_xv_sse", "native_sse"),
+                              ("native_xv_json", "xv_json"), ("native_xv_sse", "xv_sse")):
                 v = round_ratio(results, key, base, "1KB", conns)
                 if v:
-                    print(f"- {key} CPU/request vs same-API {base}, {conns} conns: {v:.2f}x")
+                    what = "the wasm build's" if base.startswith("xv") else "same-API"
+                    print(f"- {key} CPU/request vs {what} {base}, {conns} conns: {v:.2f}x")
             # Each fourth-wave row at most 1.3x the Chat-to-Messages row of its shape.
             for key in xv4:
                 base = "xv_sse" if key in XV4_STREAMS else "xv_json"
@@ -1411,9 +1450,16 @@ def main():
         for label, p50, p90 in fb_rows:
             print(f"| {label} | {p50:.3f} | {p90:.3f} | {p50 - fb_rows[0][1]:+.3f} ms |")
         held = fb_rows[2][1] - fb_rows[0][1]
+        native_held = next((p50 for label, p50, _ in fb_rows if label.startswith("native module, held")),
+                           None)
         for label, p50, _ in fb_rows[3:]:
-            print(f"\nTranslated stream's first byte over the same-API held stream ({label}): "
-                  f"{p50 - fb_rows[2][1]:+.3f} ms p50")
+            if label.startswith("native module, held"):
+                print(f"\nNative module, held stream's first byte over the wasm module's: "
+                      f"{p50 - fb_rows[2][1]:+.3f} ms p50")
+                continue
+            base = native_held if label.startswith("native") and native_held else fb_rows[2][1]
+            print(f"\nTranslated stream's first byte over the same-API held stream of its build "
+                  f"({label}): {p50 - base:+.3f} ms p50")
         print(f"\nTarget: a healthy stream held until its first event adds <= ~1 ms p50 to "
               f"its first byte over the plain route: {held:+.3f} ms: {'PASS' if held <= 1.0 else 'MISS'}")
     print("\nChecks per configuration (medians): primary attempts per request (nginx 503 log), "
@@ -1439,12 +1485,13 @@ def main():
               f"{(t.rss_loaded - p_load) / 1024:.1f} MiB, i.e. +{(t.rss_loaded - p_load) / 1024 / vms:.1f} MiB "
               f"per wasm VM ({vms} live VMs per wasm.envoy.wasm.runtime.v8.active: one per worker, "
               f"the main thread's and the base VM)")
-    for key in NATIVE_KEYS:
+    for key in ("native", "native_failover"):
         t = envoys.get(key)
         if t is not None and "plain" in envoys:
             print(f"memory ({key}): Envoy RSS {t.rss_idle / 1024:.1f} MiB idle / "
                   f"{t.rss_loaded / 1024:.1f} MiB after load vs plain {p_idle / 1024:.1f} / "
-                  f"{p_load / 1024:.1f} MiB: +{(t.rss_loaded - p_load) / 1024:.1f} MiB (no VM: one "
+                  f"{p_load / 1024:.1f} MiB: +{(t.rss_loaded - p_load) / 1024:.1f} MiB, i.e. "
+                  f"+{(t.rss_loaded - p_load) / 1024 / CONCURRENCY:.1f} MiB per worker (no VM: one "
                   f"shared library, its configuration parsed once per worker)")
     if "litellm" in envoys:
         print(f"memory (litellm): RSS of the process tree after load {envoys['litellm'].rss_loaded / 1024:.1f} MiB")

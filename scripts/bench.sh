@@ -14,6 +14,10 @@
 #                                     .work/bench/litellm-venv; skipped with a note on failure)
 #   scripts/bench.sh --profile        wasm callbacks and hostcalls per request, success and
 #                                     failover paths, from Envoy's wasm trace log (~10 s)
+#   scripts/bench.sh --envoy-instructions [--only plain,native,success] [--annotate]
+#                                     instructions per request of the whole Envoy process under
+#                                     valgrind's callgrind, same requests for each configuration
+#                                     (bench/native_profile.py; ~1 min per configuration)
 #   scripts/bench.sh --calibrate      Envoy CPU per kind of hostcall, and the success path's
 #                                     calls replayed with no logic (bench/calib; ~5 min)
 #   scripts/bench.sh --module-only [--module A.wasm] [--compare B.wasm] [--instructions]
@@ -35,16 +39,18 @@ build=1
 litellm=0
 profile=0
 module_only=0
+envoy_instructions=0
 smoke=0
 args=()
 for a in "$@"; do
   case "$a" in
     --no-build) build=0 ;;
     --module-only) module_only=1 ;;
+    --envoy-instructions) envoy_instructions=1 ;;
     --smoke) smoke=1; args+=("$a") ;;
     --profile) profile=1; args+=("$a") ;;
     --with-litellm) litellm=1; args+=("$a") ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) args+=("$a") ;;
   esac
 done
@@ -134,6 +140,11 @@ fi
 # included): a few seconds, so the harness cannot rot either.
 if [ $smoke = 1 ] && command -v node >/dev/null; then
   node bench/module_bench.mjs --requests 2000 --warmup 1000 --runs 1 --chunks 2 || exit 1
+fi
+
+if [ $envoy_instructions = 1 ]; then
+  command -v valgrind >/dev/null || { echo "bench: --envoy-instructions needs valgrind (apt-get install valgrind)"; exit 1; }
+  exec "$py" bench/native_profile.py "${args[@]}"
 fi
 
 if [ $profile = 1 ]; then
