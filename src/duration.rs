@@ -17,7 +17,8 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     if number.is_empty() {
         return Err(format!("{text:?} is not a duration: {ONE_UNIT}"));
     }
-    if unit.trim().is_empty() && number.bytes().any(|b| b != b'0') {
+    // Zero is zero in every unit, however it is written ("0", "0.0").
+    if unit.trim().is_empty() && number.bytes().any(|b| b != b'0' && b != b'.') {
         return Err(no_unit(number));
     }
     // ("1m30s" lands here too; the CLI says which one unit to write instead.)
@@ -183,6 +184,10 @@ mod tests {
             "24 has no unit: write \"24s\" for seconds, \"24h\" for hours (ms, s, m, h or d)"
         );
         assert_eq!(parse_duration_ms("0"), Ok(0));
+        assert_eq!(parse_duration_ms("0.0"), Ok(0));
+        assert_eq!(parse_duration_ms("00.000"), Ok(0));
+        assert!(parse_duration_ms(".").is_err());
+        assert!(parse_duration_ms("0.5").is_err());
     }
 
     #[test]

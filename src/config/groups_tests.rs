@@ -118,3 +118,25 @@ fn a_group_in_an_alternative_list_is_refused() {
     let errors = Config::from_json(json.as_bytes(), &|_| None).unwrap_err();
     assert_eq!(errors[0].field, "chains[0].context_window[0].group");
 }
+
+#[test]
+fn a_chain_too_long_is_named_once_and_groups_count_their_members() {
+    let entries = |provider: &str, n: usize| {
+        (0..n)
+            .map(|i| format!(r#"{{"provider":"{provider}","model":"m{i}"}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let too_long = |said: &[(String, String)]| {
+        said.iter()
+            .filter(|(_, p)| p.starts_with("at most 16 providers per chain"))
+            .count()
+    };
+    let said = problems(&format!("[{}]", entries("a", 17)));
+    assert_eq!(too_long(&said), 1, "{said:?}");
+    // Ten positions, but a group of eight members makes seventeen entries.
+    let grouped = format!("[{{\"group\":[{}]}},{}]", entries("b", 8), entries("a", 9));
+    let said = problems(&grouped);
+    assert_eq!(too_long(&said), 1, "{said:?}");
+    assert!(said[0].1.contains("group members counted"), "{said:?}");
+}
