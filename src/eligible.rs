@@ -11,6 +11,7 @@ use crate::ids::ProviderId;
 use crate::reply::Reply;
 use crate::rewrite::Content;
 use crate::translate::{self, Api, Untranslatable};
+use core::cell::Cell;
 
 /// Why a chain entry was left out of a plan (the `reason` label of `llm_failover_skipped_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +131,7 @@ pub fn skip_reason(
     entry: &ChainEntry,
     facts: &RequestFacts,
     first: Option<ProviderId>,
+    checked: &Checked,
 ) -> Option<SkipReason> {
     let Some(provider) = config.provider(entry.provider) else {
         return Some(SkipReason::Model);
@@ -160,7 +162,7 @@ pub fn skip_reason(
     if content.provider_state && entry.provider != first {
         return Some(SkipReason::ContentIncompatible);
     }
-    if carries(provider, facts).is_err() {
+    if carries(provider, facts, checked).is_err() {
         return Some(SkipReason::ContentIncompatible);
     }
     None
@@ -170,7 +172,11 @@ pub fn skip_reason(
 /// when a translation serves the endpoint and the body has nothing its API cannot carry
 /// (`Err` with the provider's API and, for a field, what it cannot carry). The check reads
 /// the body, and only cross-API entries pay for it.
-fn carries(provider: &Provider, facts: &RequestFacts) -> Result<(), (Api, Option<Untranslatable>)> {
+fn carries(
+    provider: &Provider,
+    facts: &RequestFacts,
+    checked: &Checked,
+) -> Result<(), (Api, Option<Untranslatable>)> {
     let Some(to) = provider.translates(facts.api, facts.path.unwrap_or_default()) else {
         return Ok(());
     };
@@ -181,15 +187,45 @@ fn carries(provider: &Provider, facts: &RequestFacts) -> Result<(), (Api, Option
     if facts.body.is_empty() {
         return Ok(());
     }
-    translate::check(from, to, facts.body).map_err(|why| (to, Some(why)))
+    checked
+        .check(from, to, facts.body)
+        .map_err(|why| (to, Some(why)))
+}
+
+/// How many APIs there are ([`Api::Converse`] is the last).
+const API_COUNT: usize = Api::Converse as usize + 1;
+
+/// What [`translate::check`] answered for one request's body, per provider API. Planning asks
+/// per entry (and again for the alternative lists), so a chain with several entries of one
+/// foreign API (Bedrock and Vertex both speaking Messages, say) reads the body once.
+#[derive(Default)]
+pub struct Checked([Cell<Option<Result<(), Untranslatable>>>; API_COUNT]);
+
+impl Checked {
+    /// `translate::check(from, to, body)`, asked once per `to` (`from` is the request's own).
+    fn check(&self, from: Api, to: Api, body: &[u8]) -> Result<(), Untranslatable> {
+        let Some(known) = self.0.get(to as usize) else {
+            return translate::check(from, to, body);
+        };
+        if let Some(answer) = known.get() {
+            return answer;
+        }
+        let answer = translate::check(from, to, body);
+        known.set(Some(answer));
+        answer
+    }
 }
 
 /// The refusal of a request its first entry (the first that serves the model) cannot carry:
 /// that entry is never skipped for what the request carries (behaviour.md 2.4), so the
 /// request is answered `400 untranslatable_request` before any attempt, by the filter and by
 /// `explain` alike (planning asks this, [`crate::plan::plan_or_refuse`]).
-pub fn first_entry_refusal(provider: &Provider, facts: &RequestFacts) -> Option<Reply> {
-    match carries(provider, facts) {
+pub fn first_entry_refusal(
+    provider: &Provider,
+    facts: &RequestFacts,
+    checked: &Checked,
+) -> Option<Reply> {
+    match carries(provider, facts, checked) {
         Err((api, Some(why))) => Some(Reply::untranslatable(
             &provider.name,
             api.as_str(),
@@ -217,7 +253,15 @@ mod tests {
 
     fn reason(c: &Config, entry: usize, facts: &RequestFacts, first: bool) -> Option<SkipReason> {
         let entry = &c.chains[0].entries[entry];
-        skip_reason(c, &c.chains[0], entry, facts, (!first).then(|| 0u8.into()))
+        let checked = Checked::default();
+        skip_reason(
+            c,
+            &c.chains[0],
+            entry,
+            facts,
+            (!first).then(|| 0u8.into()),
+            &checked,
+        )
     }
 
     fn facts(content: Content) -> RequestFacts<'static> {
@@ -417,5 +461,25 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(reason(&c, 0, &f, true), Some(SkipReason::Model));
+    }
+
+    #[test]
+    fn a_body_is_checked_once_per_provider_api() {
+        let checked = Checked::default();
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let to_messages =
+            |body: &[u8]| checked.check(Api::OpenAiChat, Api::AnthropicMessages, body);
+        assert_eq!(to_messages(chat), Ok(()));
+        // The second entry speaking Messages gets the first one's answer, the body not read
+        // again (this body, read, is refused).
+        assert_eq!(to_messages(b"not json"), Ok(()));
+        assert_eq!(
+            checked.check(Api::OpenAiChat, Api::Gemini, b"not json"),
+            Err(Untranslatable::NotJson)
+        );
+        assert_eq!(
+            checked.check(Api::OpenAiChat, Api::Converse, chat),
+            translate::check(Api::OpenAiChat, Api::Converse, chat)
+        );
     }
 }

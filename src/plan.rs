@@ -167,6 +167,7 @@ pub fn plan_or_refuse(
     // The provider of the first entry that serves the model: never skipped for what the
     // request carries (behaviour.md 2.4).
     let mut first = None;
+    let checked = eligible::Checked::default();
     for (index, entry) in walk_order(chain, health) {
         let Some(provider) = config.provider(entry.provider) else {
             continue;
@@ -176,7 +177,7 @@ pub fn plan_or_refuse(
         let reason = if full {
             (!eligible::serves(provider, entry, facts)).then_some(SkipReason::Model)
         } else {
-            eligible::skip_reason(config, chain, entry, facts, first)
+            eligible::skip_reason(config, chain, entry, facts, first, &checked)
         };
         if let Some(reason) = reason {
             skipped.push((index, reason));
@@ -188,7 +189,7 @@ pub fn plan_or_refuse(
         }
         let sent_model = entry.model.as_deref().unwrap_or(facts.model);
         if first.is_none() {
-            if let Some(reply) = eligible::first_entry_refusal(provider, facts) {
+            if let Some(reply) = eligible::first_entry_refusal(provider, facts, &checked) {
                 return Err(Refusal {
                     reply,
                     chain: Some(chain_index),
@@ -257,7 +258,7 @@ pub fn plan_or_refuse(
             .copied()
             .filter(|&e| {
                 chain.entry(e).is_some_and(|entry| {
-                    eligible::skip_reason(config, chain, entry, facts, first).is_none()
+                    eligible::skip_reason(config, chain, entry, facts, first, &checked).is_none()
                 })
             })
             .collect()
