@@ -325,13 +325,6 @@ fn with_runtime(
         );
     }
     gw.envoy_version.loads_native()?;
-    if gw.config.fleet.is_some() {
-        return Err(
-            "fleet: is not in the native module yet (its sync is a gRPC call from the \
-                    wasm build's tick): use the wasm module (--runtime wasm)"
-                .into(),
-        );
-    }
     gw.runtime = llm_failover_cli::version::Runtime::Native;
     gw.module = match module {
         Some(path) => path.clone(),

@@ -71,3 +71,33 @@ fn native_is_refused_where_it_cannot_load_naming_why() {
     assert_eq!(code, 1);
     assert!(stderr.contains("Istio loads the wasm module"), "{stderr}");
 }
+
+#[test]
+fn native_renders_the_fleet_with_its_http2_rate_limit_cluster() {
+    // The native module's sync is an HTTP/2 stream from the filter configuration to the
+    // rate-limit service's cluster (docs/internals.md "The native build").
+    let fleet = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../envoy/fleet-demo.failover.yaml"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_llm-failover"))
+        .args(["render", fleet, "--runtime", "native"])
+        .args(["--module", "/srv/libllm_failover.so"])
+        .env_clear()
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cluster = &stdout[stdout.find("- name: llm_failover_fleet").unwrap()..];
+    assert!(cluster.contains("http2_protocol_options"), "{cluster}");
+    assert!(stdout.contains("dynamic_modules.v3.DynamicModuleFilter"));
+    assert!(
+        stdout.contains(r#""fleet":{"address":"127.0.0.1:18081""#),
+        "{stdout}"
+    );
+}

@@ -78,6 +78,18 @@ pub struct Header {
     pub value_length: usize,
 }
 
+impl Header {
+    /// A header the module owns (for a call that copies it).
+    pub fn of(key: &str, value: &str) -> Header {
+        Header {
+            key_ptr: key.as_ptr(),
+            key_length: key.len(),
+            value_ptr: value.as_ptr(),
+            value_length: value.len(),
+        }
+    }
+}
+
 // envoy_dynamic_module_type_http_header_type
 pub const REQUEST_HEADER: u32 = 0;
 pub const RESPONSE_HEADER: u32 = 2;
@@ -273,6 +285,19 @@ extern "C" {
         event_id: u64,
     );
     pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(scheduler: Scheduler);
+    /// A stream from the configuration to `cluster_name` (Envoy's async client, on the main
+    /// thread): `headers` must hold `:method`, `:path` and `:authority`; the answer comes to
+    /// `on_http_filter_config_http_stream_*`. 0: started (`stream_id` set).
+    pub fn envoy_dynamic_module_callback_http_filter_config_start_http_stream(
+        config: FilterConfigEnvoy,
+        stream_id: *mut u64,
+        cluster_name: ModuleBuffer,
+        headers: *mut Header,
+        headers_size: usize,
+        body: ModuleBuffer,
+        end_stream: bool,
+        timeout_ms: u64,
+    ) -> u32;
     pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
         config: FilterConfigEnvoy,
         id: usize,

@@ -126,7 +126,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     // SAFETY: Envoy's buffer, valid for this hook; copied by `load`.
     let json = unsafe { config.bytes() };
     match catch_unwind(|| NativeConfig::load(config_envoy, json)) {
-        Ok(Ok(config)) => Box::into_raw(Box::new(config)) as *const c_void,
+        Ok(Ok(config)) => {
+            let config = Box::into_raw(Box::new(config)) as *const c_void;
+            live_configs().push(config as usize);
+            config
+        }
         Ok(Err(problems)) => {
             // Refusing the configuration makes Envoy refuse the filter: nothing
             // half-configured ever serves traffic.
@@ -142,6 +146,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: *const c_void) {
+    live_configs().retain(|c| *c != config as usize);
     if !config.is_null() {
         // SAFETY: made by `Box::into_raw` in config_new, destroyed once by Envoy.
         drop(unsafe { Box::from_raw(config as *mut NativeConfig) });
@@ -161,6 +166,114 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
             config.on_main_thread_tick(config_envoy)
         }));
     }
+}
+
+/// The configurations alive (made by config_new, not yet destroyed), by address: a stream's
+/// hook names its configuration, and one Envoy resets after destroying it must find nothing.
+fn live_configs() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    static LIVE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `step` on a live configuration, on Envoy's main thread (a stream it started).
+fn on_config(config: *const c_void, step: impl FnOnce(&NativeConfig)) {
+    if !live_configs().contains(&(config as usize)) {
+        return;
+    }
+    // SAFETY: live (made by config_new, not destroyed), and destroyed on this same thread.
+    if let Some(config) = unsafe { (config as *const NativeConfig).as_ref() } {
+        let _ = catch_unwind(AssertUnwindSafe(|| step(config)));
+    }
+}
+
+/// Envoy's header array as byte pairs, valid for the hook.
+///
+/// # Safety
+/// `headers` points to `size` headers Envoy filled for this hook (or is null).
+unsafe fn header_pairs<'a>(headers: *const abi::Header, size: usize) -> Vec<(&'a [u8], &'a [u8])> {
+    if headers.is_null() {
+        return Vec::new();
+    }
+    std::slice::from_raw_parts(headers, size)
+        .iter()
+        .map(|h| {
+            let bytes = |ptr: *const u8, len| EnvoyBuffer { ptr, length: len }.bytes();
+            (
+                bytes(h.key_ptr, h.key_length),
+                bytes(h.value_ptr, h.value_length),
+            )
+        })
+        .collect()
+}
+
+// A configuration's own streams (the fleet's sync, `crate::fleet`), on Envoy's main thread.
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
+    _config_envoy: FilterConfigEnvoy,
+    config: *const c_void,
+    stream: u64,
+    headers: *const abi::Header,
+    headers_size: usize,
+    _end_stream: bool,
+) {
+    // SAFETY: Envoy's headers, valid for this hook.
+    let headers = unsafe { header_pairs(headers, headers_size) };
+    on_config(config, |c| c.on_stream(stream, &headers, &[]));
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
+    _config_envoy: FilterConfigEnvoy,
+    config: *const c_void,
+    stream: u64,
+    data: *const EnvoyBuffer,
+    data_count: usize,
+    _end_stream: bool,
+) {
+    let chunks: Vec<&[u8]> = if data.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: Envoy's buffers, valid for this hook.
+        unsafe { std::slice::from_raw_parts(data, data_count) }
+            .iter()
+            // SAFETY: as above.
+            .map(|b| unsafe { b.bytes() })
+            .collect()
+    };
+    on_config(config, |c| c.on_stream(stream, &[], &chunks));
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
+    _config_envoy: FilterConfigEnvoy,
+    config: *const c_void,
+    stream: u64,
+    trailers: *const abi::Header,
+    trailers_size: usize,
+) {
+    // SAFETY: Envoy's trailers, valid for this hook.
+    let trailers = unsafe { header_pairs(trailers, trailers_size) };
+    on_config(config, |c| c.on_stream(stream, &trailers, &[]));
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
+    _config_envoy: FilterConfigEnvoy,
+    config: *const c_void,
+    stream: u64,
+) {
+    on_config(config, |c| c.on_stream_end(stream, true));
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
+    _config_envoy: FilterConfigEnvoy,
+    config: *const c_void,
+    stream: u64,
+    _reason: u32,
+) {
+    on_config(config, |c| c.on_stream_end(stream, false));
 }
 
 #[no_mangle]

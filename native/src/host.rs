@@ -627,15 +627,7 @@ impl Host for NativeHost {
     }
 
     fn send_response(&self, status: u16, headers: &[(&str, &str)], body: Option<&[u8]>) {
-        let mut pairs: Vec<Header> = headers
-            .iter()
-            .map(|(k, v)| Header {
-                key_ptr: k.as_ptr(),
-                key_length: k.len(),
-                value_ptr: v.as_ptr(),
-                value_length: v.len(),
-            })
-            .collect();
+        let mut pairs: Vec<Header> = headers.iter().map(|(k, v)| Header::of(k, v)).collect();
         let body = body.map_or(ModuleBuffer::NULL, ModuleBuffer::of);
         // SAFETY: live filter pointer; headers and body live for the call.
         unsafe {

@@ -15,10 +15,13 @@
 //!   (`timers`); a configuration's periodic work (`Metrics::tick`: the answers a worker holds
 //!   for the health windows, the gauges) runs when one of its requests on that worker ends a
 //!   second or more after the last time (proxy-wasm: every second's tick).
+//! - The fleet's sync (`fleet:`): one HTTP/2 stream to the rate-limit service from the
+//!   downstream configuration's tick on Envoy's main thread (`fleet`).
 //!
 //! docs/internals.md "The native build" says what Envoy does not give a dynamic module yet.
 
 mod abi;
+mod fleet;
 mod hooks;
 mod host;
 mod metrics;
@@ -46,8 +49,17 @@ pub(crate) struct NativeConfig {
 struct MainThread {
     config: Config,
     metrics: Metrics,
+    /// The fleet's sync in flight, with `fleet:`.
+    fleet: fleet::FleetSync,
+    host: host::NativeHost,
     /// Stops (unlisted, then deleted) when the configuration goes.
     _tick: timers::Tick,
+}
+
+impl Drop for MainThread {
+    fn drop(&mut self) {
+        self.fleet.abandon(&self.config, &self.host);
+    }
 }
 
 /// One configuration as one worker thread parsed it: (configuration id, config, metrics).
@@ -73,8 +85,13 @@ impl NativeConfig {
                 // The root's tick, for what it reads from shared data alone (the downstream
                 // role's gauges, so they follow a cooldown's end with no traffic): each
                 // worker's held answers are written by its own requests (`after_request`).
+                // With the fleet's store, it ticks at least once per sync.
+                let period = match &config.fleet {
+                    Some(f) => roles::TICK_MS.min(f.sync_ms.max(1)),
+                    None => roles::TICK_MS,
+                };
                 let main = (config.role == llm_failover::config::Role::Downstream)
-                    .then(|| timers::Tick::start(config_envoy, roles::TICK_MS))
+                    .then(|| timers::Tick::start(config_envoy, period))
                     .flatten()
                     .map(|tick| {
                         let host = host::NativeHost::for_config(config_envoy, table.clone());
@@ -83,6 +100,8 @@ impl NativeConfig {
                         MainThread {
                             config,
                             metrics,
+                            fleet: fleet::FleetSync::default(),
+                            host,
                             _tick: tick,
                         }
                     });
@@ -104,8 +123,24 @@ impl NativeConfig {
     /// The configuration's tick on Envoy's main thread.
     fn on_main_thread_tick(&self, config_envoy: abi::FilterConfigEnvoy) {
         if let Some(main) = &self.main {
-            let host = host::NativeHost::for_config(config_envoy, self.metrics.clone());
-            main.metrics.tick_shared(&main.config, &host);
+            main.metrics.tick_shared(&main.config, &main.host);
+            (main.fleet).tick(config_envoy, &main.config, &main.metrics, &main.host);
+        }
+    }
+
+    /// Headers or trailers (`headers`), or body (`data`), of a stream this configuration
+    /// started (on Envoy's main thread).
+    fn on_stream(&self, stream: u64, headers: &[(&[u8], &[u8])], data: &[&[u8]]) {
+        if let Some(main) = &self.main {
+            main.fleet.headers(stream, headers);
+            main.fleet.data(stream, data);
+        }
+    }
+
+    /// A stream this configuration started ended (`complete`, or reset).
+    fn on_stream_end(&self, stream: u64, complete: bool) {
+        if let Some(m) = &self.main {
+            (m.fleet).ended(stream, complete, &m.config, &m.metrics, &m.host);
         }
     }
 

@@ -13,6 +13,7 @@ use crate::abi::{self, FilterConfigEnvoy, ModuleBuffer};
 use llm_failover::classify::Class;
 use llm_failover::config::Config;
 use llm_failover::eligible::SkipReason;
+use llm_failover::fleet;
 use llm_failover::metrics as names;
 use llm_failover::roles::MetricKind;
 use std::collections::HashMap;
@@ -96,6 +97,14 @@ impl MetricTable {
                 MetricKind::Counter,
                 names::exhausted(&chain.name),
             );
+        }
+        // The fleet's syncs, by how each ended.
+        for result in fleet::StoreState::RESULTS
+            .iter()
+            .filter(|_| config.fleet.is_some())
+        {
+            let name = names::fleet_sync(result.as_str());
+            table.add(config_envoy, MetricKind::Counter, name);
         }
         // Tokens by model: labels known at run time only, so Envoy labels them (a counter
         // with label names, its values given when counted), with and without the caller.

@@ -195,5 +195,74 @@ fn decode_status(bytes: &[u8]) -> Option<Status> {
     ok.then_some(s)
 }
 
+/// The call's `:path` when it goes as a plain HTTP/2 request (the native build, which has no
+/// gRPC client: `native/src/fleet.rs`): `/<service>/<method>`.
+pub const GRPC_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The largest answer [`GrpcAnswer`] keeps (one status per descriptor: a few dozen bytes each).
+const MAX_ANSWER: usize = 1 << 20;
+
+/// `message` as gRPC puts it on the wire: one uncompressed frame (a 0 flag byte, the length
+/// as a big-endian u32, the message).
+pub fn grpc_frame(message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + message.len());
+    out.push(0);
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// A gRPC call's answer as it comes back over HTTP/2 ([`grpc_frame`], [`GRPC_PATH`]): fed the
+/// response's headers, body and trailers as they come, it says whether the call succeeded
+/// (`:status` 200 and `grpc-status` 0, in the trailers or, for an answer without a message,
+/// in the headers) and gives its message, which the sync reads as the wasm build reads a gRPC
+/// client's answer.
+#[derive(Debug, Default)]
+pub struct GrpcAnswer {
+    http_status: Option<u32>,
+    grpc_status: Option<u32>,
+    body: Vec<u8>,
+    too_long: bool,
+}
+
+impl GrpcAnswer {
+    /// One header or trailer.
+    pub fn header(&mut self, name: &[u8], value: &[u8]) {
+        let number = || std::str::from_utf8(value).ok()?.trim().parse().ok();
+        match name {
+            b":status" => self.http_status = number(),
+            b"grpc-status" => self.grpc_status = Some(number().unwrap_or(u32::MAX)),
+            _ => {}
+        }
+    }
+
+    /// One piece of the body.
+    pub fn data(&mut self, chunk: &[u8]) {
+        if self.body.len() + chunk.len() > MAX_ANSWER {
+            self.too_long = true;
+        } else {
+            self.body.extend_from_slice(chunk);
+        }
+    }
+
+    /// The response message when the call succeeded with exactly one uncompressed one; else
+    /// why not (for the debug log).
+    pub fn message(&self) -> Result<&[u8], String> {
+        match (self.http_status, self.grpc_status) {
+            (Some(200), Some(0)) => {}
+            (Some(200), Some(s)) => return Err(format!("gRPC status {s}")),
+            (Some(200), None) => return Err("no grpc-status".into()),
+            (s, _) => return Err(format!("HTTP status {}", s.unwrap_or(0))),
+        }
+        let frame = (self.body.split_first())
+            .filter(|(flag, _)| **flag == 0 && !self.too_long)
+            .and_then(|(_, rest)| rest.split_first_chunk::<4>())
+            .filter(|(len, message)| u32::from_be_bytes(**len) as usize == message.len());
+        frame
+            .map(|(_, message)| message)
+            .ok_or_else(|| format!("not one gRPC frame ({} bytes)", self.body.len()))
+    }
+}
+
 #[cfg(test)]
 mod tests;

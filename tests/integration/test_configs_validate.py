@@ -47,8 +47,6 @@ SOURCES = [p for p in _all_yaml() if p.name.endswith((".failover.yaml", ".failov
 # Failover files the renderer must refuse for Envoy 1.36-1.38, with the message naming the fix:
 # Bedrock signed by Envoy's aws_request_signing needs router mode (docs/clouds.md).
 ROUTER_MODE_ONLY = {"clouds.failover.yaml": "needs Envoy 1.39+"}
-# Failover files the renderer must refuse for the native module (docs/native.md), likewise.
-WASM_ONLY = {"fleet-demo.failover.yaml": "fleet: is not in the native module yet"}
 
 
 def _validate(path):
@@ -88,10 +86,6 @@ def test_example_config_validates(path, tmp_path):
                 env[var] = str(free_port()) if var.upper().endswith("PORT") else "validate-dummy"
         if path.name in ROUTER_MODE_ONLY and grouping_mode():
             with pytest.raises(HarnessError, match=re.escape(ROUTER_MODE_ONLY[path.name])):
-                render_config(path, env, out_dir=tmp_path)
-            return
-        if path.name in WASM_ONLY and runtime() == "native":
-            with pytest.raises(HarnessError, match=re.escape(WASM_ONLY[path.name])):
                 render_config(path, env, out_dir=tmp_path)
             return
         path = render_config(path, env, out_dir=tmp_path)

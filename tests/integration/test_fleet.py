@@ -97,8 +97,11 @@ class Fleet:
         return self.status(r)["fleet"]
 
     def syncs(self, result: str) -> float:
+        def text(e):  # the native build's names as the wasm build prints them
+            raw = e.prometheus()
+            return harness.native_prometheus(raw) if harness.runtime() == "native" else raw
         return sum(v for e in self.envoys for labels, v in harness.prometheus_samples(
-            e.prometheus(), "llm_failover_fleet_sync_total") if labels.get("result") == result)
+            text(e), "llm_failover_fleet_sync_total") if labels.get("result") == result)
 
     def stored_left(self, budget: int, counter: str = "a") -> int:
         """The store's own figure for a budget counter, a's by default (a read: hits 0).

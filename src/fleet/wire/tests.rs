@@ -79,3 +79,96 @@ fn broken_bytes_read_as_nothing() {
     assert_eq!(decode_response(&[0xff; 12]), None);
     assert_eq!(decode_response(&[]), Some(vec![]));
 }
+
+#[test]
+fn the_grpc_path_is_the_service_and_method() {
+    assert_eq!(
+        GRPC_PATH,
+        format!("/{}/{}", crate::fleet::SERVICE, crate::fleet::METHOD)
+    );
+}
+
+fn answer(headers: &[(&str, &str)], body: &[u8], trailers: &[(&str, &str)]) -> GrpcAnswer {
+    let mut a = GrpcAnswer::default();
+    for (k, v) in headers {
+        a.header(k.as_bytes(), v.as_bytes());
+    }
+    // In two pieces, as HTTP/2 data frames may split it.
+    let (first, second) = body.split_at(body.len() / 2);
+    a.data(first);
+    a.data(second);
+    for (k, v) in trailers {
+        a.header(k.as_bytes(), v.as_bytes());
+    }
+    a
+}
+
+#[test]
+fn a_grpc_answer_is_its_one_frame_with_status_0() {
+    let message = hex(RESPONSE);
+    let framed = grpc_frame(&message);
+    assert_eq!(framed[..5], [0, 0, 0, 0, message.len() as u8]);
+    let ok = answer(
+        &[(":status", "200"), ("content-type", "application/grpc")],
+        &framed,
+        &[("grpc-status", "0")],
+    );
+    assert_eq!(ok.message(), Ok(message.as_slice()));
+    // An empty message is a frame too (a response with no statuses).
+    assert_eq!(
+        answer(
+            &[(":status", "200")],
+            &grpc_frame(&[]),
+            &[("grpc-status", "0")]
+        )
+        .message(),
+        Ok(&[][..])
+    );
+}
+
+#[test]
+fn a_failed_or_broken_grpc_answer_has_no_message() {
+    let framed = grpc_frame(&hex(RESPONSE));
+    let fails = |a: GrpcAnswer| a.message().unwrap_err();
+    // Trailers-only: the status in the headers, no body.
+    let unavailable = answer(&[(":status", "200"), ("grpc-status", "14")], &[], &[]);
+    assert_eq!(fails(unavailable), "gRPC status 14");
+    // A message, then an error in the trailers: the message is not the answer.
+    let late = answer(&[(":status", "200")], &framed, &[("grpc-status", "13")]);
+    assert_eq!(fails(late), "gRPC status 13");
+    assert_eq!(
+        fails(answer(&[(":status", "200")], &framed, &[])),
+        "no grpc-status"
+    );
+    assert_eq!(
+        fails(answer(&[(":status", "503")], &[], &[])),
+        "HTTP status 503"
+    );
+    assert_eq!(fails(answer(&[], &[], &[])), "HTTP status 0");
+    let ok = [(":status", "200")];
+    let trailers = [("grpc-status", "0")];
+    // Cut short, a byte too many, two frames, compressed, garbage status.
+    assert!(answer(&ok, &framed[..framed.len() - 1], &trailers)
+        .message()
+        .is_err());
+    let mut long = framed.clone();
+    long.push(0);
+    assert!(answer(&ok, &long, &trailers).message().is_err());
+    assert!(
+        answer(&ok, &[framed.clone(), framed.clone()].concat(), &trailers)
+            .message()
+            .is_err()
+    );
+    let mut compressed = framed.clone();
+    compressed[0] = 1;
+    assert!(answer(&ok, &compressed, &trailers).message().is_err());
+    assert!(answer(&ok, &[0, 0, 0], &trailers).message().is_err());
+    assert_eq!(
+        fails(answer(&ok, &framed, &[("grpc-status", "zero")])),
+        format!("gRPC status {}", u32::MAX)
+    );
+    // Past the largest answer kept.
+    let mut huge = answer(&ok, &framed, &trailers);
+    huge.data(&vec![0; MAX_ANSWER]);
+    assert!(huge.message().is_err());
+}
