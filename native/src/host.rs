@@ -2,15 +2,17 @@
 //! shell's `EnvoyHost`. Shared data is this process's [`STORE`] (every worker thread sees it,
 //! with proxy-wasm's CAS semantics), the clock is the system's.
 //!
-//! Filter state: Envoy 1.40's `set_filter_state_bytes` stores a read-only string under the key,
-//! and a second write of the same key is refused, while the roles rewrite some of their records
-//! per attempt (the attempt log, the failed attempts' classes). So the roles' one-segment
-//! properties live in this module, per request ([`requests`]), keyed by an id the downstream
-//! filter writes once into filter state for the upstream filters of the same request to read;
-//! only what Envoy itself reads goes to filter state, each key once: the attempt slots and the
-//! grouping cluster (the route's matcher reads them) at once, and the access-log properties at
-//! the end of the request ([`NativeHost::publish_logs`]), under the same `wasm.` names as the
-//! proxy-wasm build, so the rendered routes and log formats are the same for both.
+//! Filter state: an upstream filter that Envoy is destroying (an attempt that got no answer) has
+//! no stream info left, so it can neither read nor write filter state, while its role still
+//! reads and writes its request's records then (the attempt log, the failed attempts' classes).
+//! So the roles' one-segment properties live in this module, per request ([`requests`]), keyed
+//! by an id the downstream filter writes into filter state for the upstream filters of the same
+//! request to read; only what Envoy itself reads goes to filter state: the attempt slots and the
+//! grouping cluster (the route's matcher reads them) as the roles write them (a slot rewritten
+//! from a destroyed upstream filter goes through the request's downstream filter,
+//! [`NativeHost::set_filter_state`]), and the access-log properties at the end of the request
+//! ([`NativeHost::publish_logs`]), under the same `wasm.` names as the proxy-wasm build, so the
+//! rendered routes and log formats are the same for both.
 
 use crate::abi::{self, EnvoyBuffer, FilterEnvoy, Header, ModuleBuffer};
 use crate::metrics::{self, MetricTable};
@@ -230,7 +232,7 @@ impl NativeHost {
         if self.stream.request.get() != 0 {
             return;
         }
-        let id = requests::open(self.metrics.clone());
+        let id = requests::open(self.metrics.clone(), self.filter);
         self.stream.request.set(id);
         let text = id.to_string();
         self.set_filter_state(REQUEST_ID_KEY, text.as_bytes());
@@ -238,7 +240,7 @@ impl NativeHost {
 
     /// The filter is done with the request's record (an upstream filter that found it too).
     pub fn close_request(&self) {
-        requests::close(self.stream.request.replace(0));
+        requests::close(self.stream.request.replace(0), self.filter);
     }
 
     /// Writes the access-log properties into filter state (once, at the request's end).
@@ -288,18 +290,30 @@ impl NativeHost {
         found.then(|| unsafe { out.bytes() }.to_vec())
     }
 
+    /// Writes filter state, through the request's downstream filter when this filter cannot:
+    /// an upstream filter that Envoy is destroying (an attempt that got no answer) has no
+    /// stream info left, while the router has yet to pick the next attempt's cluster from the
+    /// slots its role rewrites there (docs/internals.md "The native build").
     fn set_filter_state(&self, key: &[u8], value: &[u8]) {
-        // SAFETY: live filter pointer; both buffers live for the call.
-        let written = unsafe {
-            abi::envoy_dynamic_module_callback_http_set_filter_state_bytes(
-                self.filter,
-                ModuleBuffer::of(key),
-                ModuleBuffer::of(value),
-            )
+        let write = |filter: FilterEnvoy| {
+            // SAFETY: a live filter pointer (this one, or the request's downstream filter,
+            // which Envoy has not destroyed: `requests::close` forgets it first); both buffers
+            // live for the call.
+            unsafe {
+                abi::envoy_dynamic_module_callback_http_set_filter_state_bytes(
+                    filter,
+                    ModuleBuffer::of(key),
+                    ModuleBuffer::of(value),
+                )
+            }
         };
-        if !written {
+        if write(self.filter) {
+            return;
+        }
+        let downstream = requests::downstream_filter(self.request_id());
+        if downstream.is_null() || downstream == self.filter || !write(downstream) {
             log::debug!(
-                "llm_failover: Envoy kept filter state {} as first written (read-only)",
+                "llm_failover: filter state {} not written (no stream left to hold it)",
                 String::from_utf8_lossy(key)
             );
         }

@@ -4,13 +4,24 @@
 //! and it goes when the last of them is destroyed (a caller that leaves destroys the downstream
 //! filter before the attempt's, which still reports its outcome).
 
+use crate::abi::FilterEnvoy;
 use crate::metrics::MetricTable;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The filters holding the record, its properties, and the downstream filter's metrics.
-type Properties = (u32, Vec<(String, Vec<u8>)>, Option<Arc<MetricTable>>);
+/// One request's record.
+struct Properties {
+    /// The filters holding the record.
+    holders: u32,
+    values: Vec<(String, Vec<u8>)>,
+    /// The downstream filter's configuration's metrics.
+    metrics: Option<Arc<MetricTable>>,
+    /// The downstream filter, until Envoy destroys it (null after): where an upstream filter
+    /// that Envoy is destroying, and that can no longer write filter state itself, writes it
+    /// ([`downstream_filter`]).
+    downstream: FilterEnvoy,
+}
 
 thread_local! {
     static NEXT: Cell<u64> = const { Cell::new(0) };
@@ -32,40 +43,58 @@ fn next_id() -> u64 {
     })
 }
 
-/// Opens a request's record for its downstream filter, whose configuration's metrics are
-/// `metrics`; its id.
-pub fn open(metrics: Option<Arc<MetricTable>>) -> u64 {
+/// Opens a request's record for its downstream filter `downstream`, whose configuration's
+/// metrics are `metrics`; its id.
+pub fn open(metrics: Option<Arc<MetricTable>>, downstream: FilterEnvoy) -> u64 {
     let id = next_id();
-    OPEN.with(|open| open.borrow_mut().insert(id, (1, Vec::new(), metrics)));
+    let record = Properties {
+        holders: 1,
+        values: Vec::new(),
+        metrics,
+        downstream,
+    };
+    OPEN.with(|open| open.borrow_mut().insert(id, record));
     id
 }
 
 /// The metrics of the request's downstream filter's configuration.
 pub fn downstream_metrics(id: u64) -> Option<Arc<MetricTable>> {
-    OPEN.with(|open| open.borrow().get(&id)?.2.clone())
+    OPEN.with(|open| open.borrow().get(&id)?.metrics.clone())
+}
+
+/// The request's downstream filter while Envoy has not destroyed it (null otherwise).
+pub fn downstream_filter(id: u64) -> FilterEnvoy {
+    OPEN.with(|open| {
+        open.borrow()
+            .get(&id)
+            .map_or(std::ptr::null_mut(), |r| r.downstream)
+    })
 }
 
 /// Another filter holds the record (false when it is gone).
 pub fn hold(id: u64) -> bool {
     OPEN.with(|open| match open.borrow_mut().get_mut(&id) {
-        Some((holders, _, _)) => {
-            *holders += 1;
+        Some(record) => {
+            record.holders += 1;
             true
         }
         None => false,
     })
 }
 
-/// A filter lets the record go; the last one forgets it.
-pub fn close(id: u64) {
+/// Filter `filter` lets the record go (Envoy is destroying it); the last one forgets it.
+pub fn close(id: u64, filter: FilterEnvoy) {
     if id == 0 {
         return;
     }
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        if let Some((holders, _, _)) = open.get_mut(&id) {
-            *holders -= 1;
-            if *holders == 0 {
+        if let Some(record) = open.get_mut(&id) {
+            if record.downstream == filter {
+                record.downstream = std::ptr::null_mut();
+            }
+            record.holders -= 1;
+            if record.holders == 0 {
                 open.remove(&id);
             }
         }
@@ -75,8 +104,8 @@ pub fn close(id: u64) {
 pub fn get(id: u64, name: &str) -> Option<Vec<u8>> {
     OPEN.with(|open| {
         let open = open.borrow();
-        let (_, props, _) = open.get(&id)?;
-        props
+        open.get(&id)?
+            .values
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone())
@@ -86,7 +115,7 @@ pub fn get(id: u64, name: &str) -> Option<Vec<u8>> {
 pub fn set(id: u64, name: &str, value: &[u8]) {
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        let Some((_, props, _)) = open.get_mut(&id) else {
+        let Some(props) = open.get_mut(&id).map(|r| &mut r.values) else {
             return;
         };
         match props.iter_mut().find(|(n, _)| n == name) {

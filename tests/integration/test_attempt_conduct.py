@@ -154,13 +154,6 @@ def test_a_failure_repeated_in_place_moves_on_and_counts_toward_max_attempts(thr
 
 
 @needs_router
-@pytest.mark.skipif(harness.runtime() == "native",
-                    reason="Envoy 1.40 keeps a dynamic module's filter state as first written "
-                    "(set_filter_state_bytes is read-only: the module's debug log says \"Envoy kept "
-                    "filter state wasm.llm_failover.try2 as first written\"), so the retry in "
-                    "place cannot move attempt 2's slot back to the same provider: Envoy routes "
-                    "it to the next one, which the upstream role refuses as misrouted (a 502 "
-                    "misrouted_attempt, fail closed; docs/native.md)")
 def test_a_refused_connection_is_retried_in_place_then_moves_on(three):
     # Envoy opens the retry's connection as it starts the attempt: a refused connection is
     # retried in place at once (README "Time limits").
