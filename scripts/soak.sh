@@ -8,11 +8,14 @@
 #   scripts/soak.sh                  # 60 s
 #   scripts/soak.sh --fleet          # with the fleet's store (Redis, Envoy's rate-limit service):
 #                                    # what CI runs; the store counts every token spent
+#   scripts/soak.sh --seconds 30 --fleet --runtime native
+#                                    # the native build (docs/native.md): CI runs it too
 #   scripts/soak.sh --minutes 30     # on demand
 #   scripts/soak.sh --seconds 20 --callers 250 --table-out soak.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/python ] || [ ! -f dist/llm_failover.wasm ] || [ ! -x target/release/llm-failover ]; then
+if [ ! -x .venv/bin/python ] || [ ! -f dist/llm_failover.wasm ] || [ ! -f dist/libllm_failover.so ] ||
+  [ ! -x target/release/llm-failover ]; then
   ./scripts/setup.sh
   ./scripts/build.sh
 fi

@@ -1107,7 +1107,9 @@ def native_prometheus(text: str) -> str:
         out.append(line)
     # It defines every counter when the configuration loads (Envoy refuses a definition later),
     # so unused ones show at 0, where the wasm build defines each when first counted.
-    return "\n".join(f"{l} {sums[l]:g}" if l in sums else l for l in out
+    # Exact: ":g" would print 7550249 as 7.55025e+06.
+    exact = lambda v: str(int(v)) if v.is_integer() else repr(v)  # noqa: E731
+    return "\n".join(f"{l} {exact(sums[l])}" if l in sums else l for l in out
                      if l not in sums or sums[l] or "_total{" not in l
                      or l.startswith("llm_failover_tokens_total{")) + "\n"
 
