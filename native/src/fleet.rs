@@ -4,8 +4,9 @@
 //! the process-wide store) starts one HTTP/2 stream to the rate-limit service's cluster
 //! (`http_filter_config_start_http_stream`): the gRPC call `ShouldRateLimit` as a POST of one
 //! gRPC frame. The answer's headers, body and trailers go to the core's
-//! [`GrpcAnswer`], which says whether the call succeeded; its end (complete, reset, or the
-//! timeout's reset) ends the sync. A configuration destroyed with a stream open hands back
+//! [`GrpcAnswer`], which says whether the call succeeded; its end (complete, or reset) ends
+//! the sync. Envoy answers a refused connection or `fleet.timeout` itself, as a gRPC error
+//! (`grpc-status: 14` in the headers), so those complete too. A configuration destroyed with a stream open hands back
 //! what the sync took.
 //!
 //! Why a stream and not `http_filter_config_http_callout` (one request, one answer): Envoy 1.40
@@ -105,8 +106,8 @@ impl FleetSync {
         }
     }
 
-    /// The stream `stream` ended: `complete` with its whole answer, else reset (refused,
-    /// timed out, cut).
+    /// The stream `stream` ended: `complete` with its whole answer (a gRPC error Envoy made
+    /// included), else reset.
     pub fn ended(
         &self,
         stream: u64,
