@@ -10,7 +10,10 @@ unit), so a test never straddles one unless it starts in the hour's last minute 
 """
 import json
 import os
+import socket
+import threading
 import time
+import types
 
 import pytest
 
@@ -262,3 +265,36 @@ def test_a_store_that_does_not_know_the_domain_is_a_loud_error_and_counts_nothin
     assert f.syncs("refused") > 0
     assert "refuses domain \"not-configured\"" in f.envoys[0].log()
     assert "add `domain: not-configured`" in f.envoys[0].log()
+
+
+def test_a_store_that_takes_the_call_and_never_answers_times_out_and_fails_no_request(tmp_path):
+    """Past fleet.timeout (100 ms here) a sync ends as the store unavailable, whichever build
+    (the native one gets Envoy's own gRPC error then: docs/internals.md "The native build"):
+    every request is answered, and the spend is held for a later report."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held_open = []
+
+    def take_and_hold():
+        try:
+            while True:
+                held_open.append(silent.accept())
+        except OSError:  # closed at the end
+            pass
+
+    threading.Thread(target=take_and_hold, daemon=True).start()
+    store = types.SimpleNamespace(env={"RATELIMIT_HOST": "127.0.0.1",
+                                       "RATELIMIT_PORT": silent.getsockname()[1]})
+    f = Fleet(tmp_path, store, 1_000_000, replicas=1)
+    try:
+        wait_until(lambda: f.fleet(0)["state"] == "unavailable", 5, "the store timing out")
+        for _ in range(3):
+            assert f.chat() == (200, "a")
+        wait_until(lambda: f.fleet(0)["budgets"][0]["held"] == 3 * 12, 5, "the spend held")
+        assert f.syncs("unavailable") > 0 and f.syncs("ok") == 0
+        assert held_open, "no sync reached the store"
+        assert "fleet store (cluster llm_failover_fleet) does not answer" in f.envoys[0].log()
+    finally:
+        f.stop()
+        silent.close()
+        for conn, _ in held_open:
+            conn.close()
