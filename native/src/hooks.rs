@@ -449,7 +449,7 @@ fn finish(module: *const c_void) {
             Part::Up(up, _) => up.on_done(),
         }
         // What proxy-wasm's tick does on this worker, for this configuration.
-        f.metrics.after_request(&f.config, &f.host);
+        crate::metrics::after_request(&f.metrics, &f.config, &f.host);
         0
     });
 }

@@ -24,16 +24,6 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// Ids [`NativeHost::define_tokens_counter`] gives: this bit and an index into [`LABELLED`].
-const LABELLED_ID: u32 = 1 << 31;
-
-thread_local! {
-    /// A labelled metric's id in its table and its label values, by the index of the id this
-    /// worker gave for them (bounded by configuration, as the wasm build's flat names are).
-    static LABELLED: std::cell::RefCell<Vec<(u32, Vec<String>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// The process-wide shared data.
 pub static STORE: ProcessStore = ProcessStore::new();
 
@@ -167,7 +157,7 @@ impl NativeHost {
         if target.is_null() {
             return;
         }
-        if id & LABELLED_ID == 0 {
+        if id & metrics::LABELLED_ID == 0 {
             // SAFETY: a live filter pointer of the configuration that defined `id`; or a
             // configuration whose table has the same ids: this one's own (on Envoy's main
             // thread), or the downstream configuration of the request this stream belongs to,
@@ -175,21 +165,21 @@ impl NativeHost {
             unsafe { call(target, id as usize, std::ptr::null_mut(), 0, value) };
             return;
         }
-        LABELLED.with(|labelled| {
-            let labelled = labelled.borrow();
-            let Some((id, values)) = labelled.get((id & !LABELLED_ID) as usize) else {
-                return;
-            };
-            let mut values: Vec<ModuleBuffer> = values
-                .iter()
-                .map(|v| ModuleBuffer::of(v.as_bytes()))
-                .collect();
+        // A labelled series (the tokens'): counted by this configuration.
+        let owner = match self.counted_by() {
+            Some(config) => config,
+            None => self
+                .metrics
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |m| m.owner()),
+        };
+        metrics::add_labelled(owner, id, value, |id, values| {
             // SAFETY: as above; `id` has as many label names as `values` has values, which
             // live for the call.
             unsafe {
                 call(
                     target,
-                    *id as usize,
+                    id as usize,
                     values.as_mut_ptr(),
                     values.len(),
                     value,
@@ -676,23 +666,11 @@ impl Host for NativeHost {
             .chain(caller)
             .map(str::to_string)
             .collect();
-        LABELLED
-            .with(|labelled| {
-                let mut labelled = labelled.borrow_mut();
-                let at = match labelled.iter().position(|(i, v)| *i == id && *v == values) {
-                    Some(at) => at,
-                    None => {
-                        labelled.push((id, values));
-                        labelled.len() - 1
-                    }
-                };
-                u32::try_from(at).ok().map(|at| at | LABELLED_ID)
-            })
-            .inspect(|id| {
-                // Envoy makes a labelled series when first counted: shown from its definition on,
-                // at 0, as the wasm build's.
-                self.add_metric(*id, 0);
-            })
+        metrics::series(id, values).inspect(|id| {
+            // Envoy makes a labelled series when first counted: shown from its definition on,
+            // at 0, as the wasm build's.
+            self.add_metric(*id, 0);
+        })
     }
 
     fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32> {

@@ -94,6 +94,7 @@ impl NativeConfig {
                     .then(|| timers::Tick::start(config_envoy, period))
                     .flatten()
                     .map(|tick| {
+                        metrics::tick_counts(config_envoy);
                         let host = host::NativeHost::for_config(config_envoy, table.clone());
                         let metrics = Metrics::new(&config, &host);
                         metrics.tick_shared(&config, &host);
@@ -124,6 +125,8 @@ impl NativeConfig {
     fn on_main_thread_tick(&self, config_envoy: abi::FilterConfigEnvoy) {
         if let Some(main) = &self.main {
             main.metrics.tick_shared(&main.config, &main.host);
+            metrics::write_gathered(&main.config);
+            metrics::flush_labelled(config_envoy);
             (main.fleet).tick(config_envoy, &main.config, &main.metrics, &main.host);
         }
     }
@@ -163,6 +166,14 @@ impl NativeConfig {
                 .push((self.id, Rc::clone(&config), Rc::clone(&metrics)));
             Some((config, metrics))
         })
+    }
+}
+
+impl Drop for NativeConfig {
+    fn drop(&mut self) {
+        if self.main.is_some() {
+            metrics::stop_ticking(self.metrics.owner());
+        }
     }
 }
 

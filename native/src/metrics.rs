@@ -10,14 +10,17 @@
 //! with label names, whose values Envoy takes when counted.
 
 use crate::abi::{self, FilterConfigEnvoy, ModuleBuffer};
+use crate::host::NativeHost;
 use llm_failover::classify::Class;
 use llm_failover::config::Config;
 use llm_failover::eligible::SkipReason;
 use llm_failover::fleet;
 use llm_failover::metrics as names;
 use llm_failover::roles::MetricKind;
+use llm_failover::roles::{Metrics, SharedWrites};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// `llm_failover_tokens_total`'s labels, in the order [`crate::host`] gives their values.
@@ -235,4 +238,155 @@ pub fn register(table: &Arc<MetricTable>) {
     let mut list = DOWNSTREAM.0.lock().unwrap_or_else(|e| e.into_inner());
     list.retain(|t| t.strong_count() > 0);
     list.push(Arc::downgrade(table));
+}
+
+/// Ids [`series`] gives: this bit and an index into the process's labelled series.
+pub const LABELLED_ID: u32 = 1 << 31;
+
+/// `llm_failover_tokens_total`'s series (label values known at run time only), for every
+/// worker. Envoy 1.40 resolves a labelled counter's values on every increment, about 5,000
+/// instructions each against about 40 for a plain counter (BENCHMARKS.md, "The native
+/// build"), so the counts are held here and given to Envoy on the counting configuration's
+/// one-second tick on its main thread, as the wasm build adds its tokens on its tick.
+struct Labelled {
+    /// (Envoy's id, label values), by the index in a [`LABELLED_ID`] id.
+    series: Vec<(u32, Vec<String>)>,
+    /// The configurations (Envoy's pointers, as addresses) whose tick counts their series.
+    ticking: Vec<usize>,
+    /// (configuration, series index, count) not given to Envoy yet.
+    held: Vec<(usize, usize, u64)>,
+}
+
+static LABELLED: Mutex<Labelled> = Mutex::new(Labelled {
+    series: Vec::new(),
+    ticking: Vec::new(),
+    held: Vec::new(),
+});
+
+fn labelled_series() -> std::sync::MutexGuard<'static, Labelled> {
+    LABELLED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The id of Envoy's labelled counter `id` with label `values` (made the first time).
+pub fn series(id: u32, values: Vec<String>) -> Option<u32> {
+    let mut l = labelled_series();
+    let at = match l.series.iter().position(|(i, v)| *i == id && *v == values) {
+        Some(at) => at,
+        None => {
+            l.series.push((id, values));
+            l.series.len() - 1
+        }
+    };
+    u32::try_from(at).ok().map(|at| at | LABELLED_ID)
+}
+
+/// Adds `delta` to series `id` ([`series`]) counted by configuration `owner`: held for its
+/// tick when it has one, else given to Envoy at once by `now` (Envoy's id, label values).
+pub fn add_labelled(
+    owner: FilterConfigEnvoy,
+    id: u32,
+    delta: u64,
+    now: impl FnOnce(u32, &mut [ModuleBuffer]),
+) {
+    let index = (id & !LABELLED_ID) as usize;
+    let mut l = labelled_series();
+    let owner = owner as usize;
+    if owner != 0 && l.ticking.contains(&owner) {
+        match l
+            .held
+            .iter_mut()
+            .find(|(o, i, _)| *o == owner && *i == index)
+        {
+            Some((_, _, count)) => *count = count.saturating_add(delta),
+            None => l.held.push((owner, index, delta)),
+        }
+        return;
+    }
+    let Some((id, values)) = l.series.get(index) else {
+        return;
+    };
+    let mut values: Vec<ModuleBuffer> = values
+        .iter()
+        .map(|v| ModuleBuffer::of(v.as_bytes()))
+        .collect();
+    now(*id, &mut values);
+}
+
+/// From now on the tick of configuration `owner` counts its labelled series (and writes
+/// the gathered writes, [`after_request`]).
+pub fn tick_counts(owner: FilterConfigEnvoy) {
+    labelled_series().ticking.push(owner as usize);
+    TICKING.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Configuration `owner` is going: what it held is dropped (less than a tick's worth, at
+/// shutdown: `render --runtime native` refuses configuration changes under traffic).
+pub fn stop_ticking(owner: FilterConfigEnvoy) {
+    let owner = owner as usize;
+    let mut l = labelled_series();
+    let before = l.ticking.len();
+    l.ticking.retain(|o| *o != owner);
+    TICKING.fetch_sub(before - l.ticking.len(), Ordering::Relaxed);
+    l.held.retain(|(o, _, _)| *o != owner);
+}
+
+/// On the tick of configuration `owner` (Envoy's main thread): what it held, given to Envoy.
+/// A series counted 0 is given too: Envoy shows it from then on, as the wasm build's.
+pub fn flush_labelled(owner: FilterConfigEnvoy) {
+    let mut l = labelled_series();
+    let Labelled { series, held, .. } = &mut *l;
+    held.retain(|&(o, index, count)| {
+        if o != owner as usize {
+            return true;
+        }
+        if let Some((id, values)) = series.get(index) {
+            let mut values: Vec<ModuleBuffer> = values
+                .iter()
+                .map(|v| ModuleBuffer::of(v.as_bytes()))
+                .collect();
+            // SAFETY: the configuration's own pointer, on Envoy's main thread in its tick;
+            // `id` has as many label names as `values` has values, which live for the call.
+            unsafe {
+                abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                    owner,
+                    *id as usize,
+                    values.as_mut_ptr(),
+                    values.len(),
+                    count,
+                )
+            };
+        }
+        false
+    });
+}
+
+/// Configurations with a tick on Envoy's main thread: while there is one, the workers gather
+/// their writes to the shared records for it.
+static TICKING: AtomicUsize = AtomicUsize::new(0);
+
+/// Every worker's writes to the shared records (answers for the health windows, tokens for
+/// the token records), made once a tick on Envoy's main thread ([`write_gathered`]): a
+/// request's end costs a lock and a few additions here instead of a read and a write of a
+/// shared record per provider (BENCHMARKS.md, "The native build"), and the records see them
+/// within a tick, as the wasm build's workers write theirs on their ticks.
+static GATHERED: Mutex<SharedWrites> = Mutex::new(SharedWrites::new());
+
+/// The end of one of `config`'s requests on a worker ([`Metrics::after_request`]): its
+/// writes gathered for the main thread's tick when there is one, else made now.
+pub fn after_request(metrics: &Metrics, config: &Config, host: &NativeHost) {
+    if TICKING.load(Ordering::Relaxed) == 0 {
+        metrics.after_request(config, host);
+        return;
+    }
+    let mut writes = GATHERED.lock().unwrap_or_else(|e| e.into_inner());
+    metrics.after_request_gathered(config, host, &mut writes);
+}
+
+/// On a configuration's tick (Envoy's main thread): the gathered writes, made.
+pub fn write_gathered(config: &Config) {
+    let writes = GATHERED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if !writes.is_empty() {
+        let host = NativeHost::detached();
+        writes.write(config, &host, &host);
+    }
 }

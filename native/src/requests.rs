@@ -8,6 +8,7 @@ use crate::abi::FilterEnvoy;
 use crate::metrics::MetricTable;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// One request's record.
@@ -23,9 +24,32 @@ struct Properties {
     downstream: FilterEnvoy,
 }
 
+/// The records' ids hashed by one multiplication: they are this module's own (no caller
+/// chooses them), and std's SipHash cost more than the map's other work on every lookup.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Records = HashMap<u64, Properties, BuildHasherDefault<IdHasher>>;
+
 thread_local! {
     static NEXT: Cell<u64> = const { Cell::new(0) };
-    static OPEN: RefCell<HashMap<u64, Properties>> = RefCell::new(HashMap::new());
+    static OPEN: RefCell<Records> = RefCell::new(Records::default());
 }
 
 /// Ids are unique per process: the thread's address-space slot is not, so take one from a

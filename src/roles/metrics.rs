@@ -163,6 +163,12 @@ impl Metrics {
     /// configuration and worker), so a busy configuration never holds back another's gauges.
     pub fn after_request(&self, config: &Config, host: &impl Host) -> bool {
         self.flush_answers(config, host);
+        self.tick_shared_if_due(config, host)
+    }
+
+    /// [`Metrics::tick_shared`] when a tick's time passed since it last ran on this worker;
+    /// whether it ran.
+    fn tick_shared_if_due(&self, config: &Config, host: &impl Host) -> bool {
         let now = host.now_ms();
         let due = now.saturating_sub(self.last_tick.get()) >= TICK_MS;
         if due {
@@ -344,6 +350,23 @@ impl Metrics {
     /// has some) and to its provider's token record (`tokens::SharedTokens`, one write per
     /// provider that has some).
     fn flush_tokens(&self, config: &Config, host: &impl Host) {
+        self.count_tokens_held(config, host, |provider, sum| {
+            let tokens = SharedTokens {
+                store: host,
+                clock: host,
+            };
+            tokens.add(provider, sum);
+        });
+    }
+
+    /// Adds the tokens every slot holds to its counters and gives each provider's sum (some
+    /// tokens) to `record`, for its token record.
+    fn count_tokens_held(
+        &self,
+        config: &Config,
+        host: &impl Host,
+        mut record: impl FnMut(&str, &Usage),
+    ) {
         let mut slots = self.tokens.borrow_mut();
         for (id, provider) in config.provider_ids() {
             let mut sum = Usage::default();
@@ -357,13 +380,36 @@ impl Metrics {
                 sum.add(&held);
             }
             if sum != Usage::default() {
-                let tokens = SharedTokens {
-                    store: host,
-                    clock: host,
-                };
-                tokens.add(&provider.name, &sum);
+                record(&provider.name, &sum);
             }
         }
+    }
+
+    /// [`Metrics::after_request`] where one place gathers every worker's writes to the shared
+    /// records (the native build: one process, its main thread writes them once a tick): the
+    /// tokens go to their counters, the answers and each provider's tokens into `writes`
+    /// instead of a read and a write of a shared record each per request.
+    pub fn after_request_gathered(
+        &self,
+        config: &Config,
+        host: &impl Host,
+        writes: &mut SharedWrites,
+    ) -> bool {
+        self.count_tokens_held(config, host, |provider, sum| {
+            if let Some(held) = writes.entry(provider) {
+                held.tokens.add(sum);
+            }
+        });
+        for (id, provider) in config.provider_ids() {
+            let pending = self.take_answers(id);
+            if let Some(held) = (!pending.is_empty())
+                .then(|| writes.entry(&provider.name))
+                .flatten()
+            {
+                held.add_answers(pending);
+            }
+        }
+        self.tick_shared_if_due(config, host)
     }
 
     /// Writes every provider's held answers to the shared health records (one compare-and-swap
@@ -376,6 +422,98 @@ impl Metrics {
             let pending = self.take_answers(id);
             if !pending.is_empty() {
                 health.add_answers(&provider.name, &pending);
+            }
+        }
+    }
+}
+
+/// Writes to the shared records gathered from many requests (and workers) to be made at once
+/// ([`Metrics::after_request_gathered`]): per provider, its answers for the health windows
+/// and its tokens for the token record. A process-wide host keeps one, behind its lock.
+#[derive(Default)]
+pub struct SharedWrites {
+    providers: Vec<HeldFor>,
+}
+
+struct HeldFor {
+    provider: Box<str>,
+    /// Answers by minute, oldest first (a later minute's never folds into an earlier one's).
+    answers: Vec<Pending>,
+    tokens: Usage,
+}
+
+impl HeldFor {
+    fn add_answers(&mut self, pending: Pending) {
+        match self.answers.last_mut() {
+            Some(last) if last.minute == pending.minute => {
+                last.answered = last.answered.saturating_add(pending.answered);
+                last.last_ms = last.last_ms.max(pending.last_ms);
+            }
+            _ => self.answers.push(pending),
+        }
+    }
+}
+
+impl SharedWrites {
+    pub const fn new() -> SharedWrites {
+        SharedWrites {
+            providers: Vec::new(),
+        }
+    }
+
+    /// The provider's entry (made the first time; `None` never, in fact).
+    fn entry(&mut self, provider: &str) -> Option<&mut HeldFor> {
+        let at = (self.providers.iter())
+            .position(|h| &*h.provider == provider)
+            .unwrap_or_else(|| {
+                self.providers.push(HeldFor {
+                    provider: provider.into(),
+                    answers: Vec::new(),
+                    tokens: Usage::default(),
+                });
+                self.providers.len() - 1
+            });
+        self.providers.get_mut(at)
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.providers
+            .iter()
+            .all(|h| h.answers.is_empty() && h.tokens == Usage::default())
+    }
+
+    /// Everything held, taken out (this one keeps its room for the next).
+    pub fn take(&mut self) -> SharedWrites {
+        SharedWrites {
+            providers: self
+                .providers
+                .iter_mut()
+                .filter(|h| !h.answers.is_empty() || h.tokens != Usage::default())
+                .map(|h| HeldFor {
+                    provider: h.provider.clone(),
+                    answers: std::mem::take(&mut h.answers),
+                    tokens: std::mem::take(&mut h.tokens),
+                })
+                .collect(),
+        }
+    }
+
+    /// Makes the writes: each provider's answers into its health record (`config`'s health
+    /// policies), its tokens into its token record.
+    pub fn write(
+        &self,
+        config: &Config,
+        store: &dyn crate::host::SharedStore,
+        clock: &dyn crate::host::Clock,
+    ) {
+        let health = health(config, store, clock);
+        for held in &self.providers {
+            for pending in &held.answers {
+                health.add_answers(&held.provider, pending);
+            }
+            if held.tokens != Usage::default() {
+                SharedTokens { store, clock }.add(&held.provider, &held.tokens);
             }
         }
     }

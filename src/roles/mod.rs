@@ -13,7 +13,7 @@ pub mod registry;
 mod upstream;
 
 pub use downstream::Downstream;
-pub use metrics::{Metrics, TICK_MS};
+pub use metrics::{Metrics, SharedWrites, TICK_MS};
 pub use upstream::Upstream;
 
 /// The downstream role's cold answers, the `/v1/models` list and the status page, called

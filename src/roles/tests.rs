@@ -1368,6 +1368,58 @@ fn successes_write_nothing_until_the_tick_then_the_status_counts_every_attempt()
     assert_eq!(gw.metric(&names::health_state("c")), 3, "idle");
 }
 
+/// The native build gathers its workers' writes to the shared records in one place and makes
+/// them once a tick (`Metrics::after_request_gathered`, `SharedWrites`): a request's end
+/// writes nothing; the gathered answers of two workers count once each when written.
+#[test]
+fn gathered_writes_reach_the_records_when_written() {
+    let gw = Gateway::new(THREE);
+    let written = || {
+        let key = crate::wire::health_key("a");
+        gw.world.store.get(&key).map(|(_, cas)| cas)
+    };
+    let before = written();
+    for _ in 0..3 {
+        assert_eq!(gw.chat("gpt-4o", &[ok()]).status, 200);
+    }
+    let root = Recording {
+        world: Rc::clone(&gw.world),
+        stream: Rc::default(),
+    };
+    // Another worker's metrics for the same configuration, with an answer of its own.
+    let other = Metrics::new(&gw.up_config, &root);
+    let a = gw
+        .up_config
+        .provider_ids()
+        .next()
+        .map(|(id, _)| id)
+        .expect("a");
+    assert_eq!(other.hold_answer(a, gw.world.now.get()), None);
+    let mut writes = crate::roles::SharedWrites::new();
+    assert!(writes.is_empty());
+    gw.up_metrics
+        .after_request_gathered(&gw.up_config, &root, &mut writes);
+    other.after_request_gathered(&gw.up_config, &root, &mut writes);
+    assert!(!writes.is_empty());
+    assert_eq!(written(), before, "gathered, not written");
+    let batch = writes.take();
+    assert!(writes.is_empty(), "taken whole");
+    batch.write(&gw.up_config, &root, &root);
+    assert_ne!(written(), before, "written");
+    let health = crate::roles::health(&gw.up_config, &root, &root);
+    assert_eq!(
+        health.snapshot("a").recent.attempts,
+        4,
+        "three answers and the other's"
+    );
+    gw.up_metrics.flush_answers(&gw.up_config, &root);
+    assert_eq!(
+        health.snapshot("a").recent.attempts,
+        4,
+        "nothing left in the worker to count twice"
+    );
+}
+
 /// Two configurations on one worker (two listeners' filters, or both roles' filters), where the
 /// host has no tick on its workers (the native build): each request's end writes what its
 /// configuration's worker held, and reads that configuration's gauges once a second, timed per

@@ -248,8 +248,10 @@ def test_every_dashboard_query_names_a_metric_and_labels_the_filter_exports(two)
     assert gw.chat("gpt-4o").header("x-llm-fallback-reason") == "breaker_open"  # a skip
     secondary.set_default(status=500)
     assert gw.chat("gpt-4o").status == 500  # exhausted
-    prom = wait_for(lambda: "llm_failover_health_state" in (t := gw.prometheus()) and t,
-                    5, "the gauges")
+    # The gauges and (native build) the tokens' series come with a tick.
+    prom = wait_for(lambda: all(f in (t := gw.prometheus()) for f in (
+        "llm_failover_health_state", "llm_failover_tokens_total")) and t, 5,
+        "the gauges and the tokens' counter")
     families = set(re.findall(r"^# TYPE (llm_failover_\w+) ", prom, re.M))
     assert families >= {"llm_failover_attempts_total", "llm_failover_fallbacks_total",
                         "llm_failover_skipped_total", "llm_failover_exhausted_total",
