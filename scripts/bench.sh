@@ -6,10 +6,10 @@
 #   scripts/bench.sh                  full run (3 rounds x (1 s warm-up + 5 s) per cell, experiments; ~7 min)
 #   (every run ends with the streaming first-byte row: a healthy SSE answer through the plain
 #   route and through the filter, which holds it until its first event)
-#   scripts/bench.sh --smoke          CI smoke: 1 KB only, 1 s per cell, no experiments, the
-#                                     translated rows' JSON shapes (streams only the
-#                                     Chat<->Messages pair's); checks that the harness works and
-#                                     prints the table (~45 s)
+#   scripts/bench.sh --smoke          CI smoke: 1 KB and 32 connections only, 1 s per cell, no
+#                                     experiments, the translated rows' JSON shapes (streams only
+#                                     the Chat<->Messages pair's); checks that the harness works
+#                                     and prints the table (~35 s)
 #   scripts/bench.sh --with-litellm   also the LiteLLM proxy peer (installed from PyPI into
 #                                     .work/bench/litellm-venv; skipped with a note on failure)
 #   scripts/bench.sh --profile        wasm callbacks and hostcalls per request, success and
