@@ -52,21 +52,72 @@ fn header_type(map: Map) -> u32 {
 
 /// Where the first chunk of body `body_type` starts (null: none), to tell two buffers apart.
 pub(crate) fn first_chunk(filter: FilterEnvoy, body_type: u32) -> *const u8 {
-    // SAFETY: live filter pointer, in its hook; the vector has room for the count Envoy gave.
+    let mut first = std::ptr::null();
+    // SAFETY: live filter pointer, in its hook.
     unsafe {
-        let n = abi::envoy_dynamic_module_callback_http_get_body_chunks_size(filter, body_type);
-        if n == 0 {
-            return std::ptr::null();
+        with_chunks(filter, body_type, |chunks| {
+            first = chunks.first().map_or(std::ptr::null(), |c| c.ptr);
+        })
+    };
+    first
+}
+
+/// `f` of the body chunks of one of Envoy's buffers (not called when it has none), listed
+/// on the stack when there are a few (a body is one or a few chunks), else in a vector.
+///
+/// # Safety
+/// A live filter pointer, in its hook; the chunks are Envoy's, valid until the hook returns
+/// or the body changes.
+unsafe fn with_chunks(filter: FilterEnvoy, body_type: u32, f: impl FnOnce(&[EnvoyBuffer])) {
+    let n = abi::envoy_dynamic_module_callback_http_get_body_chunks_size(filter, body_type);
+    let mut few = [EnvoyBuffer::NULL; 8];
+    let mut many = Vec::new();
+    let chunks = match few.get_mut(..n) {
+        Some(chunks) => chunks,
+        None => {
+            many.resize(n, EnvoyBuffer::NULL);
+            many.as_mut_slice()
         }
-        let mut chunks = vec![EnvoyBuffer::NULL; n];
-        if !abi::envoy_dynamic_module_callback_http_get_body_chunks(
+    };
+    // The list has room for the count Envoy gave.
+    if n > 0
+        && abi::envoy_dynamic_module_callback_http_get_body_chunks(
             filter,
             body_type,
             chunks.as_mut_ptr(),
-        ) {
-            return std::ptr::null();
+        )
+    {
+        f(chunks);
+    }
+}
+
+/// `n` in decimal, written on the stack.
+fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+        at -= 1;
+        if n == 0 {
+            break;
         }
-        chunks.first().map_or(std::ptr::null(), |c| c.ptr)
+    }
+    digits.get(at..).unwrap_or_default()
+}
+
+/// `f` of `name` under the proxy-wasm build's prefix (`wasm.<name>`), put together on the
+/// stack when it fits.
+fn with_wasm_key<T>(name: &str, f: impl FnOnce(&[u8]) -> T) -> T {
+    let prefix = wire::ENVOY_WASM_STATE_PREFIX.as_bytes();
+    let mut key = [0u8; 96];
+    match key.get_mut(..prefix.len() + name.len()) {
+        Some(room) => {
+            let (head, tail) = room.split_at_mut(prefix.len());
+            head.copy_from_slice(prefix);
+            tail.copy_from_slice(name.as_bytes());
+            f(room)
+        }
+        None => f([prefix, name.as_bytes()].concat().as_slice()),
     }
 }
 
@@ -224,8 +275,8 @@ impl NativeHost {
         }
         let id = requests::open(self.metrics.clone(), self.filter);
         self.stream.request.set(id);
-        let text = id.to_string();
-        self.set_filter_state(REQUEST_ID_KEY, text.as_bytes());
+        let mut digits = [0u8; 20];
+        self.set_filter_state(REQUEST_ID_KEY, decimal(id, &mut digits));
     }
 
     /// The filter is done with the request's record (an upstream filter that found it too).
@@ -235,10 +286,9 @@ impl NativeHost {
 
     /// Writes the access-log properties into filter state (once, at the request's end).
     pub fn publish_logs(&self) {
+        let id = self.request_id();
         for name in LOGGED {
-            if let Some(value) = requests::get(self.request_id(), name) {
-                self.set_wasm_state(name, &value);
-            }
+            requests::with(id, name, |value| self.set_wasm_state(name, value));
         }
     }
 
@@ -257,27 +307,27 @@ impl NativeHost {
         if id != 0 {
             return id;
         }
-        let id = self
-            .filter_state(REQUEST_ID_KEY)
-            .and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok())
-            .filter(|id| requests::hold(*id))
-            .unwrap_or(0);
-        self.stream.request.set(id);
-        id
-    }
-
-    fn filter_state(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let mut out = EnvoyBuffer::NULL;
-        // SAFETY: a live filter pointer (Envoy's, for this hook); out-pointer to a local.
-        let found = unsafe {
+        let mut text = EnvoyBuffer::NULL;
+        // SAFETY: a live filter pointer (Envoy's, for this hook); out-pointer to a local; the
+        // bytes are read before the hook returns.
+        let id = unsafe {
             abi::envoy_dynamic_module_callback_http_get_filter_state_bytes(
                 self.filter,
-                ModuleBuffer::of(key),
-                &mut out,
+                ModuleBuffer::of(REQUEST_ID_KEY),
+                &mut text,
             )
-        };
-        // SAFETY: filled by Envoy in this hook, copied at once.
-        found.then(|| unsafe { out.bytes() }.to_vec())
+        }
+        .then(|| {
+            std::str::from_utf8(unsafe { text.bytes() })
+                .ok()?
+                .parse()
+                .ok()
+        })
+        .flatten()
+        .filter(|id| requests::hold(*id))
+        .unwrap_or(0);
+        self.stream.request.set(id);
+        id
     }
 
     /// Writes filter state, through the request's downstream filter when this filter cannot:
@@ -311,8 +361,7 @@ impl NativeHost {
 
     /// Filter state under the proxy-wasm build's name for a property (`wasm.<name>`).
     fn set_wasm_state(&self, name: &str, value: &[u8]) {
-        let key = [wire::ENVOY_WASM_STATE_PREFIX, name].concat();
-        self.set_filter_state(key.as_bytes(), value);
+        with_wasm_key(name, |key| self.set_filter_state(key, value));
     }
 
     fn attribute_string(&self, id: u32) -> Option<Vec<u8>> {
@@ -343,25 +392,15 @@ impl NativeHost {
 
     /// The body chunks of one of Envoy's buffers, appended to `out`.
     fn chunks(&self, body_type: u32, out: &mut Vec<u8>) {
-        // SAFETY: live filter pointer; the vector has room for the count Envoy gave.
+        // SAFETY: live filter pointer; the chunks are copied before the hook returns.
         unsafe {
-            let n = abi::envoy_dynamic_module_callback_http_get_body_chunks_size(
-                self.filter,
-                body_type,
-            );
-            if n == 0 {
-                return;
-            }
-            let mut chunks = vec![EnvoyBuffer::NULL; n];
-            if abi::envoy_dynamic_module_callback_http_get_body_chunks(
-                self.filter,
-                body_type,
-                chunks.as_mut_ptr(),
-            ) {
-                for chunk in &chunks {
+            with_chunks(self.filter, body_type, |chunks| {
+                let len = chunks.iter().map(|c| c.length).sum();
+                out.reserve(len);
+                for chunk in chunks {
                     out.extend_from_slice(chunk.bytes());
                 }
-            }
+            })
         }
     }
 
@@ -447,7 +486,7 @@ impl Host for NativeHost {
         // The layout proxy-wasm's `get_header_map_pairs` returns (`header_pairs::HeaderPairs`):
         // count, then each key and value length (u32 LE), then each key and value NUL-ended.
         let kind = header_type(map);
-        // SAFETY: live filter pointer; the vector has room for the count Envoy gave; the
+        // SAFETY: live filter pointer; the list has room for the count Envoy gave; the
         // headers' bytes are copied before the hook returns.
         unsafe {
             let n = abi::envoy_dynamic_module_callback_http_get_headers_size(self.filter, kind);
@@ -457,7 +496,15 @@ impl Host for NativeHost {
                 value_ptr: std::ptr::null(),
                 value_length: 0,
             };
-            let mut headers = vec![empty; n];
+            // Listed on the stack when there are not many.
+            let (mut few, mut many) = ([empty; 32], Vec::new());
+            let mut headers = match few.get_mut(..n) {
+                Some(headers) => headers,
+                None => {
+                    many.resize(n, empty);
+                    many.as_mut_slice()
+                }
+            };
             if n > 0
                 && !abi::envoy_dynamic_module_callback_http_get_headers(
                     self.filter,
@@ -465,7 +512,7 @@ impl Host for NativeHost {
                     headers.as_mut_ptr(),
                 )
             {
-                headers.clear();
+                headers = &mut [];
             }
             let size: usize = headers
                 .iter()
@@ -473,11 +520,11 @@ impl Host for NativeHost {
                 .sum();
             let mut out = Vec::with_capacity(4 + size);
             out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
-            for h in &headers {
+            for h in headers.iter() {
                 out.extend_from_slice(&(h.key_length as u32).to_le_bytes());
                 out.extend_from_slice(&(h.value_length as u32).to_le_bytes());
             }
-            for h in &headers {
+            for h in headers.iter() {
                 let key = EnvoyBuffer {
                     ptr: h.key_ptr,
                     length: h.key_length,

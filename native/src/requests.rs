@@ -126,13 +126,15 @@ pub fn close(id: u64, filter: FilterEnvoy) {
 }
 
 pub fn get(id: u64, name: &str) -> Option<Vec<u8>> {
+    with(id, name, <[u8]>::to_vec)
+}
+
+/// `f` of the property's value, read in place (no copy).
+pub fn with<T>(id: u64, name: &str, f: impl FnOnce(&[u8]) -> T) -> Option<T> {
     OPEN.with(|open| {
         let open = open.borrow();
-        open.get(&id)?
-            .values
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
+        let values = &open.get(&id)?.values;
+        values.iter().find(|(n, _)| n == name).map(|(_, v)| f(v))
     })
 }
 
