@@ -1124,10 +1124,15 @@ def targets(rows, results):
     if f and f["cpu_us_per_req_ratio"]:
         v = f["cpu_us_per_req_ratio"]
         lines.append(("failover path CPU/request <= 3.0x plain (32 conns, 1 KB)", f"{v:.2f}x", v <= 3.0))
-    v = round_ratio(results, "failover_h2", "plain_h2", "1KB", 32)
+    for key, build in (("failover_h2", ""), ("native_failover_h2", ", native module")):
+        v = round_ratio(results, key, "plain_h2", "1KB", 32)
+        if v:
+            lines.append((f"failover path over HTTP/2 upstreams{build} <= 3.0x the plain route "
+                          "over HTTP/2 (32 conns, 1 KB)", f"{v:.2f}x", v <= 3.0))
+    v = round_ratio(results, "native", "plain", "1KB", 32)
     if v:
-        lines.append(("failover path over HTTP/2 upstreams <= 3.0x the plain route over HTTP/2 "
-                      "(32 conns, 1 KB)", f"{v:.2f}x", v <= 3.0))
+        lines.append(("native module, success path CPU/request <= 1.3x plain (32 conns, 1 KB)",
+                      f"{v:.2f}x", v <= 1.3))
     for body in ("1KB", "50KB"):
         fo, fa = rows.get(("failover", body, 1)), rows.get(("plain503", body, 1))
         if fo and fa:

@@ -12,9 +12,10 @@
 //! - A panic in a role is caught at the hook: the request fails closed with a 500 (the
 //!   filter answers nothing else for that stream), and Envoy goes on.
 //! - Periodic work: the upstream role's deadlines run from a thread of the module's own
-//!   (`timers`); a configuration's periodic work (`Metrics::tick`: the answers a worker holds
-//!   for the health windows, the gauges) runs when one of its requests on that worker ends a
-//!   second or more after the last time (proxy-wasm: every second's tick).
+//!   (`timers`); a configuration's periodic work (proxy-wasm: every second's tick) runs on
+//!   Envoy's main thread, from the downstream configuration's tick: the gauges, and what the
+//!   workers hand over at each request's end (answers and tokens for the shared records, the
+//!   tokens' labelled counts: `metrics::after_request`).
 //! - The fleet's sync (`fleet:`): one HTTP/2 stream to the rate-limit service from the
 //!   downstream configuration's tick on Envoy's main thread (`fleet`).
 //!
@@ -83,8 +84,8 @@ impl NativeConfig {
                     std::sync::Arc::new(metrics::MetricTable::define(config_envoy, &config));
                 metrics::register(&table);
                 // The root's tick, for what it reads from shared data alone (the downstream
-                // role's gauges, so they follow a cooldown's end with no traffic): each
-                // worker's held answers are written by its own requests (`after_request`).
+                // role's gauges, so they follow a cooldown's end with no traffic) and what the
+                // workers handed over at their requests' ends (`metrics::after_request`).
                 // With the fleet's store, it ticks at least once per sync.
                 let period = match &config.fleet {
                     Some(f) => roles::TICK_MS.min(f.sync_ms.max(1)),
