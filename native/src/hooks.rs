@@ -43,6 +43,12 @@ impl Filter {
     }
 }
 
+thread_local! {
+    /// How many of this worker's hooks are running into one another (a hook of one filter can
+    /// make Envoy call another's: a local reply ends the downstream stream).
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// Runs `step` on the filter unless it failed before; a panic answers 500 and stops the
 /// stream's iteration (`stop`), a filter that failed earlier lets the stream go on (`go`).
 fn guard(module: *const c_void, go: u32, stop: u32, step: impl FnOnce(&mut Filter) -> u32) -> u32 {
@@ -54,11 +60,14 @@ fn guard(module: *const c_void, go: u32, stop: u32, step: impl FnOnce(&mut Filte
     if filter.failed {
         return go;
     }
-    match catch_unwind(AssertUnwindSafe(|| {
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let ran = catch_unwind(AssertUnwindSafe(|| {
         let result = step(filter);
         filter.after();
         result
-    })) {
+    }));
+    DEPTH.with(|d| d.set(d.get() - 1));
+    match ran {
         Ok(result) => result,
         Err(_) => {
             filter.failed = true;
@@ -323,7 +332,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
         })
     }));
     match made {
-        Ok(Some(filter)) => Box::into_raw(Box::new(filter)) as *const c_void,
+        Ok(Some(filter)) => {
+            let module = Box::into_raw(Box::new(filter));
+            // SAFETY: just made, not yet known to Envoy.
+            unsafe { (*module).host.set_module(module as *const c_void) };
+            module as *const c_void
+        }
         // A null filter: Envoy closes the stream (fail closed).
         _ => std::ptr::null(),
     }
@@ -435,14 +449,30 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
 /// The role's last word (proxy-wasm's `on_done`), once; then (downstream) the access-log
 /// properties.
 fn finish(module: *const c_void) {
+    finish_if(module, false);
+}
+
+/// [`finish`], or (`ending`) only an attempt whose end the request's end is
+/// ([`Upstream::ends_with_request`]).
+fn finish_if(module: *const c_void, ending: bool) {
     guard(module, 0, 0, |f| {
-        if f.done {
+        if f.done || (ending && !matches!(&f.part, Part::Up(up, _) if up.ends_with_request())) {
             return 0;
         }
         f.done = true;
         match &mut f.part {
             Part::Down(down) => {
                 f.host.keep_response_flags();
+                // An attempt still open when the request ends with it (an answer cut midway, a
+                // hedged race's loser) has its last word now, before the access log reads the
+                // walk: Envoy destroys its filter only after the log (docs/internals.md "The
+                // native build"). Not from inside another filter's hook, which may be that
+                // attempt's.
+                if DEPTH.with(|d| d.get()) == 1 {
+                    for upstream in f.host.upstreams() {
+                        finish_if(upstream, true);
+                    }
+                }
                 down.on_done();
                 f.host.publish_logs();
             }

@@ -43,6 +43,14 @@ const LOGGED: [&str; 6] = [
     wire::OUTPUT_TOKENS_PROPERTY,
 ];
 
+/// A `response.flags` value (u64, little-endian) as a number.
+fn flags_of(bytes: &[u8]) -> u64 {
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 fn header_type(map: Map) -> u32 {
     match map {
         Map::Request => abi::REQUEST_HEADER,
@@ -148,6 +156,8 @@ struct Stream {
     /// The body callback running now, if any: its chunk is part of the body the roles see
     /// (proxy-wasm's buffered body is what Envoy buffered plus this chunk).
     receiving: Cell<Option<Map>>,
+    /// The hooks' pointer to the filter this stream belongs to (null until known).
+    module: Cell<*const std::ffi::c_void>,
     /// An upstream filter's: the downstream configuration that counts its metrics (found
     /// the first time it counts; none: it counts in its own cluster's scope).
     counted_by: std::cell::OnceCell<Option<Arc<MetricTable>>>,
@@ -262,6 +272,17 @@ impl NativeHost {
         )
     }
 
+    /// The hooks' pointer to this stream's filter.
+    pub fn set_module(&self, module: *const std::ffi::c_void) {
+        self.stream.module.set(module);
+    }
+
+    /// The request's upstream filters still alive (the hooks' pointers), for the downstream
+    /// filter to finish them when the request ends ([`crate::hooks`]).
+    pub fn upstreams(&self) -> Vec<*const std::ffi::c_void> {
+        requests::upstreams(self.request_id())
+    }
+
     /// Marks the body callback of `map` running (or none).
     pub fn set_receiving(&self, map: Option<Map>) {
         self.stream.receiving.set(map);
@@ -281,7 +302,11 @@ impl NativeHost {
 
     /// The filter is done with the request's record (an upstream filter that found it too).
     pub fn close_request(&self) {
-        requests::close(self.stream.request.replace(0), self.filter);
+        requests::close(
+            self.stream.request.replace(0),
+            self.filter,
+            self.stream.module.get(),
+        );
     }
 
     /// Writes the access-log properties into filter state (once, at the request's end).
@@ -324,7 +349,7 @@ impl NativeHost {
                 .ok()
         })
         .flatten()
-        .filter(|id| requests::hold(*id))
+        .filter(|id| requests::hold(*id, self.stream.module.get()))
         .unwrap_or(0);
         self.stream.request.set(id);
         id
@@ -574,9 +599,18 @@ impl Host for NativeHost {
     fn property(&self, path: &[u8]) -> Option<Vec<u8>> {
         match path {
             b"response\0code_details" => self.attribute_string(abi::ATTR_RESPONSE_CODE_DETAILS),
-            b"response\0flags" => self
-                .attribute_int(abi::ATTR_RESPONSE_FLAGS)
-                .or_else(|| requests::get(self.request_id(), KEPT_RESPONSE_FLAGS)),
+            b"response\0flags" => {
+                // Once the downstream stream completed, its flags (the caller left) hold for
+                // every attempt still open, whether or not its filter can still read its own.
+                let own = self.attribute_int(abi::ATTR_RESPONSE_FLAGS);
+                let kept = requests::get(self.request_id(), KEPT_RESPONSE_FLAGS);
+                match (own, kept) {
+                    (Some(own), Some(kept)) => {
+                        Some((flags_of(&own) | flags_of(&kept)).to_le_bytes().to_vec())
+                    }
+                    (own, kept) => own.or(kept),
+                }
+            }
             b"xds\0route_name" => self.attribute_string(abi::ATTR_XDS_ROUTE_NAME),
             b"upstream\0transport_failure_reason" => {
                 self.attribute_string(abi::ATTR_UPSTREAM_TRANSPORT_FAILURE_REASON)

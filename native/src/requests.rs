@@ -8,6 +8,7 @@ use crate::abi::FilterEnvoy;
 use crate::metrics::MetricTable;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -22,6 +23,9 @@ struct Properties {
     /// that Envoy is destroying, and that can no longer write filter state itself, writes it
     /// ([`downstream_filter`]).
     downstream: FilterEnvoy,
+    /// The upstream filters holding the record (the hooks' pointers), until Envoy destroys
+    /// them ([`upstreams`]).
+    upstreams: Vec<*const c_void>,
 }
 
 /// The records' ids hashed by one multiplication: they are this module's own (no caller
@@ -76,6 +80,7 @@ pub fn open(metrics: Option<Arc<MetricTable>>, downstream: FilterEnvoy) -> u64 {
         values: Vec::new(),
         metrics,
         downstream,
+        upstreams: Vec::new(),
     };
     OPEN.with(|open| open.borrow_mut().insert(id, record));
     id
@@ -95,19 +100,32 @@ pub fn downstream_filter(id: u64) -> FilterEnvoy {
     })
 }
 
-/// Another filter holds the record (false when it is gone).
-pub fn hold(id: u64) -> bool {
+/// The request's upstream filters that Envoy has not destroyed yet (the hooks' pointers).
+pub fn upstreams(id: u64) -> Vec<*const c_void> {
+    OPEN.with(|open| {
+        open.borrow()
+            .get(&id)
+            .map_or_else(Vec::new, |r| r.upstreams.clone())
+    })
+}
+
+/// Upstream filter `module` holds the record too (false when it is gone).
+pub fn hold(id: u64, module: *const c_void) -> bool {
     OPEN.with(|open| match open.borrow_mut().get_mut(&id) {
         Some(record) => {
             record.holders += 1;
+            if !module.is_null() {
+                record.upstreams.push(module);
+            }
             true
         }
         None => false,
     })
 }
 
-/// Filter `filter` lets the record go (Envoy is destroying it); the last one forgets it.
-pub fn close(id: u64, filter: FilterEnvoy) {
+/// Filter `filter` (the hooks' `module`) lets the record go (Envoy is destroying it); the last
+/// one forgets it.
+pub fn close(id: u64, filter: FilterEnvoy, module: *const c_void) {
     if id == 0 {
         return;
     }
@@ -117,6 +135,7 @@ pub fn close(id: u64, filter: FilterEnvoy) {
             if record.downstream == filter {
                 record.downstream = std::ptr::null_mut();
             }
+            record.upstreams.retain(|m| *m != module);
             record.holders -= 1;
             if record.holders == 0 {
                 open.remove(&id);

@@ -160,6 +160,17 @@ impl<H: Host> Upstream<H> {
         self.settle(class, None, false);
     }
 
+    /// Whether the request's end is this attempt's end too when it is still open then: its
+    /// answer was going to the caller (cut before its end) or it ran in a hedged race. A host
+    /// that would end such an attempt only after the request's access log (the native build,
+    /// docs/internals.md) runs [`Upstream::on_done`] as the request ends instead.
+    pub fn ends_with_request(&self) -> bool {
+        self.counting.is_some()
+            || (self.current.as_ref())
+                .and_then(|c| c.attempt(&self.io.config))
+                .is_some_and(|a| a.hedged())
+    }
+
     /// The next time this attempt must act by itself ([`Upstream::on_timer`]), if any: the glue
     /// asks after every callback and wakes it then.
     pub fn deadline(&self) -> Option<u64> {
