@@ -279,8 +279,10 @@ impl NativeHost {
 
     /// The request's upstream filters still alive (the hooks' pointers), for the downstream
     /// filter to finish them when the request ends ([`crate::hooks`]).
-    pub fn upstreams(&self) -> Vec<*const std::ffi::c_void> {
+    pub fn upstreams(&self) -> impl Iterator<Item = *const std::ffi::c_void> {
         requests::upstreams(self.request_id())
+            .into_iter()
+            .filter(|m| !m.is_null())
     }
 
     /// Marks the body callback of `map` running (or none).

@@ -24,9 +24,13 @@ struct Properties {
     /// ([`downstream_filter`]).
     downstream: FilterEnvoy,
     /// The upstream filters holding the record (the hooks' pointers), until Envoy destroys
-    /// them ([`upstreams`]).
-    upstreams: Vec<*const c_void>,
+    /// them ([`upstreams`]): the first [`UPSTREAMS`] of them, in place (no allocation).
+    upstreams: [*const c_void; UPSTREAMS],
 }
+
+/// The most upstream filters a record lists: a plan's most attempts (`config::MAX_CHAIN_LEN`);
+/// one past them (never, but for hedges over it) keeps its `on_done` for its destroy.
+pub const UPSTREAMS: usize = llm_failover::config::MAX_CHAIN_LEN;
 
 /// The records' ids hashed by one multiplication: they are this module's own (no caller
 /// chooses them), and std's SipHash cost more than the map's other work on every lookup.
@@ -80,7 +84,7 @@ pub fn open(metrics: Option<Arc<MetricTable>>, downstream: FilterEnvoy) -> u64 {
         values: Vec::new(),
         metrics,
         downstream,
-        upstreams: Vec::new(),
+        upstreams: [std::ptr::null(); UPSTREAMS],
     };
     OPEN.with(|open| open.borrow_mut().insert(id, record));
     id
@@ -100,12 +104,13 @@ pub fn downstream_filter(id: u64) -> FilterEnvoy {
     })
 }
 
-/// The request's upstream filters that Envoy has not destroyed yet (the hooks' pointers).
-pub fn upstreams(id: u64) -> Vec<*const c_void> {
+/// The request's upstream filters that Envoy has not destroyed yet (the hooks' pointers; null
+/// for none).
+pub fn upstreams(id: u64) -> [*const c_void; UPSTREAMS] {
     OPEN.with(|open| {
         open.borrow()
             .get(&id)
-            .map_or_else(Vec::new, |r| r.upstreams.clone())
+            .map_or([std::ptr::null(); UPSTREAMS], |r| r.upstreams)
     })
 }
 
@@ -114,8 +119,8 @@ pub fn hold(id: u64, module: *const c_void) -> bool {
     OPEN.with(|open| match open.borrow_mut().get_mut(&id) {
         Some(record) => {
             record.holders += 1;
-            if !module.is_null() {
-                record.upstreams.push(module);
+            if let Some(free) = record.upstreams.iter_mut().find(|m| m.is_null()) {
+                *free = module;
             }
             true
         }
@@ -135,7 +140,9 @@ pub fn close(id: u64, filter: FilterEnvoy, module: *const c_void) {
             if record.downstream == filter {
                 record.downstream = std::ptr::null_mut();
             }
-            record.upstreams.retain(|m| *m != module);
+            if let Some(gone) = record.upstreams.iter_mut().find(|m| **m == module) {
+                *gone = std::ptr::null();
+            }
             record.holders -= 1;
             if record.holders == 0 {
                 open.remove(&id);
