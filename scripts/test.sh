@@ -103,8 +103,10 @@ else
   # The native build (docs/native.md) on Envoy 1.40: the failover and translation scenarios
   # again, with the dynamic module in place of the wasm one (about a minute), and what its shell
   # does its own way (about 10 s): the main thread's tick, root-scope metrics, labelled tokens,
-  # answers written by each worker, the debug log level; and the fleet's sync, an HTTP/2 stream
-  # from the main thread (test_fleet.py, about 20 s beside the others).
+  # answers written by each worker, the debug log level, a refused connection retried in place
+  # (a slot rewritten through the downstream filter), a hedged race's loser in the access log;
+  # and the fleet's sync, an HTTP/2 stream from the main thread (test_fleet.py, about 20 s
+  # beside the others).
   native_scenarios() {
     local t=tests/integration
     LLM_FAILOVER_RUNTIME=native pytest_integration -q "${parallel[@]}" \
@@ -112,7 +114,9 @@ else
       $t/test_observability.py::test_breaker_gauge_follows_a_cooldown_ending_with_no_traffic \
       $t/test_observability.py::test_model_and_budget_skips_and_dotted_provider_names \
       $t/test_observability.py::test_at_debug_level_a_failover_logs_its_provider_and_class \
-      $t/test_operators.py::test_health_windows_are_exact_under_two_workers_and_concurrent_traffic
+      $t/test_operators.py::test_health_windows_are_exact_under_two_workers_and_concurrent_traffic \
+      $t/test_attempt_conduct.py::test_a_refused_connection_is_retried_in_place_then_moves_on \
+      $t/test_hedging.py::test_a_slow_first_token_is_raced_and_the_hedge_answers_alone
   }
   if [ $# -gt 0 ]; then
     skip integration-native "a selection of the suite was asked for"
