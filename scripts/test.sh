@@ -104,14 +104,15 @@ else
   # again, with the dynamic module in place of the wasm one (about a minute), and what its shell
   # does its own way (about 10 s): the main thread's tick, root-scope metrics, labelled tokens,
   # answers written by each worker, the debug log level, a refused connection retried in place
-  # (a slot rewritten through the downstream filter), a hedged race's loser in the access log;
-  # and the fleet's sync, an HTTP/2 stream from the main thread (test_fleet.py, about 20 s
-  # beside the others).
+  # (a slot rewritten through the downstream filter), a hedged race's loser and the caller in
+  # the access log; and the fleet's sync, an HTTP/2 stream from the main thread (test_fleet.py,
+  # about 20 s beside the others).
   native_scenarios() {
     local t=tests/integration
     LLM_FAILOVER_RUNTIME=native pytest_integration -q "${parallel[@]}" \
       $t/test_failover.py $t/test_translation_wiring.py $t/test_usage.py $t/test_fleet.py \
       $t/test_observability.py::test_breaker_gauge_follows_a_cooldown_ending_with_no_traffic \
+      $t/test_budgets.py::test_the_access_log_names_the_team_as_the_metric_does_never_the_raw_header \
       $t/test_observability.py::test_model_and_budget_skips_and_dotted_provider_names \
       $t/test_observability.py::test_at_debug_level_a_failover_logs_its_provider_and_class \
       $t/test_operators.py::test_health_windows_are_exact_under_two_workers_and_concurrent_traffic \

@@ -67,6 +67,12 @@ pub const CLUSTER_NAME_PROPERTY: &[u8] = b"xds\0cluster_name";
 /// more than one chain (with one, it can only be that one).
 pub const CHAIN_PROPERTY: &str = "llm_failover.chain";
 
+/// Filter-state property naming the request's caller as the `caller` metric label does
+/// (`%FILTER_STATE(wasm.llm_failover.caller:PLAIN)%`): a name from `callers`, or `other`;
+/// never the raw `caller_header` value (it may be a key). Written only when the file names
+/// callers and the request carries the header.
+pub const CALLER_PROPERTY: &str = "llm_failover.caller";
+
 /// Filter-state properties of the request's model and of the model its answer's attempt was
 /// sent (`%FILTER_STATE(wasm.llm_failover.request_model:PLAIN)%`), for the OpenTelemetry access
 /// log's `gen_ai.request.model` and `gen_ai.response.model`. Written only with `log_models`.

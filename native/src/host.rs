@@ -34,9 +34,10 @@ const REQUEST_ID_KEY: &[u8] = b"llm_failover.native_request";
 const KEPT_RESPONSE_FLAGS: &str = "native.response_flags";
 
 /// The properties Envoy reads at the end of the request (access logs), published once.
-const LOGGED: [&str; 6] = [
+const LOGGED: [&str; 7] = [
     wire::ATTEMPTS_PROPERTY,
     wire::CHAIN_PROPERTY,
+    wire::CALLER_PROPERTY,
     wire::REQUEST_MODEL_PROPERTY,
     wire::RESPONSE_MODEL_PROPERTY,
     wire::INPUT_TOKENS_PROPERTY,

@@ -10,7 +10,7 @@ use crate::answer::{self, AnswerFacts, AnswerReads};
 use crate::budget::SharedBudgets;
 use crate::classify::Class;
 use crate::config::forward::{self, Verdict};
-use crate::config::Config;
+use crate::config::{Config, Team};
 use crate::handoff::{self, Outcomes, PlanText, Refused};
 use crate::header_pairs::HeaderPairs;
 use crate::host::FixedClock;
@@ -215,6 +215,16 @@ impl<H: Host> Downstream<H> {
         }
     }
 
+    /// Names the caller in filter state for access logs as the `caller` metric label does
+    /// ([`Config::team_label`]); no write for a file without callers or a request without the
+    /// header (Envoy prints `-`).
+    fn log_caller(&self, team: Team) {
+        if let Some(name) = self.config.team_label(team) {
+            self.host
+                .set_property(wire::CALLER_PROPERTY, name.as_bytes());
+        }
+    }
+
     /// The request's and the answer's model for the OpenTelemetry access log (`log_models`):
     /// at planning both are the request's, and the answer's changes when the answering entry
     /// names its own. Out of line, and called from two places so that wasm-opt keeps it there:
@@ -286,6 +296,7 @@ impl<H: Host> Downstream<H> {
                     self.log_skips(chain, skipped);
                     self.log_chain(chain);
                 }
+                self.log_caller(config.team(facts.caller));
                 // Whole seconds, rounded up, until the earliest spent budget rolls over.
                 let after =
                     (refusal.retry_at_ms).map(|at| at.saturating_sub(now.0).div_ceil(1000).max(1));
@@ -324,6 +335,7 @@ impl<H: Host> Downstream<H> {
         let record = published.record(&config).encode();
         self.host.set_property(handoff::PLAN, record.as_bytes());
         self.log_chain(plan.chain);
+        self.log_caller(plan.team);
         self.log_skips(plan.chain, &plan.skipped);
         let retries = published.max_retries(&config).to_string();
         self.host

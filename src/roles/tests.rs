@@ -299,6 +299,8 @@ struct Response {
     log: Option<String>,
     /// The request's and the answer's model in filter state (`log_models`).
     models: [Option<String>; 2],
+    /// The caller's name in filter state (`caller_header` with `callers`).
+    caller: Option<String>,
 }
 
 impl Response {
@@ -450,6 +452,7 @@ impl Gateway {
             sent,
             log: self.log(&host),
             models: self.models(&host),
+            caller: text_property(&host, wire::CALLER_PROPERTY.as_bytes()),
         }
     }
 
@@ -498,6 +501,7 @@ impl Gateway {
                 sent: Vec::new(),
                 log: self.log(host),
                 models: self.models(host),
+                caller: text_property(host, wire::CALLER_PROPERTY.as_bytes()),
             }));
         }
         assert_eq!(flow, Flow::Continue, "the request goes on to the router");

@@ -1059,12 +1059,16 @@ class MockedGateway:
         return {(labels["provider"], labels["reason"]): value for labels, value in
                 prometheus_samples(self.gw.prometheus(), "llm_failover_skipped_total")}
 
-    def walk(self, request_id: str) -> str:
-        """The access log's llm_failover=... walk of one request, durations as 'N'."""
+    def access_line(self, request_id: str) -> str:
+        """The access log line of one request (matched by its x-request-id)."""
         def find():
             return next((line for line in self.gw.log().splitlines()
                          if f"request_id={request_id}" in line), None)
-        line = wait_until(find, 10, f"access log line of {request_id}")
+        return wait_until(find, 10, f"access log line of {request_id}")
+
+    def walk(self, request_id: str) -> str:
+        """The access log's llm_failover=... walk of one request, durations as 'N'."""
+        line = self.access_line(request_id)
         m = re.search(r" llm_failover=(\S+)", line)
         if not m:
             raise HarnessError(f"no llm_failover= walk in {line!r}")

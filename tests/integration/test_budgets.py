@@ -7,11 +7,14 @@ the provider back when its window rolls over. A named caller's answers spend its
 whichever provider served them; spent, its requests get 429 budget_exhausted in their own API's
 shape with Retry-After and no attempt, while other callers are answered;
 llm_failover_tokens_total's caller label shows the spend per team (`other` for callers the file
-does not name, no label without a caller).
+does not name, no label without a caller), and the access log's `caller=` names it the same way
+(never the header's raw value; `-` without a caller or without `caller_header`). Run it with
+LLM_FAILOVER_RUNTIME=native too: the native build writes the same access-log properties.
 
 One Envoy per fixture (--concurrency 2, the harness's default); each answer costs 12 tokens
 (8 input + 4 output)."""
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -150,7 +153,7 @@ class Teams(harness.MockedGateway):
     def __init__(self, tmp):
         self.status_port = free_port()
         super().__init__(TEAMS_CONFIG, tmp, "ab", env={"STATUS_PORT": str(self.status_port)},
-                         concurrency=2)
+                         concurrency=2, extra_args=["--file-flush-interval-msec", "50"])
 
     def mocks_started(self):
         for m in self.mocks.values():
@@ -229,3 +232,21 @@ def test_a_spent_team_gets_429_in_its_own_api_while_other_teams_are_answered(tea
         return all(got.get(k) == v for k, v in want.items()) and got
     got = wait_until(counted, 10, "the tokens per caller in the metrics")
     assert set(k for k in got if got[k]) == set(want), got
+
+
+def test_the_access_log_names_the_team_as_the_metric_does_never_the_raw_header(teams, setup):
+    gw = teams.gw
+    # team-a may be spent by now (the test above): its 429 names it as well as a 200 would.
+    for team, rid in [("team-a", "caller-a"), ("team-b", "caller-b"),
+                      ("sk-live-not-a-team", "caller-other"), (None, "caller-none")]:
+        r = gw.chat("gpt-4o", headers={"x-request-id": rid, **as_team(team)})
+        assert r.status in (200, 429) and (r.status == 200 or team == "team-a"), (team, r.body)
+    fields = {rid: re.search(r" caller=(\S+) ", teams.access_line(rid)).group(1)
+              for rid in ["caller-a", "caller-b", "caller-other", "caller-none"]}
+    assert fields == {"caller-a": "team-a", "caller-b": "team-b", "caller-other": "other",
+                      "caller-none": "-"}, fields
+    assert "sk-live-not-a-team" not in gw.log()
+    # A file without caller_header writes nothing: Envoy prints `-`.
+    r = setup.gw.chat("gpt-c", headers={"x-request-id": "caller-plain", "x-team": "team-a"})
+    assert r.status == 200, r.body
+    assert " caller=- " in setup.access_line("caller-plain")

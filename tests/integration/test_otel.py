@@ -123,6 +123,7 @@ def test_a_failed_over_request_arrives_with_the_serving_provider_models_and_atte
                         got["llm_failover.attempts"]), got
     assert got["http.response.status_code"] == "200"
     assert got["url.path"] == "/v1/chat/completions"
+    assert got["llm_failover.caller"] == "-", "no caller_header in this file"
     assert resource["service.name"] == "llm-failover"
     assert "llm_failover=primary:server_error:" in record.body.string_value
 

@@ -9,8 +9,9 @@ pub fn access_log_format() -> String {
     format!(
         "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% \
          %BYTES_RECEIVED% %BYTES_SENT% %DURATION%ms attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% cluster=%UPSTREAM_CLUSTER% \
-         chain=%FILTER_STATE({p}{}:PLAIN)% llm_failover=%FILTER_STATE({p}{}:PLAIN)% request_id=%REQ(X-REQUEST-ID)%\n",
+         chain=%FILTER_STATE({p}{}:PLAIN)% caller=%FILTER_STATE({p}{}:PLAIN)% llm_failover=%FILTER_STATE({p}{}:PLAIN)% request_id=%REQ(X-REQUEST-ID)%\n",
         wire::CHAIN_PROPERTY,
+        wire::CALLER_PROPERTY,
         wire::ATTEMPTS_PROPERTY,
         p = wire::ENVOY_WASM_STATE_PREFIX,
     )

@@ -59,6 +59,7 @@ pub fn attributes() -> Vec<(&'static str, String)> {
             filter_state(wire::ATTEMPTS_PROPERTY),
         ),
         ("llm_failover.chain", filter_state(wire::CHAIN_PROPERTY)),
+        ("llm_failover.caller", filter_state(wire::CALLER_PROPERTY)),
         ("http.response.status_code", "%RESPONSE_CODE%".to_string()),
         ("url.path", "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%".to_string()),
     ]

@@ -1,7 +1,7 @@
 //! Callers the file names (docs/behaviour.md section 15) through both roles: each one's own
 //! token budget, spent by the answers it got whichever provider served them, refuses its
 //! requests once spent (`429 budget_exhausted`, no attempt) while other callers go on; the
-//! token metric's `caller` label.
+//! token metric's `caller` label, and the access log's.
 
 use super::*;
 
@@ -127,4 +127,38 @@ fn the_token_metric_tells_named_callers_others_and_none_apart() {
     let plain = Gateway::new(&TEAMS.replace(&TEAMS[callers], ""));
     plain.request(&as_team("team-a", chat), CHAT, &[costs_12()]);
     assert_eq!(plain.tokens("a", "other"), [8, 4, 0]);
+}
+
+#[test]
+fn the_access_log_names_the_caller_as_the_metric_does_never_its_raw_value() {
+    let gw = Gateway::new(TEAMS);
+    let chat = "/v1/chat/completions";
+    let caller =
+        |extra: &[(&str, &str)], answers: &[Provider]| gw.request(extra, CHAT, answers).caller;
+    let some = |name: &str| Some(name.to_string());
+    assert_eq!(
+        caller(&as_team("team-a", chat), &[costs_12()]),
+        some("team-a")
+    );
+    assert_eq!(
+        caller(&as_team("team-b", chat), &[status(503), ok()]),
+        some("team-b")
+    );
+    // Any other value (it may be a key) is `other`; no header, nothing.
+    assert_eq!(caller(&as_team("sk-secret", chat), &[ok()]), some("other"));
+    assert_eq!(caller(&[(":path", chat)], &[ok()]), None);
+    // A refusal names it too: team-a's budget spent (24 of 20), no attempt.
+    caller(&as_team("team-a", chat), &[costs_12()]);
+    let r = gw.request(&as_team("team-a", chat), CHAT, &[ok()]);
+    assert_eq!((r.status, r.caller), (429, some("team-a")));
+    // A file without caller_header (or without callers) writes nothing.
+    let callers = TEAMS.find(r#""callers""#).unwrap()..TEAMS.find(r#""status_path""#).unwrap();
+    let no_callers = TEAMS.replace(&TEAMS[callers], "");
+    let without = |file: &str| {
+        let r = Gateway::new(file).request(&as_team("team-a", chat), CHAT, &[ok()]);
+        (r.status, r.caller)
+    };
+    let no_header = no_callers.replace(r#""caller_header": "x-team","#, "");
+    assert_eq!(without(&no_header), (200, None));
+    assert_eq!(without(&no_callers), (200, None));
 }
