@@ -126,7 +126,7 @@ impl NativeConfig {
     fn on_main_thread_tick(&self, config_envoy: abi::FilterConfigEnvoy) {
         if let Some(main) = &self.main {
             main.metrics.tick_shared(&main.config, &main.host);
-            metrics::write_gathered(&main.config);
+            metrics::write_gathered(&main.config, &host::NativeHost::detached());
             metrics::flush_labelled(config_envoy);
             (main.fleet).tick(config_envoy, &main.config, &main.metrics, &main.host);
         }

@@ -10,13 +10,13 @@
 //! with label names, whose values Envoy takes when counted.
 
 use crate::abi::{self, FilterConfigEnvoy, ModuleBuffer};
-use crate::host::NativeHost;
 use llm_failover::classify::Class;
 use llm_failover::config::Config;
 use llm_failover::eligible::SkipReason;
 use llm_failover::fleet;
+use llm_failover::host::{Clock, SharedStore};
 use llm_failover::metrics as names;
-use llm_failover::roles::MetricKind;
+use llm_failover::roles::{Host, MetricKind};
 use llm_failover::roles::{Metrics, SharedWrites};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -373,7 +373,7 @@ static GATHERED: Mutex<SharedWrites> = Mutex::new(SharedWrites::new());
 
 /// The end of one of `config`'s requests on a worker ([`Metrics::after_request`]): its
 /// writes gathered for the main thread's tick when there is one, else made now.
-pub fn after_request(metrics: &Metrics, config: &Config, host: &NativeHost) {
+pub fn after_request(metrics: &Metrics, config: &Config, host: &impl Host) {
     if TICKING.load(Ordering::Relaxed) == 0 {
         metrics.after_request(config, host);
         return;
@@ -382,11 +382,10 @@ pub fn after_request(metrics: &Metrics, config: &Config, host: &NativeHost) {
     metrics.after_request_gathered(config, host, &mut writes);
 }
 
-/// On a configuration's tick (Envoy's main thread): the gathered writes, made.
-pub fn write_gathered(config: &Config) {
+/// On a configuration's tick (Envoy's main thread): the gathered writes, made in `store`.
+pub fn write_gathered(config: &Config, store: &(impl SharedStore + Clock)) {
     let writes = GATHERED.lock().unwrap_or_else(|e| e.into_inner()).take();
     if !writes.is_empty() {
-        let host = NativeHost::detached();
-        writes.write(config, &host, &host);
+        writes.write(config, store, store);
     }
 }
